@@ -1,0 +1,19 @@
+-- Pending convergence (Q8): back to the queue after a bounded delay, claim released, the
+-- attempt consumed by the claim refunded. Evidence is optional (a repeated identical
+-- observation is not recorded again).
+-- $1 id, $2 claim token, $3 code, $4 delay ms, $5 record evidence.
+WITH done AS (
+    UPDATE occ.work
+    SET state = 'queued',
+        attempt_count = attempt_count - 1,
+        available_at = clock_timestamp() + make_interval(secs => $4::bigint / 1000.0),
+        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+        updated_at = clock_timestamp()
+    WHERE id = $1 AND claim_token = $2::text::uuid AND state = 'claimed'
+      AND lease_expires_at > clock_timestamp()
+    RETURNING id, attempt_count
+), evidence AS (
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
+    SELECT id, attempt_count + 1, $3, 'deferred' FROM done WHERE $5
+)
+SELECT id FROM done

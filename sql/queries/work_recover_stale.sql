@@ -1,0 +1,52 @@
+-- Stale-claim recovery (Q10), one statement: expired claims return to the queue with
+-- LEASE_EXPIRED evidence or fail at their final attempt; queued rows whose attempts are
+-- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
+-- failed, with its audit evidence, in this same statement.
+-- $1 max attempts.
+WITH expired AS (
+    UPDATE occ.work w
+    SET state = CASE WHEN w.attempt_count >= $1 THEN 'failed_permanent' ELSE 'queued' END,
+        reason_code = CASE WHEN w.attempt_count >= $1 THEN 'LEASE_EXPIRED' END,
+        completed_at = CASE WHEN w.attempt_count >= $1 THEN clock_timestamp() END,
+        available_at = clock_timestamp(),
+        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+        updated_at = clock_timestamp()
+    WHERE w.id IN (SELECT id FROM occ.work
+                   WHERE state = 'claimed' AND lease_expires_at <= clock_timestamp()
+                   FOR UPDATE SKIP LOCKED)
+    RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
+              w.reason_code
+), exhausted AS (
+    UPDATE occ.work w
+    SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
+        completed_at = clock_timestamp(), updated_at = clock_timestamp()
+    WHERE w.id IN (SELECT id FROM occ.work
+                   WHERE state = 'queued' AND attempt_count >= $1
+                   FOR UPDATE SKIP LOCKED)
+    RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
+              w.reason_code
+), changed AS (
+    SELECT * FROM expired UNION ALL SELECT * FROM exhausted
+), evidence AS (
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
+    SELECT id, attempt_count, coalesce(reason_code, 'LEASE_EXPIRED'),
+           CASE state WHEN 'queued' THEN 'lease_expired' ELSE 'failed' END
+    FROM changed
+), failed_namespaces AS (
+    UPDATE occ.namespaces_all n
+    SET status = 'failed', updated_at = clock_timestamp()
+    FROM changed c
+    WHERE c.state = 'failed_permanent' AND c.namespace_target = 'ready'
+      AND n.id = c.namespace_id AND n.status = 'provisioning' AND n.deleted_at IS NULL
+    RETURNING n.id, c.id AS work_id, c.actor_id, c.reason_code
+), audit AS (
+    INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
+                                  resource_kind, resource_id, outcome, reason_code, work_id, details)
+    SELECT i.id, f.id, 'mutation', f.actor_id, 'openclaw.namespaces.lifecycle.ensure',
+           'namespace', f.id, 'failure', f.reason_code, f.work_id,
+           jsonb_build_object('namespaceStatus', 'failed', 'recovery', true)
+    FROM failed_namespaces f CROSS JOIN occ.installation i
+)
+SELECT (SELECT count(*) FROM changed WHERE state = 'queued') AS requeued,
+       (SELECT count(*) FROM changed WHERE state = 'failed_permanent') AS failed,
+       (SELECT count(*) FROM failed_namespaces) AS failed_namespaces

@@ -1,0 +1,1 @@
+//! Docker Compute Driver (placeholder; see issue 3).

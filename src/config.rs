@@ -1,0 +1,258 @@
+//! Worker configuration from the environment (SPEC section 8).
+//!
+//! Owns parsing and validation only: every bad value stops start-up with an error that names
+//! the variable. It never reads the environment itself; callers pass a lookup so tests can
+//! supply their own.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// development or production (SPEC W8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Development,
+    Production,
+}
+
+/// The explicitly selected Compute Driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverKind {
+    Docker,
+    Kubernetes,
+}
+
+impl DriverKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Docker => "docker",
+            DriverKind::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub database_url: String,
+    pub mode: Mode,
+    pub compute_driver: DriverKind,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub poll_interval: Duration,
+    pub max_attempts: i32,
+    pub convergence_timeout: Duration,
+    pub db_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub http_addr: SocketAddr,
+    pub docker_host: String,
+}
+
+/// A configuration error naming the variable at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub variable: &'static str,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration: {} {}", self.variable, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(variable: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable,
+        problem: problem.into(),
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `lookup` (usually `std::env::var`).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let positive = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
+            match get(name) {
+                None => Ok(default),
+                Some(raw) => match raw.trim().parse::<u64>() {
+                    Ok(v) if v > 0 => Ok(v),
+                    _ => Err(err(name, format!("must be a positive integer, got {raw:?}"))),
+                },
+            }
+        };
+        let mode = match get("OCC_WORKER_MODE").as_deref().map(str::trim) {
+            None | Some("development") => Mode::Development,
+            Some("production") => Mode::Production,
+            Some(other) => {
+                return Err(err(
+                    "OCC_WORKER_MODE",
+                    format!("must be development or production, got {other:?}"),
+                ))
+            }
+        };
+        let database_url = get("OCC_DATABASE_URL")
+            .ok_or_else(|| err("OCC_DATABASE_URL", "is required (a PostgreSQL connection string)"))?;
+        let compute_driver = match get("OCC_COMPUTE_DRIVER").as_deref().map(str::trim) {
+            None => {
+                return Err(err(
+                    "OCC_COMPUTE_DRIVER",
+                    "is required: select docker or kubernetes explicitly",
+                ))
+            }
+            Some("docker") => DriverKind::Docker,
+            Some("kubernetes") => DriverKind::Kubernetes,
+            Some(other) => {
+                return Err(err(
+                    "OCC_COMPUTE_DRIVER",
+                    format!("must be docker or kubernetes, got {other:?}"),
+                ))
+            }
+        };
+        if mode == Mode::Production {
+            // Production needs every operational setting stated, not defaulted.
+            for name in [
+                "OCC_WORKER_CONCURRENCY",
+                "OCC_WORKER_LEASE_MS",
+                "OCC_WORKER_MAX_ATTEMPTS",
+                "OCC_WORKER_HTTP_ADDR",
+            ] {
+                if get(name).is_none() {
+                    return Err(err(name, "must be set explicitly in production mode"));
+                }
+            }
+            if compute_driver == DriverKind::Docker {
+                return Err(err(
+                    "OCC_COMPUTE_DRIVER",
+                    "docker is the development driver; production requires kubernetes",
+                ));
+            }
+        }
+        let concurrency = positive("OCC_WORKER_CONCURRENCY", 8)?;
+        if concurrency > 1024 {
+            return Err(err("OCC_WORKER_CONCURRENCY", "must be at most 1024"));
+        }
+        let max_attempts = positive("OCC_WORKER_MAX_ATTEMPTS", 5)?;
+        if max_attempts > i32::MAX as u64 {
+            return Err(err("OCC_WORKER_MAX_ATTEMPTS", "is too large"));
+        }
+        let http_raw = get("OCC_WORKER_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:9464".into());
+        let http_addr = http_raw.trim().parse::<SocketAddr>().map_err(|_| {
+            err(
+                "OCC_WORKER_HTTP_ADDR",
+                format!("must be HOST:PORT with a numeric address, got {http_raw:?}"),
+            )
+        })?;
+        let docker_host =
+            get("DOCKER_HOST").unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+        if compute_driver == DriverKind::Docker && !docker_host.starts_with("unix://") {
+            return Err(err(
+                "DOCKER_HOST",
+                format!("must be a unix:// socket address, got {docker_host:?}"),
+            ));
+        }
+        Ok(Config {
+            database_url,
+            mode,
+            compute_driver,
+            concurrency: concurrency as usize,
+            lease: Duration::from_millis(positive("OCC_WORKER_LEASE_MS", 5_000)?),
+            poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS", 250)?),
+            max_attempts: max_attempts as i32,
+            convergence_timeout: Duration::from_millis(positive(
+                "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
+                900_000,
+            )?),
+            db_timeout: Duration::from_millis(positive("OCC_WORKER_DB_TIMEOUT_MS", 10_000)?),
+            shutdown_grace: Duration::from_millis(positive("OCC_WORKER_SHUTDOWN_GRACE_MS", 10_000)?),
+            http_addr,
+            docker_host,
+        })
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    const BASE: [(&str, &str); 2] = [
+        ("OCC_DATABASE_URL", "postgres://x"),
+        ("OCC_COMPUTE_DRIVER", "docker"),
+    ];
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let c = with(&BASE).unwrap();
+        assert_eq!(c.concurrency, 8);
+        assert_eq!(c.lease, Duration::from_millis(5000));
+        assert_eq!(c.poll_interval, Duration::from_millis(250));
+        assert_eq!(c.max_attempts, 5);
+        assert_eq!(c.convergence_timeout, Duration::from_millis(900_000));
+        assert_eq!(c.db_timeout, Duration::from_millis(10_000));
+        assert_eq!(c.shutdown_grace, Duration::from_millis(10_000));
+        assert_eq!(c.http_addr.to_string(), "127.0.0.1:9464");
+        assert_eq!(c.mode, Mode::Development);
+    }
+
+    #[test]
+    fn every_numeric_variable_must_be_positive() {
+        for name in [
+            "OCC_WORKER_CONCURRENCY",
+            "OCC_WORKER_LEASE_MS",
+            "OCC_WORKER_POLL_INTERVAL_MS",
+            "OCC_WORKER_MAX_ATTEMPTS",
+            "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
+            "OCC_WORKER_DB_TIMEOUT_MS",
+            "OCC_WORKER_SHUTDOWN_GRACE_MS",
+        ] {
+            for bad in ["0", "-1", "abc", "1.5"] {
+                let mut pairs = BASE.to_vec();
+                pairs.push((name, bad));
+                let e = with(&pairs).unwrap_err();
+                assert_eq!(e.variable, name, "{name}={bad}");
+                assert!(e.to_string().contains(name));
+            }
+        }
+    }
+
+    #[test]
+    fn driver_must_be_selected_explicitly() {
+        let e = with(&[("OCC_DATABASE_URL", "postgres://x")]).unwrap_err();
+        assert_eq!(e.variable, "OCC_COMPUTE_DRIVER");
+        let e = with(&[("OCC_DATABASE_URL", "x"), ("OCC_COMPUTE_DRIVER", "podman")]).unwrap_err();
+        assert_eq!(e.variable, "OCC_COMPUTE_DRIVER");
+    }
+
+    #[test]
+    fn unknown_mode_and_missing_url_are_named() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("OCC_WORKER_MODE", "staging"));
+        assert_eq!(with(&pairs).unwrap_err().variable, "OCC_WORKER_MODE");
+        let e = with(&[("OCC_COMPUTE_DRIVER", "docker")]).unwrap_err();
+        assert_eq!(e.variable, "OCC_DATABASE_URL");
+    }
+
+    #[test]
+    fn production_requires_explicit_settings() {
+        let e = with(&[
+            ("OCC_DATABASE_URL", "x"),
+            ("OCC_COMPUTE_DRIVER", "kubernetes"),
+            ("OCC_WORKER_MODE", "production"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "OCC_WORKER_CONCURRENCY");
+    }
+}

@@ -1,0 +1,12 @@
+//! occ-worker: the controller worker of a multi-tenant agent platform.
+//!
+//! It claims durable Namespace and Agent operations from PostgreSQL, re-checks authorization
+//! before every effect, and drives infrastructure through a Compute Driver. See
+//! `ARCHITECTURE.md` for the map; every module opens with what it owns.
+
+pub mod cancel;
+pub mod compute;
+pub mod config;
+pub mod db;
+pub mod migrate;
+pub mod queue;

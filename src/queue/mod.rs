@@ -1,0 +1,541 @@
+//! The durable work queue (SPEC Q1-Q13): one method per SQL statement, named `work_<verb>`.
+//!
+//! Every transition of a claimed row is written "only if still mine": the claim token, the
+//! `claimed` state and a live lease are all in the `WHERE`, and zero rows means the claim was
+//! lost, never success. The statements live in `sql/queries/`; no other module writes queue
+//! SQL. Ages and deadlines come from the database clock.
+
+use crate::db::DbError;
+use postgres::GenericClient;
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt;
+use std::time::Duration;
+
+const ENQUEUE: &str = include_str!("../../sql/queries/work_enqueue.sql");
+const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
+const HEARTBEAT: &str = include_str!("../../sql/queries/work_heartbeat.sql");
+const LOCK_CLAIM: &str = include_str!("../../sql/queries/work_lock_claim.sql");
+const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
+const FAIL: &str = include_str!("../../sql/queries/work_fail.sql");
+const RETRY: &str = include_str!("../../sql/queries/work_retry.sql");
+const DEFER: &str = include_str!("../../sql/queries/work_defer.sql");
+const RECOVER_STALE: &str = include_str!("../../sql/queries/work_recover_stale.sql");
+const PENDING_COUNT: &str = include_str!("../../sql/queries/work_pending_count.sql");
+const LIST: &str = include_str!("../../sql/queries/work_list.sql");
+const SHOW: &str = include_str!("../../sql/queries/work_show.sql");
+
+/// Every query file this module embeds, for the test that fails on an unused query file.
+pub const QUERY_FILES: &[&str] = &[
+    "work_enqueue.sql",
+    "work_claim.sql",
+    "work_heartbeat.sql",
+    "work_lock_claim.sql",
+    "work_complete.sql",
+    "work_fail.sql",
+    "work_retry.sql",
+    "work_defer.sql",
+    "work_recover_stale.sql",
+    "work_pending_count.sql",
+    "work_list.sql",
+    "work_show.sql",
+];
+
+/// The kind of controller operation a row asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    NamespaceEnsure,
+    NamespaceDelete,
+    AgentStop,
+    AgentDelete,
+    RevisionReconcile,
+    RevisionMaintenance,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::NamespaceEnsure => "namespace_ensure",
+            Operation::NamespaceDelete => "namespace_delete",
+            Operation::AgentStop => "agent_stop",
+            Operation::AgentDelete => "agent_delete",
+            Operation::RevisionReconcile => "revision_reconcile",
+            Operation::RevisionMaintenance => "revision_maintenance",
+        }
+    }
+
+    pub const ALL: [Operation; 6] = [
+        Operation::NamespaceEnsure,
+        Operation::NamespaceDelete,
+        Operation::AgentStop,
+        Operation::AgentDelete,
+        Operation::RevisionReconcile,
+        Operation::RevisionMaintenance,
+    ];
+
+    fn parse(s: &str) -> Option<Operation> {
+        Operation::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// A new row. Build it with a constructor so shapes cannot be mixed (Q2).
+#[derive(Clone, Debug)]
+pub struct NewWork {
+    key: String,
+    namespace_id: String,
+    agent_id: Option<String>,
+    revision_id: Option<String>,
+    namespace_target: Option<&'static str>,
+    agent_target: Option<&'static str>,
+    actor_id: String,
+}
+
+impl NewWork {
+    /// `namespace:<id>:ensure`.
+    pub fn namespace_ensure(namespace_id: &str, actor_id: &str) -> NewWork {
+        NewWork {
+            key: format!("namespace:{namespace_id}:ensure"),
+            namespace_id: namespace_id.into(),
+            agent_id: None,
+            revision_id: None,
+            namespace_target: Some("ready"),
+            agent_target: None,
+            actor_id: actor_id.into(),
+        }
+    }
+
+    /// `namespace:<id>:delete` for the first teardown, `:delete:<n>` for an explicit retry.
+    pub fn namespace_delete(namespace_id: &str, retry: Option<u32>, actor_id: &str) -> NewWork {
+        NewWork {
+            key: match retry {
+                None => format!("namespace:{namespace_id}:delete"),
+                Some(n) => format!("namespace:{namespace_id}:delete:{n}"),
+            },
+            namespace_id: namespace_id.into(),
+            agent_id: None,
+            revision_id: None,
+            namespace_target: Some("deleted"),
+            agent_target: None,
+            actor_id: actor_id.into(),
+        }
+    }
+
+    /// `agent:<id>:stop:<n>`.
+    pub fn agent_stop(namespace_id: &str, agent_id: &str, n: u32, actor_id: &str) -> NewWork {
+        NewWork {
+            key: format!("agent:{agent_id}:stop:{n}"),
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: None,
+            namespace_target: None,
+            agent_target: Some("stopped"),
+            actor_id: actor_id.into(),
+        }
+    }
+
+    /// `agent:<id>:delete[:<n>]`.
+    pub fn agent_delete(
+        namespace_id: &str,
+        agent_id: &str,
+        retry: Option<u32>,
+        actor_id: &str,
+    ) -> NewWork {
+        NewWork {
+            key: match retry {
+                None => format!("agent:{agent_id}:delete"),
+                Some(n) => format!("agent:{agent_id}:delete:{n}"),
+            },
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: None,
+            namespace_target: None,
+            agent_target: Some("deleted"),
+            actor_id: actor_id.into(),
+        }
+    }
+
+    /// `agent_revision:<rev>:reconcile`.
+    pub fn revision_reconcile(
+        namespace_id: &str,
+        agent_id: &str,
+        revision_id: &str,
+        actor_id: &str,
+    ) -> NewWork {
+        NewWork {
+            key: format!("agent_revision:{revision_id}:reconcile"),
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: Some(revision_id.into()),
+            namespace_target: None,
+            agent_target: None,
+            actor_id: actor_id.into(),
+        }
+    }
+
+    /// `agent_revision:<rev>:maintenance:<bucket>`.
+    pub fn revision_maintenance(
+        namespace_id: &str,
+        agent_id: &str,
+        revision_id: &str,
+        bucket: i64,
+        actor_id: &str,
+    ) -> NewWork {
+        NewWork {
+            key: format!("agent_revision:{revision_id}:maintenance:{bucket}"),
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: Some(revision_id.into()),
+            namespace_target: None,
+            agent_target: None,
+            actor_id: actor_id.into(),
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// A live claim: what the claiming worker owns until its lease runs out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Claim {
+    pub id: i64,
+    #[serde(skip)]
+    pub token: String,
+    pub key: String,
+    pub operation: Operation,
+    pub namespace_id: String,
+    pub agent_id: Option<String>,
+    pub revision_id: Option<String>,
+    pub namespace_target: Option<String>,
+    pub agent_target: Option<String>,
+    pub actor_id: String,
+    pub attempt: i32,
+    /// The work's age by the database clock when the claim was granted.
+    pub age_ms: i64,
+}
+
+/// Queue errors: the claim was lost, or the database failed.
+#[derive(Debug)]
+pub enum QueueError {
+    /// The statement found no live claim with this token: another worker may own the work.
+    ClaimLost,
+    Db(DbError),
+}
+
+impl QueueError {
+    pub fn is_claim_lost(&self) -> bool {
+        matches!(self, QueueError::ClaimLost)
+    }
+}
+
+impl fmt::Display for QueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueError::ClaimLost => write!(f, "claim lost"),
+            QueueError::Db(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for QueueError {}
+
+impl From<postgres::Error> for QueueError {
+    fn from(e: postgres::Error) -> QueueError {
+        QueueError::Db(DbError::Query(e))
+    }
+}
+
+impl From<DbError> for QueueError {
+    fn from(e: DbError) -> QueueError {
+        QueueError::Db(e)
+    }
+}
+
+/// The queue's tunables.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueOptions {
+    pub lease: Duration,
+    pub max_attempts: i32,
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+}
+
+impl QueueOptions {
+    pub fn new(lease: Duration, max_attempts: i32) -> QueueOptions {
+        QueueOptions {
+            lease,
+            max_attempts,
+            retry_base: Duration::from_secs(1),
+            retry_cap: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Whether `work_enqueue` inserted a new row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    pub id: i64,
+    pub inserted: bool,
+}
+
+/// Where a retried work went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryOutcome {
+    Queued,
+    /// The attempt budget was spent: the work failed instead (Q7).
+    Failed,
+}
+
+/// What one recovery sweep changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Recovered {
+    pub requeued: i64,
+    pub failed: i64,
+    pub failed_namespaces: i64,
+}
+
+/// Queue depth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Pending {
+    pub queued: i64,
+    pub claimed: i64,
+}
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// Enqueues `work`; an existing key changes nothing (Q3).
+pub fn work_enqueue(client: &mut impl GenericClient, work: &NewWork) -> Result<Enqueued, QueueError> {
+    let row = client.query_one(
+        ENQUEUE,
+        &[
+            &work.key,
+            &work.namespace_id,
+            &work.agent_id,
+            &work.revision_id,
+            &work.namespace_target,
+            &work.agent_target,
+            &work.actor_id,
+        ],
+    )?;
+    Ok(Enqueued {
+        id: row.get(0),
+        inserted: row.get(1),
+    })
+}
+
+/// Claims the oldest available work in a free lane, or `None` (Q4).
+pub fn work_claim(client: &mut impl GenericClient, options: &QueueOptions) -> Result<Option<Claim>, QueueError> {
+    // A concurrent claim in the same lane loses on the partial unique index; another
+    // candidate (or nothing) is then the right answer, so try again a few times.
+    for _ in 0..8 {
+        match client.query_opt(CLAIM, &[&ms(options.lease)]) {
+            Ok(None) => return Ok(None),
+            Ok(Some(row)) => {
+                let operation: String = row.get(3);
+                return Ok(Some(Claim {
+                    id: row.get(0),
+                    token: row.get(1),
+                    key: row.get(2),
+                    operation: Operation::parse(&operation).ok_or_else(|| {
+                        QueueError::Db(DbError::Unavailable(format!(
+                            "unknown work operation {operation:?}"
+                        )))
+                    })?,
+                    namespace_id: row.get(4),
+                    agent_id: row.get(5),
+                    revision_id: row.get(6),
+                    namespace_target: row.get(7),
+                    agent_target: row.get(8),
+                    actor_id: row.get(9),
+                    attempt: row.get(10),
+                    age_ms: row.get(11),
+                }));
+            }
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+/// Renews the lease of a live claim; returns the work's database age in milliseconds (Q5).
+pub fn work_heartbeat(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    options: &QueueOptions,
+) -> Result<i64, QueueError> {
+    client
+        .query_opt(HEARTBEAT, &[&claim.id, &claim.token, &ms(options.lease)])?
+        .map(|row| row.get(0))
+        .ok_or(QueueError::ClaimLost)
+}
+
+/// Inside a finalizing transaction: locks the row of the live claim, or `ClaimLost` (Q6).
+/// Returns the work's database age in milliseconds.
+pub fn work_lock_claim(client: &mut impl GenericClient, claim: &Claim) -> Result<i64, QueueError> {
+    client
+        .query_opt(LOCK_CLAIM, &[&claim.id, &claim.token])?
+        .map(|row| row.get(0))
+        .ok_or(QueueError::ClaimLost)
+}
+
+/// Completes the claim (`succeeded`).
+pub fn work_complete(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    result_data: Option<&Value>,
+) -> Result<(), QueueError> {
+    let rows = client.query(COMPLETE, &[&claim.id, &claim.token, &code, &result_data])?;
+    if rows.is_empty() {
+        return Err(QueueError::ClaimLost);
+    }
+    Ok(())
+}
+
+/// Fails the claim for good (`failed_permanent`).
+pub fn work_fail(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    result_data: Option<&Value>,
+    refusal: Option<&str>,
+) -> Result<(), QueueError> {
+    let rows = client.query(FAIL, &[&claim.id, &claim.token, &code, &result_data, &refusal])?;
+    if rows.is_empty() {
+        return Err(QueueError::ClaimLost);
+    }
+    Ok(())
+}
+
+/// Returns the claim to the queue with backoff, or fails it at the attempt limit (Q7).
+pub fn work_retry(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    options: &QueueOptions,
+) -> Result<RetryOutcome, QueueError> {
+    let row = client.query_opt(
+        RETRY,
+        &[
+            &claim.id,
+            &claim.token,
+            &code,
+            &options.max_attempts,
+            &ms(options.retry_base),
+            &ms(options.retry_cap),
+        ],
+    )?;
+    match row {
+        None => Err(QueueError::ClaimLost),
+        Some(row) => {
+            let state: String = row.get(1);
+            Ok(if state == "queued" {
+                RetryOutcome::Queued
+            } else {
+                RetryOutcome::Failed
+            })
+        }
+    }
+}
+
+/// Defers pending convergence: back to the queue after `delay`, attempt refunded (Q8).
+pub fn work_defer(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    delay: Duration,
+    record_evidence: bool,
+) -> Result<(), QueueError> {
+    let rows = client.query(DEFER, &[&claim.id, &claim.token, &code, &ms(delay), &record_evidence])?;
+    if rows.is_empty() {
+        return Err(QueueError::ClaimLost);
+    }
+    Ok(())
+}
+
+/// Recovers expired claims and exhausted queued work (Q10).
+pub fn work_recover_stale(
+    client: &mut impl GenericClient,
+    options: &QueueOptions,
+) -> Result<Recovered, QueueError> {
+    let row = client.query_one(RECOVER_STALE, &[&options.max_attempts])?;
+    Ok(Recovered {
+        requeued: row.get(0),
+        failed: row.get(1),
+        failed_namespaces: row.get(2),
+    })
+}
+
+/// Queued and claimed counts.
+pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, QueueError> {
+    let row = client.query_one(PENDING_COUNT, &[])?;
+    Ok(Pending {
+        queued: row.get(0),
+        claimed: row.get(1),
+    })
+}
+
+/// A row as the operator sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkView {
+    pub id: i64,
+    pub key: String,
+    pub operation: String,
+    pub namespace_id: String,
+    pub agent_id: Option<String>,
+    pub revision_id: Option<String>,
+    pub actor_id: String,
+    pub state: String,
+    pub attempts: i32,
+    pub reason_code: Option<String>,
+    pub result_data: Option<Value>,
+    pub created_at: String,
+    pub available_at: String,
+    pub completed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Value>,
+}
+
+fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
+    WorkView {
+        id: row.get(0),
+        key: row.get(1),
+        operation: row.get(2),
+        namespace_id: row.get(3),
+        agent_id: row.get(4),
+        revision_id: row.get(5),
+        actor_id: row.get(6),
+        state: row.get(7),
+        attempts: row.get(8),
+        reason_code: row.get(9),
+        result_data: row.get(10),
+        created_at: row.get(11),
+        available_at: row.get(12),
+        completed_at: row.get(13),
+        evidence: if with_evidence { row.get(14) } else { None },
+    }
+}
+
+/// Lists rows, optionally by state and Namespace.
+pub fn work_list(
+    client: &mut impl GenericClient,
+    state: Option<&str>,
+    namespace_id: Option<&str>,
+    limit: i64,
+) -> Result<Vec<WorkView>, QueueError> {
+    Ok(client
+        .query(LIST, &[&state, &namespace_id, &limit])?
+        .iter()
+        .map(|r| view(r, false))
+        .collect())
+}
+
+/// One row by key, with its attempt evidence.
+pub fn work_show(client: &mut impl GenericClient, key: &str) -> Result<Option<WorkView>, QueueError> {
+    Ok(client.query_opt(SHOW, &[&key])?.map(|r| view(&r, true)))
+}
