@@ -56,7 +56,11 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid configuration: {} {}", self.variable, self.problem)
+        write!(
+            f,
+            "invalid configuration: {} {}",
+            self.variable, self.problem
+        )
     }
 }
 
@@ -78,7 +82,10 @@ impl Config {
                 None => Ok(default),
                 Some(raw) => match raw.trim().parse::<u64>() {
                     Ok(v) if v > 0 => Ok(v),
-                    _ => Err(err(name, format!("must be a positive integer, got {raw:?}"))),
+                    _ => Err(err(
+                        name,
+                        format!("must be a positive integer, got {raw:?}"),
+                    )),
                 },
             }
         };
@@ -92,8 +99,12 @@ impl Config {
                 ))
             }
         };
-        let database_url = get("OCC_DATABASE_URL")
-            .ok_or_else(|| err("OCC_DATABASE_URL", "is required (a PostgreSQL connection string)"))?;
+        let database_url = get("OCC_DATABASE_URL").ok_or_else(|| {
+            err(
+                "OCC_DATABASE_URL",
+                "is required (a PostgreSQL connection string)",
+            )
+        })?;
         let compute_driver = match get("OCC_COMPUTE_DRIVER").as_deref().map(str::trim) {
             None => {
                 return Err(err(
@@ -165,7 +176,10 @@ impl Config {
                 900_000,
             )?),
             db_timeout: Duration::from_millis(positive("OCC_WORKER_DB_TIMEOUT_MS", 10_000)?),
-            shutdown_grace: Duration::from_millis(positive("OCC_WORKER_SHUTDOWN_GRACE_MS", 10_000)?),
+            shutdown_grace: Duration::from_millis(positive(
+                "OCC_WORKER_SHUTDOWN_GRACE_MS",
+                10_000,
+            )?),
             http_addr,
             docker_host,
         })
@@ -183,8 +197,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| map.get(k).cloned())
     }
 

@@ -12,7 +12,7 @@ mod embedded {
 }
 
 /// The lock key shared by every `migrate` (an arbitrary constant: "occmigr").
-const MIGRATION_LOCK: i64 = 0x6f63_636d_6967_72;
+const MIGRATION_LOCK: i64 = 0x006f_6363_6d69_6772;
 
 /// What `migrate` did.
 #[derive(Debug, serde::Serialize)]
@@ -60,7 +60,7 @@ pub fn run(client: &mut Client) -> Result<Report, MigrateError> {
         current: embedded::migrations::runner()
             .get_migrations()
             .iter()
-            .map(|m| m.version() as i32)
+            .map(|m| m.version())
             .max(),
     })
 }
@@ -70,6 +70,6 @@ pub fn embedded_names() -> Vec<(i32, String)> {
     embedded::migrations::runner()
         .get_migrations()
         .iter()
-        .map(|m| (m.version() as i32, m.name().to_string()))
+        .map(|m| (m.version(), m.name().to_string()))
         .collect()
 }

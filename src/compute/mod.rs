@@ -253,8 +253,11 @@ pub trait ComputeDriver: Send + Sync {
         cancel: &CancelToken,
     ) -> Result<(), ComputeError>;
     /// Stops the revision's runtime; idempotent.
-    fn stop_revision(&self, revision: &RevisionSpec, cancel: &CancelToken)
-        -> Result<(), ComputeError>;
+    fn stop_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError>;
     /// Removes the revision's runtime for good; idempotent.
     fn retire_revision(
         &self,
@@ -277,23 +280,24 @@ pub trait ComputeDriver: Send + Sync {
 /// Checks a Namespace observation names the Namespace asked about.
 pub fn valid_namespace_observation(observation: &NamespaceObservation, namespace_id: &str) -> bool {
     observation.namespace_id == namespace_id
-        && observation
-            .pending_reason
-            .as_deref()
-            .is_none_or(is_code)
+        && observation.pending_reason.as_deref().is_none_or(is_code)
 }
 
 /// Checks a revision observation names the exact revision and carries only bounded codes and
 /// warnings for admitted plugins (SPEC R5).
-pub fn valid_revision_observation(observation: &RevisionObservation, revision: &RevisionSpec) -> bool {
+pub fn valid_revision_observation(
+    observation: &RevisionObservation,
+    revision: &RevisionSpec,
+) -> bool {
     observation.namespace_id == revision.namespace_id
         && observation.agent_id == revision.agent_id
         && observation.revision_id == revision.revision_id
         && observation.pending_reason.as_deref().is_none_or(is_code)
         && observation.runtime_failure.as_deref().is_none_or(is_code)
-        && observation.warnings.iter().all(|w| {
-            is_code(&w.code) && revision.plugin_ids.iter().any(|id| id == &w.plugin_id)
-        })
+        && observation
+            .warnings
+            .iter()
+            .all(|w| is_code(&w.code) && revision.plugin_ids.iter().any(|id| id == &w.plugin_id))
 }
 
 /// A reason code: upper-case letters, digits and underscores, at most 64 characters.

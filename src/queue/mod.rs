@@ -308,7 +308,10 @@ fn ms(d: Duration) -> i64 {
 }
 
 /// Enqueues `work`; an existing key changes nothing (Q3).
-pub fn work_enqueue(client: &mut impl GenericClient, work: &NewWork) -> Result<Enqueued, QueueError> {
+pub fn work_enqueue(
+    client: &mut impl GenericClient,
+    work: &NewWork,
+) -> Result<Enqueued, QueueError> {
     let row = client.query_one(
         ENQUEUE,
         &[
@@ -328,7 +331,10 @@ pub fn work_enqueue(client: &mut impl GenericClient, work: &NewWork) -> Result<E
 }
 
 /// Claims the oldest available work in a free lane, or `None` (Q4).
-pub fn work_claim(client: &mut impl GenericClient, options: &QueueOptions) -> Result<Option<Claim>, QueueError> {
+pub fn work_claim(
+    client: &mut impl GenericClient,
+    options: &QueueOptions,
+) -> Result<Option<Claim>, QueueError> {
     // A concurrent claim in the same lane loses on the partial unique index; another
     // candidate (or nothing) is then the right answer, so try again a few times.
     for _ in 0..8 {
@@ -405,7 +411,10 @@ pub fn work_fail(
     result_data: Option<&Value>,
     refusal: Option<&str>,
 ) -> Result<(), QueueError> {
-    let rows = client.query(FAIL, &[&claim.id, &claim.token, &code, &result_data, &refusal])?;
+    let rows = client.query(
+        FAIL,
+        &[&claim.id, &claim.token, &code, &result_data, &refusal],
+    )?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }
@@ -451,7 +460,10 @@ pub fn work_defer(
     delay: Duration,
     record_evidence: bool,
 ) -> Result<(), QueueError> {
-    let rows = client.query(DEFER, &[&claim.id, &claim.token, &code, &ms(delay), &record_evidence])?;
+    let rows = client.query(
+        DEFER,
+        &[&claim.id, &claim.token, &code, &ms(delay), &record_evidence],
+    )?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }
@@ -536,6 +548,9 @@ pub fn work_list(
 }
 
 /// One row by key, with its attempt evidence.
-pub fn work_show(client: &mut impl GenericClient, key: &str) -> Result<Option<WorkView>, QueueError> {
+pub fn work_show(
+    client: &mut impl GenericClient,
+    key: &str,
+) -> Result<Option<WorkView>, QueueError> {
     Ok(client.query_opt(SHOW, &[&key])?.map(|r| view(&r, true)))
 }

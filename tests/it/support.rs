@@ -3,6 +3,8 @@
 //! The server comes from `OCC_TEST_DATABASE_URL` (an admin URL; `scripts/test` starts a
 //! throwaway cluster and sets it). Every test gets its own database, dropped on drop.
 
+#![allow(dead_code)] // Helpers are shared by modules that each use a subset.
+
 use occ_worker::db;
 use postgres::{Client, NoTls};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,7 +90,10 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
-            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
         }
     }
 }

@@ -1,0 +1,204 @@
+//! Command-line parsing and dispatch. Commands print JSON with `--json`, a short human form
+//! otherwise, and fail with one line. No SQL here beyond calling library functions.
+
+mod admin;
+mod worker;
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+use std::fmt;
+
+#[derive(Parser)]
+#[command(
+    name = "occ-worker",
+    version,
+    about = "Controller worker for Namespaces and Agents"
+)]
+pub struct Cli {
+    /// Print JSON instead of the human form.
+    #[arg(long, global = true)]
+    json: bool,
+    /// PostgreSQL connection string (defaults to OCC_DATABASE_URL).
+    #[arg(long, global = true, env = "OCC_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply the embedded sql/ migrations.
+    Migrate,
+    /// Create the Installation and its first administrator (idempotent).
+    Bootstrap {
+        #[arg(long)]
+        installation: String,
+        #[arg(long)]
+        admin: String,
+    },
+    /// Run the worker.
+    Run(worker::RunArgs),
+    /// Check configuration, database and Compute preflight, then exit.
+    Check,
+    /// Operator commands.
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
+    /// Queue benchmark (see scripts/bench-queue).
+    #[command(hide = true)]
+    Bench(worker::BenchArgs),
+}
+
+/// A command failure: one line, and the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    message: String,
+    code: u8,
+}
+
+impl CliError {
+    pub fn new(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            code: 1,
+        }
+    }
+
+    /// Invalid configuration or usage (exit 2).
+    pub fn config(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            code: 2,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        self.code
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One line, always.
+        f.write_str(&self.message.replace('\n', " "))
+    }
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> CliError {
+        CliError::new(e.to_string())
+    }
+}
+
+pub struct Globals {
+    pub json: bool,
+    pub database_url: Option<String>,
+}
+
+impl Globals {
+    pub fn database_url(&self) -> Result<String, CliError> {
+        self.database_url.clone().ok_or_else(|| {
+            CliError::config(
+                "invalid configuration: OCC_DATABASE_URL is required (or --database-url)",
+            )
+        })
+    }
+
+    /// A dedicated connection for operator commands.
+    pub fn connect(&self) -> Result<postgres::Client, CliError> {
+        let timeout = std::time::Duration::from_millis(
+            std::env::var("OCC_WORKER_DB_TIMEOUT_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(10_000),
+        );
+        Ok(occ_worker::db::connect(&self.database_url()?, timeout)?)
+    }
+
+    /// Prints `value` as JSON or in the human form.
+    pub fn print(&self, value: &Value) {
+        if self.json {
+            println!("{value}");
+        } else {
+            print_human(value, 0);
+        }
+    }
+}
+
+fn print_human(value: &Value, indent: usize) {
+    let pad = " ".repeat(indent);
+    match value {
+        Value::Array(items) => {
+            if items.is_empty() {
+                println!("{pad}(none)");
+            }
+            for item in items {
+                match item {
+                    Value::Object(_) => {
+                        println!("{pad}-");
+                        print_human(item, indent + 2);
+                    }
+                    other => println!("{pad}- {}", scalar(other)),
+                }
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                match v {
+                    Value::Object(m) if !m.is_empty() => {
+                        println!("{pad}{k}:");
+                        print_human(v, indent + 2);
+                    }
+                    Value::Array(a) if a.iter().any(|x| x.is_object()) => {
+                        println!("{pad}{k}:");
+                        print_human(v, indent + 2);
+                    }
+                    other => println!("{pad}{k}: {}", scalar(other)),
+                }
+            }
+        }
+        other => println!("{pad}{}", scalar(other)),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+pub fn run() -> Result<(), CliError> {
+    let cli = Cli::parse();
+    let globals = Globals {
+        json: cli.json,
+        database_url: cli.database_url,
+    };
+    match cli.command {
+        Command::Migrate => {
+            let mut client = globals.connect()?;
+            let report = occ_worker::migrate::run(&mut client)?;
+            globals.print(&serde_json::to_value(report).unwrap_or_default());
+            Ok(())
+        }
+        Command::Bootstrap {
+            installation,
+            admin,
+        } => {
+            let mut client = globals.connect()?;
+            let row = client
+                .query_one("SELECT occ.bootstrap($1, $2)", &[&installation, &admin])
+                .map_err(|e| {
+                    CliError::new(format!("bootstrap failed: {}", admin::db_message(&e)))
+                })?;
+            let v: Value = row.get(0);
+            globals.print(&v);
+            Ok(())
+        }
+        Command::Run(args) => worker::run(&globals, args),
+        Command::Check => worker::check(&globals),
+        Command::Admin(cmd) => admin::run(&globals, cmd),
+        Command::Bench(args) => worker::bench(&globals, args),
+    }
+}

@@ -1,0 +1,210 @@
+//! `occ-worker run`, `check` and `bench`: start-up checks (SPEC W8), the worker, and the
+//! queue benchmark.
+
+use super::{CliError, Globals};
+use clap::Args;
+use occ_worker::cancel::CancelToken;
+use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
+use occ_worker::config::{Config, DriverKind};
+use occ_worker::events::Events;
+use occ_worker::health::HealthServer;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::QueueOptions;
+use occ_worker::reconcile::{probe, Context, Registry};
+use occ_worker::runtime::{RuntimeOptions, Worker};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Test tooling: replace every reconciler (noop | probe). Not for production.
+    #[arg(long, hide = true)]
+    test_reconciler: Option<String>,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 20_000)]
+    works: usize,
+}
+
+/// Everything start-up checks, in order: configuration, database, Installation, Compute.
+struct Started {
+    config: Config,
+    pool: occ_worker::db::Pool,
+    installation_id: String,
+    compute: Arc<dyn ComputeDriver>,
+    events: Events,
+}
+
+fn start(globals: &Globals) -> Result<Started, CliError> {
+    let config = Config::from_lookup(|name| {
+        if name == "OCC_DATABASE_URL" {
+            globals.database_url.clone()
+        } else {
+            std::env::var(name).ok()
+        }
+    })
+    .map_err(|e| CliError::config(e.to_string()))?;
+    let events = Events::stdout();
+    let size = (config.concurrency as u32) * 2 + 4;
+    let pool =
+        occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
+            CliError::new(format!(
+                "database unreachable after {} ms (OCC_DATABASE_URL): {e}",
+                config.db_timeout.as_millis()
+            ))
+        })?;
+    let installation_id = {
+        let mut client = pool
+            .get()
+            .map_err(|e| CliError::new(format!("database unreachable: {e}")))?;
+        let rows = client
+            .query("SELECT id FROM occ.installation", &[])
+            .map_err(|e| {
+                if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
+                    CliError::new("the database has no occ schema: run `occ-worker migrate` first")
+                } else {
+                    CliError::new(format!(
+                        "cannot read the Installation: {}",
+                        super::admin::db_message(&e)
+                    ))
+                }
+            })?;
+        match rows.first() {
+            Some(row) => row.get::<_, String>(0),
+            None => {
+                return Err(CliError::new(
+                    "no Installation: run `occ-worker bootstrap --installation ID --admin IDENTITY` first",
+                ))
+            }
+        }
+    };
+    let compute: Arc<dyn ComputeDriver> = match config.compute_driver {
+        DriverKind::Docker => {
+            Arc::new(DockerDriver::new(&config.docker_host).map_err(|e| {
+                CliError::config(format!("invalid configuration: DOCKER_HOST: {e}"))
+            })?)
+        }
+        DriverKind::Kubernetes => return Err(CliError::config(
+            "invalid configuration: OCC_COMPUTE_DRIVER=kubernetes is not available in this build",
+        )),
+    };
+    // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
+    let warnings = compute
+        .preflight(&CancelToken::unbounded())
+        .map_err(|e| CliError::new(format!("compute preflight failed: {e}")))?;
+    for w in warnings {
+        events.emit(
+            "compute.preflight-warning",
+            json!({"computeDriverId": compute.id(), "code": w.code}),
+        );
+    }
+    Ok(Started {
+        config,
+        pool,
+        installation_id,
+        compute,
+        events,
+    })
+}
+
+pub fn check(globals: &Globals) -> Result<(), CliError> {
+    let s = start(globals)?;
+    globals.print(&json!({
+        "status": "ok",
+        "installation": s.installation_id,
+        "computeDriver": s.compute.id(),
+        "mode": format!("{:?}", s.config.mode).to_lowercase(),
+    }));
+    Ok(())
+}
+
+pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
+    use occ_worker::queue::Operation;
+    let all = |r: Arc<dyn occ_worker::reconcile::Reconciler>| {
+        Operation::ALL
+            .into_iter()
+            .fold(Registry::new(), |reg, op| reg.with(op, r.clone()))
+    };
+    match test_reconciler {
+        None => Ok(Registry::new()),
+        Some("noop") => Ok(all(Arc::new(probe::Noop))),
+        Some("probe") => {
+            let hold = std::env::var("OCC_TEST_PROBE_HOLD_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5);
+            Ok(all(Arc::new(probe::Probe {
+                hold: Duration::from_millis(hold),
+            })))
+        }
+        Some(other) => Err(CliError::config(format!(
+            "unknown --test-reconciler {other:?}"
+        ))),
+    }
+}
+
+pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .target(env_logger::Target::Stderr)
+        .try_init();
+    let s = start(globals)?;
+    let registry = registry(args.test_reconciler.as_deref())?;
+    if args.test_reconciler.as_deref() == Some("probe") {
+        let mut client = s.pool.get()?;
+        probe::Probe::setup(&mut client)?;
+    }
+    let metrics = Metrics::new();
+    let ctx = Arc::new(Context {
+        pool: s.pool.clone(),
+        compute: s.compute,
+        installation_id: s.installation_id,
+        queue: QueueOptions::new(s.config.lease, s.config.max_attempts),
+        convergence_timeout: s.config.convergence_timeout,
+        events: s.events.clone(),
+        metrics: metrics.clone(),
+    });
+    let worker = Worker::new(
+        ctx,
+        registry,
+        RuntimeOptions {
+            concurrency: s.config.concurrency,
+            poll_interval: s.config.poll_interval,
+            shutdown_grace: s.config.shutdown_grace,
+            listen_url: Some(s.config.database_url.clone()),
+            db_timeout: s.config.db_timeout,
+        },
+    );
+    let stale_after = (s.config.poll_interval * 20).max(s.config.db_timeout * 3);
+    let _health = HealthServer::start(
+        s.config.http_addr,
+        s.pool.clone(),
+        metrics,
+        worker.progress.clone(),
+        stale_after,
+    )
+    .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let signal_handle = signals.handle();
+    let stop = worker.stop_handle();
+    let signal_thread = std::thread::Builder::new()
+        .name("occ-signal".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                stop.stop();
+            }
+        })?;
+    worker.run()?;
+    signal_handle.close();
+    let _ = signal_thread.join();
+    Ok(())
+}
+
+pub fn bench(_globals: &Globals, _args: BenchArgs) -> Result<(), CliError> {
+    Err(CliError::new("bench is not built yet (issue 2)"))
+}

@@ -1,0 +1,83 @@
+//! Prometheus metrics (SPEC W6): passes by operation and outcome, pass duration, deploy and
+//! stop durations, queue depth, claims lost. Owns the registry; never blocks a pass.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub passes: IntCounterVec,
+    pub pass_duration: HistogramVec,
+    pub effect_duration: HistogramVec,
+    pub queue_depth: IntGaugeVec,
+    pub claims_lost: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let buckets = vec![0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0, 120.0];
+        let passes = IntCounterVec::new(
+            Opts::new("occ_worker_passes_total", "Passes by operation and outcome"),
+            &["operation", "outcome"],
+        )
+        .expect("valid metric");
+        let pass_duration = HistogramVec::new(
+            HistogramOpts::new("occ_worker_pass_duration_seconds", "Pass duration")
+                .buckets(buckets.clone()),
+            &["operation"],
+        )
+        .expect("valid metric");
+        let effect_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "occ_worker_effect_duration_seconds",
+                "Deploy and stop durations (effect = deploy | stop)",
+            )
+            .buckets(buckets),
+            &["effect"],
+        )
+        .expect("valid metric");
+        let queue_depth = IntGaugeVec::new(
+            Opts::new("occ_worker_queue_depth", "Queued and claimed work"),
+            &["state"],
+        )
+        .expect("valid metric");
+        let claims_lost = IntCounterVec::new(
+            Opts::new("occ_worker_claims_lost_total", "Claims lost by cause"),
+            &["cause"],
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(passes.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(pass_duration.clone()),
+            Box::new(effect_duration.clone()),
+            Box::new(queue_depth.clone()),
+            Box::new(claims_lost.clone()),
+        ] {
+            registry.register(c).expect("unique metric");
+        }
+        Metrics {
+            registry,
+            passes,
+            pass_duration,
+            effect_duration,
+            queue_depth,
+            claims_lost,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}

@@ -1,0 +1,491 @@
+//! The dispatch seam: one `Reconciler` per work operation, the `Pass` it runs in, and the
+//! policy that turns what happened into a queue transition.
+//!
+//! A reconciler says *what happened* (`Report`); `resolve` decides retry, defer or fail from
+//! the outcome, the attempt count and the work's database age; `finalize` publishes the
+//! resolved report, the reconciler's lifecycle writes and the queue transition in one
+//! claim-fenced transaction. Nothing here opens a socket; reconcilers reach infrastructure
+//! only through `Context::compute`.
+
+use crate::cancel::{CancelToken, Cancelled, LossCause};
+use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind};
+use crate::db::{DbError, Pool, PooledClient};
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::queue::{self, Claim, Operation, QueueError, QueueOptions};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub mod probe;
+
+/// Everything a pass may use, shared by every worker thread.
+pub struct Context {
+    pub pool: Pool,
+    pub compute: Arc<dyn ComputeDriver>,
+    pub installation_id: String,
+    pub queue: QueueOptions,
+    pub convergence_timeout: Duration,
+    pub events: Events,
+    pub metrics: Metrics,
+}
+
+/// What a reconciler observed, before policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// Convergence is pending: defer, refunding the attempt (Q8).
+    Pending {
+        recheck: Duration,
+    },
+    /// A dependency failed: retry with backoff, spending the attempt (Q7).
+    Retry,
+    /// Never retried automatically (Q9).
+    Permanent,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Pending { .. } => "pending",
+            Outcome::Retry => "retry",
+            Outcome::Permanent => "permanent",
+        }
+    }
+}
+
+/// What happened in a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub outcome: Outcome,
+    pub code: String,
+    pub result_data: Option<Value>,
+    /// The refusal that made a candidate stop before a failure was published (R9).
+    pub refusal: Option<String>,
+    /// A runtime failure seen while pending, kept for the convergence-deadline result (R5).
+    pub runtime_failure: Option<String>,
+    /// Whether a deferral records attempt evidence (a repeated identical observation need not).
+    pub record_evidence: bool,
+    /// Reconciler-private facts for `publish` (audit details). Never published as is.
+    pub detail: Value,
+}
+
+impl Report {
+    pub fn new(outcome: Outcome, code: &str) -> Report {
+        Report {
+            outcome,
+            code: code.to_string(),
+            result_data: None,
+            refusal: None,
+            runtime_failure: None,
+            record_evidence: true,
+            detail: Value::Null,
+        }
+    }
+
+    pub fn success(code: &str) -> Report {
+        Report::new(Outcome::Success, code)
+    }
+
+    pub fn pending(code: &str, recheck: Duration) -> Report {
+        Report::new(Outcome::Pending { recheck }, code)
+    }
+
+    pub fn retry(code: &str) -> Report {
+        Report::new(Outcome::Retry, code)
+    }
+
+    pub fn permanent(code: &str) -> Report {
+        Report::new(Outcome::Permanent, code)
+    }
+
+    pub fn with_detail(mut self, detail: Value) -> Report {
+        self.detail = detail;
+        self
+    }
+
+    pub fn with_result(mut self, data: Value) -> Report {
+        self.result_data = Some(data);
+        self
+    }
+}
+
+/// Why a pass ended without a report of its own.
+#[derive(Debug)]
+pub enum PassError {
+    /// The claim is gone or the pass was cancelled: publish nothing (W3).
+    Lost(LossCause),
+    /// A finalizing statement found no live claim (Q6).
+    ClaimLost,
+    Db(DbError),
+    Compute(ComputeError),
+    /// A broken invariant in persisted state.
+    Invariant(String),
+}
+
+impl PassError {
+    /// Whether the claim is gone (no publication is possible or allowed).
+    pub fn is_claim_loss(&self) -> bool {
+        matches!(self, PassError::Lost(_) | PassError::ClaimLost)
+            || matches!(self, PassError::Compute(e) if matches!(e.kind(), ComputeErrorKind::Cancelled(_)))
+    }
+
+    /// The loss cause's code, for events and metrics.
+    pub fn loss_code(&self) -> &'static str {
+        match self {
+            PassError::Lost(cause) => cause.code(),
+            PassError::Compute(e) => match e.kind() {
+                ComputeErrorKind::Cancelled(Cancelled(cause)) => cause.code(),
+                _ => "CLAIM_LOST",
+            },
+            _ => "CLAIM_LOST",
+        }
+    }
+
+    /// Whether the pass was interrupted by a stopping worker.
+    pub fn is_stopping(&self) -> bool {
+        self.loss_code() == LossCause::WorkerStopping.code()
+    }
+}
+
+impl fmt::Display for PassError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassError::Lost(cause) => write!(f, "claim lost: {cause}"),
+            PassError::ClaimLost => write!(f, "claim lost"),
+            PassError::Db(e) => write!(f, "{e}"),
+            PassError::Compute(e) => write!(f, "{e}"),
+            PassError::Invariant(m) => write!(f, "invariant broken: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for PassError {}
+
+impl From<Cancelled> for PassError {
+    fn from(c: Cancelled) -> PassError {
+        PassError::Lost(c.0)
+    }
+}
+
+impl From<QueueError> for PassError {
+    fn from(e: QueueError) -> PassError {
+        match e {
+            QueueError::ClaimLost => PassError::ClaimLost,
+            QueueError::Db(e) => PassError::Db(e),
+        }
+    }
+}
+
+impl From<DbError> for PassError {
+    fn from(e: DbError) -> PassError {
+        PassError::Db(e)
+    }
+}
+
+impl From<postgres::Error> for PassError {
+    fn from(e: postgres::Error) -> PassError {
+        PassError::Db(DbError::Query(e))
+    }
+}
+
+impl From<r2d2::Error> for PassError {
+    fn from(e: r2d2::Error) -> PassError {
+        PassError::Db(DbError::from(e))
+    }
+}
+
+impl From<ComputeError> for PassError {
+    fn from(e: ComputeError) -> PassError {
+        match e.kind() {
+            ComputeErrorKind::Cancelled(Cancelled(cause)) => PassError::Lost(*cause),
+            _ => PassError::Compute(e),
+        }
+    }
+}
+
+/// The lease bookkeeping shared by a pass and its heartbeat thread.
+pub struct LeaseState {
+    pub cancel: CancelToken,
+    /// (when the last confirming answer arrived, the database age it reported in ms).
+    age_anchor: Mutex<(Instant, i64)>,
+}
+
+impl LeaseState {
+    pub fn new(claim: &Claim, claimed_sent_at: Instant, lease: Duration) -> LeaseState {
+        LeaseState {
+            cancel: CancelToken::new(claimed_sent_at + lease),
+            age_anchor: Mutex::new((Instant::now(), claim.age_ms)),
+        }
+    }
+
+    /// Renews the lease once (W2, W3). The lease is trusted from when the renewal was *sent*;
+    /// an answer that arrives after that lease ran out proves nothing and loses the claim.
+    pub fn renew(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        claim: &Claim,
+        options: &QueueOptions,
+        events: &Events,
+    ) -> Result<(), PassError> {
+        self.cancel.check()?;
+        let sent = Instant::now();
+        match queue::work_heartbeat(client, claim, options) {
+            Ok(age_ms) => {
+                let now = Instant::now();
+                if now >= sent + options.lease {
+                    events.emit(
+                        "worker.claim-renewal-warning",
+                        json!({
+                            "workId": claim.id, "key": claim.key, "code": "CLAIM_RENEWAL_LATE",
+                            "durationMs": (now - sent).as_millis() as u64,
+                        }),
+                    );
+                    self.cancel.cancel(LossCause::RenewalLate);
+                    return Err(PassError::Lost(LossCause::RenewalLate));
+                }
+                self.cancel.confirm_lease(sent + options.lease);
+                *self.age_anchor.lock() = (now, age_ms);
+                Ok(())
+            }
+            Err(QueueError::ClaimLost) => {
+                self.cancel.cancel(LossCause::RenewalRefused);
+                Err(PassError::Lost(LossCause::RenewalRefused))
+            }
+            Err(QueueError::Db(_)) => {
+                self.cancel.cancel(LossCause::RenewalFailed);
+                Err(PassError::Lost(LossCause::RenewalFailed))
+            }
+        }
+    }
+
+    /// The work's age by the database clock, advanced by this process's monotonic clock since
+    /// the last answer. It trails the database's age, so it never ends work early.
+    pub fn age(&self) -> Duration {
+        let (at, age_ms) = *self.age_anchor.lock();
+        Duration::from_millis(age_ms.max(0) as u64) + at.elapsed()
+    }
+}
+
+/// One pass over one claimed work.
+pub struct Pass<'a> {
+    pub claim: &'a Claim,
+    pub ctx: &'a Context,
+    pub lease: &'a LeaseState,
+}
+
+impl<'a> Pass<'a> {
+    pub fn cancel(&self) -> &CancelToken {
+        &self.lease.cancel
+    }
+
+    /// A pooled connection.
+    pub fn db(&self) -> Result<PooledClient, PassError> {
+        self.cancel().check()?;
+        Ok(self.ctx.pool.get()?)
+    }
+
+    /// Renews the claim before an external effect (W2): consecutive short effects never
+    /// starve renewal. `Err` once the claim is lost.
+    pub fn before_effect(&self) -> Result<(), PassError> {
+        let mut client = self.db()?;
+        self.lease
+            .renew(&mut *client, self.claim, &self.ctx.queue, &self.ctx.events)
+    }
+
+    /// The work's age by the database clock (Q12).
+    pub fn age(&self) -> Duration {
+        self.lease.age()
+    }
+
+    /// Runs `f` in a transaction that first locks the live claim; commits only if the claim is
+    /// still ours and the pass was not cancelled (Q6). Zero rows: `ClaimLost`.
+    pub fn fenced<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, PassError>,
+    ) -> Result<T, PassError> {
+        let mut client = self.db()?;
+        let mut tx = client.transaction()?;
+        queue::work_lock_claim(&mut tx, self.claim)?;
+        let out = f(&mut tx)?;
+        self.cancel().check()?;
+        tx.commit()?;
+        Ok(out)
+    }
+}
+
+/// One reconciler per operation. Reconcilers are idempotent: a pass may run again after a lost
+/// lease, and every effect must tolerate having happened already.
+pub trait Reconciler: Send + Sync {
+    /// Observes, reauthorizes and acts; says what happened.
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError>;
+
+    /// Inside the fenced finalizing transaction: writes the lifecycle state and audit evidence
+    /// that go with the resolved `report`. The queue transition follows in the same
+    /// transaction.
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError>;
+}
+
+/// The reconcilers by operation. An operation without one fails its work permanently with
+/// `RECONCILER_UNAVAILABLE`; it never silently succeeds.
+#[derive(Clone, Default)]
+pub struct Registry {
+    by_operation: HashMap<Operation, Arc<dyn Reconciler>>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    pub fn with(mut self, operation: Operation, reconciler: Arc<dyn Reconciler>) -> Registry {
+        self.by_operation.insert(operation, reconciler);
+        self
+    }
+
+    pub fn get(&self, operation: Operation) -> Arc<dyn Reconciler> {
+        self.by_operation
+            .get(&operation)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Unsupported))
+    }
+}
+
+/// The reconciler of an operation this build does not handle.
+pub struct Unsupported;
+
+impl Reconciler for Unsupported {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        Ok(Report::permanent("RECONCILER_UNAVAILABLE"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut postgres::Transaction<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        Ok(())
+    }
+}
+
+/// The policy: what a report becomes given the attempt budget and the convergence deadline.
+pub fn resolve(
+    report: Report,
+    attempt: i32,
+    max_attempts: i32,
+    age: Duration,
+    convergence_timeout: Duration,
+) -> Report {
+    match report.outcome {
+        Outcome::Pending { .. } if age >= convergence_timeout => {
+            let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
+            if let Some(failure) = &report.runtime_failure {
+                data["runtimeFailure"] = Value::from(failure.clone());
+            }
+            Report {
+                outcome: Outcome::Permanent,
+                code: "CONVERGENCE_DEADLINE_EXCEEDED".into(),
+                result_data: Some(data),
+                ..report
+            }
+        }
+        Outcome::Retry if attempt >= max_attempts => Report {
+            outcome: Outcome::Permanent,
+            ..report
+        },
+        _ => report,
+    }
+}
+
+/// The resolved report published with its queue transition, fenced by the claim.
+pub fn finalize(
+    pass: &Pass<'_>,
+    reconciler: &dyn Reconciler,
+    report: Report,
+) -> Result<Report, PassError> {
+    let resolved = resolve(
+        report,
+        pass.claim.attempt,
+        pass.ctx.queue.max_attempts,
+        pass.age(),
+        pass.ctx.convergence_timeout,
+    );
+    pass.fenced(|tx| {
+        reconciler.publish(tx, pass, &resolved)?;
+        let claim = pass.claim;
+        match resolved.outcome {
+            Outcome::Success => {
+                queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
+            }
+            Outcome::Pending { recheck } => {
+                queue::work_defer(tx, claim, &resolved.code, recheck, resolved.record_evidence)?
+            }
+            Outcome::Retry => {
+                queue::work_retry(tx, claim, &resolved.code, &pass.ctx.queue)?;
+            }
+            Outcome::Permanent => queue::work_fail(
+                tx,
+                claim,
+                &resolved.code,
+                resolved.result_data.as_ref(),
+                resolved.refusal.as_deref(),
+            )?,
+        }
+        Ok(())
+    })?;
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_past_the_deadline_fails_with_its_timeout() {
+        let mut report = Report::pending("REVISION_INCOMPLETE", Duration::from_secs(1));
+        report.runtime_failure = Some("RUNTIME_STARTUP_FAILED".into());
+        let r = resolve(
+            report,
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        assert_eq!(r.code, "CONVERGENCE_DEADLINE_EXCEEDED");
+        assert_eq!(
+            r.result_data,
+            Some(json!({"timeoutMs": 5000, "runtimeFailure": "RUNTIME_STARTUP_FAILED"}))
+        );
+    }
+
+    #[test]
+    fn retry_at_the_attempt_limit_is_permanent() {
+        let r = resolve(
+            Report::retry("X"),
+            5,
+            5,
+            Duration::ZERO,
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        let r = resolve(
+            Report::retry("X"),
+            4,
+            5,
+            Duration::ZERO,
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Retry);
+    }
+}

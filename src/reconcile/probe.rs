@@ -1,0 +1,102 @@
+//! Test and benchmark reconcilers, selected only by the hidden `run --test-reconciler` flag.
+//!
+//! `noop` completes every work at once and publishes nothing else (the queue benchmark).
+//! `probe` proves lane exclusion across processes: it holds a row in `occ_lane_probe` keyed by
+//! the work's lane while it runs, counts a collision in `occ_lane_violations`, and records each
+//! publication in `occ_probe_done` so tests can count duplicates. They never touch
+//! infrastructure.
+
+use super::{Pass, PassError, Reconciler, Report};
+use std::time::Duration;
+
+const PROBE_SETUP: &str = "
+CREATE TABLE IF NOT EXISTS public.occ_lane_probe (lane text PRIMARY KEY, work_id bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS public.occ_lane_violations (lane text NOT NULL, work_id bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS public.occ_probe_done (work_id bigint NOT NULL, pid integer NOT NULL);
+";
+
+/// Completes every work with `NOOP_COMPLETED`.
+pub struct Noop;
+
+impl Reconciler for Noop {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        Ok(Report::success("NOOP_COMPLETED"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut postgres::Transaction<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        Ok(())
+    }
+}
+
+/// Holds its lane for `hold`, renewing before each step like a real effect would.
+pub struct Probe {
+    pub hold: Duration,
+}
+
+impl Probe {
+    /// Creates the probe tables (idempotent).
+    pub fn setup(client: &mut postgres::Client) -> Result<(), postgres::Error> {
+        client.batch_execute(PROBE_SETUP)
+    }
+}
+
+fn lane(pass: &Pass<'_>) -> String {
+    match &pass.claim.agent_id {
+        Some(agent) => format!("agent:{agent}"),
+        None => format!("namespace:{}", pass.claim.namespace_id),
+    }
+}
+
+impl Reconciler for Probe {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let lane = lane(pass);
+        pass.before_effect()?;
+        {
+            let mut client = pass.db()?;
+            let inserted = client.execute(
+                "INSERT INTO public.occ_lane_probe (lane, work_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&lane, &pass.claim.id],
+            )?;
+            if inserted == 0 {
+                client.execute(
+                    "INSERT INTO public.occ_lane_violations (lane, work_id) VALUES ($1, $2)",
+                    &[&lane, &pass.claim.id],
+                )?;
+            }
+        }
+        let mut left = self.hold;
+        let step = Duration::from_millis(200);
+        while !left.is_zero() {
+            let now = left.min(step);
+            pass.cancel().sleep(now)?;
+            left -= now;
+            if !left.is_zero() {
+                pass.before_effect()?;
+            }
+        }
+        let mut client = pass.db()?;
+        client.execute(
+            "DELETE FROM public.occ_lane_probe WHERE lane = $1 AND work_id = $2",
+            &[&lane, &pass.claim.id],
+        )?;
+        Ok(Report::success("PROBE_COMPLETED"))
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        tx.execute(
+            "INSERT INTO public.occ_probe_done (work_id, pid) VALUES ($1, $2)",
+            &[&pass.claim.id, &(std::process::id() as i32)],
+        )?;
+        Ok(())
+    }
+}

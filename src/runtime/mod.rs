@@ -1,0 +1,471 @@
+//! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
+//! named worker threads, one heartbeat thread per live claim, and a LISTEN thread that turns
+//! notifications into wake-ups.
+//!
+//! The coordinator owns all scheduling state; workers and the listener only send `Event`s
+//! back over one channel, so every cause of activity is in one `match`. The coordinator never
+//! leaves its loop early: it drains until every in-flight pass has reported. Threads are named,
+//! stopped by closing channels, and joined.
+
+mod lease;
+
+use crate::cancel::LossCause;
+use crate::db::DbError;
+use crate::queue::{self, Claim};
+use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Registry, Report};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use postgres::fallible_iterator::FallibleIterator;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use lease::Lease;
+
+/// Settings of the runtime itself (the rest is in `Context`).
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    pub concurrency: usize,
+    pub poll_interval: Duration,
+    pub shutdown_grace: Duration,
+    /// Where the LISTEN connection goes; `None` disables notifications (poll only).
+    pub listen_url: Option<String>,
+    pub db_timeout: Duration,
+}
+
+/// Every cause of coordinator activity.
+pub enum Event {
+    /// A notification: new or released work may be claimable.
+    Wake,
+    /// A worker finished a pass (or panicked) and its slot is free.
+    Done { work_id: i64 },
+    /// SIGTERM/SIGINT or an in-process stop request.
+    Stop,
+}
+
+/// A handle that asks a running worker to stop gracefully.
+#[derive(Clone)]
+pub struct StopHandle(Sender<Event>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        let _ = self.0.send(Event::Stop);
+    }
+}
+
+/// Liveness bookkeeping read by the health server.
+#[derive(Default)]
+pub struct Progress {
+    last: Mutex<Option<Instant>>,
+}
+
+impl Progress {
+    pub fn tick(&self) {
+        *self.last.lock() = Some(Instant::now());
+    }
+
+    /// Time since the coordinator loop last went round; `None` before it started.
+    pub fn since(&self) -> Option<Duration> {
+        self.last.lock().map(|t| t.elapsed())
+    }
+}
+
+struct Job {
+    claim: Claim,
+    lease: Arc<LeaseState>,
+}
+
+/// The worker: build it, take a `StopHandle`, then `run` on the current thread.
+pub struct Worker {
+    ctx: Arc<Context>,
+    registry: Arc<Registry>,
+    options: RuntimeOptions,
+    events_tx: Sender<Event>,
+    events_rx: Receiver<Event>,
+    pub progress: Arc<Progress>,
+}
+
+impl Worker {
+    pub fn new(ctx: Arc<Context>, registry: Registry, options: RuntimeOptions) -> Worker {
+        let (events_tx, events_rx) = unbounded();
+        Worker {
+            ctx,
+            registry: Arc::new(registry),
+            options,
+            events_tx,
+            events_rx,
+            progress: Arc::new(Progress::default()),
+        }
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.events_tx.clone())
+    }
+
+    /// Runs until stopped; returns after every thread it started has been joined.
+    pub fn run(self) -> std::io::Result<()> {
+        let Worker {
+            ctx,
+            registry,
+            options,
+            events_tx,
+            events_rx,
+            progress,
+        } = self;
+        let listening = Arc::new(AtomicBool::new(true));
+        let listener = match &options.listen_url {
+            Some(url) => Some(spawn_listener(
+                url.clone(),
+                options.db_timeout,
+                events_tx.clone(),
+                listening.clone(),
+            )?),
+            None => None,
+        };
+        let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(options.concurrency);
+        let mut workers = Vec::with_capacity(options.concurrency);
+        for i in 0..options.concurrency {
+            let jobs = jobs_rx.clone();
+            let done = events_tx.clone();
+            let ctx = ctx.clone();
+            let registry = registry.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("occ-work-{i}"))
+                    .spawn(move || {
+                        for job in jobs {
+                            let guard = DoneGuard {
+                                events: &done,
+                                work_id: job.claim.id,
+                            };
+                            let outcome =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    run_pass(&ctx, &registry, job)
+                                }));
+                            if outcome.is_err() {
+                                ctx.events.emit(
+                                    "worker.error",
+                                    json!({"code": "WORKER_UNAVAILABLE", "cause": "PassPanicked"}),
+                                );
+                            }
+                            drop(guard);
+                        }
+                    })?,
+            );
+        }
+        drop(jobs_rx);
+
+        ctx.events.emit(
+            "worker.started",
+            json!({
+                "computeDriverId": ctx.compute.id(),
+                "computeImplementation": ctx.compute.implementation(),
+                "concurrency": options.concurrency,
+            }),
+        );
+        coordinate(&ctx, &options, &jobs_tx, &events_rx, &progress);
+
+        // Closing the job channel stops the pool; every in-flight pass already reported.
+        drop(jobs_tx);
+        for w in workers {
+            let _ = w.join();
+        }
+        listening.store(false, Ordering::SeqCst);
+        if let Some(l) = listener {
+            let _ = l.join();
+        }
+        ctx.events.emit("worker.stopped", json!({}));
+        Ok(())
+    }
+}
+
+/// Reports a finished pass even when the pass panicked.
+struct DoneGuard<'a> {
+    events: &'a Sender<Event>,
+    work_id: i64,
+}
+
+impl Drop for DoneGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.events.send(Event::Done {
+            work_id: self.work_id,
+        });
+    }
+}
+
+/// The claim loop. Claims only while a pool slot is free; sleeps on the event channel.
+fn coordinate(
+    ctx: &Context,
+    options: &RuntimeOptions,
+    jobs: &crossbeam_channel::Sender<Job>,
+    events: &Receiver<Event>,
+    progress: &Progress,
+) {
+    let mut free = options.concurrency;
+    let mut in_flight: HashMap<i64, Arc<LeaseState>> = HashMap::new();
+    let mut stopping: Option<Instant> = None;
+    let mut cancelled_all = false;
+    let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
+    let mut last_recovery: Option<Instant> = None;
+    let mut unavailable = false;
+    loop {
+        progress.tick();
+        if stopping.is_none() && free > 0 {
+            if last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
+                last_recovery = Some(Instant::now());
+                if let Err(e) = recover(ctx) {
+                    report_unavailable(ctx, &mut unavailable, &e);
+                }
+            }
+            match claim(ctx) {
+                Ok(Some((claim, sent))) => {
+                    unavailable = false;
+                    let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
+                    in_flight.insert(claim.id, lease.clone());
+                    free -= 1;
+                    if jobs.send(Job { claim, lease }).is_err() {
+                        // The pool is gone; nothing will report. Stop claiming.
+                        break;
+                    }
+                    continue;
+                }
+                Ok(None) => unavailable = false,
+                Err(e) => report_unavailable(ctx, &mut unavailable, &e),
+            }
+        }
+        if stopping.is_some() && in_flight.is_empty() {
+            break;
+        }
+        let wait = match stopping {
+            Some(deadline) if !cancelled_all => deadline.saturating_duration_since(Instant::now()),
+            Some(_) => Duration::from_millis(200),
+            None => options.poll_interval,
+        };
+        let first = match events.recv_timeout(wait) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => Event::Wake,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        // Handle everything already waiting, so a burst of notifications costs one claim.
+        for event in std::iter::once(first).chain(events.try_iter()) {
+            match event {
+                Event::Wake => {}
+                Event::Done { work_id } => {
+                    in_flight.remove(&work_id);
+                    free += 1;
+                }
+                Event::Stop => {
+                    if stopping.is_none() {
+                        stopping = Some(Instant::now() + options.shutdown_grace);
+                        ctx.events.emit(
+                            "worker.stopping",
+                            json!({"inFlight": in_flight.len(), "graceMs": options.shutdown_grace.as_millis() as u64}),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(deadline) = stopping {
+            if !cancelled_all && Instant::now() >= deadline {
+                // Grace is over: the remaining passes stop at their next cancellation point;
+                // their claims simply expire and another worker resumes them (W4).
+                for lease in in_flight.values() {
+                    lease.cancel.cancel(LossCause::WorkerStopping);
+                }
+                cancelled_all = true;
+            }
+        }
+    }
+}
+
+fn report_unavailable(ctx: &Context, already: &mut bool, e: &PassError) {
+    if !*already {
+        ctx.events.emit(
+            "worker.error",
+            json!({"code": "WORKER_UNAVAILABLE", "cause": error_class(e)}),
+        );
+        *already = true;
+    }
+}
+
+fn recover(ctx: &Context) -> Result<(), PassError> {
+    let mut client = ctx.pool.get()?;
+    let recovered = queue::work_recover_stale(&mut *client, &ctx.queue)?;
+    if recovered != queue::Recovered::default() {
+        ctx.events.emit(
+            "worker.recovered",
+            serde_json::to_value(recovered).unwrap_or_default(),
+        );
+    }
+    Ok(())
+}
+
+fn claim(ctx: &Context) -> Result<Option<(Claim, Instant)>, PassError> {
+    let mut client = ctx.pool.get()?;
+    let sent = Instant::now();
+    Ok(queue::work_claim(&mut *client, &ctx.queue)?.map(|c| (c, sent)))
+}
+
+/// A short class for an error, safe to log.
+fn error_class(e: &PassError) -> String {
+    match e {
+        PassError::Db(DbError::Unavailable(_)) => "DatabaseUnavailable".into(),
+        PassError::Db(e) => match e.sqlstate() {
+            Some(state) => format!("DatabaseError:{state}"),
+            None => "DatabaseConnection".into(),
+        },
+        PassError::Compute(e) => format!("ComputeError:{}", e.class()),
+        PassError::Invariant(_) => "Invariant".into(),
+        PassError::Lost(c) => c.code().into(),
+        PassError::ClaimLost => "ClaimLost".into(),
+    }
+}
+
+/// Runs one pass on a worker thread: lease thread, reconcile, finalize, events, metrics.
+fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
+    let Job { claim, lease } = job;
+    let started = Instant::now();
+    let operation = claim.operation.as_str();
+    let heartbeat = match Lease::start(claim.clone(), lease.clone(), ctx.clone()) {
+        Ok(h) => Some(h),
+        Err(_) => {
+            lease.cancel.cancel(LossCause::RenewalFailed);
+            None
+        }
+    };
+    let reconciler = registry.get(claim.operation);
+    let pass = Pass {
+        claim: &claim,
+        ctx,
+        lease: &lease,
+    };
+    let result = reconciler
+        .reconcile(&pass)
+        .or_else(|e| {
+            if e.is_claim_loss() {
+                Err(e)
+            } else {
+                ctx.events.emit(
+                    "worker.pass-error",
+                    json!({"workId": claim.id, "key": claim.key, "class": error_class(&e)}),
+                );
+                Ok(Report::retry("DEPENDENCY_UNAVAILABLE"))
+            }
+        })
+        .and_then(|report| reconcile::finalize(&pass, &*reconciler, report));
+    drop(heartbeat);
+    let elapsed = started.elapsed();
+    ctx.metrics
+        .pass_duration
+        .with_label_values(&[operation])
+        .observe(elapsed.as_secs_f64());
+    let mut fields = json!({
+        "workId": claim.id,
+        "key": claim.key,
+        "attempt": claim.attempt,
+        "operation": operation,
+        "namespaceId": claim.namespace_id,
+        "agentId": claim.agent_id,
+        "revisionId": claim.revision_id,
+    });
+    match result {
+        Ok(report) => {
+            let outcome = report.outcome.as_str();
+            ctx.metrics
+                .passes
+                .with_label_values(&[operation, outcome])
+                .inc();
+            fields["result"] = json!(outcome);
+            fields["outcome"] = json!(outcome);
+            fields["code"] = json!(report.code);
+            fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});
+            ctx.events.emit("worker.completed", fields);
+        }
+        Err(e) if e.is_stopping() => {
+            ctx.metrics
+                .passes
+                .with_label_values(&[operation, "interrupted"])
+                .inc();
+            fields["cause"] = json!("WorkerStopping");
+            ctx.events.emit("worker.pass-interrupted", fields);
+        }
+        Err(e) if e.is_claim_loss() => {
+            ctx.metrics
+                .passes
+                .with_label_values(&[operation, "claim_lost"])
+                .inc();
+            ctx.metrics
+                .claims_lost
+                .with_label_values(&[e.loss_code()])
+                .inc();
+            fields["code"] = json!("CLAIM_LOST");
+            fields["cause"] = json!(e.loss_code());
+            ctx.events.emit("worker.error", fields);
+        }
+        Err(e) => {
+            ctx.metrics
+                .passes
+                .with_label_values(&[operation, "error"])
+                .inc();
+            fields["code"] = json!("WORKER_UNAVAILABLE");
+            fields["cause"] = json!(error_class(&e));
+            ctx.events.emit("worker.error", fields);
+        }
+    }
+}
+
+/// The LISTEN thread: `occ-listen`. Reconnects with backoff; stops when `running` clears.
+fn spawn_listener(
+    url: String,
+    timeout: Duration,
+    wake: Sender<Event>,
+    running: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("occ-listen".into())
+        .spawn(move || {
+            let mut backoff = Duration::from_millis(100);
+            while running.load(Ordering::SeqCst) {
+                let mut client = match crate::db::connect(&url, timeout) {
+                    Ok(c) => c,
+                    Err(_) => {
+                        sleep_while(&running, backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                };
+                if client.batch_execute("LISTEN occ_work").is_err() {
+                    sleep_while(&running, backoff);
+                    continue;
+                }
+                backoff = Duration::from_millis(100);
+                // A wake right after (re)connecting covers notifications sent while away.
+                let _ = wake.send(Event::Wake);
+                'listen: while running.load(Ordering::SeqCst) && !client.is_closed() {
+                    let mut notifications = client.notifications();
+                    let mut iter = notifications.timeout_iter(Duration::from_millis(250));
+                    loop {
+                        match iter.next() {
+                            Ok(Some(_)) => {
+                                if wake.send(Event::Wake).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(_) => break 'listen,
+                        }
+                    }
+                }
+            }
+        })
+}
+
+fn sleep_while(running: &AtomicBool, total: Duration) {
+    let end = Instant::now() + total;
+    while running.load(Ordering::SeqCst) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
