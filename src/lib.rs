@@ -10,6 +10,7 @@ pub mod config;
 pub mod db;
 pub mod events;
 pub mod health;
+pub mod iam;
 pub mod metrics;
 pub mod migrate;
 pub mod queue;

@@ -1,0 +1,280 @@
+//! Native IAM: loads the current policy from PostgreSQL and decides
+//! `authorize(principal, action, resource)` with evidence.
+//!
+//! Scopes nest installation → namespace → exact resource; a role grants its actions on its
+//! resource kinds within the binding's scope; restrictions are deny overlays that win over
+//! every binding. The policy is loaded fresh for every pass and never cached across passes.
+//! This module only reads.
+
+use crate::db::DbError;
+use postgres::GenericClient;
+use serde::{Deserialize, Serialize};
+
+const LOAD: &str = include_str!("../sql/queries/iam_load.sql");
+
+/// The actions of SPEC section 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Create,
+    Delete,
+    Administer,
+    Operate,
+    Deploy,
+    Read,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Delete => "delete",
+            Action::Administer => "administer",
+            Action::Operate => "operate",
+            Action::Deploy => "deploy",
+            Action::Read => "read",
+        }
+    }
+}
+
+/// The resource kinds of SPEC section 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    Installation,
+    Namespace,
+    Agent,
+    Configuration,
+    Secret,
+    ServiceAccount,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Installation => "installation",
+            ResourceKind::Namespace => "namespace",
+            ResourceKind::Agent => "agent",
+            ResourceKind::Configuration => "configuration",
+            ResourceKind::Secret => "secret",
+            ResourceKind::ServiceAccount => "service_account",
+        }
+    }
+}
+
+/// The resource a decision is about. The installation has no Namespace; a Namespace is its
+/// own Namespace; everything else lives in one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Resource {
+    pub kind: ResourceKind,
+    pub id: String,
+    #[serde(rename = "namespaceId", skip_serializing_if = "Option::is_none")]
+    pub namespace_id: Option<String>,
+}
+
+impl Resource {
+    pub fn installation(id: &str) -> Resource {
+        Resource {
+            kind: ResourceKind::Installation,
+            id: id.into(),
+            namespace_id: None,
+        }
+    }
+
+    pub fn namespace(id: &str) -> Resource {
+        Resource {
+            kind: ResourceKind::Namespace,
+            id: id.into(),
+            namespace_id: Some(id.into()),
+        }
+    }
+
+    /// A Namespace-owned resource (agent, configuration, secret, service account).
+    pub fn owned(kind: ResourceKind, namespace_id: &str, id: &str) -> Resource {
+        Resource {
+            kind,
+            id: id.into(),
+            namespace_id: Some(namespace_id.into()),
+        }
+    }
+}
+
+/// An authorization question.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Request {
+    #[serde(rename = "principalId")]
+    pub principal_id: String,
+    pub action: Action,
+    pub resource: Resource,
+}
+
+impl Request {
+    pub fn new(principal_id: &str, action: Action, resource: Resource) -> Request {
+        Request {
+            principal_id: principal_id.into(),
+            action,
+            resource,
+        }
+    }
+}
+
+/// What matched: the evidence audit events keep.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    #[serde(rename = "identityId")]
+    pub identity_id: Option<String>,
+    #[serde(rename = "bindingIds")]
+    pub binding_ids: Vec<i64>,
+    #[serde(rename = "roleIds")]
+    pub role_ids: Vec<String>,
+    #[serde(rename = "restrictionIds")]
+    pub restriction_ids: Vec<i64>,
+}
+
+/// A decision with its reason (`ALLOWED`, `NO_IDENTITY`, `NO_MATCHING_BINDING`, `RESTRICTED`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub allowed: bool,
+    pub reason: &'static str,
+    pub evidence: Evidence,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Identity {
+    pub id: String,
+    pub kind: String,
+    #[serde(rename = "namespaceId")]
+    pub namespace_id: Option<String>,
+    #[serde(rename = "agentId")]
+    pub agent_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct Scope {
+    #[serde(rename = "scopeKind")]
+    scope_kind: String,
+    #[serde(rename = "namespaceId")]
+    namespace_id: Option<String>,
+    #[serde(rename = "resourceKind")]
+    resource_kind: Option<String>,
+    #[serde(rename = "resourceId")]
+    resource_id: Option<String>,
+}
+
+impl Scope {
+    /// Whether `resource` lies within this scope.
+    fn covers(&self, resource: &Resource) -> bool {
+        match self.scope_kind.as_str() {
+            "installation" => true,
+            "namespace" => {
+                resource.namespace_id.is_some() && resource.namespace_id == self.namespace_id
+            }
+            "resource" => {
+                resource.namespace_id == self.namespace_id
+                    && self.resource_kind.as_deref() == Some(resource.kind.as_str())
+                    && self.resource_id.as_deref() == Some(resource.id.as_str())
+            }
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct Binding {
+    id: i64,
+    #[serde(rename = "principalId")]
+    principal_id: String,
+    #[serde(rename = "roleId")]
+    role_id: String,
+    actions: Vec<String>,
+    #[serde(rename = "resourceKinds")]
+    resource_kinds: Vec<String>,
+    #[serde(flatten)]
+    scope: Scope,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct Restriction {
+    id: i64,
+    #[serde(rename = "principalId")]
+    principal_id: Option<String>,
+    actions: Vec<String>,
+    #[serde(flatten)]
+    scope: Scope,
+}
+
+/// One consistent snapshot of the policy.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Policy {
+    identities: Vec<Identity>,
+    bindings: Vec<Binding>,
+    restrictions: Vec<Restriction>,
+}
+
+/// Loads the current policy (one statement, one snapshot).
+pub fn load(client: &mut impl GenericClient) -> Result<Policy, DbError> {
+    let row = client.query_one(LOAD, &[])?;
+    let value: serde_json::Value = row.get(0);
+    serde_json::from_value(value)
+        .map_err(|e| DbError::Unavailable(format!("persisted IAM policy does not parse: {e}")))
+}
+
+impl Policy {
+    pub fn identity(&self, id: &str) -> Option<&Identity> {
+        self.identities.iter().find(|i| i.id == id)
+    }
+
+    /// Whether a principal still exists (a removed identity is revoked).
+    pub fn identity_exists(&self, id: &str) -> bool {
+        self.identity(id).is_some()
+    }
+
+    /// Decides `request`. Restrictions win over bindings; no identity means no access.
+    pub fn authorize(&self, request: &Request) -> Decision {
+        let mut evidence = Evidence::default();
+        if !self.identity_exists(&request.principal_id) {
+            return Decision {
+                allowed: false,
+                reason: "NO_IDENTITY",
+                evidence,
+            };
+        }
+        evidence.identity_id = Some(request.principal_id.clone());
+        let action = request.action.as_str();
+        let kind = request.resource.kind.as_str();
+        for b in &self.bindings {
+            if b.principal_id == request.principal_id
+                && b.actions.iter().any(|a| a == action)
+                && b.resource_kinds.iter().any(|k| k == kind)
+                && b.scope.covers(&request.resource)
+            {
+                evidence.binding_ids.push(b.id);
+                if !evidence.role_ids.contains(&b.role_id) {
+                    evidence.role_ids.push(b.role_id.clone());
+                }
+            }
+        }
+        for r in &self.restrictions {
+            if r.principal_id
+                .as_deref()
+                .is_none_or(|p| p == request.principal_id)
+                && r.actions.iter().any(|a| a == action)
+                && r.scope.covers(&request.resource)
+            {
+                evidence.restriction_ids.push(r.id);
+            }
+        }
+        let (allowed, reason) = if !evidence.restriction_ids.is_empty() {
+            (false, "RESTRICTED")
+        } else if evidence.binding_ids.is_empty() {
+            (false, "NO_MATCHING_BINDING")
+        } else {
+            (true, "ALLOWED")
+        };
+        Decision {
+            allowed,
+            reason,
+            evidence,
+        }
+    }
+}
