@@ -129,7 +129,9 @@ pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
             .fold(Registry::new(), |reg, op| reg.with(op, r.clone()))
     };
     match test_reconciler {
-        None => Ok(Registry::new()),
+        None => Ok(occ_worker::reconcile::revision::agent_registry(
+            Registry::new(),
+        )),
         Some("noop") => Ok(all(Arc::new(probe::Noop))),
         Some("probe") => {
             let hold = std::env::var("OCC_TEST_PROBE_HOLD_MS")

@@ -20,7 +20,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod agent;
 pub mod probe;
+pub mod revision;
 
 /// Everything a pass may use, shared by every worker thread.
 pub struct Context {
@@ -72,6 +74,11 @@ pub struct Report {
     pub record_evidence: bool,
     /// Reconciler-private facts for `publish` (audit details). Never published as is.
     pub detail: Value,
+    /// The reconciler already published this outcome in its own claim-fenced transaction and
+    /// the work row no longer exists (an Agent deletion removes its own work, A2): `finalize`
+    /// resolves the report but writes nothing and makes no queue transition. Only a successful
+    /// outcome may set it.
+    pub already_published: bool,
 }
 
 impl Report {
@@ -84,6 +91,7 @@ impl Report {
             runtime_failure: None,
             record_evidence: true,
             detail: Value::Null,
+            already_published: false,
         }
     }
 
@@ -420,6 +428,9 @@ pub fn finalize(
         pass.age(),
         pass.ctx.convergence_timeout,
     );
+    if resolved.already_published && resolved.outcome == Outcome::Success {
+        return Ok(resolved);
+    }
     pass.fenced(|tx| {
         reconciler.publish(tx, pass, &resolved)?;
         let claim = pass.claim;

@@ -1,0 +1,537 @@
+//! Agent lifecycle reconcilers: stop (SPEC A1) and delete (SPEC A2), plus the row loading,
+//! authorization, audit and Compute-error helpers the revision reconciler shares.
+//!
+//! These reconcilers never write lifecycle state outside a claim-fenced transaction and never
+//! call Compute before the actor has been reauthorized against the current IAM policy.
+
+use super::{Outcome, Pass, PassError, Reconciler, Report};
+use crate::cancel::CancelToken;
+use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec};
+use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
+use postgres::GenericClient;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const AGENT_LOAD: &str = include_str!("../../sql/queries/agent_load.sql");
+const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_load.sql");
+const AUDIT_APPEND: &str = include_str!("../../sql/queries/agent_audit_append.sql");
+const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
+const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
+
+/// Every query file this module embeds.
+pub const QUERY_FILES: &[&str] = &[
+    "agent_load.sql",
+    "agent_revisions_load.sql",
+    "agent_audit_append.sql",
+    "agent_clear_active.sql",
+    "agent_delete_finalize.sql",
+];
+
+/// An Agent as a pass sees it.
+#[derive(Clone, Debug)]
+pub struct AgentRow {
+    pub id: String,
+    pub namespace_id: String,
+    pub status: String,
+    pub desired_runtime_state: String,
+    pub active_revision_id: Option<String>,
+    pub service_principal_id: String,
+    pub namespace_status: String,
+}
+
+/// An admitted revision as a pass sees it.
+#[derive(Clone, Debug)]
+pub struct RevisionRow {
+    pub id: String,
+    pub namespace_id: String,
+    pub agent_id: String,
+    pub revision: i32,
+    pub actor_id: String,
+    pub service_principal_id: String,
+    pub configuration_id: String,
+    pub configuration_generation: i32,
+    pub document: Value,
+    pub harness_id: String,
+    pub harness_version: String,
+    pub harness_mode: String,
+    pub execution_mode: String,
+    pub compute_id: String,
+    pub compute_implementation: String,
+    pub harness_auth: Option<Value>,
+    pub secret_bindings: Value,
+    pub plugins: Value,
+    pub retired: bool,
+    pub admitted_before_work: bool,
+}
+
+impl RevisionRow {
+    /// The plugin ids the snapshot admitted (PostgreSQL guarantees the shape).
+    pub fn plugin_ids(&self) -> Vec<String> {
+        self.plugins
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p.get("id").and_then(Value::as_str).map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether this revision belongs to the Compute Driver the worker runs.
+    pub fn owned_by(&self, pass: &Pass<'_>) -> bool {
+        self.compute_id == pass.ctx.compute.id()
+            && self.compute_implementation == pass.ctx.compute.implementation()
+    }
+
+    pub fn spec(&self, installation_id: &str) -> RevisionSpec {
+        RevisionSpec {
+            installation_id: installation_id.into(),
+            namespace_id: self.namespace_id.clone(),
+            agent_id: self.agent_id.clone(),
+            revision_id: self.id.clone(),
+            revision: self.revision,
+            service_principal_id: self.service_principal_id.clone(),
+            harness_id: self.harness_id.clone(),
+            harness_version: self.harness_version.clone(),
+            harness_mode: self.harness_mode.clone(),
+            execution_mode: self.execution_mode.clone(),
+            document: self.document.clone(),
+            harness_auth: self.harness_auth.clone(),
+            secret_bindings: self.secret_bindings.clone(),
+            plugin_ids: self.plugin_ids(),
+        }
+    }
+}
+
+/// Loads the Agent of a work, or `None` when it is gone.
+pub fn load_agent(
+    client: &mut impl GenericClient,
+    namespace_id: &str,
+    agent_id: &str,
+) -> Result<Option<AgentRow>, PassError> {
+    Ok(client
+        .query_opt(AGENT_LOAD, &[&namespace_id, &agent_id])?
+        .map(|r| AgentRow {
+            id: r.get(0),
+            namespace_id: r.get(1),
+            status: r.get(2),
+            desired_runtime_state: r.get(3),
+            active_revision_id: r.get(4),
+            service_principal_id: r.get(5),
+            namespace_status: r.get(6),
+        }))
+}
+
+/// Loads an Agent's revisions (all, or the one named), oldest first.
+pub fn load_revisions(
+    client: &mut impl GenericClient,
+    namespace_id: &str,
+    agent_id: &str,
+    only: Option<&str>,
+    work_id: i64,
+) -> Result<Vec<RevisionRow>, PassError> {
+    Ok(client
+        .query(REVISIONS_LOAD, &[&namespace_id, &agent_id, &only, &work_id])?
+        .iter()
+        .map(|r| RevisionRow {
+            id: r.get(0),
+            namespace_id: r.get(1),
+            agent_id: r.get(2),
+            revision: r.get(3),
+            actor_id: r.get(4),
+            service_principal_id: r.get(5),
+            configuration_id: r.get(6),
+            configuration_generation: r.get(7),
+            document: r.get(8),
+            harness_id: r.get(9),
+            harness_version: r.get(10),
+            harness_mode: r.get(11),
+            execution_mode: r.get(12),
+            compute_id: r.get(13),
+            compute_implementation: r.get(14),
+            harness_auth: r.get(15),
+            secret_bindings: r.get(16),
+            plugins: r.get(17),
+            retired: r.get(18),
+            admitted_before_work: r.get(19),
+        })
+        .collect())
+}
+
+/// One audit event.
+pub struct Audit<'a> {
+    pub denial: bool,
+    pub action: &'a str,
+    pub resource_kind: &'a str,
+    pub resource_id: &'a str,
+    pub outcome: &'a str,
+    pub reason_code: Option<&'a str>,
+    pub details: Value,
+}
+
+/// Appends an audit event in the fenced transaction, attributed to the work's actor.
+pub fn audit(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    event: Audit<'_>,
+) -> Result<(), PassError> {
+    let kind = if event.denial {
+        "authorization_denial"
+    } else {
+        "mutation"
+    };
+    let outcome = if event.denial {
+        "denied"
+    } else {
+        event.outcome
+    };
+    tx.execute(
+        AUDIT_APPEND,
+        &[
+            &pass.ctx.installation_id,
+            &pass.claim.namespace_id,
+            &kind,
+            &pass.claim.actor_id,
+            &event.action,
+            &event.resource_kind,
+            &event.resource_id,
+            &outcome,
+            &event.reason_code,
+            &pass.claim.id,
+            &event.details,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Decides `request` against `policy`; `Some(report)` when it is refused: `ACTOR_REVOKED`
+/// when the principal is the actor and no longer exists, else `AUTHORIZATION_DENIED`. The
+/// report's detail carries the request and decision for the denial audit.
+pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
+    let decision = policy.authorize(&request);
+    if decision.allowed {
+        return None;
+    }
+    let code = if request.principal_id == actor && !policy.identity_exists(actor) {
+        "ACTOR_REVOKED"
+    } else {
+        "AUTHORIZATION_DENIED"
+    };
+    Some(
+        Report::permanent(code)
+            .with_detail(json!({"denial": {"request": request, "decision": decision}})),
+    )
+}
+
+/// Whether the report is a refusal to audit as an `authorization_denial`.
+pub fn is_denial(report: &Report) -> bool {
+    report.outcome == Outcome::Permanent && report.detail.get("denial").is_some()
+}
+
+/// The pending recheck of a convergence observation: `min(5 s, max(500 ms, age/40))` (R5).
+pub fn readiness_recheck(age: Duration) -> Duration {
+    (age / 40).clamp(Duration::from_millis(500), Duration::from_secs(5))
+}
+
+/// Renews the claim, then runs one Compute call (W2). A cancelled call loses the pass;
+/// every other error is returned for the reconciler to classify.
+pub fn effect<T>(
+    pass: &Pass<'_>,
+    call: impl FnOnce(&CancelToken) -> Result<T, ComputeError>,
+) -> Result<Result<T, ComputeError>, PassError> {
+    pass.before_effect()?;
+    match call(pass.cancel()) {
+        Err(e) if matches!(e.kind(), ComputeErrorKind::Cancelled(_)) => Err(e.into()),
+        other => Ok(other),
+    }
+}
+
+/// What a Compute failure becomes (R10): a transient dependency defers without spending an
+/// attempt, a retryable error retries as `DEPENDENCY_UNAVAILABLE`, a refusal is permanent
+/// with the driver's code.
+pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
+    match e.kind() {
+        ComputeErrorKind::TransientDependency => {
+            Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()))
+        }
+        ComputeErrorKind::Permanent(code) => Report::permanent(code),
+        _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
+    }
+}
+
+/// Runs an effect and returns its report from the enclosing function when it fails.
+macro_rules! try_effect {
+    ($pass:expr, $call:expr) => {
+        match $crate::reconcile::agent::effect($pass, $call)? {
+            Ok(v) => v,
+            Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass)),
+        }
+    };
+}
+pub(crate) use try_effect;
+
+fn agent_resource(pass: &Pass<'_>, agent_id: &str) -> Resource {
+    Resource::owned(ResourceKind::Agent, &pass.claim.namespace_id, agent_id)
+}
+
+fn claim_agent(pass: &Pass<'_>) -> Result<String, PassError> {
+    pass.claim
+        .agent_id
+        .clone()
+        .ok_or_else(|| PassError::Invariant("agent work without an agent".into()))
+}
+
+/// Agent stop (SPEC A1).
+///
+/// Expected flow: reauthorize `operate` on the Agent; reload the Agent just before any
+/// effect; stop its active revision, then every other unretired revision of this Compute
+/// admitted before the work; in the fenced publish, clear the active pointer only if it still
+/// names the stopped revision, audit `openclaw.agents.lifecycle.stop`, complete.
+///
+/// Guarantees: no Compute call after a denial; a deployment admitted after the stop
+/// (desired `running` again) wins (`STOP_SUPERSEDED`); revision history, credentials and
+/// persistent state remain.
+///
+/// Assumptions: idempotent — it may run again after a lost lease, and `stop_revision` of a
+/// stopped revision is a no-op; the work lane serializes it with the Agent's revisions.
+///
+/// Errors: `INVALID_AGENT_OWNER`, `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`,
+/// `INVALID_ACTIVE_REVISION`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow
+/// R10 (`DEPENDENCY_UNAVAILABLE`).
+pub struct AgentStop;
+
+impl Reconciler for AgentStop {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let agent_id = claim_agent(pass)?;
+        let ns = pass.claim.namespace_id.clone();
+        let policy = {
+            let mut db = pass.db()?;
+            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            }
+            iam::load(&mut *db)?
+        };
+        let request = Request::new(
+            &pass.claim.actor_id,
+            Action::Operate,
+            agent_resource(pass, &agent_id),
+        );
+        if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
+            return Ok(denied);
+        }
+        // Admission may change desired state while IAM is consulted: reload just before any
+        // effect so a later deployment wins.
+        let (agent, revisions) = {
+            let mut db = pass.db()?;
+            let Some(agent) = load_agent(&mut *db, &ns, &agent_id)? else {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            };
+            let revisions = load_revisions(&mut *db, &ns, &agent_id, None, pass.claim.id)?;
+            (agent, revisions)
+        };
+        if agent.desired_runtime_state != "stopped" {
+            return Ok(Report::success("STOP_SUPERSEDED"));
+        }
+        let active = match &agent.active_revision_id {
+            None => None,
+            Some(id) => match revisions.iter().find(|r| &r.id == id) {
+                Some(r) => Some(r),
+                None => return Ok(Report::permanent("INVALID_ACTIVE_REVISION")),
+            },
+        };
+        if active.is_some_and(|a| !a.admitted_before_work) {
+            return Ok(Report::success("STOP_SUPERSEDED"));
+        }
+        if active.is_some_and(|a| !a.owned_by(pass)) {
+            return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
+        }
+        let mut cleanup: Vec<&RevisionRow> = active.into_iter().collect();
+        cleanup.extend(revisions.iter().filter(|r| {
+            Some(r.id.as_str()) != agent.active_revision_id.as_deref()
+                && r.owned_by(pass)
+                && r.admitted_before_work
+                && !r.retired
+        }));
+        if cleanup
+            .iter()
+            .any(|r| r.service_principal_id != agent.service_principal_id)
+        {
+            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        }
+        let driver = pass.ctx.compute.clone();
+        for revision in cleanup {
+            {
+                let mut db = pass.db()?;
+                match load_agent(&mut *db, &ns, &agent_id)? {
+                    None => return Ok(Report::permanent("INVALID_AGENT_OWNER")),
+                    Some(a) if a.desired_runtime_state != "stopped" => {
+                        return Ok(Report::success("STOP_SUPERSEDED"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            let spec = revision.spec(&pass.ctx.installation_id);
+            try_effect!(pass, |c| driver.stop_revision(&spec, c));
+        }
+        Ok(match active {
+            Some(a) => Report::success("AGENT_STOPPED").with_detail(json!({"stopped": a.id})),
+            None => Report::success("AGENT_ALREADY_STOPPED"),
+        })
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError> {
+        let agent_id = claim_agent(pass)?;
+        if let Some(stopped) = report.detail.get("stopped").and_then(Value::as_str) {
+            tx.execute(
+                CLEAR_ACTIVE,
+                &[&pass.claim.namespace_id, &agent_id, &stopped],
+            )?;
+        }
+        if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
+            return Ok(());
+        }
+        audit(
+            tx,
+            pass,
+            Audit {
+                denial: is_denial(report),
+                action: "openclaw.agents.lifecycle.stop",
+                resource_kind: "agent",
+                resource_id: &agent_id,
+                outcome: if report.outcome == Outcome::Success {
+                    "success"
+                } else {
+                    "failure"
+                },
+                reason_code: Some(&report.code),
+                details: report.detail.clone(),
+            },
+        )
+    }
+}
+
+/// Agent delete (SPEC A2).
+///
+/// Expected flow: reauthorize `delete`; retire every revision through Compute; delete the
+/// Agent's runtime credentials; then, in one claim-fenced transaction, remove API keys, IAM
+/// bindings and restrictions naming the Agent or its service principal, append the
+/// `openclaw.agents.lifecycle.delete` audit (`AGENT_DELETED`), and delete the Agent, whose
+/// deletion cascades to its revisions, service principal and work rows — the current one
+/// included. That transaction is the queue transition, so the report is `already_published`.
+///
+/// Guarantees: an expired claim or a failed external cleanup leaves every row intact for a
+/// safe retry; no Compute call after a denial.
+///
+/// Assumptions: idempotent — `retire_revision` and `delete_agent_runtime_credentials` tolerate
+/// having run already.
+///
+/// Errors: `INVALID_AGENT_OWNER` (the Agent is not being deleted), `ACTOR_REVOKED`,
+/// `AUTHORIZATION_DENIED`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow R10.
+pub struct AgentDelete;
+
+impl Reconciler for AgentDelete {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let agent_id = claim_agent(pass)?;
+        let ns = pass.claim.namespace_id.clone();
+        let (agent, policy) = {
+            let mut db = pass.db()?;
+            let Some(agent) = load_agent(&mut *db, &ns, &agent_id)? else {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            };
+            (agent, iam::load(&mut *db)?)
+        };
+        if agent.status != "deleting" {
+            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        }
+        let request = Request::new(
+            &pass.claim.actor_id,
+            Action::Delete,
+            agent_resource(pass, &agent_id),
+        );
+        if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
+            return Ok(denied);
+        }
+        let revisions = {
+            let mut db = pass.db()?;
+            load_revisions(&mut *db, &ns, &agent_id, None, pass.claim.id)?
+        };
+        if revisions.iter().any(|r| !r.owned_by(pass)) {
+            return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
+        }
+        let driver = pass.ctx.compute.clone();
+        for revision in &revisions {
+            let spec = revision.spec(&pass.ctx.installation_id);
+            try_effect!(pass, |c| driver.retire_revision(&spec, c));
+        }
+        let spec = AgentSpec {
+            installation_id: pass.ctx.installation_id.clone(),
+            namespace_id: ns.clone(),
+            agent_id: agent_id.clone(),
+            service_principal_id: agent.service_principal_id.clone(),
+        };
+        try_effect!(pass, |c| driver.delete_agent_runtime_credentials(&spec, c));
+        let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
+        let details =
+            json!({"retiredRevisions": retired, "servicePrincipalId": agent.service_principal_id});
+        pass.fenced(|tx| {
+            audit(
+                tx,
+                pass,
+                Audit {
+                    denial: false,
+                    action: "openclaw.agents.lifecycle.delete",
+                    resource_kind: "agent",
+                    resource_id: &agent_id,
+                    outcome: "success",
+                    reason_code: Some("AGENT_DELETED"),
+                    details: details.clone(),
+                },
+            )?;
+            let removed: i64 = tx
+                .query_one(
+                    DELETE_FINALIZE,
+                    &[&ns, &agent_id, &agent.service_principal_id],
+                )?
+                .get(0);
+            if removed != 1 {
+                return Err(PassError::Invariant(format!(
+                    "agent {agent_id} was not removed by its deletion"
+                )));
+            }
+            Ok(())
+        })?;
+        let mut report = Report::success("AGENT_DELETED").with_detail(details);
+        report.already_published = true;
+        Ok(report)
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError> {
+        if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
+            return Ok(());
+        }
+        let agent_id = claim_agent(pass)?;
+        audit(
+            tx,
+            pass,
+            Audit {
+                denial: is_denial(report),
+                action: "openclaw.agents.lifecycle.delete",
+                resource_kind: "agent",
+                resource_id: &agent_id,
+                outcome: "failure",
+                reason_code: Some(&report.code),
+                details: report.detail.clone(),
+            },
+        )
+    }
+}

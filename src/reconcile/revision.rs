@@ -1,0 +1,590 @@
+//! AgentRevision deployment (SPEC R2-R11): the reconcile work of an admitted revision and its
+//! periodic maintenance.
+//!
+//! Expected flow, in the seed's order: R2 checks on every pass before any effect; R3 a stopped
+//! Agent stops the revision; R4 a newer active revision supersedes it; R8 earlier runtimes
+//! are stopped first when the driver requires it; R5 prepare and observe readiness; R6
+//! reload the Agent, compare-and-set the active pointer in a fenced transaction, activate the
+//! route, retire earlier revisions, then publish exactly one activation audit with the
+//! completion; R7 an already-active revision repeats route activation and retirement; R11
+//! maintenance re-observes an active revision.
+//!
+//! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
+//! `authorization_denial`; an older revision never replaces a newer active one; a candidate
+//! refused after it may have been prepared is stopped under the live claim before the failure
+//! is published (R9); a failed maintenance observation never retires the running revision.
+//!
+//! Assumptions: idempotent — a pass may run again after a lost lease at any point, including
+//! between the pointer compare-and-set and the completion; every Compute call tolerates having
+//! happened already. The Agent's lane serializes this work with its stop and delete.
+//!
+//! Errors: every R2 code is permanent; Compute failures follow R10 (transient: pending
+//! `DEPENDENCY_UNAVAILABLE` without spending attempts; otherwise retry `DEPENDENCY_UNAVAILABLE`
+//! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
+
+use super::agent::{
+    audit, deny, effect, is_denial, load_agent, load_revisions, readiness_recheck, try_effect,
+    AgentRow, Audit, RevisionRow,
+};
+use super::{Outcome, Pass, PassError, Reconciler, Report};
+use crate::compute::valid_revision_observation;
+use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
+use crate::queue::Operation;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
+const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
+const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
+const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
+const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+const MAINTENANCE_ENQUEUE: &str =
+    include_str!("../../sql/queries/revision_maintenance_enqueue.sql");
+
+/// Every query file this module embeds.
+pub const QUERY_FILES: &[&str] = &[
+    "revision_lookup.sql",
+    "revision_service_account.sql",
+    "revision_activate.sql",
+    "revision_retire_earlier.sql",
+    "revision_activation_audited.sql",
+    "revision_maintenance_enqueue.sql",
+];
+
+/// Approved Harnesses and the version prefixes this worker runs (R2).
+pub const APPROVED_HARNESSES: &[(&str, &[&str])] = &[("codex", &["1."]), ("openclaw", &["1."])];
+
+/// Runtime failures a driver holds: the deployment ends at once (R5).
+pub const HELD_RUNTIME_FAILURES: &[&str] =
+    &["RUNTIME_AUTHENTICATION_FAILED", "RUNTIME_STARTUP_FAILED"];
+
+/// Whether a Harness id and version are approved.
+pub fn harness_approved(id: &str, version: &str) -> bool {
+    APPROVED_HARNESSES
+        .iter()
+        .any(|(h, prefixes)| *h == id && prefixes.iter().any(|p| version.starts_with(p)))
+}
+
+/// The reconcile and maintenance work of an AgentRevision.
+pub struct RevisionReconciler;
+
+/// What a pass loaded about its revision.
+struct Loaded {
+    agent: AgentRow,
+    revision: RevisionRow,
+    previous: Option<RevisionRow>,
+    all: Vec<RevisionRow>,
+    attempts: i64,
+    refused_stop_attempts: i64,
+    reconcile_state: Option<String>,
+    reconcile_code: Option<String>,
+}
+
+fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static str> {
+    let mut refs = Vec::new();
+    let Some(bindings) = revision.secret_bindings.as_object() else {
+        return Err("INVALID_SECRET_BINDINGS");
+    };
+    for value in bindings.values() {
+        let ns = value.get("namespaceId").and_then(Value::as_str);
+        let id = value.get("id").and_then(Value::as_str);
+        match (ns, id) {
+            (Some(ns), Some(id)) if ns == revision.namespace_id => {
+                refs.push((ns.to_string(), id.to_string()))
+            }
+            _ => return Err("INVALID_SECRET_BINDINGS"),
+        }
+    }
+    Ok(refs)
+}
+
+impl RevisionReconciler {
+    fn load(&self, pass: &Pass<'_>) -> Result<Option<Loaded>, PassError> {
+        let claim = pass.claim;
+        let (Some(agent_id), Some(revision_id)) = (&claim.agent_id, &claim.revision_id) else {
+            return Err(PassError::Invariant(
+                "revision work without a revision".into(),
+            ));
+        };
+        let mut db = pass.db()?;
+        let Some(agent) = load_agent(&mut *db, &claim.namespace_id, agent_id)? else {
+            return Ok(None);
+        };
+        let all = load_revisions(&mut *db, &claim.namespace_id, agent_id, None, claim.id)?;
+        let Some(revision) = all.iter().find(|r| &r.id == revision_id).cloned() else {
+            return Ok(None);
+        };
+        let previous = agent
+            .active_revision_id
+            .as_ref()
+            .and_then(|id| all.iter().find(|r| &r.id == id).cloned());
+        let secret_ids: Vec<String> = secret_refs(&revision)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        let key = format!("agent_revision:{revision_id}:reconcile");
+        let row = db.query_one(LOOKUP, &[&claim.id, &key, &claim.namespace_id, &secret_ids])?;
+        Ok(Some(Loaded {
+            agent,
+            revision,
+            previous,
+            all,
+            attempts: row.get(0),
+            refused_stop_attempts: row.get(1),
+            reconcile_state: row.get(2),
+            reconcile_code: row.get(3),
+        }))
+    }
+
+    /// R2: every check, in order; `Some(report)` refuses the pass.
+    fn check(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
+        let (agent, revision) = (&l.agent, &l.revision);
+        if agent.namespace_status != "ready" {
+            return Ok(Some(Report::permanent("NAMESPACE_NOT_READY")));
+        }
+        if revision.namespace_id != agent.namespace_id
+            || revision.agent_id != agent.id
+            || revision.service_principal_id != agent.service_principal_id
+        {
+            return Ok(Some(Report::permanent("INVALID_ADMITTED_REVISION")));
+        }
+        if !harness_approved(&revision.harness_id, &revision.harness_version) {
+            return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
+        }
+        if !revision.owned_by(pass) {
+            return Ok(Some(Report::permanent("COMPUTE_DRIVER_MISMATCH")));
+        }
+        let policy = {
+            let mut db = pass.db()?;
+            iam::load(&mut *db)?
+        };
+        let actor = &pass.claim.actor_id;
+        let ns = &revision.namespace_id;
+        if !policy.identity_exists(actor) {
+            let request = Request::new(
+                actor,
+                Action::Deploy,
+                Resource::owned(ResourceKind::Agent, ns, &agent.id),
+            );
+            return Ok(deny(&policy, request, actor));
+        }
+        let principal_ok = policy
+            .identity(&revision.service_principal_id)
+            .is_some_and(|i| {
+                i.kind == "service_principal"
+                    && i.namespace_id.as_deref() == Some(ns.as_str())
+                    && i.agent_id.as_deref() == Some(agent.id.as_str())
+            });
+        if !principal_ok {
+            return Ok(Some(Report::permanent("INVALID_AGENT_PRINCIPAL")));
+        }
+        let requests = [
+            Request::new(
+                actor,
+                Action::Deploy,
+                Resource::owned(ResourceKind::Agent, ns, &agent.id),
+            ),
+            Request::new(
+                actor,
+                Action::Read,
+                Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
+            ),
+        ];
+        if let Some(denied) = first_denial(&policy, requests, actor) {
+            return Ok(Some(denied));
+        }
+        let Some(auth) = &revision.harness_auth else {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_REQUIRED")));
+        };
+        let mut refs = match secret_refs(revision) {
+            Ok(refs) => refs,
+            Err(code) => return Ok(Some(Report::permanent(code))),
+        };
+        if !secrets_exist(pass, ns, &refs)? {
+            return Ok(Some(Report::permanent("INVALID_SECRET_BINDINGS")));
+        }
+        let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
+        let source_id = auth["source"]["id"].as_str().unwrap_or_default();
+        if source_ns != ns.as_str() {
+            return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+        }
+        let mut account = None;
+        match auth["method"].as_str() {
+            Some("secret") => {
+                if !secrets_exist(pass, ns, &[(ns.clone(), source_id.to_string())])? {
+                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+                }
+                if !refs.iter().any(|(_, id)| id == source_id) {
+                    refs.push((ns.clone(), source_id.to_string()));
+                }
+            }
+            Some("service_account") => account = Some(source_id.to_string()),
+            _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
+        }
+        for (_, secret) in &refs {
+            let resource = Resource::owned(ResourceKind::Secret, ns, secret);
+            let requests = [
+                Request::new(actor, Action::Operate, resource.clone()),
+                Request::new(&revision.service_principal_id, Action::Operate, resource),
+            ];
+            if let Some(denied) = first_denial(&policy, requests, actor) {
+                return Ok(Some(denied));
+            }
+        }
+        if let Some(account) = account {
+            let request = Request::new(
+                actor,
+                Action::Read,
+                Resource::owned(ResourceKind::ServiceAccount, ns, &account),
+            );
+            if let Some(denied) = deny(&policy, request, actor) {
+                return Ok(Some(denied));
+            }
+            let row = {
+                let mut db = pass.db()?;
+                db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
+            };
+            let Some(row) = row else {
+                return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+            };
+            let (token_ref, backend, available): (String, String, bool) =
+                (row.get(0), row.get(1), row.get(2));
+            if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
+                return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+            }
+            if auth["backendId"].as_str() != Some(backend.as_str()) {
+                return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
+            }
+            if !available {
+                return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
+            }
+        }
+        Ok(None)
+    }
+
+    /// R9: a candidate refused after it may have been prepared is stopped under the live claim
+    /// before the refusal is published; a failed stop waits with growing backoff.
+    fn refuse(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        mut refusal: Report,
+        prepared: bool,
+    ) -> Result<Report, PassError> {
+        let is_candidate = l.agent.active_revision_id.as_deref() != Some(l.revision.id.as_str());
+        let maybe_prepared = prepared || l.attempts > 0;
+        if pass.claim.operation != Operation::RevisionReconcile
+            || !is_candidate
+            || !maybe_prepared
+            || !l.revision.owned_by(pass)
+        {
+            return Ok(refusal);
+        }
+        let spec = l.revision.spec(&pass.ctx.installation_id);
+        let driver = pass.ctx.compute.clone();
+        match effect(pass, |c| driver.stop_revision(&spec, c))? {
+            Ok(()) => {
+                refusal.refusal = Some(refusal.code.clone());
+                refusal.detail["refusedCandidateStopped"] = json!(true);
+                Ok(refusal)
+            }
+            Err(_) => {
+                let n = l.refused_stop_attempts.clamp(0, 6) as u32;
+                let backoff = Duration::from_secs(1) * 2u32.pow(n);
+                let mut pending = Report::pending(
+                    "REFUSED_CANDIDATE_STOP_PENDING",
+                    backoff.min(Duration::from_secs(60)),
+                );
+                pending.refusal = Some(refusal.code.clone());
+                Ok(pending)
+            }
+        }
+    }
+
+    fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let Some(l) = self.load(pass)? else {
+            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+        };
+        let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
+        if let Some(refused) = self.check(pass, &l)? {
+            return self.refuse(pass, &l, refused, false);
+        }
+        let (agent, revision) = (&l.agent, &l.revision);
+        if maintenance {
+            // Maintenance never prepares or reactivates a terminally failed deployment.
+            if l.reconcile_state.as_deref() == Some("failed_permanent")
+                || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED")
+            {
+                return Ok(Report::permanent("REVISION_SUPERSEDED"));
+            }
+            if agent.active_revision_id.as_deref() != Some(revision.id.as_str())
+                || agent.desired_runtime_state != "running"
+            {
+                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED"));
+            }
+        }
+        if agent.active_revision_id.is_some() && l.previous.is_none() {
+            return Ok(Report::permanent("INVALID_ACTIVE_REVISION"));
+        }
+        let driver = pass.ctx.compute.clone();
+        let spec = revision.spec(&pass.ctx.installation_id);
+        // R3.
+        if agent.desired_runtime_state == "stopped" {
+            try_effect!(pass, |c| driver.stop_revision(&spec, c));
+            return Ok(Report::success("REVISION_STOPPED"));
+        }
+        // R4 (and R8's successor): a newer admitted revision that needs its predecessors
+        // stopped, or a newer active one, supersedes this one without a Compute call.
+        let successor = l.all.iter().find(|r| {
+            r.revision > revision.revision
+                && r.owned_by(pass)
+                && driver.requires_stopped_predecessors(&r.spec(&pass.ctx.installation_id))
+        });
+        let newer_active = l
+            .previous
+            .as_ref()
+            .filter(|p| p.revision > revision.revision);
+        if let Some(by) = newer_active.or(successor) {
+            return Ok(Report::success("REVISION_SUPERSEDED")
+                .with_detail(json!({"supersededBy": by.id, "supersededByRevision": by.revision})));
+        }
+        let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
+        // R8: exclusive replacement stops every earlier runtime before the candidate starts.
+        if !already_active && driver.requires_stopped_predecessors(&spec) {
+            for earlier in l
+                .all
+                .iter()
+                .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
+            {
+                let earlier = earlier.spec(&pass.ctx.installation_id);
+                try_effect!(pass, |c| driver.stop_revision(&earlier, c));
+            }
+        }
+        // R5.
+        let observation = try_effect!(pass, |c| driver.prepare_revision(&spec, c));
+        if !valid_revision_observation(&observation, &spec) {
+            let refused = Report::permanent("INVALID_DRIVER_OBSERVATION");
+            return if maintenance {
+                Ok(refused)
+            } else {
+                self.refuse(pass, &l, refused, true)
+            };
+        }
+        let warnings: Vec<Value> = observation
+            .warnings
+            .iter()
+            .map(|w| json!({"code": w.code, "pluginId": w.plugin_id}))
+            .collect();
+        if !observation.ready {
+            if let Some(failure) = &observation.runtime_failure {
+                if maintenance || HELD_RUNTIME_FAILURES.contains(&failure.as_str()) {
+                    let refused = Report::permanent(failure);
+                    return if maintenance {
+                        Ok(refused)
+                    } else {
+                        self.refuse(pass, &l, refused, true)
+                    };
+                }
+            }
+            let code = observation
+                .pending_reason
+                .clone()
+                .unwrap_or_else(|| "REVISION_INCOMPLETE".into());
+            if maintenance {
+                // A failed observation fails this claim; it never retires the running
+                // revision, and the next bucket is enqueued on publish.
+                return Ok(Report::permanent(&code));
+            }
+            let mut pending = Report::pending(&code, readiness_recheck(pass.age()));
+            pending.runtime_failure = observation.runtime_failure.clone();
+            return Ok(pending);
+        }
+        let result = (!warnings.is_empty()).then(|| json!({"warnings": warnings}));
+        let earlier: Vec<&RevisionRow> = l
+            .all
+            .iter()
+            .filter(|r| r.revision < revision.revision && r.owned_by(pass))
+            .collect();
+        let code = if already_active {
+            "REVISION_ALREADY_ACTIVE"
+        } else {
+            // R6: the Agent may have stopped while the candidate prepared.
+            let current = {
+                let mut db = pass.db()?;
+                load_agent(&mut *db, &agent.namespace_id, &agent.id)?
+            };
+            let Some(current) = current else {
+                return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+            };
+            if current.desired_runtime_state != "running" {
+                try_effect!(pass, |c| driver.stop_revision(&spec, c));
+                return Ok(Report::success("REVISION_STOPPED"));
+            }
+            let expected = agent.active_revision_id.clone();
+            let won = pass.fenced(|tx| {
+                Ok(tx
+                    .query_opt(
+                        ACTIVATE,
+                        &[&agent.namespace_id, &agent.id, &revision.id, &expected],
+                    )?
+                    .is_some())
+            })?;
+            if !won {
+                return Ok(Report::retry("ACTIVE_REVISION_CHANGED"));
+            }
+            "REVISION_ACTIVATED"
+        };
+        try_effect!(pass, |c| driver.activate_revision(&spec, c));
+        for earlier in earlier.iter().filter(|r| !r.retired) {
+            let earlier = earlier.spec(&pass.ctx.installation_id);
+            try_effect!(pass, |c| driver.retire_revision(&earlier, c));
+        }
+        let mut report = Report::success(code).with_detail(json!({
+            "revision": revision.revision,
+            "previous": agent.active_revision_id,
+        }));
+        report.result_data = result;
+        Ok(report)
+    }
+}
+
+fn first_denial<const N: usize>(
+    policy: &Policy,
+    requests: [Request; N],
+    actor: &str,
+) -> Option<Report> {
+    requests.into_iter().find_map(|r| deny(policy, r, actor))
+}
+
+/// Whether every Secret named in `refs` exists in the Namespace.
+fn secrets_exist(pass: &Pass<'_>, ns: &str, refs: &[(String, String)]) -> Result<bool, PassError> {
+    let mut ids: Vec<String> = refs.iter().map(|(_, id)| id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(true);
+    }
+    let mut db = pass.db()?;
+    let row = db.query_one(LOOKUP, &[&pass.claim.id, &"", &ns, &ids])?;
+    let found: i64 = row.get(4);
+    Ok(found as usize == ids.len())
+}
+
+impl Reconciler for RevisionReconciler {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        self.run(pass)
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError> {
+        let claim = pass.claim;
+        let (Some(agent_id), Some(revision_id)) = (&claim.agent_id, &claim.revision_id) else {
+            return Ok(());
+        };
+        let maintenance = claim.operation == Operation::RevisionMaintenance;
+        match (report.outcome, report.code.as_str()) {
+            (Outcome::Success, "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE") => {
+                let number = report.detail["revision"].as_i64().unwrap_or(0) as i32;
+                tx.execute(RETIRE_EARLIER, &[agent_id, &number])?;
+                // Exactly one activation audit per revision, even when the claim was lost
+                // between the pointer compare-and-set and the completion (R6, R7).
+                let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
+                if !audited {
+                    audit(
+                        tx,
+                        pass,
+                        Audit {
+                            denial: false,
+                            action: "openclaw.agents.lifecycle.activate",
+                            resource_kind: "agent_revision",
+                            resource_id: revision_id,
+                            outcome: "success",
+                            reason_code: Some("REVISION_ACTIVATED"),
+                            details: json!({
+                                "agentId": agent_id,
+                                "revision": number,
+                                "previous": report.detail["previous"],
+                                "warnings": report.result_data.as_ref().map(|d| d["warnings"].clone()),
+                            }),
+                        },
+                    )?;
+                }
+            }
+            (Outcome::Success, "REVISION_SUPERSEDED") => audit(
+                tx,
+                pass,
+                Audit {
+                    denial: false,
+                    action: "openclaw.agents.lifecycle.supersede",
+                    resource_kind: "agent_revision",
+                    resource_id: revision_id,
+                    outcome: "success",
+                    reason_code: Some("REVISION_SUPERSEDED"),
+                    details: report.detail.clone(),
+                },
+            )?,
+            (Outcome::Permanent, _) if !maintenance || is_denial(report) => audit(
+                tx,
+                pass,
+                Audit {
+                    denial: is_denial(report),
+                    action: "openclaw.agents.deploy",
+                    resource_kind: "agent_revision",
+                    resource_id: revision_id,
+                    outcome: "failure",
+                    reason_code: Some(&report.code),
+                    details: report.detail.clone(),
+                },
+            )?,
+            _ => {}
+        }
+        // R11: an active revision of a driver with a maintenance interval gets its next bucket.
+        let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+        let keeps_running = matches!(
+            report.code.as_str(),
+            "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE"
+        ) || (maintenance
+            && report.code != "REVISION_MAINTENANCE_SUPERSEDED"
+            && report.code != "REVISION_SUPERSEDED");
+        if let (true, true, Some(interval)) = (
+            terminal,
+            keeps_running,
+            pass.ctx.compute.maintenance_interval(),
+        ) {
+            let still_active = load_agent(tx, &claim.namespace_id, agent_id)?.is_some_and(|a| {
+                a.active_revision_id.as_deref() == Some(revision_id.as_str())
+                    && a.desired_runtime_state == "running"
+            });
+            if still_active {
+                let ms = interval.as_millis().max(1) as i64;
+                tx.execute(
+                    MAINTENANCE_ENQUEUE,
+                    &[
+                        &claim.namespace_id,
+                        agent_id,
+                        revision_id,
+                        &claim.actor_id,
+                        &ms,
+                    ],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Registers the Agent and AgentRevision reconcilers (A1, A2, R2-R11) on `registry`.
+pub fn agent_registry(registry: super::Registry) -> super::Registry {
+    use std::sync::Arc;
+    let revision = Arc::new(RevisionReconciler);
+    registry
+        .with(Operation::AgentStop, Arc::new(super::agent::AgentStop))
+        .with(Operation::AgentDelete, Arc::new(super::agent::AgentDelete))
+        .with(Operation::RevisionReconcile, revision.clone())
+        .with(Operation::RevisionMaintenance, revision)
+}
