@@ -180,6 +180,11 @@ pub fn audit(
     } else {
         "mutation"
     };
+    let details = if event.details.is_object() {
+        event.details.clone()
+    } else {
+        json!({})
+    };
     let outcome = if event.denial {
         "denied"
     } else {
@@ -198,7 +203,7 @@ pub fn audit(
             &outcome,
             &event.reason_code,
             &pass.claim.id,
-            &event.details,
+            &details,
         ],
     )?;
     Ok(())

@@ -38,6 +38,7 @@ const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_a
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+const REFUSAL_EVIDENCE: &str = include_str!("../../sql/queries/revision_refusal_evidence.sql");
 const MAINTENANCE_ENQUEUE: &str =
     include_str!("../../sql/queries/revision_maintenance_enqueue.sql");
 
@@ -49,6 +50,22 @@ pub const QUERY_FILES: &[&str] = &[
     "revision_retire_earlier.sql",
     "revision_activation_audited.sql",
     "revision_maintenance_enqueue.sql",
+    "revision_refusal_evidence.sql",
+];
+
+/// Refusals every pass decides again from current state (R2): once they no longer stand, a
+/// candidate whose stop was pending may continue. Any other stored refusal stands.
+const REDECIDED_REFUSALS: &[&str] = &[
+    "NAMESPACE_NOT_READY",
+    "ACTOR_REVOKED",
+    "INVALID_AGENT_PRINCIPAL",
+    "AUTHORIZATION_DENIED",
+    "HARNESS_AUTH_REQUIRED",
+    "INVALID_HARNESS_AUTH",
+    "INVALID_SECRET_BINDINGS",
+    "HARNESS_AUTH_SOURCE_CHANGED",
+    "SERVICE_ACCOUNT_BACKEND_MISMATCH",
+    "BACKEND_UNAVAILABLE",
 ];
 
 /// Approved Harnesses and the version prefixes this worker runs (R2).
@@ -78,6 +95,8 @@ struct Loaded {
     refused_stop_attempts: i64,
     reconcile_state: Option<String>,
     reconcile_code: Option<String>,
+    /// The refusal of the latest attempt when its candidate's stop was still pending (R9).
+    stored_refusal: Option<String>,
 }
 
 fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static str> {
@@ -134,6 +153,7 @@ impl RevisionReconciler {
             refused_stop_attempts: row.get(1),
             reconcile_state: row.get(2),
             reconcile_code: row.get(3),
+            stored_refusal: row.get(5),
         }))
     }
 
@@ -297,6 +317,8 @@ impl RevisionReconciler {
                     backoff.min(Duration::from_secs(60)),
                 );
                 pending.refusal = Some(refusal.code.clone());
+                // `publish` writes the evidence with its refusal; the deferral adds none.
+                pending.record_evidence = false;
                 Ok(pending)
             }
         }
@@ -309,6 +331,13 @@ impl RevisionReconciler {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         if let Some(refused) = self.check(pass, &l)? {
             return self.refuse(pass, &l, refused, false);
+        }
+        if let Some(stored) = l
+            .stored_refusal
+            .as_deref()
+            .filter(|r| !REDECIDED_REFUSALS.contains(r))
+        {
+            return self.refuse(pass, &l, Report::permanent(stored), true);
         }
         let (agent, revision) = (&l.agent, &l.revision);
         if maintenance {
@@ -487,6 +516,9 @@ impl Reconciler for RevisionReconciler {
             return Ok(());
         };
         let maintenance = claim.operation == Operation::RevisionMaintenance;
+        if let (Outcome::Pending { .. }, Some(refusal)) = (report.outcome, &report.refusal) {
+            tx.execute(REFUSAL_EVIDENCE, &[&claim.id, &claim.attempt, refusal])?;
+        }
         match (report.outcome, report.code.as_str()) {
             (Outcome::Success, "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE") => {
                 let number = report.detail["revision"].as_i64().unwrap_or(0) as i32;

@@ -1,0 +1,514 @@
+//! Agent admission and lifecycle (SPEC A1, A2, R1): stop and delete driven by a real worker
+//! and the scripted driver, asserting work state, codes, audit rows, the active pointer and
+//! the exact Compute calls.
+
+use crate::agent_driver::{quiet, run_until, ScriptedDriver};
+use crate::support::{insert_namespace, TestDb};
+use occ_worker::compute::ComputeError;
+use postgres::Client;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// A ready Namespace `ns1` with a Configuration `cfg`, a Secret `key` and an Agent `bot`.
+pub struct Fixture {
+    pub db: TestDb,
+    pub agent: String,
+    pub principal: String,
+}
+
+pub fn fixture() -> Fixture {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "ready");
+    let (agent, principal) = create_agent(&mut c, "ns1", "bot");
+    c.execute(
+        "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"m\"}', 'admin')",
+        &[],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT occ.secret_create('ns1', 'key', 'ns1/keys/api', 'admin')",
+        &[],
+    )
+    .unwrap();
+    Fixture {
+        db,
+        agent,
+        principal,
+    }
+}
+
+/// Creates an Agent whose service principal may operate the Namespace's Secret `key`.
+pub fn create_agent(c: &mut Client, ns: &str, name: &str) -> (String, String) {
+    let v: Value = c
+        .query_one("SELECT occ.agent_create($1, $2, 'admin')", &[&ns, &name])
+        .unwrap()
+        .get(0);
+    let principal = v["servicePrincipalId"].as_str().unwrap().to_string();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ($1, 'agent-operator', 'resource', $2, 'secret', 'key')",
+        &[&principal, &ns],
+    )
+    .unwrap();
+    (v["id"].as_str().unwrap().to_string(), principal)
+}
+
+/// Admits a deployment as `actor` on the scripted Compute; returns the revision id.
+pub fn deploy_as(c: &mut Client, agent: &str, actor: &str) -> String {
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
+            &[&agent, &actor],
+        )
+        .unwrap()
+        .get(0);
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+pub fn deploy(c: &mut Client, agent: &str) -> String {
+    deploy_as(c, agent, "admin")
+}
+
+/// (state, reason code, result data, attempt count) of one work row.
+pub fn work(c: &mut Client, key: &str) -> (String, Option<String>, Option<Value>, i32) {
+    let r = c
+        .query_one(
+            "SELECT state, reason_code, result_data, attempt_count FROM occ.work WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3))
+}
+
+/// The attempt evidence codes of one work row, oldest first, as "outcome:code".
+pub fn evidence(c: &mut Client, key: &str) -> Vec<String> {
+    c.query(
+        "SELECT a.outcome || ':' || a.code FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1 ORDER BY a.id",
+        &[&key],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// (kind, outcome, reason code, resource id) of every audit event with `action`.
+pub fn audits(c: &mut Client, action: &str) -> Vec<(String, String, Option<String>, String)> {
+    c.query(
+        "SELECT kind, outcome, reason_code, resource_id FROM occ.audit_events WHERE action = $1 ORDER BY id",
+        &[&action],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+pub fn active(c: &mut Client, agent: &str) -> Option<String> {
+    c.query_one(
+        "SELECT active_revision_id FROM occ.agents WHERE id = $1",
+        &[&agent],
+    )
+    .unwrap()
+    .get(0)
+}
+
+pub fn stop(c: &mut Client, agent: &str, actor: &str) -> String {
+    let v: Value = c
+        .query_one("SELECT occ.agent_stop('ns1', $1, $2)", &[&agent, &actor])
+        .unwrap()
+        .get(0);
+    v["work"].as_str().unwrap().to_string()
+}
+
+pub fn user(c: &mut Client, id: &str, role: &str) {
+    c.execute(
+        "INSERT INTO occ.identities (id, kind) VALUES ($1, 'user')",
+        &[&id],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id) VALUES ($1, $2, 'namespace', 'ns1')",
+        &[&id, &role],
+    )
+    .unwrap();
+}
+
+fn deployed(f: &Fixture, driver: &Arc<ScriptedDriver>) -> String {
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(active(&mut c, &f.agent).as_deref(), Some(rev.as_str()));
+    driver.calls.lock().clear();
+    rev
+}
+
+#[test]
+fn a1_stop_stops_the_active_revision_and_clears_the_pointer() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    assert_eq!(key, format!("agent:{}:stop:1", f.agent));
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(work(&mut c, &key).1.as_deref(), Some("AGENT_STOPPED"));
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(
+        driver.calls(),
+        vec![("stop_revision".to_string(), rev.clone())]
+    );
+    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].1, "success");
+    assert_eq!(a[0].2.as_deref(), Some("AGENT_STOPPED"));
+    // History remains.
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn a1_stop_of_an_agent_without_active_revision_is_already_stopped() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &key).1.as_deref(),
+        Some("AGENT_ALREADY_STOPPED")
+    );
+    assert!(driver.calls().is_empty());
+}
+
+#[test]
+fn a1_stop_is_superseded_by_a_later_deployment() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    let rev = deploy(&mut c, &f.agent);
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(work(&mut c, &key).1.as_deref(), Some("STOP_SUPERSEDED"));
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    user(&mut c, "bob", "namespace-admin");
+    let key = stop(&mut c, &f.agent, "bob");
+    c.execute("DELETE FROM occ.identities WHERE id = 'bob'", &[])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("ACTOR_REVOKED"))
+    );
+    assert!(driver.calls().is_empty());
+    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    assert_eq!(a[0].0, "authorization_denial");
+    assert!(active(&mut c, &f.agent).is_some());
+}
+
+#[test]
+fn a1_stop_denied_by_a_restriction_is_audited_and_makes_no_call() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    c.execute(
+        "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ('admin', ARRAY['operate'], 'resource', 'ns1', 'agent', $1)",
+        &[&f.agent],
+    )
+    .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &key).1.as_deref(),
+        Some("AUTHORIZATION_DENIED")
+    );
+    assert!(driver.calls().is_empty());
+    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    assert_eq!(
+        (a[0].0.as_str(), a[0].1.as_str()),
+        ("authorization_denial", "denied")
+    );
+}
+
+#[test]
+fn a1_stop_refuses_an_active_revision_of_another_compute() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let mut c = f.db.client();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'other', 'docker')",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    let rev = v["revisionId"].as_str().unwrap().to_string();
+    c.execute("DELETE FROM occ.work", &[]).unwrap();
+    c.execute(
+        "UPDATE occ.agents SET active_revision_id = $2 WHERE id = $1",
+        &[&f.agent, &rev],
+    )
+    .unwrap();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &key).1.as_deref(),
+        Some("COMPUTE_DRIVER_MISMATCH")
+    );
+    assert!(driver.calls().is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn a1_stop_refuses_a_pointer_to_another_agents_revision() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let mut c = f.db.client();
+    let (other, _) = create_agent(&mut c, "ns1", "other");
+    let foreign = deploy(&mut c, &other);
+    c.execute("DELETE FROM occ.work", &[]).unwrap();
+    // Only a broken database could hold this: bypass the foreign key to prove the check.
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agents SET active_revision_id = $2 WHERE id = $1",
+        &[&f.agent, &foreign],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &key).1.as_deref(),
+        Some("INVALID_ACTIVE_REVISION")
+    );
+    assert!(driver.calls().is_empty());
+}
+
+fn count(c: &mut Client, sql: &str, agent: &str) -> i64 {
+    c.query_one(sql, &[&agent]).unwrap().get(0)
+}
+
+#[test]
+fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let r1 = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let r2 = deploy(&mut c, &f.agent);
+    run_until(&f.db, driver.clone(), quiet);
+    driver.calls.lock().clear();
+    c.execute(
+        "INSERT INTO occ.api_keys (id, service_principal_id, key_hash) VALUES ('k1', $1, repeat('a', 64))",
+        &[&f.principal],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id) VALUES ($1, 'viewer', 'namespace', 'ns1')",
+        &[&f.principal],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ('admin', 'agent-operator', 'resource', 'ns1', 'agent', $1)",
+        &[&f.agent],
+    )
+    .unwrap();
+    let v: Value = c
+        .query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap()
+        .get(0);
+    assert_eq!(v["work"], json!(format!("agent:{}:delete", f.agent)));
+    // A deleting Agent refuses every synchronous mutation.
+    assert!(c
+        .query_one("SELECT occ.agent_stop('ns1', $1, 'admin')", &[&f.agent])
+        .is_err());
+    run_until(&f.db, driver.clone(), |c| {
+        count(c, "SELECT count(*) FROM occ.agents WHERE id = $1", &f.agent) == 0
+    });
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("retire_revision".to_string(), r1),
+            ("retire_revision".to_string(), r2),
+            (
+                "delete_agent_runtime_credentials".to_string(),
+                f.agent.clone()
+            ),
+        ]
+    );
+    for sql in [
+        "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
+        "SELECT count(*) FROM occ.work WHERE agent_id = $1",
+        "SELECT count(*) FROM occ.identities WHERE agent_id = $1",
+        "SELECT count(*) FROM occ.iam_bindings WHERE resource_id = $1",
+    ] {
+        assert_eq!(count(&mut c, sql, &f.agent), 0, "{sql}");
+    }
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.api_keys WHERE service_principal_id = $1",
+            &f.principal
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.iam_bindings WHERE principal_id = $1",
+            &f.principal
+        ),
+        0
+    );
+    let a = audits(&mut c, "openclaw.agents.lifecycle.delete");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].2.as_deref(), Some("AGENT_DELETED"));
+}
+
+#[test]
+fn a2_failed_cleanup_leaves_every_row_and_an_explicit_retry_finishes() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    driver.fail(
+        "delete_agent_runtime_credentials",
+        &f.agent,
+        ComputeError::permanent("CREDENTIALS_REFUSED", "scripted", None),
+    );
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let key = format!("agent:{}:delete", f.agent);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CREDENTIALS_REFUSED"))
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &f.agent
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.identities WHERE agent_id = $1",
+            &f.agent
+        ),
+        1
+    );
+    let v: Value = c
+        .query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap()
+        .get(0);
+    assert_eq!(v["work"], json!(format!("agent:{}:delete:1", f.agent)));
+    run_until(&f.db, driver.clone(), |c| {
+        count(c, "SELECT count(*) FROM occ.agents WHERE id = $1", &f.agent) == 0
+    });
+    let a = audits(&mut c, "openclaw.agents.lifecycle.delete");
+    assert_eq!(
+        a.iter().map(|x| x.2.clone().unwrap()).collect::<Vec<_>>(),
+        vec!["CREDENTIALS_REFUSED", "AGENT_DELETED"]
+    );
+}
+
+#[test]
+fn a2_delete_by_a_denied_actor_fails_and_keeps_the_agent() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    user(&mut c, "bob", "namespace-admin");
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'bob')", &[&f.agent])
+        .unwrap();
+    c.execute(
+        "DELETE FROM occ.iam_bindings WHERE principal_id = 'bob'",
+        &[],
+    )
+    .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let key = format!("agent:{}:delete", f.agent);
+    assert_eq!(
+        work(&mut c, &key).1.as_deref(),
+        Some("AUTHORIZATION_DENIED")
+    );
+    assert!(driver.calls().is_empty());
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.delete")[0].0,
+        "authorization_denial"
+    );
+}
+
+#[test]
+fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
+    let f = fixture();
+    let mut c = f.db.client();
+    user(&mut c, "viewer1", "viewer");
+    let e = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'viewer1', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
+            &[&f.agent],
+        )
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("may not deploy"));
+    insert_namespace(&mut c, "ns2", "provisioning");
+    let e = c
+        .query_one("SELECT occ.agent_create('ns2', 'x', 'admin')", &[])
+        .unwrap_err();
+    assert!(e.as_db_error().unwrap().message().contains("must be ready"));
+    // A malformed snapshot is rejected by PostgreSQL itself.
+    let e = c
+        .execute(
+            "INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id, service_principal_id,
+               configuration_id, configuration_generation, document, harness_id, harness_version, harness_mode,
+               execution_mode, compute_id, compute_implementation, plugins)
+             SELECT 'bad', 'ns1', id, 7, 'admin', service_principal_id, 'cfg', 1, '{}', 'codex', '1.0.0',
+               'dedicated', 'dedicated', 'scripted', 'scripted', '[{\"id\": 5}]' FROM occ.agents WHERE id = $1",
+            &[&f.agent],
+        )
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("revision number"));
+    // Configuration puts make new generations; revisions pin theirs.
+    let v: Value = c
+        .query_one(
+            "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"n\"}', 'admin')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(v["generation"], json!(2));
+}

@@ -1,0 +1,348 @@
+//! A scripted Compute Driver for Agent and revision tests, and the harness that drives a real
+//! `runtime::Worker` with it until the queue is quiet.
+//!
+//! Every call is recorded as (method, revision or agent id). Answers come from per-method,
+//! per-target scripts (default: success, ready); a hook runs inside each call so a test can
+//! change the database mid-effect (races).
+
+use crate::support::TestDb;
+use occ_worker::cancel::CancelToken;
+use occ_worker::compute::*;
+use occ_worker::events::Events;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::QueueOptions;
+use occ_worker::reconcile::{revision::agent_registry, Context, Registry};
+use occ_worker::runtime::{RuntimeOptions, Worker};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One scripted answer of `prepare_revision`.
+#[derive(Clone, Debug)]
+pub enum Prepare {
+    Ready,
+    ReadyWithWarning(&'static str, &'static str),
+    Pending(&'static str),
+    RuntimeFailure(&'static str),
+    /// An observation naming another revision.
+    Mismatched,
+    Fail(ComputeError),
+}
+
+pub type Hook = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+#[derive(Default)]
+pub struct ScriptedDriver {
+    pub calls: Mutex<Vec<(String, String)>>,
+    pub prepare: Mutex<HashMap<String, VecDeque<Prepare>>>,
+    /// (method, target) → scripted failures, consumed in order; empty means success.
+    pub failures: Mutex<HashMap<(String, String), VecDeque<ComputeError>>>,
+    pub hook: Mutex<Option<Hook>>,
+    pub exclusive: bool,
+    pub maintenance: Option<Duration>,
+    pub latency: Duration,
+    pub inflight: Mutex<HashMap<String, usize>>,
+    /// Calls that ran while another call for the same Agent was in flight (lane violations).
+    pub overlaps: std::sync::atomic::AtomicUsize,
+}
+
+impl ScriptedDriver {
+    pub fn new() -> ScriptedDriver {
+        ScriptedDriver::default()
+    }
+
+    pub fn script_prepare(&self, revision: &str, steps: Vec<Prepare>) {
+        self.prepare
+            .lock()
+            .entry(revision.into())
+            .or_default()
+            .extend(steps);
+    }
+
+    pub fn fail(&self, method: &str, target: &str, error: ComputeError) {
+        self.failures
+            .lock()
+            .entry((method.into(), target.into()))
+            .or_default()
+            .push_back(error);
+    }
+
+    pub fn on_call(&self, hook: impl Fn(&str, &str) + Send + Sync + 'static) {
+        *self.hook.lock() = Some(Box::new(hook));
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<(String, String)> {
+        self.calls.lock().clone()
+    }
+
+    /// The calls of one method, by target.
+    pub fn calls_of(&self, method: &str) -> Vec<String> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
+    fn record_for(&self, agent: &str, method: &str, target: &str) -> Result<(), ComputeError> {
+        {
+            let mut inflight = self.inflight.lock();
+            let n = inflight.entry(agent.to_string()).or_default();
+            if *n > 0 {
+                self.overlaps
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            *n += 1;
+        }
+        let out = self.record(method, target);
+        *self.inflight.lock().entry(agent.to_string()).or_default() -= 1;
+        out
+    }
+
+    fn record(&self, method: &str, target: &str) -> Result<(), ComputeError> {
+        self.calls.lock().push((method.into(), target.into()));
+        if !self.latency.is_zero() {
+            std::thread::sleep(self.latency);
+        }
+        if let Some(hook) = &*self.hook.lock() {
+            hook(method, target);
+        }
+        match self
+            .failures
+            .lock()
+            .get_mut(&(method.to_string(), target.to_string()))
+            .and_then(|q| q.pop_front())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ComputeDriver for ScriptedDriver {
+    fn id(&self) -> &str {
+        "scripted"
+    }
+
+    fn implementation(&self) -> &str {
+        "scripted"
+    }
+
+    fn preflight(&self, _cancel: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
+        Ok(vec![])
+    }
+
+    fn ensure_namespace(
+        &self,
+        namespace: &NamespaceSpec,
+        _cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        self.record("ensure_namespace", &namespace.namespace_id)?;
+        Ok(NamespaceObservation {
+            namespace_id: namespace.namespace_id.clone(),
+            complete: true,
+            failure: None,
+            pending_reason: None,
+        })
+    }
+
+    fn delete_namespace(
+        &self,
+        namespace: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        self.ensure_namespace(namespace, cancel)
+    }
+
+    fn prepare_revision(
+        &self,
+        revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<RevisionObservation, ComputeError> {
+        self.record_for(
+            &revision.agent_id,
+            "prepare_revision",
+            &revision.revision_id,
+        )?;
+        let step = self
+            .prepare
+            .lock()
+            .get_mut(&revision.revision_id)
+            .and_then(|q| q.pop_front())
+            .unwrap_or(Prepare::Ready);
+        let mut o = RevisionObservation {
+            namespace_id: revision.namespace_id.clone(),
+            agent_id: revision.agent_id.clone(),
+            revision_id: revision.revision_id.clone(),
+            ready: true,
+            pending_reason: None,
+            runtime_failure: None,
+            warnings: vec![],
+        };
+        match step {
+            Prepare::Ready => {}
+            Prepare::ReadyWithWarning(code, plugin) => o.warnings.push(PluginWarning {
+                code: code.into(),
+                plugin_id: plugin.into(),
+            }),
+            Prepare::Pending(code) => {
+                o.ready = false;
+                o.pending_reason = Some(code.into());
+            }
+            Prepare::RuntimeFailure(code) => {
+                o.ready = false;
+                o.runtime_failure = Some(code.into());
+            }
+            Prepare::Mismatched => o.revision_id = "someone-else".into(),
+            Prepare::Fail(e) => return Err(e),
+        }
+        Ok(o)
+    }
+
+    fn activate_revision(
+        &self,
+        revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record_for(
+            &revision.agent_id,
+            "activate_revision",
+            &revision.revision_id,
+        )
+    }
+
+    fn stop_revision(
+        &self,
+        revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record_for(&revision.agent_id, "stop_revision", &revision.revision_id)
+    }
+
+    fn retire_revision(
+        &self,
+        revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record_for(&revision.agent_id, "retire_revision", &revision.revision_id)
+    }
+
+    fn delete_agent_runtime_credentials(
+        &self,
+        agent: &AgentSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record_for(
+            &agent.agent_id,
+            "delete_agent_runtime_credentials",
+            &agent.agent_id,
+        )
+    }
+
+    fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
+        self.exclusive
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        self.maintenance
+    }
+}
+
+/// Runs a real worker with `driver` until `done` holds (checked by bounded DB polling), then
+/// stops it through its `StopHandle`. Panics if `done` never holds within `timeout`.
+pub fn run_until(
+    db: &TestDb,
+    driver: Arc<ScriptedDriver>,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    run_with(db, driver, Opts::default(), done)
+}
+
+/// Worker settings for one run.
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub lease: Duration,
+    pub convergence: Duration,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            concurrency: 4,
+            timeout: Duration::from_secs(30),
+            lease: Duration::from_secs(5),
+            convergence: Duration::from_secs(60),
+        }
+    }
+}
+
+pub fn run_with(
+    db: &TestDb,
+    driver: Arc<ScriptedDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    let Opts {
+        concurrency,
+        timeout,
+        lease,
+        convergence,
+    } = opts;
+    let mut queue = QueueOptions::new(lease, 5);
+    queue.retry_base = Duration::from_millis(50);
+    let ctx = Arc::new(Context {
+        pool: db.pool((concurrency as u32) * 2 + 4),
+        compute: driver,
+        installation_id: "inst".into(),
+        queue,
+        convergence_timeout: convergence,
+        events: Events::discard(),
+        metrics: Metrics::new(),
+    });
+    let worker = Worker::new(
+        ctx,
+        agent_registry(Registry::new()),
+        RuntimeOptions {
+            concurrency,
+            poll_interval: Duration::from_millis(25),
+            shutdown_grace: Duration::from_secs(5),
+            listen_url: Some(db.url.clone()),
+            db_timeout: Duration::from_secs(10),
+        },
+    );
+    let stop = worker.stop_handle();
+    let handle = std::thread::spawn(move || worker.run());
+    let mut client = db.client();
+    let start = Instant::now();
+    let mut ok = false;
+    while start.elapsed() < timeout {
+        if done(&mut client) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.stop();
+    handle.join().expect("worker thread").expect("worker run");
+    assert!(
+        ok,
+        "the queue did not reach the expected state within {timeout:?}"
+    );
+}
+
+/// Whether no work is queued or claimed.
+pub fn quiet(client: &mut postgres::Client) -> bool {
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    n == 0
+}

@@ -1,0 +1,789 @@
+//! AgentRevision deployment (SPEC R2-R12) with a real worker and the scripted driver: one test
+//! per reachable reason code, the races of R4/R6, and a concurrency run.
+
+use crate::agent::{
+    active, audits, create_agent, deploy, evidence, fixture, stop, user, work, Fixture,
+};
+use crate::agent_driver::{quiet, run_until, run_with, Opts, Prepare, ScriptedDriver};
+use crate::support::{insert_namespace, TestDb};
+use occ_worker::compute::ComputeError;
+use postgres::Client;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn key(rev: &str) -> String {
+    format!("agent_revision:{rev}:reconcile")
+}
+
+fn status(c: &mut Client, rev: &str) -> (String, Option<String>, Value) {
+    let r = c
+        .query_one(
+            "SELECT state, error, warnings FROM occ.revision_status WHERE revision_id = $1",
+            &[&rev],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+fn run(f: &Fixture, driver: &Arc<ScriptedDriver>) {
+    run_until(&f.db, driver.clone(), quiet);
+}
+
+/// Runs one deployment that must fail with `code` before any Compute call (R2).
+fn assert_refused(f: &Fixture, rev: &str, code: &str) {
+    let driver = Arc::new(ScriptedDriver::new());
+    run(f, &driver);
+    let mut c = f.db.client();
+    let (state, got, _, _) = work(&mut c, &key(rev));
+    assert_eq!(
+        (state.as_str(), got.as_deref()),
+        ("failed_permanent", Some(code))
+    );
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(status(&mut c, rev).1.as_deref(), Some(code));
+    let a = audits(&mut c, "openclaw.agents.deploy");
+    assert_eq!(a.len(), 1);
+    let kind = if code == "AUTHORIZATION_DENIED" || code == "ACTOR_REVOKED" {
+        "authorization_denial"
+    } else {
+        "mutation"
+    };
+    assert_eq!(a[0].0, kind);
+}
+
+/// Inserts a revision directly (admission only ever writes secret auth) and its work.
+fn insert_revision(c: &mut Client, agent: &str, auth: Value) -> String {
+    c.execute(
+        "INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id, service_principal_id,
+           configuration_id, configuration_generation, document, harness_id, harness_version, harness_mode,
+           execution_mode, compute_id, compute_implementation, harness_auth)
+         SELECT 'rx', 'ns1', id, 1, 'admin', service_principal_id, 'cfg', 1, '{}', 'codex', '1.0.0',
+           'dedicated', 'dedicated', 'scripted', 'scripted', $2 FROM occ.agents WHERE id = $1",
+        &[&agent, &auth],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
+         VALUES ('agent_revision:rx:reconcile', 'ns1', $1, 'rx', 'admin')",
+        &[&agent],
+    )
+    .unwrap();
+    "rx".into()
+}
+
+#[test]
+fn r6_a_ready_revision_activates_with_one_audit_and_reports_warnings() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted', '{}', '[{\"id\": \"web\"}]')",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    let rev = v["revisionId"].as_str().unwrap().to_string();
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::ReadyWithWarning("PLUGIN_DEGRADED", "web")],
+    );
+    run(&f, &driver);
+    let (state, code, data, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    let warnings = json!([{"code": "PLUGIN_DEGRADED", "pluginId": "web"}]);
+    assert_eq!(data, Some(json!({ "warnings": warnings })));
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("prepare_revision".to_string(), rev.clone()),
+            ("activate_revision".to_string(), rev.clone())
+        ]
+    );
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        1
+    );
+    assert_eq!(status(&mut c, &rev), ("active".to_string(), None, warnings));
+}
+
+#[test]
+fn r6_a_newer_revision_retires_its_predecessor() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let r2 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), Some(r2.clone()));
+    assert!(driver
+        .calls()
+        .contains(&("retire_revision".to_string(), r1.clone())));
+    assert_eq!(status(&mut c, &r1).0, "superseded");
+    assert_eq!(status(&mut c, &r2).0, "active");
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired);
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        2
+    );
+}
+
+#[test]
+fn r2_namespace_not_ready() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.execute("UPDATE occ.namespaces_all SET status = 'failed'", &[])
+        .unwrap();
+    assert_refused(&f, &rev, "NAMESPACE_NOT_READY");
+}
+
+#[test]
+fn r2_harness_descriptor_mismatch() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted', '{}', '[]', '9.0.0')",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_refused(
+        &f,
+        v["revisionId"].as_str().unwrap(),
+        "HARNESS_DESCRIPTOR_MISMATCH",
+    );
+}
+
+#[test]
+fn r2_compute_driver_mismatch() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kube-1', 'kubernetes')",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_refused(
+        &f,
+        v["revisionId"].as_str().unwrap(),
+        "COMPUTE_DRIVER_MISMATCH",
+    );
+}
+
+#[test]
+fn r2_invalid_admitted_revision() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET service_principal_id = 'sp-someone' WHERE id = $1",
+        &[&rev],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    assert_refused(&f, &rev, "INVALID_ADMITTED_REVISION");
+}
+
+#[test]
+fn r2_actor_revoked() {
+    let f = fixture();
+    let mut c = f.db.client();
+    user(&mut c, "bob", "namespace-admin");
+    let rev = crate::agent::deploy_as(&mut c, &f.agent, "bob");
+    c.execute("DELETE FROM occ.identities WHERE id = 'bob'", &[])
+        .unwrap();
+    assert_refused(&f, &rev, "ACTOR_REVOKED");
+}
+
+#[test]
+fn r2_invalid_agent_principal() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute("DELETE FROM occ.identities WHERE id = $1", &[&f.principal])
+        .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    assert_refused(&f, &rev, "INVALID_AGENT_PRINCIPAL");
+}
+
+#[test]
+fn r2_authorization_denied_for_deploy_read_and_secret_operate() {
+    for (principal, action, kind, id) in [
+        ("admin", "deploy", "agent", None),
+        ("admin", "read", "configuration", Some("cfg")),
+        ("admin", "operate", "secret", Some("key")),
+        ("principal", "operate", "secret", Some("key")),
+    ] {
+        let f = fixture();
+        let mut c = f.db.client();
+        let rev = deploy(&mut c, &f.agent);
+        let principal = if principal == "principal" {
+            f.principal.clone()
+        } else {
+            principal.to_string()
+        };
+        let id = id.map(String::from).unwrap_or(f.agent.clone());
+        c.execute(
+            "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+             VALUES ($1, ARRAY[$2], 'resource', 'ns1', $3, $4)",
+            &[&principal, &action, &kind, &id],
+        )
+        .unwrap();
+        assert_refused(&f, &rev, "AUTHORIZATION_DENIED");
+    }
+}
+
+#[test]
+fn r2_harness_auth_required_and_invalid() {
+    let f = fixture();
+    let mut c = f.db.client();
+    c.execute(
+        "INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id, service_principal_id,
+           configuration_id, configuration_generation, document, harness_id, harness_version, harness_mode,
+           execution_mode, compute_id, compute_implementation, harness_auth)
+         SELECT 'rx', 'ns1', id, 1, 'admin', service_principal_id, 'cfg', 1, '{}', 'codex', '1.0.0',
+           'dedicated', 'dedicated', 'scripted', 'scripted', NULL FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    )
+    .unwrap();
+    c.execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
+         VALUES ('agent_revision:rx:reconcile', 'ns1', $1, 'rx', 'admin')",
+        &[&f.agent],
+    )
+    .unwrap();
+    assert_refused(&f, "rx", "HARNESS_AUTH_REQUIRED");
+
+    let f = fixture();
+    let mut c = f.db.client();
+    insert_namespace(&mut c, "ns2", "ready");
+    let rev = insert_revision(
+        &mut c,
+        &f.agent,
+        json!({"method": "secret", "source": {"namespaceId": "ns2", "id": "key"}}),
+    );
+    assert_refused(&f, &rev, "INVALID_HARNESS_AUTH");
+}
+
+#[test]
+fn r2_invalid_secret_bindings() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"missing\"}}')",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_refused(
+        &f,
+        v["revisionId"].as_str().unwrap(),
+        "INVALID_SECRET_BINDINGS",
+    );
+}
+
+#[test]
+fn r2_managed_account_source_backend_and_availability() {
+    for (code, change) in [
+        (
+            "HARNESS_AUTH_SOURCE_CHANGED",
+            "UPDATE occ.service_accounts SET access_token_ref = 'other'",
+        ),
+        (
+            "SERVICE_ACCOUNT_BACKEND_MISMATCH",
+            "UPDATE occ.service_accounts SET backend_id = 'b2'",
+        ),
+        (
+            "BACKEND_UNAVAILABLE",
+            "UPDATE occ.service_accounts SET backend_available = false",
+        ),
+    ] {
+        let f = fixture();
+        let mut c = f.db.client();
+        c.execute(
+            "INSERT INTO occ.service_accounts (namespace_id, id, access_token_ref, backend_id) VALUES ('ns1', 'acct', 'tok', 'b1')",
+            &[],
+        )
+        .unwrap();
+        let rev = insert_revision(
+            &mut c,
+            &f.agent,
+            json!({"method": "service_account", "source": {"namespaceId": "ns1", "id": "acct"},
+                   "accessTokenRef": "tok", "backendId": "b1"}),
+        );
+        c.execute(change, &[]).unwrap();
+        assert_refused(&f, &rev, code);
+    }
+}
+
+#[test]
+fn r3_a_stopped_agent_stops_the_revision() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let stop_key = stop(&mut c, &f.agent, "admin");
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_STOPPED")
+    );
+    // The revision's own work stops it; the Agent stop then stops the candidate admitted
+    // before it again (idempotent), with nothing active.
+    assert_eq!(
+        driver.calls_of("stop_revision"),
+        vec![rev.clone(), rev.clone()]
+    );
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(status(&mut c, &rev).0, "stopped");
+    assert_eq!(
+        work(&mut c, &stop_key).1.as_deref(),
+        Some("AGENT_ALREADY_STOPPED")
+    );
+}
+
+#[test]
+fn r4_back_to_back_revisions_the_older_never_replaces_the_newer() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let r2 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&r1, vec![Prepare::Pending("REVISION_UNSCHEDULABLE")]);
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), Some(r2.clone()));
+    assert_eq!(
+        work(&mut c, &key(&r1)).1.as_deref(),
+        Some("REVISION_SUPERSEDED")
+    );
+    assert_eq!(
+        driver.calls_of("prepare_revision"),
+        vec![r1.clone(), r2.clone()]
+    );
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.supersede").len(),
+        1
+    );
+    assert_eq!(status(&mut c, &r1).0, "superseded");
+}
+
+#[test]
+fn r5_pending_defers_with_its_code_and_refunds_the_attempt() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Pending("REVISION_IMAGE_PULL_FAILED")]);
+    run(&f, &driver);
+    let (_, code, _, attempts) = work(&mut c, &key(&rev));
+    assert_eq!(code.as_deref(), Some("REVISION_ACTIVATED"));
+    assert_eq!(attempts, 1, "deferral refunds the attempt");
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:REVISION_IMAGE_PULL_FAILED",
+            "succeeded:REVISION_ACTIVATED"
+        ]
+    );
+}
+
+#[test]
+fn r5_a_held_runtime_failure_ends_at_once_and_stops_the_candidate() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::RuntimeFailure("RUNTIME_AUTHENTICATION_FAILED")],
+    );
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
+    );
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(status(&mut c, &rev).0, "failed");
+}
+
+#[test]
+fn r5_pending_past_the_deadline_fails_with_timeout_and_runtime_failure() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        (0..20)
+            .map(|_| Prepare::RuntimeFailure("RUNTIME_CRASH_LOOP"))
+            .collect(),
+    );
+    let opts = Opts {
+        convergence: Duration::from_millis(300),
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    assert_eq!(
+        data,
+        Some(json!({"timeoutMs": 300, "runtimeFailure": "RUNTIME_CRASH_LOOP"}))
+    );
+}
+
+#[test]
+fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
+    );
+    assert_eq!(
+        driver.calls_of("stop_revision"),
+        vec![rev.clone(), rev.clone()]
+    );
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "failed:INVALID_DRIVER_OBSERVATION"
+        ]
+    );
+    let refusal: Option<String> = c
+        .query_one(
+            "SELECT refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 AND a.outcome = 'failed'",
+            &[&key(&rev)],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(refusal.as_deref(), Some("INVALID_DRIVER_OBSERVATION"));
+}
+
+#[test]
+fn r8_exclusive_replacement_stops_predecessors_before_prepare() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        exclusive: true,
+        ..ScriptedDriver::default()
+    });
+    run(&f, &driver);
+    driver.calls.lock().clear();
+    let r2 = deploy(&mut c, &f.agent);
+    run(&f, &driver);
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("stop_revision".to_string(), r1.clone()),
+            ("prepare_revision".to_string(), r2.clone()),
+            ("activate_revision".to_string(), r2.clone()),
+            ("retire_revision".to_string(), r1.clone()),
+        ]
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(r2));
+}
+
+#[test]
+fn r10_transient_failures_defer_without_spending_attempts_others_retry() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![
+            Prepare::Fail(ComputeError::transient("scripted", Some(503))),
+            Prepare::Fail(ComputeError::retryable("scripted", Some(409))),
+        ],
+    );
+    run(&f, &driver);
+    let (_, code, _, attempts) = work(&mut c, &key(&rev));
+    assert_eq!(code.as_deref(), Some("REVISION_ACTIVATED"));
+    assert_eq!(attempts, 2, "only the retry spent an attempt");
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:DEPENDENCY_UNAVAILABLE",
+            "retry:DEPENDENCY_UNAVAILABLE",
+            "succeeded:REVISION_ACTIVATED"
+        ]
+    );
+}
+
+#[test]
+fn r6_race_a_stop_admitted_while_the_deployment_prepares_wins() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        if method == "prepare_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute("SELECT occ.agent_stop('ns1', $1, 'admin')", &[&agent])
+                .unwrap();
+        }
+    });
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_STOPPED")
+    );
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert!(driver.calls_of("activate_revision").is_empty());
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+    assert!(audits(&mut c, "openclaw.agents.lifecycle.activate").is_empty());
+}
+
+#[test]
+fn r6_race_a_lost_compare_and_set_retries_active_revision_changed() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    let r2 = deploy(&mut c, &f.agent);
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = fired.clone();
+    driver.on_call(move |method, _| {
+        if method == "prepare_revision" && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.agents SET active_revision_id = NULL WHERE id = $1",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    run(&f, &driver);
+    assert_eq!(
+        evidence(&mut c, &key(&r2)),
+        vec![
+            "retry:ACTIVE_REVISION_CHANGED",
+            "succeeded:REVISION_ACTIVATED"
+        ]
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(r2));
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        2
+    );
+    let _ = r1;
+}
+
+#[test]
+fn r6_r7_a_claim_lost_after_activation_ends_with_exactly_one_activation_audit() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    let url = f.db.url.clone();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = fired.clone();
+    driver.on_call(move |method, _| {
+        if method == "activate_revision" && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE state = 'claimed'",
+                &[],
+            )
+            .unwrap();
+        }
+    });
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ALREADY_ACTIVE"))
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert_eq!(
+        driver.calls_of("activate_revision"),
+        vec![rev.clone(), rev.clone()]
+    );
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        1
+    );
+    assert_eq!(status(&mut c, &rev).0, "active");
+}
+
+#[test]
+fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running_revision() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(200)),
+        ..ScriptedDriver::default()
+    });
+    // Reconcile: ready; first maintenance: ready; second: a runtime failure.
+    driver.script_prepare(
+        &rev,
+        vec![
+            Prepare::Ready,
+            Prepare::Ready,
+            Prepare::RuntimeFailure("RUNTIME_STARTUP_FAILED"),
+        ],
+    );
+    run_until(&f.db, driver.clone(), |c| {
+        let failed: i64 = c
+            .query_one(
+                "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        failed == 1
+    });
+    let rows = c
+        .query(
+            "SELECT state, reason_code FROM occ.work WHERE operation = 'revision_maintenance' ORDER BY id",
+            &[],
+        )
+        .unwrap();
+    let states: Vec<(String, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        states[0],
+        ("succeeded".into(), Some("REVISION_ALREADY_ACTIVE".into()))
+    );
+    assert_eq!(
+        states[1],
+        (
+            "failed_permanent".into(),
+            Some("RUNTIME_STARTUP_FAILED".into())
+        )
+    );
+    assert!(states.len() >= 3, "the next bucket is enqueued: {states:?}");
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert!(driver.calls_of("retire_revision").is_empty());
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        1
+    );
+    assert_eq!(status(&mut c, &rev).0, "active");
+}
+
+#[test]
+fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for n in 0..20 {
+        insert_namespace(&mut c, &format!("ns{n}"), "ready");
+        c.execute(
+            "SELECT occ.configuration_put($1, 'cfg', '{}', 'admin')",
+            &[&format!("ns{n}")],
+        )
+        .unwrap();
+        c.execute(
+            "SELECT occ.secret_create($1, 'key', 'k/k/k', 'admin')",
+            &[&format!("ns{n}")],
+        )
+        .unwrap();
+    }
+    let mut agents = Vec::new();
+    for i in 0..200 {
+        let ns = format!("ns{}", i % 20);
+        let (agent, _) = create_agent(&mut c, &ns, &format!("a{i}"));
+        agents.push((ns, agent));
+    }
+    for _ in 0..3 {
+        for (ns, agent) in &agents {
+            c.execute(
+                "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
+                &[ns, agent],
+            )
+            .unwrap();
+        }
+    }
+    let driver = Arc::new(ScriptedDriver {
+        latency: Duration::from_millis(1),
+        ..ScriptedDriver::default()
+    });
+    let opts = Opts {
+        concurrency: 16,
+        timeout: Duration::from_secs(180),
+        ..Opts::default()
+    };
+    run_with(&db, driver.clone(), opts, quiet);
+    let wrong: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.agents a JOIN occ.agent_revisions r ON r.agent_id = a.id
+             WHERE (r.revision = 3 AND a.active_revision_id IS DISTINCT FROM r.id)
+                OR (r.revision < 3 AND r.retired_at IS NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(wrong, 0);
+    let dup: i64 = c
+        .query_one(
+            "SELECT count(*) FROM (SELECT resource_id FROM occ.audit_events
+               WHERE action = 'openclaw.agents.lifecycle.activate' GROUP BY resource_id HAVING count(*) <> 1) d",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(dup, 0);
+    let failed: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.work WHERE state <> 'succeeded'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(failed, 0);
+    assert_eq!(
+        driver.overlaps.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no Agent had two claims at once"
+    );
+}
