@@ -337,3 +337,28 @@ SELECT r.id AS revision_id, r.namespace_id, r.agent_id, r.revision,
 FROM occ.agent_revisions r
 JOIN occ.agents a ON a.id = r.agent_id
 LEFT JOIN occ.work w ON w.idempotency_key = 'agent_revision:' || r.id || ':reconcile';
+
+-- Read model for operators: an Agent with every revision's deployment status (R12).
+CREATE FUNCTION occ.agent_show(p_namespace text, p_agent text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    a occ.agents;
+BEGIN
+    SELECT * INTO a FROM occ.agents
+    WHERE namespace_id = p_namespace AND (id = p_agent OR name = p_agent)
+    ORDER BY (id = p_agent) DESC LIMIT 1;
+    IF a.id IS NULL THEN
+        RAISE EXCEPTION 'agent %/% does not exist', p_namespace, p_agent USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN jsonb_build_object(
+        'id', a.id, 'namespaceId', a.namespace_id, 'name', a.name, 'status', a.status,
+        'desiredRuntimeState', a.desired_runtime_state, 'activeRevisionId', a.active_revision_id,
+        'servicePrincipalId', a.service_principal_id,
+        'revisions', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'id', s.revision_id, 'revision', s.revision, 'state', s.state,
+                'reasonCode', s.reason_code, 'error', s.error, 'warnings', s.warnings,
+                'attempts', s.attempts, 'createdAt', s.created_at, 'updatedAt', s.updated_at,
+                'completedAt', s.completed_at, 'retiredAt', s.retired_at) ORDER BY s.revision)
+            FROM occ.revision_status s WHERE s.agent_id = a.id), '[]'::jsonb));
+END $$;

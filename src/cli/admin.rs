@@ -10,6 +10,8 @@ pub enum AdminCommand {
     /// The work queue.
     #[command(subcommand)]
     Work(WorkCommand),
+    #[command(flatten)]
+    AgentAdmin(super::admin_agent::AgentAdmin),
 }
 
 #[derive(Subcommand)]
@@ -38,6 +40,7 @@ pub fn db_message(e: &postgres::Error) -> String {
 pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
     match command {
         AdminCommand::Work(cmd) => work(globals, cmd),
+        AdminCommand::AgentAdmin(cmd) => super::admin_agent::run(globals, cmd),
     }
 }
 

@@ -2,6 +2,7 @@
 //! otherwise, and fail with one line. No SQL here beyond calling library functions.
 
 mod admin;
+mod admin_agent;
 mod worker;
 
 use clap::{Parser, Subcommand};

@@ -512,3 +512,114 @@ fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
         .get(0);
     assert_eq!(v["generation"], json!(2));
 }
+
+fn cli(db: &TestDb, args: &[&str]) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(["--json", "--database-url", &db.url])
+        .args(args)
+        .output()
+        .expect("run occ-worker");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+#[test]
+fn o_cli_admits_an_agent_deployment_and_shows_its_revision_status() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "ready");
+    let dir = std::env::temp_dir().join(format!("occ-cfg-{}", db.name));
+    std::fs::write(&dir, r#"{"model": "m"}"#).unwrap();
+    let cfg = cli(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "ns1",
+            "cfg",
+            "--file",
+            dir.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(cfg["generation"], json!(1));
+    std::fs::remove_file(&dir).unwrap();
+    cli(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "ns1",
+            "key",
+            "--backend-ref",
+            "ns1/keys/api",
+            "--actor",
+            "admin",
+        ],
+    );
+    let agent = cli(
+        &db,
+        &["admin", "agent", "create", "ns1", "bot", "--actor", "admin"],
+    );
+    let deployed = cli(
+        &db,
+        &[
+            "admin",
+            "agent",
+            "deploy",
+            "ns1",
+            "bot",
+            "--actor",
+            "admin",
+            "--configuration",
+            "cfg",
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "scripted",
+            "--compute-implementation",
+            "scripted",
+        ],
+    );
+    assert_eq!(deployed["revision"], json!(1));
+    let shown = cli(&db, &["admin", "agent", "show", "ns1", "bot"]);
+    assert_eq!(shown["id"], agent["id"]);
+    assert_eq!(shown["revisions"][0]["state"], json!("pending"));
+    assert_eq!(shown["revisions"][0]["error"], Value::Null);
+    let stopped = cli(
+        &db,
+        &["admin", "agent", "stop", "ns1", "bot", "--actor", "admin"],
+    );
+    assert!(stopped["work"].as_str().unwrap().ends_with(":stop:1"));
+    cli(
+        &db,
+        &["admin", "agent", "delete", "ns1", "bot", "--actor", "admin"],
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args([
+            "--database-url",
+            &db.url,
+            "admin",
+            "agent",
+            "stop",
+            "ns1",
+            "bot",
+            "--actor",
+            "admin",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is being deleted"));
+}

@@ -268,6 +268,8 @@ pub struct Opts {
     pub timeout: Duration,
     pub lease: Duration,
     pub convergence: Duration,
+    /// Independent workers, each with its own pool (as separate processes would be).
+    pub workers: usize,
 }
 
 impl Default for Opts {
@@ -277,6 +279,7 @@ impl Default for Opts {
             timeout: Duration::from_secs(30),
             lease: Duration::from_secs(5),
             convergence: Duration::from_secs(60),
+            workers: 1,
         }
     }
 }
@@ -292,31 +295,35 @@ pub fn run_with(
         timeout,
         lease,
         convergence,
+        workers,
     } = opts;
-    let mut queue = QueueOptions::new(lease, 5);
-    queue.retry_base = Duration::from_millis(50);
-    let ctx = Arc::new(Context {
-        pool: db.pool((concurrency as u32) * 2 + 4),
-        compute: driver,
-        installation_id: "inst".into(),
-        queue,
-        convergence_timeout: convergence,
-        events: Events::discard(),
-        metrics: Metrics::new(),
-    });
-    let worker = Worker::new(
-        ctx,
-        agent_registry(Registry::new()),
-        RuntimeOptions {
-            concurrency,
-            poll_interval: Duration::from_millis(25),
-            shutdown_grace: Duration::from_secs(5),
-            listen_url: Some(db.url.clone()),
-            db_timeout: Duration::from_secs(10),
-        },
-    );
-    let stop = worker.stop_handle();
-    let handle = std::thread::spawn(move || worker.run());
+    let mut running = Vec::new();
+    for _ in 0..workers {
+        let mut queue = QueueOptions::new(lease, 5);
+        queue.retry_base = Duration::from_millis(50);
+        let ctx = Arc::new(Context {
+            pool: db.pool((concurrency as u32) * 2 + 4),
+            compute: driver.clone(),
+            installation_id: "inst".into(),
+            queue,
+            convergence_timeout: convergence,
+            events: Events::discard(),
+            metrics: Metrics::new(),
+        });
+        let worker = Worker::new(
+            ctx,
+            agent_registry(Registry::new()),
+            RuntimeOptions {
+                concurrency,
+                poll_interval: Duration::from_millis(25),
+                shutdown_grace: Duration::from_secs(5),
+                listen_url: Some(db.url.clone()),
+                db_timeout: Duration::from_secs(10),
+            },
+        );
+        let stop = worker.stop_handle();
+        running.push((stop, std::thread::spawn(move || worker.run())));
+    }
     let mut client = db.client();
     let start = Instant::now();
     let mut ok = false;
@@ -327,8 +334,12 @@ pub fn run_with(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    stop.stop();
-    handle.join().expect("worker thread").expect("worker run");
+    for (stop, _) in &running {
+        stop.stop();
+    }
+    for (_, handle) in running {
+        handle.join().expect("worker thread").expect("worker run");
+    }
     assert!(
         ok,
         "the queue did not reach the expected state within {timeout:?}"

@@ -748,9 +748,11 @@ fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
         latency: Duration::from_millis(1),
         ..ScriptedDriver::default()
     });
+    // Two independent workers (as two processes would be), 16 threads each.
     let opts = Opts {
         concurrency: 16,
         timeout: Duration::from_secs(180),
+        workers: 2,
         ..Opts::default()
     };
     run_with(&db, driver.clone(), opts, quiet);
@@ -785,5 +787,142 @@ fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
         driver.overlaps.load(std::sync::atomic::Ordering::SeqCst),
         0,
         "no Agent had two claims at once"
+    );
+}
+
+#[test]
+fn r9_authorization_revoked_mid_deployment_stops_the_candidate_before_failing() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Pending("REVISION_INCOMPLETE")]);
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        if method == "prepare_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+                 VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("AUTHORIZATION_DENIED"))
+    );
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("prepare_revision".to_string(), rev.clone()),
+            ("stop_revision".to_string(), rev.clone())
+        ]
+    );
+    let a = audits(&mut c, "openclaw.agents.deploy");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].0, "authorization_denial");
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r2_a_pointer_to_another_agents_revision_is_invalid_active_revision() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let (other, _) = create_agent(&mut c, "ns1", "other");
+    let foreign = deploy(&mut c, &other);
+    c.execute("DELETE FROM occ.work", &[]).unwrap();
+    let rev = deploy(&mut c, &f.agent);
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agents SET active_revision_id = $2 WHERE id = $1",
+        &[&f.agent, &foreign],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("INVALID_ACTIVE_REVISION")
+    );
+    assert!(driver.calls().is_empty());
+}
+
+fn maintenance_work(c: &mut Client, agent: &str, rev: &str) -> String {
+    let key = format!("agent_revision:{rev}:maintenance:1");
+    c.execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
+         VALUES ($1, 'ns1', $2, $3, 'admin')",
+        &[&key, &agent, &rev],
+    )
+    .unwrap();
+    key
+}
+
+#[test]
+fn r11_maintenance_never_reactivates_a_failed_deployment() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::RuntimeFailure("RUNTIME_STARTUP_FAILED")],
+    );
+    run(&f, &driver);
+    driver.calls.lock().clear();
+    let m = maintenance_work(&mut c, &f.agent, &rev);
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &m);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("REVISION_SUPERSEDED"))
+    );
+    assert!(driver.calls().is_empty());
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r11_maintenance_of_a_revision_no_longer_active_is_superseded() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let r2 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    driver.calls.lock().clear();
+    let m = maintenance_work(&mut c, &f.agent, &r1);
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &m).1.as_deref(),
+        Some("REVISION_MAINTENANCE_SUPERSEDED")
+    );
+    assert!(driver.calls().is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(r2));
+}
+
+#[test]
+fn r12_status_view_reports_pending_while_queued_and_failed_with_its_error() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    assert_eq!(status(&mut c, &rev), ("pending".into(), None, json!([])));
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    run(&f, &driver);
+    assert_eq!(
+        status(&mut c, &rev),
+        (
+            "failed".into(),
+            Some("INVALID_DRIVER_OBSERVATION".into()),
+            json!([])
+        )
     );
 }
