@@ -238,14 +238,23 @@ pub fn readiness_recheck(age: Duration) -> Duration {
     (age / 40).clamp(Duration::from_millis(500), Duration::from_secs(5))
 }
 
-/// Renews the claim, then runs one Compute call (W2). A cancelled call loses the pass;
-/// every other error is returned for the reconciler to classify.
+/// Renews the claim, then runs one Compute call (W2), timed as `effect` (`deploy`, `stop`,
+/// `retire`, `credentials`; W6). A cancelled call loses the pass; every other error is
+/// returned for the reconciler to classify.
 pub fn effect<T>(
     pass: &Pass<'_>,
+    label: &'static str,
     call: impl FnOnce(&CancelToken) -> Result<T, ComputeError>,
 ) -> Result<Result<T, ComputeError>, PassError> {
     pass.before_effect()?;
-    match call(pass.cancel()) {
+    let started = std::time::Instant::now();
+    let out = call(pass.cancel());
+    pass.ctx
+        .metrics
+        .effect_duration
+        .with_label_values(&[label])
+        .observe(started.elapsed().as_secs_f64());
+    match out {
         Err(e) if matches!(e.kind(), ComputeErrorKind::Cancelled(_)) => Err(e.into()),
         other => Ok(other),
     }
@@ -266,8 +275,8 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
 
 /// Runs an effect and returns its report from the enclosing function when it fails.
 macro_rules! try_effect {
-    ($pass:expr, $call:expr) => {
-        match $crate::reconcile::agent::effect($pass, $call)? {
+    ($pass:expr, $label:expr, $call:expr) => {
+        match $crate::reconcile::agent::effect($pass, $label, $call)? {
             Ok(v) => v,
             Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass)),
         }
@@ -351,6 +360,8 @@ impl Reconciler for AgentStop {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }
         let mut cleanup: Vec<&RevisionRow> = active.into_iter().collect();
+        // A retired revision's runtime is already gone (its retirement was confirmed before
+        // `retired_at` was set), so only unretired ones can still own resources.
         cleanup.extend(revisions.iter().filter(|r| {
             Some(r.id.as_str()) != agent.active_revision_id.as_deref()
                 && r.owned_by(pass)
@@ -376,7 +387,7 @@ impl Reconciler for AgentStop {
                 }
             }
             let spec = revision.spec(&pass.ctx.installation_id);
-            try_effect!(pass, |c| driver.stop_revision(&spec, c));
+            try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         }
         Ok(match active {
             Some(a) => Report::success("AGENT_STOPPED").with_detail(json!({"stopped": a.id})),
@@ -471,7 +482,7 @@ impl Reconciler for AgentDelete {
         let driver = pass.ctx.compute.clone();
         for revision in &revisions {
             let spec = revision.spec(&pass.ctx.installation_id);
-            try_effect!(pass, |c| driver.retire_revision(&spec, c));
+            try_effect!(pass, "retire", |c| driver.retire_revision(&spec, c));
         }
         let spec = AgentSpec {
             installation_id: pass.ctx.installation_id.clone(),
@@ -479,7 +490,8 @@ impl Reconciler for AgentDelete {
             agent_id: agent_id.clone(),
             service_principal_id: agent.service_principal_id.clone(),
         };
-        try_effect!(pass, |c| driver.delete_agent_runtime_credentials(&spec, c));
+        try_effect!(pass, "credentials", |c| driver
+            .delete_agent_runtime_credentials(&spec, c));
         let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
         let details =
             json!({"retiredRevisions": retired, "servicePrincipalId": agent.service_principal_id});

@@ -395,7 +395,10 @@ pub fn resolve(
     convergence_timeout: Duration,
 ) -> Report {
     match report.outcome {
-        Outcome::Pending { .. } if age >= convergence_timeout => {
+        // A refused candidate whose stop is still pending keeps waiting past the deadline:
+        // the work never ends with the refused candidate running (R9). Its failure is
+        // published once the stop succeeds.
+        Outcome::Pending { .. } if age >= convergence_timeout && report.refusal.is_none() => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
             if let Some(failure) = &report.runtime_failure {
                 data["runtimeFailure"] = Value::from(failure.clone());
@@ -478,6 +481,20 @@ mod tests {
             r.result_data,
             Some(json!({"timeoutMs": 5000, "runtimeFailure": "RUNTIME_STARTUP_FAILED"}))
         );
+    }
+
+    #[test]
+    fn a_pending_refused_candidate_stop_outlives_the_deadline() {
+        let mut report = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", Duration::from_secs(1));
+        report.refusal = Some("AUTHORIZATION_DENIED".into());
+        let r = resolve(
+            report.clone(),
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r, report);
     }
 
     #[test]

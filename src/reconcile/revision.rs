@@ -23,8 +23,8 @@
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
 use super::agent::{
-    audit, deny, effect, is_denial, load_agent, load_revisions, readiness_recheck, try_effect,
-    AgentRow, Audit, RevisionRow,
+    audit, compute_report, deny, effect, is_denial, load_agent, load_revisions, readiness_recheck,
+    try_effect, AgentRow, Audit, RevisionRow,
 };
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::valid_revision_observation;
@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
+const SECRETS_FOUND: &str = include_str!("../../sql/queries/revision_secrets_found.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
@@ -45,6 +46,7 @@ const MAINTENANCE_ENQUEUE: &str =
 /// Every query file this module embeds.
 pub const QUERY_FILES: &[&str] = &[
     "revision_lookup.sql",
+    "revision_secrets_found.sql",
     "revision_service_account.sql",
     "revision_activate.sql",
     "revision_retire_earlier.sql",
@@ -137,13 +139,8 @@ impl RevisionReconciler {
             .active_revision_id
             .as_ref()
             .and_then(|id| all.iter().find(|r| &r.id == id).cloned());
-        let secret_ids: Vec<String> = secret_refs(&revision)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
         let key = format!("agent_revision:{revision_id}:reconcile");
-        let row = db.query_one(LOOKUP, &[&claim.id, &key, &claim.namespace_id, &secret_ids])?;
+        let row = db.query_one(LOOKUP, &[&claim.id, &key])?;
         Ok(Some(Loaded {
             agent,
             revision,
@@ -153,7 +150,7 @@ impl RevisionReconciler {
             refused_stop_attempts: row.get(1),
             reconcile_state: row.get(2),
             reconcile_code: row.get(3),
-            stored_refusal: row.get(5),
+            stored_refusal: row.get(4),
         }))
     }
 
@@ -303,7 +300,7 @@ impl RevisionReconciler {
         }
         let spec = l.revision.spec(&pass.ctx.installation_id);
         let driver = pass.ctx.compute.clone();
-        match effect(pass, |c| driver.stop_revision(&spec, c))? {
+        match effect(pass, "stop", |c| driver.stop_revision(&spec, c))? {
             Ok(()) => {
                 refusal.refusal = Some(refusal.code.clone());
                 refusal.detail["refusedCandidateStopped"] = json!(true);
@@ -360,7 +357,7 @@ impl RevisionReconciler {
         let spec = revision.spec(&pass.ctx.installation_id);
         // R3.
         if agent.desired_runtime_state == "stopped" {
-            try_effect!(pass, |c| driver.stop_revision(&spec, c));
+            try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
             return Ok(Report::success("REVISION_STOPPED"));
         }
         // R4 (and R8's successor): a newer admitted revision that needs its predecessors
@@ -387,11 +384,22 @@ impl RevisionReconciler {
                 .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
             {
                 let earlier = earlier.spec(&pass.ctx.installation_id);
-                try_effect!(pass, |c| driver.stop_revision(&earlier, c));
+                try_effect!(pass, "stop", |c| driver.stop_revision(&earlier, c));
             }
         }
-        // R5.
-        let observation = try_effect!(pass, |c| driver.prepare_revision(&spec, c));
+        // R5. A driver refusal after the candidate may have been partly prepared is a refused
+        // candidate (R9).
+        let observation = match effect(pass, "deploy", |c| driver.prepare_revision(&spec, c))? {
+            Ok(o) => o,
+            Err(e) => {
+                let report = compute_report(&e, pass);
+                return if report.outcome == Outcome::Permanent && !maintenance {
+                    self.refuse(pass, &l, report, true)
+                } else {
+                    Ok(report)
+                };
+            }
+        };
         if !valid_revision_observation(&observation, &spec) {
             let refused = Report::permanent("INVALID_DRIVER_OBSERVATION");
             return if maintenance {
@@ -447,7 +455,7 @@ impl RevisionReconciler {
                 return Ok(Report::permanent("INVALID_REVISION_OWNER"));
             };
             if current.desired_runtime_state != "running" {
-                try_effect!(pass, |c| driver.stop_revision(&spec, c));
+                try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
             }
             let expected = agent.active_revision_id.clone();
@@ -464,10 +472,10 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        try_effect!(pass, |c| driver.activate_revision(&spec, c));
+        try_effect!(pass, "deploy", |c| driver.activate_revision(&spec, c));
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);
-            try_effect!(pass, |c| driver.retire_revision(&earlier, c));
+            try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
         let mut report = Report::success(code).with_detail(json!({
             "revision": revision.revision,
@@ -495,8 +503,7 @@ fn secrets_exist(pass: &Pass<'_>, ns: &str, refs: &[(String, String)]) -> Result
         return Ok(true);
     }
     let mut db = pass.db()?;
-    let row = db.query_one(LOOKUP, &[&pass.claim.id, &"", &ns, &ids])?;
-    let found: i64 = row.get(4);
+    let found: i64 = db.query_one(SECRETS_FOUND, &[&ns, &ids])?.get(0);
     Ok(found as usize == ids.len())
 }
 

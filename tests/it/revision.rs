@@ -926,3 +926,32 @@ fn r12_status_view_reports_pending_while_queued_and_failed_with_its_error() {
         )
     );
 }
+
+#[test]
+fn r9_a_driver_refusal_during_prepare_stops_the_candidate_before_failing() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::Fail(ComputeError::permanent(
+            "HARNESS_BINDING_REFUSED",
+            "scripted",
+            None,
+        ))],
+    );
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_BINDING_REFUSED"))
+    );
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("prepare_revision".to_string(), rev.clone()),
+            ("stop_revision".to_string(), rev.clone())
+        ]
+    );
+}
