@@ -623,3 +623,67 @@ fn o_cli_admits_an_agent_deployment_and_shows_its_revision_status() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is being deleted"));
 }
+
+#[test]
+fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let url = f.db.url.clone();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = fired.clone();
+    let agent = f.agent.clone();
+    let seen = Arc::new(parking_lot::Mutex::new(None::<i64>));
+    let seen_in_hook = seen.clone();
+    driver.on_call(move |method, _| {
+        if method == "delete_agent_runtime_credentials"
+            && !once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE state = 'claimed'",
+                &[],
+            )
+            .unwrap();
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM occ.agents WHERE id = $1", &[&agent])
+                .unwrap()
+                .get(0);
+            *seen_in_hook.lock() = Some(n);
+        }
+    });
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), |c| {
+        count(c, "SELECT count(*) FROM occ.agents WHERE id = $1", &f.agent) == 0
+    });
+    assert_eq!(*seen.lock(), Some(1));
+    // The first pass lost its claim after its external cleanup: nothing was published, the
+    // recovered work ran again and only then removed the Agent.
+    assert_eq!(
+        driver.calls_of("delete_agent_runtime_credentials"),
+        vec![f.agent.clone(), f.agent.clone()]
+    );
+    assert_eq!(audits(&mut c, "openclaw.agents.lifecycle.delete").len(), 1);
+}
+
+#[test]
+fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::transient("scripted", Some(503)),
+    );
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    let (_, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(code.as_deref(), Some("AGENT_STOPPED"));
+    assert_eq!(attempts, 1);
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
+    assert_eq!(active(&mut c, &f.agent), None);
+}
