@@ -2,6 +2,7 @@
 //! its own database.
 
 mod docker;
+mod docker_fake;
 mod docker_proxy;
 mod queue_smoke;
 mod support;
