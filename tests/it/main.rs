@@ -1,5 +1,8 @@
 //! The one integration-test binary: every module is a behaviour area, every test isolated in
 //! its own database.
 
+mod docker;
+mod docker_fake;
+mod docker_proxy;
 mod queue_smoke;
 mod support;
