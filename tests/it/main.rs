@@ -1,5 +1,8 @@
 //! The one integration-test binary: every module is a behaviour area, every test isolated in
 //! its own database.
 
+mod iam;
+mod namespace;
 mod queue_smoke;
+mod scripted;
 mod support;
