@@ -1025,3 +1025,134 @@ fn w1_a_running_worker_drives_create_and_delete_to_completion() {
         ]
     );
 }
+
+// The operator commands (SPEC §9) -------------------------------------------------------------
+
+fn cli(h: &Harness, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(args)
+        .env("OCC_DATABASE_URL", &h.db.url)
+        .output()
+        .expect("run occ-worker");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+#[test]
+fn o_admin_commands_admit_through_sql_print_json_and_fail_with_one_line() {
+    let h = Harness::new();
+    let (ok, out, _) = cli(
+        &h,
+        &[
+            "admin", "identity", "create", "bob", "--actor", "admin", "--json",
+        ],
+    );
+    assert!(ok);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["kind"], "user");
+    let (ok, out, _) = cli(
+        &h,
+        &[
+            "admin",
+            "namespace",
+            "create",
+            "team-a",
+            "--actor",
+            "admin",
+            "--json",
+        ],
+    );
+    assert!(ok, "{out}");
+    let ns = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (ok, out, _) = cli(
+        &h,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "viewer",
+            "--scope",
+            "namespace:team-a",
+            "--actor",
+            "admin",
+            "--json",
+        ],
+    );
+    assert!(ok, "{out}");
+    let (ok, _, err) = cli(
+        &h,
+        &[
+            "admin",
+            "namespace",
+            "delete",
+            "team-a",
+            "--actor",
+            "bob",
+            "--json",
+        ],
+    );
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bob may not delete Namespace team-a"), "{err}");
+    let (ok, out, _) = cli(&h, &["admin", "namespace", "list", "--json"]);
+    assert!(ok);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()[0]["id"],
+        ns.as_str()
+    );
+    let (ok, out, _) = cli(
+        &h,
+        &[
+            "admin",
+            "namespace",
+            "delete",
+            &ns,
+            "--actor",
+            "admin",
+            "--json",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(h.work(&delete_key(&ns)).0, "queued");
+    let (ok, out, _) = cli(&h, &["admin", "namespace", "show", "team-a", "--json"]);
+    assert!(ok);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["status"],
+        "deleting"
+    );
+    let (ok, _, err) = cli(
+        &h,
+        &[
+            "admin",
+            "work",
+            "retry",
+            &delete_key(&ns),
+            "--actor",
+            "admin",
+        ],
+    );
+    assert!(!ok);
+    assert!(err.contains("not failed_permanent"), "{err}");
+    let (ok, out, _) = cli(&h, &["admin", "audit", "--namespace", "team-a", "--json"]);
+    assert!(ok);
+    let actions: Vec<String> = serde_json::from_str::<Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "openclaw.namespaces.create",
+            "openclaw.iam.bindings.grant",
+            "openclaw.namespaces.delete"
+        ]
+    );
+}
