@@ -195,7 +195,11 @@ BEGIN
             p_id, ident.agent_id USING ERRCODE = 'dependent_objects_still_exist';
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('occ.installation_admins'));
-    IF NOT EXISTS (
+    IF EXISTS (
+        SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
+        WHERE b.scope_kind = 'installation' AND b.principal_id = p_id
+          AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds))
+       AND NOT EXISTS (
         SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
         WHERE b.scope_kind = 'installation' AND b.principal_id <> p_id
           AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds)) THEN
@@ -473,8 +477,8 @@ CREATE FUNCTION occ.namespace_show(p_namespace text) RETURNS jsonb LANGUAGE sql 
     SELECT occ.namespace_json(occ.resolve_namespace(p_namespace))
 $$;
 
--- The audit trail, oldest first, optionally for one Namespace (id or name, tombstones
--- included) and since a time.
+-- The audit trail: the latest p_limit events, oldest first, optionally for one Namespace (id
+-- or name, tombstones included) and since a time.
 CREATE FUNCTION occ.audit_list(p_namespace text DEFAULT NULL, p_since timestamptz DEFAULT NULL,
                                p_limit integer DEFAULT 1000)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
@@ -490,6 +494,6 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
         WHERE (p_namespace IS NULL OR a.namespace_id IN (
                   SELECT id FROM occ.namespaces_all WHERE id = p_namespace OR name = p_namespace))
           AND (p_since IS NULL OR a.occurred_at >= p_since)
-        ORDER BY a.id
+        ORDER BY a.id DESC
         LIMIT p_limit) sub
 $$;

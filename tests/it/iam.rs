@@ -268,3 +268,18 @@ fn identity_and_grant_administration_needs_installation_administer() {
         .message()
         .contains("no secret nope"));
 }
+
+#[test]
+fn revoking_a_non_administrator_is_allowed_but_never_the_last_administrator() {
+    let (_db, mut c) = world();
+    c.query_one("SELECT occ.identity_revoke('admin', 'bob')", &[])
+        .unwrap();
+    let e = c
+        .query_one("SELECT occ.identity_revoke('admin', 'admin')", &[])
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("last installation administrator"));
+}

@@ -611,6 +611,33 @@ fn n3_retryable_compute_error_retries_as_dependency_unavailable() {
 }
 
 #[test]
+fn n3_dependency_failures_at_the_attempt_limit_fail_the_namespace() {
+    let h = Harness::with(1, Duration::from_secs(900));
+    let ns = h.create("admin", "team-a");
+    h.driver
+        .ensure_namespace
+        .then_err(1, ComputeError::retryable("test", Some(500)));
+    let r = h.pass().unwrap();
+    assert_eq!(
+        (r.outcome, r.code.as_str()),
+        (reconcile::Outcome::Permanent, "DEPENDENCY_UNAVAILABLE")
+    );
+    assert_eq!(
+        h.work(&ensure_key(&ns)),
+        (
+            "failed_permanent".into(),
+            Some("DEPENDENCY_UNAVAILABLE".into()),
+            1
+        )
+    );
+    assert_eq!(h.status(&ns), "failed");
+    assert_eq!(
+        h.audit_summary(&ns),
+        vec![row("mutation", ENSURE, "failure", "DEPENDENCY_UNAVAILABLE")]
+    );
+}
+
+#[test]
 fn n3_permanent_failure_fails_the_work_and_the_namespace() {
     let h = Harness::new();
     let ns = h.create("admin", "team-a");
