@@ -20,6 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod namespace;
 pub mod probe;
 
 /// Everything a pass may use, shared by every worker thread.

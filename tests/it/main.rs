@@ -4,5 +4,8 @@
 mod docker;
 mod docker_fake;
 mod docker_proxy;
+mod iam;
+mod namespace;
 mod queue_smoke;
+mod scripted;
 mod support;
