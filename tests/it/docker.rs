@@ -24,7 +24,7 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a Docker Engine is available; panics instead of skipping under
 /// `OCC_REQUIRE_DOCKER=1`.
-fn docker_available() -> bool {
+pub fn docker_available() -> bool {
     if Path::new(DOCKER_SOCKET).exists() {
         return true;
     }
@@ -107,7 +107,7 @@ fn build_test_image() {
 }
 
 /// Starts a sleeper container with the given labels, attached to `network` if given.
-fn run_container(labels: &[(&str, &str)], network: Option<&str>) -> String {
+pub fn run_container(labels: &[(&str, &str)], network: Option<&str>) -> String {
     build_test_image();
     let name = unique("occ-it-c");
     let mut args = vec!["run".to_string(), "-d".into(), "--name".into(), name];

@@ -4,6 +4,7 @@
 mod docker;
 mod docker_fake;
 mod docker_proxy;
+mod e2e;
 mod iam;
 mod namespace;
 mod queue_smoke;
