@@ -3,31 +3,8 @@
 -- error, and writes its rows and its work in one transaction. Forward-only; never edit once
 -- landed.
 
--- Authorization with the semantics of src/iam.rs: no identity denies; a binding grants when
--- its role has the action and the resource kind and its scope covers the resource;
--- restrictions deny and win. `p_namespace` is NULL only for the installation itself.
-CREATE FUNCTION occ.agent_authorized(p_principal text, p_action text, p_kind text,
-                                     p_resource text, p_namespace text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM occ.identities WHERE id = p_principal)
-       AND EXISTS (
-            SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
-            WHERE b.principal_id = p_principal
-              AND p_action = ANY (r.actions) AND p_kind = ANY (r.resource_kinds)
-              AND (b.scope_kind = 'installation'
-                OR (b.scope_kind = 'namespace' AND p_namespace IS NOT NULL AND b.namespace_id = p_namespace)
-                OR (b.scope_kind = 'resource' AND b.namespace_id = p_namespace
-                    AND b.resource_kind = p_kind AND b.resource_id = p_resource)))
-       AND NOT EXISTS (
-            SELECT 1 FROM occ.iam_restrictions x
-            WHERE (x.principal_id IS NULL OR x.principal_id = p_principal)
-              AND p_action = ANY (x.actions)
-              AND (x.scope_kind = 'installation'
-                OR (x.scope_kind = 'namespace' AND p_namespace IS NOT NULL AND x.namespace_id = p_namespace)
-                OR (x.scope_kind = 'resource' AND x.namespace_id = p_namespace
-                    AND x.resource_kind = p_kind AND x.resource_id = p_resource)))
-$$;
-
+-- Authorization is V3's `occ.authorize` (the semantics of src/iam.rs); this wrapper names a
+-- missing actor first, then refuses with the decision's reason.
 CREATE FUNCTION occ.agent_require(p_principal text, p_action text, p_kind text,
                                   p_resource text, p_namespace text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
@@ -35,25 +12,24 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM occ.identities WHERE id = p_principal) THEN
         RAISE EXCEPTION 'actor % does not exist', p_principal USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF NOT occ.agent_authorized(p_principal, p_action, p_kind, p_resource, p_namespace) THEN
-        RAISE EXCEPTION 'actor % may not % % %/%', p_principal, p_action, p_kind, p_namespace, p_resource
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM occ.require_authorized(p_principal, p_action, p_kind, p_resource, p_namespace,
+        p_action || ' ' || p_kind);
 END $$;
 
--- The Namespace must exist, be live and `ready` for any Agent admission.
-CREATE FUNCTION occ.agent_ready_namespace(p_namespace text) RETURNS void
+-- The id of a live Namespace named by id or name (V3's `occ.resolve_namespace`), which must be
+-- `ready` for any Agent, Configuration or Secret admission.
+CREATE FUNCTION occ.agent_ready_namespace(p_namespace text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
     s text;
 BEGIN
-    SELECT status INTO s FROM occ.namespaces WHERE id = p_namespace;
-    IF s IS NULL THEN
-        RAISE EXCEPTION 'namespace % does not exist', p_namespace USING ERRCODE = 'no_data_found';
-    ELSIF s <> 'ready' THEN
+    SELECT status INTO s FROM occ.namespaces WHERE id = ns;
+    IF s <> 'ready' THEN
         RAISE EXCEPTION 'namespace % is % (must be ready)', p_namespace, s
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
+    RETURN ns;
 END $$;
 
 -- Locks the named Agent (by id or name) for a synchronous mutation; refuses a deleting Agent
@@ -83,10 +59,7 @@ CREATE FUNCTION occ.agent_new_id(prefix text) RETURNS text LANGUAGE sql VOLATILE
 CREATE FUNCTION occ.agent_audit(p_namespace text, p_actor text, p_action text, p_kind text,
                                 p_resource text, p_details jsonb) RETURNS void
 LANGUAGE sql AS $$
-    INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
-                                  resource_kind, resource_id, outcome, details)
-    SELECT id, p_namespace, 'mutation', p_actor, p_action, p_kind, p_resource, 'success', p_details
-    FROM occ.installation
+    SELECT occ.audit_admission(p_actor, p_action, p_kind, p_resource, p_namespace, NULL, p_details)
 $$;
 
 -- Agent create: the Agent and its stable service principal in one transaction.
@@ -96,7 +69,7 @@ DECLARE
     agent_id text := occ.agent_new_id('ag');
     principal text := occ.agent_new_id('sp');
 BEGIN
-    PERFORM occ.agent_ready_namespace(p_namespace);
+    p_namespace := occ.agent_ready_namespace(p_namespace);
     PERFORM occ.agent_require(p_actor, 'create', 'agent', p_name, p_namespace);
     IF EXISTS (SELECT 1 FROM occ.agents WHERE namespace_id = p_namespace AND name = p_name) THEN
         RAISE EXCEPTION 'agent %/% already exists', p_namespace, p_name USING ERRCODE = 'unique_violation';
@@ -117,7 +90,7 @@ RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     gen integer;
 BEGIN
-    PERFORM occ.agent_ready_namespace(p_namespace);
+    p_namespace := occ.agent_ready_namespace(p_namespace);
     IF p_document IS NULL OR jsonb_typeof(p_document) <> 'object' THEN
         RAISE EXCEPTION 'configuration document must be a JSON object' USING ERRCODE = 'check_violation';
     END IF;
@@ -141,7 +114,7 @@ END $$;
 CREATE FUNCTION occ.secret_create(p_namespace text, p_id text, p_backend_ref text, p_actor text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM occ.agent_ready_namespace(p_namespace);
+    p_namespace := occ.agent_ready_namespace(p_namespace);
     PERFORM occ.agent_require(p_actor, 'create', 'secret', p_id, p_namespace);
     INSERT INTO occ.secrets (namespace_id, id, backend_ref, created_by)
     VALUES (p_namespace, p_id, p_backend_ref, p_actor);
@@ -171,7 +144,7 @@ DECLARE
     rev_no integer;
     work_key text;
 BEGIN
-    PERFORM occ.agent_ready_namespace(p_namespace);
+    p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
     PERFORM occ.agent_require(p_actor, 'deploy', 'agent', a.id, p_namespace);
     PERFORM occ.agent_require(p_actor, 'read', 'configuration', p_configuration, p_namespace);
@@ -220,6 +193,7 @@ DECLARE
     n integer;
     work_key text;
 BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
     PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, p_namespace);
     UPDATE occ.agents SET desired_runtime_state = 'stopped', updated_at = clock_timestamp()
@@ -241,6 +215,7 @@ DECLARE
     n integer;
     work_key text;
 BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent, true);
     PERFORM occ.agent_require(p_actor, 'delete', 'agent', a.id, p_namespace);
     IF a.status = 'deleting' THEN
@@ -344,6 +319,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     a occ.agents;
 BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
     SELECT * INTO a FROM occ.agents
     WHERE namespace_id = p_namespace AND (id = p_agent OR name = p_agent)
     ORDER BY (id = p_agent) DESC LIMIT 1;

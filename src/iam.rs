@@ -89,6 +89,16 @@ impl Resource {
         }
     }
 
+    /// Namespaces as a kind within the installation: what creating a new Namespace is
+    /// decided against (only installation-scoped bindings and restrictions cover it).
+    pub fn namespaces_in(installation_id: &str) -> Resource {
+        Resource {
+            kind: ResourceKind::Namespace,
+            id: installation_id.into(),
+            namespace_id: None,
+        }
+    }
+
     /// A Namespace-owned resource (agent, configuration, secret, service account).
     pub fn owned(kind: ResourceKind, namespace_id: &str, id: &str) -> Resource {
         Resource {

@@ -1,17 +1,106 @@
-//! `occ-worker admin …`: operator commands over the admission functions in `sql/`.
+//! `occ-worker admin …`: operator commands over the admission functions in `sql/` (SPEC §9).
+//!
+//! Every command that changes something calls one PostgreSQL admission function
+//! (`sql/V3__namespace_admission.sql`), which authorizes `--actor`, refuses with a one-line
+//! error, and audits. This module only parses, calls and prints: it decides nothing itself.
 
 use super::{CliError, Globals};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use occ_worker::queue;
-use serde_json::json;
+use postgres::types::ToSql;
+use serde_json::{json, Value};
 
 #[derive(Subcommand)]
 pub enum AdminCommand {
+    /// Identities: users and Agent service principals.
+    #[command(subcommand)]
+    Identity(IdentityCommand),
+    /// Grant a role to a principal on a scope.
+    Grant(BindingArgs),
+    /// Revoke a role binding.
+    Revoke(BindingArgs),
+    /// Namespace admission and reads (N1, N4).
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
     /// The work queue.
     #[command(subcommand)]
     Work(WorkCommand),
+    /// The audit trail, oldest first.
+    Audit {
+        /// A Namespace id or name (tombstoned Namespaces included).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Only events at or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        limit: i32,
+    },
+    /// Agents, Configurations and Secrets (`admin_agent.rs`).
     #[command(flatten)]
     AgentAdmin(super::admin_agent::AgentAdmin),
+}
+
+#[derive(Subcommand)]
+pub enum IdentityCommand {
+    /// Create a user, or the service principal of an existing Agent.
+    Create {
+        id: String,
+        /// The installation administrator performing the change.
+        #[arg(long)]
+        actor: String,
+        #[arg(long, requires_all = ["namespace", "agent"])]
+        service_principal: bool,
+        #[arg(long, requires = "service_principal")]
+        namespace: Option<String>,
+        #[arg(long, requires = "service_principal")]
+        agent: Option<String>,
+    },
+    /// Revoke an identity (removes it; its bindings and restrictions go with it).
+    Revoke {
+        id: String,
+        #[arg(long)]
+        actor: String,
+    },
+}
+
+#[derive(Args)]
+pub struct BindingArgs {
+    principal: String,
+    role: String,
+    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+    #[arg(long)]
+    scope: String,
+    /// The installation administrator performing the change.
+    #[arg(long)]
+    actor: String,
+}
+
+#[derive(Subcommand)]
+pub enum NamespaceCommand {
+    /// Admit a Namespace: stores it provisioning and enqueues its ensure work.
+    Create {
+        name: String,
+        #[arg(long)]
+        actor: String,
+        /// The exact existing Kubernetes namespace to adopt (needs Installation administer).
+        #[arg(long)]
+        existing_namespace: Option<String>,
+    },
+    /// Delete an empty Namespace: stores it deleting and enqueues its teardown.
+    Delete {
+        /// The Namespace id or name.
+        namespace: String,
+        #[arg(long)]
+        actor: String,
+    },
+    /// List live Namespaces.
+    List,
+    /// Show one live Namespace with its lifecycle work.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -27,6 +116,12 @@ pub enum WorkCommand {
     },
     /// Show one work row with its attempt evidence.
     Show { key: String },
+    /// Explicitly retry a failed deletion (Q9): enqueues `…:delete:<n>`.
+    Retry {
+        key: String,
+        #[arg(long)]
+        actor: String,
+    },
 }
 
 /// The database's own message for a refused admission (constraint or RAISE), one line.
@@ -37,10 +132,148 @@ pub fn db_message(e: &postgres::Error) -> String {
     }
 }
 
+/// Calls one admission (or read) function returning jsonb and prints its answer; a refusal
+/// becomes a one-line error naming what was refused.
+fn call(
+    globals: &Globals,
+    what: &str,
+    query: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let row = client
+        .query_one(query, params)
+        .map_err(|e| CliError::new(format!("{what} refused: {}", db_message(&e))))?;
+    let value: Value = row.get(0);
+    globals.print(&value);
+    Ok(())
+}
+
 pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
     match command {
+        AdminCommand::Identity(IdentityCommand::Create {
+            id,
+            actor,
+            service_principal,
+            namespace,
+            agent,
+        }) => call(
+            globals,
+            "identity create",
+            "SELECT occ.identity_create($1, $2, $3, $4, $5)",
+            &[&actor, &id, &service_principal, &namespace, &agent],
+        ),
+        AdminCommand::Identity(IdentityCommand::Revoke { id, actor }) => call(
+            globals,
+            "identity revoke",
+            "SELECT occ.identity_revoke($1, $2)",
+            &[&actor, &id],
+        ),
+        AdminCommand::Grant(b) => call(
+            globals,
+            "grant",
+            "SELECT occ.binding_grant($1, $2, $3, $4)",
+            &[&b.actor, &b.principal, &b.role, &b.scope],
+        ),
+        AdminCommand::Revoke(b) => call(
+            globals,
+            "revoke",
+            "SELECT occ.binding_revoke($1, $2, $3, $4)",
+            &[&b.actor, &b.principal, &b.role, &b.scope],
+        ),
+        AdminCommand::Namespace(cmd) => namespace(globals, cmd),
         AdminCommand::Work(cmd) => work(globals, cmd),
         AdminCommand::AgentAdmin(cmd) => super::admin_agent::run(globals, cmd),
+        AdminCommand::Audit {
+            namespace,
+            since,
+            limit,
+        } => {
+            if let Some(t) = &since {
+                if !is_rfc3339(t) {
+                    return Err(CliError::config(format!(
+                        "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {t:?}"
+                    )));
+                }
+            }
+            call(
+                globals,
+                "audit",
+                "SELECT occ.audit_list($1, $2::text::timestamptz, $3)",
+                &[&namespace, &since, &limit],
+            )
+        }
+    }
+}
+
+/// A full RFC 3339 date-time: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`.
+fn is_rfc3339(value: &str) -> bool {
+    let b = value.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    if b.len() < 20
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+        || !matches!(b[10], b'T' | b't')
+        || !digits(11..13)
+        || b[13] != b':'
+        || !digits(14..16)
+        || b[16] != b':'
+        || !digits(17..19)
+    {
+        return false;
+    }
+    let mut i = 19;
+    if b[i] == b'.' {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    match &b[i..] {
+        [b'Z' | b'z'] => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()),
+        _ => false,
+    }
+}
+
+fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliError> {
+    match command {
+        NamespaceCommand::Create {
+            name,
+            actor,
+            existing_namespace,
+        } => call(
+            globals,
+            "namespace create",
+            "SELECT occ.namespace_create($1, $2, $3)",
+            &[&actor, &name, &existing_namespace],
+        ),
+        NamespaceCommand::Delete { namespace, actor } => call(
+            globals,
+            "namespace delete",
+            "SELECT occ.namespace_delete($1, $2)",
+            &[&actor, &namespace],
+        ),
+        NamespaceCommand::List => call(
+            globals,
+            "namespace list",
+            "SELECT occ.namespace_list()",
+            &[],
+        ),
+        NamespaceCommand::Show { namespace } => call(
+            globals,
+            "namespace show",
+            "SELECT occ.namespace_show($1)",
+            &[&namespace],
+        ),
     }
 }
 
@@ -67,6 +300,20 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
             Some(row) => globals.print(&json!(row)),
             None => return Err(CliError::new(format!("no work with key {key:?}"))),
         },
+        WorkCommand::Retry { key, actor } => {
+            drop(client);
+            if key.starts_with("namespace:") {
+                return call(
+                    globals,
+                    "work retry",
+                    "SELECT occ.namespace_delete_retry($1, $2)",
+                    &[&actor, &key],
+                );
+            }
+            return Err(CliError::new(format!(
+                "work retry refused: explicit retry is available for failed Namespace deletions (namespace:<id>:delete[:<n>]) only, not {key:?}"
+            )));
+        }
     }
     Ok(())
 }

@@ -129,9 +129,14 @@ pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
             .fold(Registry::new(), |reg, op| reg.with(op, r.clone()))
     };
     match test_reconciler {
-        None => Ok(occ_worker::reconcile::revision::agent_registry(
-            Registry::new(),
-        )),
+        None => {
+            let namespace = Arc::new(occ_worker::reconcile::namespace::NamespaceReconciler);
+            Ok(occ_worker::reconcile::revision::agent_registry(
+                Registry::new()
+                    .with(Operation::NamespaceEnsure, namespace.clone())
+                    .with(Operation::NamespaceDelete, namespace),
+            ))
+        }
         Some("noop") => Ok(all(Arc::new(probe::Noop))),
         Some("probe") => {
             let hold = std::env::var("OCC_TEST_PROBE_HOLD_MS")

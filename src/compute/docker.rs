@@ -1,25 +1,323 @@
-//! The Docker Compute Driver (SPEC C2). Being written under issue 3; until then every call is
-//! refused with a clear code so nothing silently succeeds.
+//! The Docker Compute Driver (SPEC C2): the development default, over the Docker Engine API on
+//! its Unix socket.
+//!
+//! This module owns what a Namespace is on Docker (a bridge network named
+//! `occ-<installation>-<namespace>`, labelled `occ.managed-by`, `occ.installation` and
+//! `occ.namespace`), its deletion (every container and network labelled with the Namespace,
+//! reported pending until none is left), API version negotiation (`GET /_ping`, capped at
+//! 1.41) and the mapping of Docker answers to typed `ComputeError`s. Agent deployment is
+//! refused with `HARNESS_BINDING_UNSUPPORTED`.
+//!
+//! It must never touch anything it cannot prove it owns (deletion goes by labels, never by
+//! name), never block past the pass's lease (every request checks the cancel token first and
+//! is bounded by `min(30 s, cancel.remaining())`), and never log or embed Docker's response
+//! bodies: errors carry codes, classes and HTTP statuses only.
+
+mod unix;
 
 use super::*;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
+/// The highest Engine API version this driver speaks.
+const MAX_API_VERSION: (u32, u32) = (1, 41);
+/// The version assumed when a daemon does not say (the Docker client does the same).
+const FALLBACK_API_VERSION: (u32, u32) = (1, 24);
+/// The upper bound of one request, further bounded by the pass's lease.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest response body read (container lists on a busy daemon stay well under this).
+const BODY_LIMIT: u64 = 16 * 1024 * 1024;
+/// The URI authority; the connector ignores it and always dials the socket.
+const BASE_URL: &str = "http://docker";
+
+const LABEL_MANAGED_BY: &str = "occ.managed-by";
+const LABEL_INSTALLATION: &str = "occ.installation";
+const LABEL_NAMESPACE: &str = "occ.namespace";
+const LABEL_REVISION: &str = "occ.revision";
+const LABEL_AGENT: &str = "occ.agent";
+const MANAGED_BY: &str = "occ-worker";
+
+/// The Docker Compute Driver.
 pub struct DockerDriver {
-    _host: String,
+    agent: ureq::Agent,
+    /// The negotiated `/v1.xx` path prefix, set by the first successful `_ping`.
+    api_prefix: OnceLock<String>,
+}
+
+/// One answer from the daemon, body read in full (never logged).
+struct Reply {
+    status: u16,
+    api_version: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+enum Request {
+    Get,
+    Delete,
+    Post(serde_json::Value),
+}
+
+#[derive(Deserialize)]
+struct NetworkInfo {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Name")]
+    name: String,
+    #[serde(rename = "Labels", default)]
+    labels: Option<HashMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct ContainerInfo {
+    #[serde(rename = "Id")]
+    id: String,
 }
 
 impl DockerDriver {
+    /// A driver for `docker_host`, which must be `unix:///path/to/docker.sock`. Makes no
+    /// request: `preflight` checks the daemon answers.
     pub fn new(docker_host: &str) -> Result<DockerDriver, ComputeError> {
+        let path = docker_host
+            .strip_prefix("unix://")
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| ComputeError::permanent("INVALID_DOCKER_HOST", "config", None))?;
+        let config = ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_idle_connections(4)
+            .max_idle_connections_per_host(4)
+            .build();
+        let connector = unix::UnixConnector {
+            path: PathBuf::from(path),
+        };
         Ok(DockerDriver {
-            _host: docker_host.to_string(),
+            agent: ureq::Agent::with_parts(config, connector, unix::NoResolver),
+            api_prefix: OnceLock::new(),
         })
     }
 
-    fn refused<T>() -> Result<T, ComputeError> {
-        Err(ComputeError::permanent(
-            "DOCKER_DRIVER_UNAVAILABLE",
-            "docker",
-            None,
-        ))
+    /// Sends one request: a cancellation point, bounded by `min(30 s, cancel.remaining())`.
+    fn send(
+        &self,
+        request: Request,
+        path: &str,
+        cancel: &CancelToken,
+    ) -> Result<Reply, ComputeError> {
+        cancel.check()?;
+        let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
+        if timeout.is_zero() {
+            // The lease ran out between the two reads of the clock.
+            cancel.check()?;
+        }
+        let url = format!("{BASE_URL}{path}");
+        let result = match request {
+            Request::Get => self
+                .agent
+                .get(&url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            Request::Delete => self
+                .agent
+                .delete(&url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            Request::Post(body) => self
+                .agent
+                .post(&url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .send_json(&body),
+        };
+        let read = result.and_then(|mut response| {
+            let status = response.status().as_u16();
+            let api_version = response
+                .headers()
+                .get("api-version")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let body = response
+                .body_mut()
+                .with_config()
+                .limit(BODY_LIMIT)
+                .read_to_vec()?;
+            Ok(Reply {
+                status,
+                api_version,
+                body,
+            })
+        });
+        read.map_err(|e| {
+            // A request cut short by the end of the lease is a cancellation, not an outage.
+            match cancel.check() {
+                Err(cancelled) => ComputeError::cancelled(cancelled),
+                Ok(()) => transport_error(&e),
+            }
+        })
+    }
+
+    /// `GET /_ping`: the daemon answers, and says which API version it speaks.
+    fn ping(&self, cancel: &CancelToken) -> Result<String, ComputeError> {
+        let reply = self.send(Request::Get, "/_ping", cancel)?;
+        if !reply.is_success() {
+            return Err(ComputeError::transient(
+                "docker_unavailable",
+                Some(reply.status),
+            ));
+        }
+        let server = reply
+            .api_version
+            .as_deref()
+            .and_then(parse_api_version)
+            .unwrap_or(FALLBACK_API_VERSION);
+        let (major, minor) = server.min(MAX_API_VERSION);
+        let prefix = format!("/v{major}.{minor}");
+        Ok(self.api_prefix.get_or_init(|| prefix).clone())
+    }
+
+    /// The negotiated `/v1.xx` prefix, negotiating on first use.
+    fn api(&self, cancel: &CancelToken) -> Result<String, ComputeError> {
+        match self.api_prefix.get() {
+            Some(prefix) => Ok(prefix.clone()),
+            None => self.ping(cancel),
+        }
+    }
+
+    /// Inspects a network by name or id; `None` when the daemon has no such network.
+    fn inspect_network(
+        &self,
+        api: &str,
+        name: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<NetworkInfo>, ComputeError> {
+        let path = format!("{api}/networks/{}", encode(name));
+        let reply = self.send(Request::Get, &path, cancel)?;
+        match reply.status {
+            404 => Ok(None),
+            _ if reply.is_success() => decode(&reply).map(Some),
+            status => Err(rejected(status)),
+        }
+    }
+
+    /// Creates the Namespace's network; `Ok` also when it already exists (409).
+    fn create_network(
+        &self,
+        api: &str,
+        name: &str,
+        namespace: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let body = json!({
+            "Name": name,
+            "Driver": "bridge",
+            "CheckDuplicate": true,
+            "Labels": namespace_labels(namespace),
+        });
+        let reply = self.send(
+            Request::Post(body),
+            &format!("{api}/networks/create"),
+            cancel,
+        )?;
+        match reply.status {
+            409 => Ok(()),
+            _ if reply.is_success() => Ok(()),
+            status => Err(rejected(status)),
+        }
+    }
+
+    fn list_containers(
+        &self,
+        api: &str,
+        label: &str,
+        value: &str,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ContainerInfo>, ComputeError> {
+        let path = format!(
+            "{api}/containers/json?all=true&filters={}",
+            label_filter(label, value)
+        );
+        let reply = self.send(Request::Get, &path, cancel)?;
+        if !reply.is_success() {
+            return Err(rejected(reply.status));
+        }
+        decode(&reply)
+    }
+
+    fn list_networks(
+        &self,
+        api: &str,
+        label: &str,
+        value: &str,
+        cancel: &CancelToken,
+    ) -> Result<Vec<NetworkInfo>, ComputeError> {
+        let path = format!("{api}/networks?filters={}", label_filter(label, value));
+        let reply = self.send(Request::Get, &path, cancel)?;
+        if !reply.is_success() {
+            return Err(rejected(reply.status));
+        }
+        decode(&reply)
+    }
+
+    /// Force-removes a container and its anonymous volumes. 404 (gone) and 409 (removal
+    /// already in progress) are fine: callers re-list to see what remains.
+    fn remove_container(
+        &self,
+        api: &str,
+        id: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let path = format!("{api}/containers/{}?force=true&v=true", encode(id));
+        let reply = self.send(Request::Delete, &path, cancel)?;
+        match reply.status {
+            404 | 409 => Ok(()),
+            _ if reply.is_success() => Ok(()),
+            status => Err(rejected(status)),
+        }
+    }
+
+    /// Removes a network. 404 (gone) and 409 (endpoints still attached) are fine: callers
+    /// re-list to see what remains.
+    fn remove_network(
+        &self,
+        api: &str,
+        id: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let path = format!("{api}/networks/{}", encode(id));
+        let reply = self.send(Request::Delete, &path, cancel)?;
+        match reply.status {
+            404 | 409 => Ok(()),
+            _ if reply.is_success() => Ok(()),
+            status => Err(rejected(status)),
+        }
+    }
+
+    /// Force-removes every container labelled `label=value`; idempotent.
+    fn remove_labelled_containers(
+        &self,
+        label: &str,
+        value: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let api = self.api(cancel)?;
+        for container in self.list_containers(&api, label, value, cancel)? {
+            self.remove_container(&api, &container.id, cancel)?;
+        }
+        Ok(())
     }
 }
 
@@ -27,52 +325,291 @@ impl ComputeDriver for DockerDriver {
     fn id(&self) -> &str {
         "docker"
     }
+
     fn implementation(&self) -> &str {
         "docker"
     }
-    fn preflight(&self, _c: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
-        Ok(vec![PreflightWarning {
-            code: "DOCKER_DRIVER_UNAVAILABLE".into(),
-        }])
+
+    fn preflight(&self, cancel: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
+        self.ping(cancel)?;
+        Ok(Vec::new())
     }
+
+    /// Expected flow: inspect the network by name; create it if absent (409 = a concurrent
+    /// create won); inspect again. Guarantees: `complete` only once a network of that name
+    /// carries all three of our labels. Errors: a same-named network without our labels is
+    /// `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace) is
+    /// `EXISTING_NAMESPACE_UNSUPPORTED`.
     fn ensure_namespace(
         &self,
-        _n: &NamespaceSpec,
-        _c: &CancelToken,
+        namespace: &NamespaceSpec,
+        cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
-        Self::refused()
+        if namespace.existing_namespace.is_some() {
+            return Err(ComputeError::permanent(
+                "EXISTING_NAMESPACE_UNSUPPORTED",
+                "docker",
+                None,
+            ));
+        }
+        let api = self.api(cancel)?;
+        let name = network_name(namespace);
+        let network = match self.inspect_network(&api, &name, cancel)? {
+            Some(network) => network,
+            None => {
+                self.create_network(&api, &name, namespace, cancel)?;
+                // Gone again between create and inspect: someone is deleting it; try later.
+                self.inspect_network(&api, &name, cancel)?
+                    .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))?
+            }
+        };
+        if network.name != name || !is_ours(&network, namespace) {
+            return Err(ComputeError::permanent(
+                "NAMESPACE_NAME_CONFLICT",
+                "docker",
+                None,
+            ));
+        }
+        Ok(NamespaceObservation {
+            namespace_id: namespace.namespace_id.clone(),
+            complete: true,
+            failure: None,
+            pending_reason: None,
+        })
     }
+
+    /// Expected flow: force-remove every container labelled with the Namespace, remove every
+    /// network labelled with it, then list both again. Guarantees: `complete` only when
+    /// nothing labelled remains; otherwise `CONTAINER_REMOVAL_PENDING` or
+    /// `NETWORK_REMOVAL_PENDING` and the reconciler asks again. Assumptions: idempotent, it
+    /// may run again after a lost lease; it never touches anything unlabelled.
     fn delete_namespace(
         &self,
-        _n: &NamespaceSpec,
-        _c: &CancelToken,
+        namespace: &NamespaceSpec,
+        cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
-        Self::refused()
+        let api = self.api(cancel)?;
+        let id = namespace.namespace_id.as_str();
+        for container in self.list_containers(&api, LABEL_NAMESPACE, id, cancel)? {
+            self.remove_container(&api, &container.id, cancel)?;
+        }
+        for network in self.list_networks(&api, LABEL_NAMESPACE, id, cancel)? {
+            self.remove_network(&api, &network.id, cancel)?;
+        }
+        let pending_reason = if !self
+            .list_containers(&api, LABEL_NAMESPACE, id, cancel)?
+            .is_empty()
+        {
+            Some("CONTAINER_REMOVAL_PENDING")
+        } else if !self
+            .list_networks(&api, LABEL_NAMESPACE, id, cancel)?
+            .is_empty()
+        {
+            Some("NETWORK_REMOVAL_PENDING")
+        } else {
+            None
+        };
+        Ok(NamespaceObservation {
+            namespace_id: namespace.namespace_id.clone(),
+            complete: pending_reason.is_none(),
+            failure: None,
+            pending_reason: pending_reason.map(str::to_string),
+        })
     }
+
     fn prepare_revision(
         &self,
-        _r: &RevisionSpec,
-        _c: &CancelToken,
+        _revision: &RevisionSpec,
+        _cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
-        Self::refused()
+        Err(harness_binding_unsupported())
     }
-    fn activate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        Self::refused()
+
+    fn activate_revision(
+        &self,
+        _revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        Err(harness_binding_unsupported())
     }
-    fn stop_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        Self::refused()
+
+    fn stop_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.remove_labelled_containers(LABEL_REVISION, &revision.revision_id, cancel)
     }
-    fn retire_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        Self::refused()
+
+    fn retire_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.remove_labelled_containers(LABEL_REVISION, &revision.revision_id, cancel)
     }
+
+    /// Docker holds no credentials; removing the Agent's containers is all there is to do.
     fn delete_agent_runtime_credentials(
         &self,
-        _a: &AgentSpec,
-        _c: &CancelToken,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        Self::refused()
+        self.remove_labelled_containers(LABEL_AGENT, &agent.agent_id, cancel)
     }
-    fn requires_stopped_predecessors(&self, _r: &RevisionSpec) -> bool {
+
+    fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         false
+    }
+}
+
+fn harness_binding_unsupported() -> ComputeError {
+    ComputeError::permanent("HARNESS_BINDING_UNSUPPORTED", "docker", None)
+}
+
+/// The Namespace's network name: `occ-<installation_id>-<namespace_id>`.
+pub fn network_name(namespace: &NamespaceSpec) -> String {
+    format!(
+        "occ-{}-{}",
+        namespace.installation_id, namespace.namespace_id
+    )
+}
+
+fn namespace_labels(namespace: &NamespaceSpec) -> HashMap<&'static str, &str> {
+    HashMap::from([
+        (LABEL_MANAGED_BY, MANAGED_BY),
+        (LABEL_INSTALLATION, namespace.installation_id.as_str()),
+        (LABEL_NAMESPACE, namespace.namespace_id.as_str()),
+    ])
+}
+
+/// Whether the network carries all of the Namespace's labels.
+fn is_ours(network: &NetworkInfo, namespace: &NamespaceSpec) -> bool {
+    let Some(labels) = &network.labels else {
+        return false;
+    };
+    namespace_labels(namespace)
+        .into_iter()
+        .all(|(key, value)| labels.get(key).map(String::as_str) == Some(value))
+}
+
+/// Parses an `API-Version` header such as `1.41`.
+fn parse_api_version(value: &str) -> Option<(u32, u32)> {
+    let (major, minor) = value.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// A non-2xx status the caller did not expect: 429 and 5xx are transient, the rest a refusal.
+fn rejected(status: u16) -> ComputeError {
+    if status == 429 || status >= 500 {
+        ComputeError::transient("docker_api", Some(status))
+    } else {
+        ComputeError::permanent("DOCKER_REQUEST_REJECTED", "docker_api", Some(status))
+    }
+}
+
+/// Decodes a 2xx JSON answer; anything malformed is an invalid observation.
+fn decode<T: DeserializeOwned>(reply: &Reply) -> Result<T, ComputeError> {
+    serde_json::from_slice(&reply.body).map_err(|_| {
+        ComputeError::permanent("INVALID_DRIVER_OBSERVATION", "decode", Some(reply.status))
+    })
+}
+
+/// Maps a failure below HTTP status level. Only kinds travel, never messages.
+fn transport_error(error: &ureq::Error) -> ComputeError {
+    match error {
+        ureq::Error::Protocol(_)
+        | ureq::Error::LargeResponseHeader(..)
+        | ureq::Error::BodyExceedsLimit(_)
+        | ureq::Error::Json(_) => {
+            ComputeError::permanent("INVALID_DRIVER_OBSERVATION", "decode", None)
+        }
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
+            ComputeError::permanent("DOCKER_REQUEST_REJECTED", "docker_request", None)
+        }
+        // Socket missing, connection refused or reset, timeouts, stalled bodies.
+        _ => ComputeError::transient("docker_unavailable", None),
+    }
+}
+
+/// A `filters` query value selecting objects labelled `label=value`.
+fn label_filter(label: &str, value: &str) -> String {
+    encode(&json!({ "label": [format!("{label}={value}")] }).to_string())
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_host_must_be_a_unix_socket_path() {
+        assert!(DockerDriver::new("unix:///var/run/docker.sock").is_ok());
+        for host in [
+            "tcp://localhost:2375",
+            "unix://relative.sock",
+            "/var/run/docker.sock",
+        ] {
+            let e = DockerDriver::new(host).err().expect("refused");
+            assert_eq!(
+                e.kind(),
+                &ComputeErrorKind::Permanent("INVALID_DOCKER_HOST".into())
+            );
+        }
+    }
+
+    #[test]
+    fn api_versions_are_parsed_and_capped() {
+        assert_eq!(parse_api_version("1.45"), Some((1, 45)));
+        assert_eq!(parse_api_version("junk"), None);
+        assert_eq!((1, 45).min(MAX_API_VERSION), (1, 41));
+        assert_eq!((1, 40).min(MAX_API_VERSION), (1, 40));
+        assert_eq!((2, 0).min(MAX_API_VERSION), (1, 41));
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        assert!(rejected(429).is_transient());
+        assert!(rejected(503).is_transient());
+        assert_eq!(
+            rejected(400).kind(),
+            &ComputeErrorKind::Permanent("DOCKER_REQUEST_REJECTED".into())
+        );
+        assert_eq!(rejected(400).status(), Some(400));
+    }
+
+    #[test]
+    fn malformed_answers_are_invalid_observations() {
+        let reply = Reply {
+            status: 200,
+            api_version: None,
+            body: b"{not json".to_vec(),
+        };
+        let e = decode::<Vec<ContainerInfo>>(&reply).err().expect("refused");
+        assert_eq!(e.class(), "decode");
+        assert_eq!(
+            e.kind(),
+            &ComputeErrorKind::Permanent("INVALID_DRIVER_OBSERVATION".into())
+        );
+    }
+
+    #[test]
+    fn filters_are_encoded() {
+        assert_eq!(
+            label_filter("occ.namespace", "n-1"),
+            "%7B%22label%22%3A%5B%22occ.namespace%3Dn-1%22%5D%7D"
+        );
     }
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod agent;
+pub mod namespace;
 pub mod probe;
 pub mod revision;
 

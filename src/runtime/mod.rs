@@ -166,10 +166,18 @@ impl Worker {
                 "concurrency": options.concurrency,
             }),
         );
-        coordinate(&ctx, &options, &jobs_tx, &events_rx, &progress);
+        // The claim loop runs on its own named thread so thread tools show `occ-claim`.
+        let claim_ctx = ctx.clone();
+        let claim_thread =
+            std::thread::Builder::new()
+                .name("occ-claim".into())
+                .spawn(move || {
+                    coordinate(&claim_ctx, &options, &jobs_tx, &events_rx, &progress);
+                    // Closing the job channel stops the pool; every in-flight pass has reported.
+                    drop(jobs_tx);
+                })?;
+        let _ = claim_thread.join();
 
-        // Closing the job channel stops the pool; every in-flight pass already reported.
-        drop(jobs_tx);
         for w in workers {
             let _ = w.join();
         }

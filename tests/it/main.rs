@@ -3,6 +3,13 @@
 
 mod agent;
 mod agent_driver;
+mod docker;
+mod docker_fake;
+mod docker_proxy;
+mod e2e;
+mod iam;
+mod namespace;
 mod queue_smoke;
 mod revision;
+mod scripted;
 mod support;

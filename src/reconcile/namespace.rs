@@ -1,0 +1,531 @@
+//! The Namespace lifecycle reconciler (SPEC N2-N5): one type for `namespace:<id>:ensure` and
+//! `namespace:<id>:delete[:<n>]`, and the audit statements it writes.
+//!
+//! It owns the Namespace's lifecycle status after admission (`provisioning` → `ready` |
+//! `failed`; `deleting` → tombstone) and the audit evidence of every pass. It never admits
+//! anything (that is `sql/V3__namespace_admission.sql`), never writes queue rows (that is
+//! `queue`), and reaches infrastructure only through `Context::compute`.
+//!
+//! # Expected flow
+//!
+//! 1. Load the Namespace, tombstones included. Not in the expected status (`provisioning` for
+//!    ensure, `deleting` for delete): success `SUPERSEDED_TARGET`, no Compute call.
+//! 2. Reload IAM (`iam::load`). The actor is gone: permanent `ACTOR_REVOKED`. Ensure needs
+//!    `create` on Namespaces in the installation, `administer` on the installation when it
+//!    adopts an `existing_namespace`, and no restriction on the exact-Namespace `create`
+//!    decision; delete needs `delete` on the Namespace. Otherwise permanent
+//!    `AUTHORIZATION_DENIED`. A denial is audited (`authorization_denial`) and makes no
+//!    Compute call.
+//! 3. Renew the claim, then `ensure_namespace` / `delete_namespace` under the pass's
+//!    cancellation token. A mismatched observation is permanent `INVALID_DRIVER_OBSERVATION`.
+//! 4. Complete without failure: success `NAMESPACE_RECONCILED`. Retryable failure: retry.
+//!    Permanent failure: permanent. Otherwise pending `NAMESPACE_INCOMPLETE`, rechecked after
+//!    `min(5 s, max(500 ms, age/40))`.
+//! 5. `publish`, inside the claim-fenced finalizing transaction, locks the Namespace and, only
+//!    if it is still in the expected status: ensure success → `ready`; ensure permanent
+//!    (including exhausted attempts and `CONVERGENCE_DEADLINE_EXCEEDED`) → `failed`; delete
+//!    success → tombstone and remove every IAM binding and restriction scoped to it. It writes
+//!    the lifecycle audit (`openclaw.namespaces.lifecycle.ensure` / `.delete`) or the denial.
+//!
+//! # Guarantees
+//!
+//! - No Compute call happens for a superseded, revoked or denied pass.
+//! - Lifecycle status, tombstone, IAM cleanup, audit and the queue transition commit together
+//!   or not at all: a stale claim changes nothing (Q6).
+//! - A pending observation is audited once per distinct observation: a pass whose
+//!   observation equals the work's latest audit row writes neither an audit row nor attempt
+//!   evidence. The comparison reads the database, so it survives restarts.
+//! - Every audit row carries the work id.
+//!
+//! # Assumptions
+//!
+//! - Reconciling is idempotent: a pass may run again after a lost lease, and the drivers'
+//!   `ensure_namespace` / `delete_namespace` tolerate having run already.
+//! - Namespace lifecycle work of one Namespace never runs concurrently (lanes, Q4).
+//! - Admission rejected a Namespace deletion while Agents existed.
+//!
+//! # Errors
+//!
+//! - A transient Compute dependency failure is pending `DEPENDENCY_UNAVAILABLE` (no attempt
+//!   spent) until the convergence deadline; a retryable one is retry `DEPENDENCY_UNAVAILABLE`;
+//!   a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
+//!   is not a bounded token).
+//! - A cancelled Compute call or a lost renewal returns the error: the claim is gone and
+//!   nothing is published.
+//! - Database errors return the error; the runtime turns them into a retry.
+
+use super::{Outcome, Pass, PassError, Reconciler, Report};
+use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
+use crate::iam::{self, Action, Request, Resource};
+use crate::queue::Operation;
+use postgres::GenericClient;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const LOAD: &str = include_str!("../../sql/queries/namespace_load.sql");
+const LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
+const TRANSITION: &str = include_str!("../../sql/queries/namespace_transition.sql");
+const TOMBSTONE: &str = include_str!("../../sql/queries/namespace_tombstone.sql");
+const AUDIT_APPEND: &str = include_str!("../../sql/queries/audit_append.sql");
+const AUDIT_LATEST: &str = include_str!("../../sql/queries/audit_latest_for_work.sql");
+
+/// Every query file this module embeds, for the test that fails on an unused query file.
+pub const QUERY_FILES: &[&str] = &[
+    "namespace_load.sql",
+    "namespace_lock.sql",
+    "namespace_transition.sql",
+    "namespace_tombstone.sql",
+    "audit_append.sql",
+    "audit_latest_for_work.sql",
+];
+
+/// What a lifecycle work asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Ready,
+    Deleted,
+}
+
+impl Target {
+    fn of(operation: Operation) -> Result<Target, PassError> {
+        match operation {
+            Operation::NamespaceEnsure => Ok(Target::Ready),
+            Operation::NamespaceDelete => Ok(Target::Deleted),
+            other => Err(PassError::Invariant(format!(
+                "the Namespace reconciler was given {} work",
+                other.as_str()
+            ))),
+        }
+    }
+
+    /// The status a Namespace must still have for this work to act.
+    fn expected(self) -> &'static str {
+        match self {
+            Target::Ready => "provisioning",
+            Target::Deleted => "deleting",
+        }
+    }
+
+    fn lifecycle_action(self) -> &'static str {
+        match self {
+            Target::Ready => "openclaw.namespaces.lifecycle.ensure",
+            Target::Deleted => "openclaw.namespaces.lifecycle.delete",
+        }
+    }
+
+    fn denial_action(self) -> &'static str {
+        match self {
+            Target::Ready => "openclaw.namespaces.create",
+            Target::Deleted => "openclaw.namespaces.delete",
+        }
+    }
+}
+
+/// The Namespace row a pass acts on.
+#[derive(Clone, Debug)]
+struct Namespace {
+    id: String,
+    name: String,
+    status: String,
+    existing_namespace: Option<String>,
+    tombstoned: bool,
+}
+
+fn load(client: &mut impl GenericClient, id: &str) -> Result<Option<Namespace>, PassError> {
+    Ok(client.query_opt(LOAD, &[&id])?.map(|row| Namespace {
+        id: row.get(0),
+        name: row.get(1),
+        status: row.get(2),
+        existing_namespace: row.get(3),
+        tombstoned: row.get(4),
+    }))
+}
+
+/// One audit event as a reconciler writes it.
+pub struct AuditEvent<'a> {
+    pub installation_id: &'a str,
+    pub namespace_id: Option<&'a str>,
+    pub kind: &'a str,
+    pub actor_id: &'a str,
+    pub action: &'a str,
+    pub resource_kind: &'a str,
+    pub resource_id: &'a str,
+    pub outcome: &'a str,
+    pub reason_code: Option<&'a str>,
+    pub work_id: i64,
+    pub details: &'a Value,
+}
+
+/// Appends an audit event (inside the caller's fenced transaction).
+pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Result<i64, PassError> {
+    let row = client.query_one(
+        AUDIT_APPEND,
+        &[
+            &e.installation_id,
+            &e.namespace_id,
+            &e.kind,
+            &e.actor_id,
+            &e.action,
+            &e.resource_kind,
+            &e.resource_id,
+            &e.outcome,
+            &e.reason_code,
+            &e.work_id,
+            e.details,
+        ],
+    )?;
+    Ok(row.get(0))
+}
+
+/// The latest audit event of a work, as far as comparisons need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatestAudit {
+    pub action: String,
+    pub outcome: String,
+    pub reason_code: Option<String>,
+    pub details: Value,
+}
+
+/// The latest audit event of a work.
+pub fn audit_latest_for_work(
+    client: &mut impl GenericClient,
+    work_id: i64,
+) -> Result<Option<LatestAudit>, PassError> {
+    Ok(client
+        .query_opt(AUDIT_LATEST, &[&work_id])?
+        .map(|row| LatestAudit {
+            action: row.get(0),
+            outcome: row.get(1),
+            reason_code: row.get(2),
+            details: row.get(3),
+        }))
+}
+
+/// The recheck delay of pending convergence: `min(5 s, max(500 ms, age/40))`.
+pub fn recheck_delay(age: Duration) -> Duration {
+    (age / 40).clamp(Duration::from_millis(500), Duration::from_secs(5))
+}
+
+/// The reconciler of `Operation::NamespaceEnsure` and `Operation::NamespaceDelete`.
+pub struct NamespaceReconciler;
+
+/// The `Report::detail` this reconciler hands to `publish`.
+fn denial_detail(request: &Request, decision: &iam::Decision) -> Value {
+    json!({"denial": {"request": request, "decision": decision}})
+}
+
+impl NamespaceReconciler {
+    /// N2 / N4 reauthorization. `Some(report)` is a denial.
+    fn authorize(
+        &self,
+        policy: &iam::Policy,
+        actor: &str,
+        installation_id: &str,
+        namespace: &Namespace,
+        target: Target,
+    ) -> Option<Report> {
+        let exact = |action| Request::new(actor, action, Resource::namespace(&namespace.id));
+        let primary = match target {
+            Target::Ready => Request::new(
+                actor,
+                Action::Create,
+                Resource::namespaces_in(installation_id),
+            ),
+            Target::Deleted => exact(Action::Delete),
+        };
+        let deny = |code: &str, request: &Request, decision: &iam::Decision| {
+            Some(Report::permanent(code).with_detail(denial_detail(request, decision)))
+        };
+        let decision = policy.authorize(&primary);
+        if !policy.identity_exists(actor) {
+            return deny("ACTOR_REVOKED", &primary, &decision);
+        }
+        if !decision.allowed {
+            return deny("AUTHORIZATION_DENIED", &primary, &decision);
+        }
+        if target == Target::Ready {
+            if namespace.existing_namespace.is_some() {
+                let admin = Request::new(
+                    actor,
+                    Action::Administer,
+                    Resource::installation(installation_id),
+                );
+                let decision = policy.authorize(&admin);
+                if !decision.allowed {
+                    return deny("AUTHORIZATION_DENIED", &admin, &decision);
+                }
+            }
+            let exact = exact(Action::Create);
+            let decision = policy.authorize(&exact);
+            if !decision.evidence.restriction_ids.is_empty() {
+                return deny("AUTHORIZATION_DENIED", &exact, &decision);
+            }
+        }
+        None
+    }
+}
+
+/// The lifecycle audit details of an observation.
+fn observation_details(
+    compute_driver_id: &str,
+    observation: &NamespaceObservation,
+    pending: bool,
+) -> Value {
+    let mut details = json!({
+        "computeDriverId": compute_driver_id,
+        "complete": observation.complete,
+        "failure": observation.failure,
+        "convergencePending": pending,
+    });
+    if let Some(reason) = &observation.pending_reason {
+        details["pendingReason"] = json!(reason);
+    }
+    details
+}
+
+/// Whether the work's latest audit row is this exact lifecycle observation.
+fn already_audited(
+    client: &mut impl GenericClient,
+    work_id: i64,
+    action: &str,
+    code: &str,
+    details: &Value,
+) -> Result<bool, PassError> {
+    Ok(matches!(
+        audit_latest_for_work(client, work_id)?,
+        Some(latest) if latest.action == action
+            && latest.reason_code.as_deref() == Some(code)
+            && &latest.details == details
+    ))
+}
+
+impl Reconciler for NamespaceReconciler {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let claim = pass.claim;
+        let target = Target::of(claim.operation)?;
+        let installation_id = &pass.ctx.installation_id;
+        let namespace = {
+            let mut client = pass.db()?;
+            let namespace = match load(&mut *client, &claim.namespace_id)? {
+                Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
+                _ => return Ok(Report::success("SUPERSEDED_TARGET")),
+            };
+            let policy = iam::load(&mut *client)?;
+            if let Some(denial) = self.authorize(
+                &policy,
+                &claim.actor_id,
+                installation_id,
+                &namespace,
+                target,
+            ) {
+                return Ok(denial);
+            }
+            namespace
+        };
+
+        pass.before_effect()?;
+        let spec = NamespaceSpec {
+            installation_id: installation_id.clone(),
+            namespace_id: namespace.id.clone(),
+            name: namespace.name.clone(),
+            existing_namespace: namespace.existing_namespace.clone(),
+        };
+        let compute = &pass.ctx.compute;
+        let answer = match target {
+            Target::Ready => compute.ensure_namespace(&spec, pass.cancel()),
+            Target::Deleted => compute.delete_namespace(&spec, pass.cancel()),
+        };
+        let observation = match answer {
+            Ok(observation) => observation,
+            Err(e) => {
+                return match e.kind() {
+                    ComputeErrorKind::TransientDependency => Ok(Report::pending(
+                        "DEPENDENCY_UNAVAILABLE",
+                        recheck_delay(pass.age()),
+                    )),
+                    ComputeErrorKind::Retryable => Ok(Report::retry("DEPENDENCY_UNAVAILABLE")),
+                    ComputeErrorKind::Permanent(code) => {
+                        Ok(Report::permanent(if compute::is_code(code) {
+                            code
+                        } else {
+                            "COMPUTE_REFUSED"
+                        }))
+                    }
+                    ComputeErrorKind::Cancelled(_) => Err(e.into()),
+                };
+            }
+        };
+        if !compute::valid_namespace_observation(&observation, &namespace.id) {
+            return Ok(Report::permanent("INVALID_DRIVER_OBSERVATION"));
+        }
+        let code = if observation.complete {
+            "NAMESPACE_RECONCILED"
+        } else {
+            "NAMESPACE_INCOMPLETE"
+        };
+        let mut report = match observation.failure {
+            Some(FailureClass::Permanent) => Report::permanent(code),
+            None if observation.complete => Report::success(code),
+            Some(FailureClass::Retryable) => Report::retry(code),
+            None => Report::pending(code, recheck_delay(pass.age())),
+        };
+        let pending = matches!(report.outcome, Outcome::Pending { .. });
+        let details = observation_details(compute.id(), &observation, pending);
+        if pending {
+            let mut client = pass.db()?;
+            if already_audited(
+                &mut *client,
+                claim.id,
+                target.lifecycle_action(),
+                code,
+                &details,
+            )? {
+                report.record_evidence = false;
+            }
+        }
+        Ok(report.with_detail(json!({ "observation": details })))
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError> {
+        let claim = pass.claim;
+        let target = Target::of(claim.operation)?;
+        if report.code == "SUPERSEDED_TARGET" {
+            return Ok(());
+        }
+        let current = tx.query_opt(LOCK, &[&claim.namespace_id])?;
+        let still_expected = current.is_some_and(|row| {
+            let status: String = row.get(0);
+            let tombstoned: bool = row.get(1);
+            !tombstoned && status == target.expected()
+        });
+        if !still_expected {
+            return Ok(());
+        }
+        let ns = claim.namespace_id.as_str();
+        let installation_id = pass.ctx.installation_id.as_str();
+
+        if let Some(denial) = report.detail.get("denial") {
+            let mut details = denial.clone();
+            details["workKey"] = json!(claim.key);
+            if target == Target::Ready && report.outcome == Outcome::Permanent {
+                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
+            }
+            audit_append(
+                tx,
+                &AuditEvent {
+                    installation_id,
+                    namespace_id: Some(ns),
+                    kind: "authorization_denial",
+                    actor_id: &claim.actor_id,
+                    action: target.denial_action(),
+                    resource_kind: "namespace",
+                    resource_id: ns,
+                    outcome: "denied",
+                    reason_code: Some(&report.code),
+                    work_id: claim.id,
+                    details: &details,
+                },
+            )?;
+            return Ok(());
+        }
+
+        let mut removed = None;
+        match (target, report.outcome) {
+            (Target::Ready, Outcome::Success) => {
+                tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
+            }
+            (Target::Ready, Outcome::Permanent) => {
+                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
+            }
+            (Target::Deleted, Outcome::Success) => {
+                let row = tx.query_one(TOMBSTONE, &[&ns])?;
+                let tombstoned: bool = row.get(0);
+                if !tombstoned {
+                    return Err(PassError::Invariant(format!(
+                        "Namespace {ns} was locked as deleting but not tombstoned"
+                    )));
+                }
+                removed = Some(row.get::<_, Value>(1));
+            }
+            _ => {}
+        }
+
+        let observation = report.detail.get("observation");
+        let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+        if observation.is_none() && !terminal {
+            // A dependency failure without an observation: the attempt evidence says enough.
+            return Ok(());
+        }
+        let mut details = match observation {
+            Some(o) => o.clone(),
+            None => json!({
+                "computeDriverId": pass.ctx.compute.id(),
+                "complete": false,
+                "failure": null,
+                "convergencePending": false,
+            }),
+        };
+        let pending = matches!(report.outcome, Outcome::Pending { .. });
+        details["convergencePending"] = json!(pending);
+        if pending
+            && already_audited(
+                tx,
+                claim.id,
+                target.lifecycle_action(),
+                &report.code,
+                &details,
+            )?
+        {
+            return Ok(());
+        }
+        if let Some(removed) = removed {
+            details["removedPolicy"] = removed;
+        }
+        if let Some(data) = &report.result_data {
+            details["result"] = data.clone();
+        }
+        audit_append(
+            tx,
+            &AuditEvent {
+                installation_id,
+                namespace_id: Some(ns),
+                kind: "mutation",
+                actor_id: &claim.actor_id,
+                action: target.lifecycle_action(),
+                resource_kind: "namespace",
+                resource_id: ns,
+                outcome: match report.outcome {
+                    Outcome::Success | Outcome::Pending { .. } => "success",
+                    Outcome::Retry | Outcome::Permanent => "failure",
+                },
+                reason_code: Some(&report.code),
+                work_id: claim.id,
+                details: &details,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recheck_grows_with_age_within_bounds() {
+        assert_eq!(recheck_delay(Duration::ZERO), Duration::from_millis(500));
+        assert_eq!(
+            recheck_delay(Duration::from_secs(80)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            recheck_delay(Duration::from_secs(3600)),
+            Duration::from_secs(5)
+        );
+    }
+}

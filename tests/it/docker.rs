@@ -1,0 +1,418 @@
+//! The Docker Compute Driver against the real Docker Engine (SPEC C2).
+//!
+//! Tests that need a daemon skip with a notice when `/var/run/docker.sock` is missing, unless
+//! `OCC_REQUIRE_DOCKER=1` (CI), which turns the skip into a failure. Fixtures are created and
+//! checked with the `docker` CLI, independently of the driver; every name carries the process
+//! id and a counter, and every test removes what it created.
+
+use crate::docker_proxy::{DockerProxy, DOCKER_SOCKET};
+use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
+use occ_worker::compute::docker::{network_name, DockerDriver};
+use occ_worker::compute::{
+    AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec, RevisionSpec,
+};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const IMAGE: &str = "occ-test-sleeper:latest";
+const DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a Docker Engine is available; panics instead of skipping under
+/// `OCC_REQUIRE_DOCKER=1`.
+pub fn docker_available() -> bool {
+    if Path::new(DOCKER_SOCKET).exists() {
+        return true;
+    }
+    if std::env::var("OCC_REQUIRE_DOCKER").as_deref() == Ok("1") {
+        panic!("OCC_REQUIRE_DOCKER=1 but there is no Docker Engine at {DOCKER_SOCKET}");
+    }
+    eprintln!("skipping: no Docker Engine at {DOCKER_SOCKET} (set OCC_REQUIRE_DOCKER=1 to fail)");
+    false
+}
+
+/// A unique id token for this process and test.
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn namespace() -> NamespaceSpec {
+    NamespaceSpec {
+        installation_id: unique("itinst"),
+        namespace_id: unique("itns"),
+        name: "test".into(),
+        existing_namespace: None,
+    }
+}
+
+fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
+    RevisionSpec {
+        installation_id: namespace.installation_id.clone(),
+        namespace_id: namespace.namespace_id.clone(),
+        agent_id: unique("itagent"),
+        revision_id: unique("itrev"),
+        revision: 1,
+        service_principal_id: "sp".into(),
+        harness_id: "h".into(),
+        harness_version: "1".into(),
+        harness_mode: "dedicated".into(),
+        execution_mode: "service".into(),
+        document: serde_json::json!({}),
+        harness_auth: None,
+        secret_bindings: serde_json::json!([]),
+        plugin_ids: vec![],
+    }
+}
+
+fn driver() -> DockerDriver {
+    DockerDriver::new(DOCKER_HOST).expect("driver")
+}
+
+fn permanent_code(e: &ComputeError) -> &str {
+    match e.kind() {
+        ComputeErrorKind::Permanent(code) => code,
+        other => panic!("expected a permanent error, got {other:?}"),
+    }
+}
+
+/// Runs the `docker` CLI; panics with its stderr on failure.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run the docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn build_test_image() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/build-test-image");
+        let status = Command::new(script).status().expect("run build-test-image");
+        assert!(status.success(), "scripts/build-test-image failed");
+    });
+}
+
+/// Starts a sleeper container with the given labels, attached to `network` if given.
+pub fn run_container(labels: &[(&str, &str)], network: Option<&str>) -> String {
+    build_test_image();
+    let name = unique("occ-it-c");
+    let mut args = vec!["run".to_string(), "-d".into(), "--name".into(), name];
+    for (k, v) in labels {
+        args.push("--label".into());
+        args.push(format!("{k}={v}"));
+    }
+    if let Some(network) = network {
+        args.push("--network".into());
+        args.push(network.into());
+    }
+    args.push(IMAGE.into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    docker(&args)
+}
+
+fn labelled_containers(label: &str, value: &str) -> Vec<String> {
+    let filter = format!("label={label}={value}");
+    lines(&docker(&["ps", "-aq", "--no-trunc", "--filter", &filter]))
+}
+
+fn labelled_networks(label: &str, value: &str) -> Vec<String> {
+    let filter = format!("label={label}={value}");
+    lines(&docker(&[
+        "network",
+        "ls",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &filter,
+    ]))
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn inspect_network(name: &str) -> serde_json::Value {
+    serde_json::from_str(&docker(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{json .}}",
+        name,
+    ]))
+    .expect("network inspect answers JSON")
+}
+
+/// Removes everything labelled with the Namespace, whatever the test left behind.
+fn cleanup(namespace: &NamespaceSpec) {
+    for id in labelled_containers("occ.namespace", &namespace.namespace_id) {
+        let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+    }
+    for id in labelled_networks("occ.namespace", &namespace.namespace_id) {
+        let _ = Command::new("docker").args(["network", "rm", &id]).output();
+    }
+}
+
+/// Deletes until complete (bounded).
+fn delete_until_complete(driver: &DockerDriver, namespace: &NamespaceSpec) {
+    let cancel = CancelToken::unbounded();
+    for _ in 0..30 {
+        let observed = driver.delete_namespace(namespace, &cancel).expect("delete");
+        assert_eq!(observed.namespace_id, namespace.namespace_id);
+        if observed.complete {
+            assert_eq!(observed.pending_reason, None);
+            return;
+        }
+        let reason = observed.pending_reason.expect("a pending reason");
+        assert!(
+            reason == "CONTAINER_REMOVAL_PENDING" || reason == "NETWORK_REMOVAL_PENDING",
+            "{reason}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("delete_namespace did not complete");
+}
+
+#[test]
+fn ensure_namespace_creates_a_labelled_bridge_network_idempotently() {
+    if !docker_available() {
+        return;
+    }
+    let driver = driver();
+    let ns = namespace();
+    let cancel = CancelToken::unbounded();
+    driver.preflight(&cancel).expect("preflight");
+
+    let observed = driver.ensure_namespace(&ns, &cancel).expect("ensure");
+    assert!(observed.complete);
+    assert_eq!(observed.namespace_id, ns.namespace_id);
+    assert_eq!(observed.failure, None);
+    assert_eq!(observed.pending_reason, None);
+
+    let name = network_name(&ns);
+    assert_eq!(
+        name,
+        format!("occ-{}-{}", ns.installation_id, ns.namespace_id)
+    );
+    let network = inspect_network(&name);
+    assert_eq!(network["Driver"], "bridge");
+    assert_eq!(network["Labels"]["occ.managed-by"], "occ-worker");
+    assert_eq!(network["Labels"]["occ.installation"], ns.installation_id);
+    assert_eq!(network["Labels"]["occ.namespace"], ns.namespace_id);
+
+    let again = driver.ensure_namespace(&ns, &cancel).expect("ensure again");
+    assert_eq!(again, observed);
+    assert_eq!(inspect_network(&name)["Id"], network["Id"], "same network");
+    assert_eq!(
+        labelled_networks("occ.namespace", &ns.namespace_id).len(),
+        1
+    );
+
+    delete_until_complete(&driver, &ns);
+    assert!(labelled_networks("occ.namespace", &ns.namespace_id).is_empty());
+    cleanup(&ns);
+}
+
+#[test]
+fn delete_namespace_removes_labelled_containers_and_the_network() {
+    if !docker_available() {
+        return;
+    }
+    let driver = driver();
+    let ns = namespace();
+    let cancel = CancelToken::unbounded();
+    driver.ensure_namespace(&ns, &cancel).expect("ensure");
+    let name = network_name(&ns);
+    let labels = [
+        ("occ.managed-by", "occ-worker"),
+        ("occ.namespace", ns.namespace_id.as_str()),
+    ];
+    for _ in 0..3 {
+        run_container(&labels, Some(&name));
+    }
+    assert_eq!(
+        labelled_containers("occ.namespace", &ns.namespace_id).len(),
+        3
+    );
+
+    delete_until_complete(&driver, &ns);
+    assert!(labelled_containers("occ.namespace", &ns.namespace_id).is_empty());
+    assert!(labelled_networks("occ.namespace", &ns.namespace_id).is_empty());
+
+    // Idempotent: deleting what is gone completes at once.
+    let observed = driver.delete_namespace(&ns, &cancel).expect("delete again");
+    assert!(observed.complete);
+    cleanup(&ns);
+}
+
+#[test]
+fn same_named_unlabelled_network_is_a_name_conflict_and_survives_delete() {
+    if !docker_available() {
+        return;
+    }
+    let driver = driver();
+    let ns = namespace();
+    let name = network_name(&ns);
+    docker(&["network", "create", &name]);
+    let cancel = CancelToken::unbounded();
+
+    let e = driver.ensure_namespace(&ns, &cancel).unwrap_err();
+    assert_eq!(permanent_code(&e), "NAMESPACE_NAME_CONFLICT");
+
+    // Deletion goes by labels: the stranger's network is left alone.
+    let observed = driver.delete_namespace(&ns, &cancel).expect("delete");
+    assert!(observed.complete);
+    assert_eq!(inspect_network(&name)["Name"], name.as_str());
+    docker(&["network", "rm", &name]);
+}
+
+#[test]
+fn stop_retire_and_credential_deletion_remove_labelled_containers() {
+    if !docker_available() {
+        return;
+    }
+    let driver = driver();
+    let ns = namespace();
+    let rev = revision(&ns);
+    let cancel = CancelToken::unbounded();
+    let by_namespace = ("occ.namespace", ns.namespace_id.as_str());
+
+    run_container(&[by_namespace, ("occ.revision", &rev.revision_id)], None);
+    driver.stop_revision(&rev, &cancel).expect("stop");
+    assert!(labelled_containers("occ.revision", &rev.revision_id).is_empty());
+    driver.stop_revision(&rev, &cancel).expect("stop again");
+
+    run_container(&[by_namespace, ("occ.revision", &rev.revision_id)], None);
+    driver.retire_revision(&rev, &cancel).expect("retire");
+    assert!(labelled_containers("occ.revision", &rev.revision_id).is_empty());
+
+    run_container(&[by_namespace, ("occ.agent", &rev.agent_id)], None);
+    let agent = AgentSpec {
+        installation_id: ns.installation_id.clone(),
+        namespace_id: ns.namespace_id.clone(),
+        agent_id: rev.agent_id.clone(),
+        service_principal_id: "sp".into(),
+    };
+    driver
+        .delete_agent_runtime_credentials(&agent, &cancel)
+        .expect("delete credentials");
+    assert!(labelled_containers("occ.agent", &rev.agent_id).is_empty());
+    cleanup(&ns);
+}
+
+#[test]
+fn missing_socket_is_a_transient_error_not_a_panic() {
+    let driver = DockerDriver::new("unix:///nonexistent/docker.sock").expect("driver");
+    let cancel = CancelToken::unbounded();
+    let ns = namespace();
+
+    let e = driver.preflight(&cancel).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(e.class(), "docker_unavailable");
+
+    let e = driver.ensure_namespace(&ns, &cancel).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(e.class(), "docker_unavailable");
+
+    let e = driver.delete_namespace(&ns, &cancel).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+}
+
+#[test]
+fn cancelled_token_makes_no_request() {
+    let proxy = DockerProxy::start();
+    let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+    let ns = namespace();
+    let rev = revision(&ns);
+    let cancel = CancelToken::unbounded();
+    cancel.cancel(LossCause::RenewalRefused);
+    let cancelled = ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused));
+
+    let e = driver.preflight(&cancel).unwrap_err();
+    assert_eq!(e.kind(), &cancelled);
+    assert_eq!(
+        driver.ensure_namespace(&ns, &cancel).unwrap_err().kind(),
+        &cancelled
+    );
+    assert_eq!(
+        driver.delete_namespace(&ns, &cancel).unwrap_err().kind(),
+        &cancelled
+    );
+    assert_eq!(
+        driver.stop_revision(&rev, &cancel).unwrap_err().kind(),
+        &cancelled
+    );
+    assert_eq!(proxy.requests(), Vec::<String>::new(), "radio silence");
+}
+
+#[test]
+fn revision_deployment_is_refused_with_harness_binding_unsupported() {
+    let proxy = DockerProxy::start();
+    let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+    let ns = namespace();
+    let rev = revision(&ns);
+    let cancel = CancelToken::unbounded();
+
+    let e = driver.prepare_revision(&rev, &cancel).unwrap_err();
+    assert_eq!(permanent_code(&e), "HARNESS_BINDING_UNSUPPORTED");
+    let e = driver.activate_revision(&rev, &cancel).unwrap_err();
+    assert_eq!(permanent_code(&e), "HARNESS_BINDING_UNSUPPORTED");
+    assert!(!driver.requires_stopped_predecessors(&rev));
+    assert_eq!(driver.maintenance_interval(), None);
+    assert_eq!(proxy.requests(), Vec::<String>::new(), "no request");
+}
+
+#[test]
+fn existing_namespace_is_unsupported() {
+    let proxy = DockerProxy::start();
+    let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+    let mut ns = namespace();
+    ns.existing_namespace = Some("tenant-a".into());
+    let e = driver
+        .ensure_namespace(&ns, &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(permanent_code(&e), "EXISTING_NAMESPACE_UNSUPPORTED");
+    assert_eq!(proxy.requests(), Vec::<String>::new(), "no request");
+}
+
+#[test]
+fn proxy_records_the_ping_of_a_preflight_and_versioned_paths() {
+    if !docker_available() {
+        return;
+    }
+    let proxy = DockerProxy::start();
+    let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+    let cancel = CancelToken::unbounded();
+    driver
+        .preflight(&cancel)
+        .expect("preflight through the proxy");
+    assert_eq!(proxy.requests(), vec!["GET /_ping".to_string()]);
+
+    // Negotiated: at most 1.41, and used as the path prefix of later requests.
+    let ns = namespace();
+    driver.delete_namespace(&ns, &cancel).expect("delete");
+    let requests = proxy.requests();
+    assert!(requests.len() > 1, "{requests:?}");
+    assert!(
+        requests[1..]
+            .iter()
+            .all(|r| r.starts_with("GET /v1.41/") || r.starts_with("DELETE /v1.41/")),
+        "{requests:?}"
+    );
+}

@@ -1,0 +1,339 @@
+//! End to end: the operator's CLI, the worker binary and the real Docker Engine (SPEC N1-N5,
+//! C2, O), plus the proof that a denied pass sends the daemon nothing (N5).
+
+use crate::docker::{docker_available, run_container};
+use crate::docker_proxy::DockerProxy;
+use crate::support::TestDb;
+use occ_worker::compute::docker::DockerDriver;
+use occ_worker::events::Events;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::{Operation, QueueOptions};
+use occ_worker::reconcile::namespace::NamespaceReconciler;
+use occ_worker::reconcile::{Context, Registry};
+use occ_worker::runtime::{RuntimeOptions, Worker};
+use postgres::Client;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
+
+fn cli(db: &TestDb, args: &[&str]) -> Value {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--json")
+        .env("OCC_DATABASE_URL", &db.url)
+        .output()
+        .expect("run occ-worker");
+    assert!(
+        out.status.success(),
+        "occ-worker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+fn network_exists(name: &str) -> bool {
+    Command::new("docker")
+        .args(["network", "inspect", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("docker CLI")
+        .success()
+}
+
+fn network_label(name: &str, label: &str) -> String {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            &format!("{{{{index .Labels \"{label}\"}}}}"),
+            name,
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Polls `done` until it holds, failing after `limit`.
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn count(c: &mut Client, sql: &str, ids: &[String]) -> i64 {
+    c.query_one(sql, &[&ids]).expect(sql).get(0)
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// O, N1-N4, C2: 50 Namespaces admitted through the CLI become ready with their labelled
+/// networks; deleted through the CLI they are tombstoned, their networks (and a labelled
+/// container) are gone, and no binding scoped to them survives.
+#[test]
+fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
+    if !docker_available() {
+        return;
+    }
+    let db = TestDb::bootstrapped();
+    cli(
+        &db,
+        &[
+            "admin",
+            "identity",
+            "create",
+            "e2e-viewer",
+            "--actor",
+            "admin",
+        ],
+    );
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let name = format!("e2e-{}-{i}", std::process::id());
+        let ns = cli(
+            &db,
+            &["admin", "namespace", "create", &name, "--actor", "admin"],
+        );
+        let id = ns["id"].as_str().expect("namespace id").to_string();
+        cli(
+            &db,
+            &[
+                "admin",
+                "grant",
+                "e2e-viewer",
+                "viewer",
+                "--scope",
+                &format!("namespace:{id}"),
+                "--actor",
+                "admin",
+            ],
+        );
+        ids.push(id);
+    }
+    let worker = Running(
+        Command::new(BIN)
+            .arg("run")
+            .env("OCC_DATABASE_URL", &db.url)
+            .env("OCC_COMPUTE_DRIVER", "docker")
+            .env("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0")
+            .env("OCC_WORKER_CONCURRENCY", "8")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start worker"),
+    );
+    let mut c = db.client();
+    wait_until(Duration::from_secs(90), "50 ready Namespaces", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.namespaces WHERE id = ANY($1) AND status = 'ready'",
+            &ids,
+        ) == 50
+    });
+    for id in &ids {
+        let network = format!("occ-inst-{id}");
+        assert!(network_exists(&network), "{network} exists");
+        assert_eq!(network_label(&network, "occ.namespace"), *id);
+        assert_eq!(network_label(&network, "occ.managed-by"), "occ-worker");
+    }
+    let listed = cli(&db, &["admin", "namespace", "list"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(50));
+
+    // A labelled container attached to one Namespace's network must go with it.
+    let container = run_container(
+        &[("occ.namespace", &ids[0]), ("occ.managed-by", "occ-worker")],
+        Some(&format!("occ-inst-{}", ids[0])),
+    );
+    for id in &ids {
+        cli(
+            &db,
+            &["admin", "namespace", "delete", id, "--actor", "admin"],
+        );
+    }
+    wait_until(Duration::from_secs(120), "50 tombstones", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.namespaces_all WHERE id = ANY($1) AND deleted_at IS NOT NULL",
+            &ids,
+        ) == 50
+    });
+    for id in &ids {
+        assert!(
+            !network_exists(&format!("occ-inst-{id}")),
+            "network of {id} removed"
+        );
+    }
+    let gone = Command::new("docker")
+        .args(["container", "inspect", &container])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("docker CLI");
+    assert!(!gone.success(), "the labelled container was removed");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.namespaces WHERE id = ANY($1)",
+            &ids
+        ),
+        0,
+        "tombstones are invisible to public reads"
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.iam_bindings WHERE namespace_id = ANY($1)",
+            &ids
+        ),
+        0,
+        "no grant outlives its Namespace"
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.audit_events WHERE namespace_id = ANY($1)
+             AND action = 'openclaw.namespaces.lifecycle.delete' AND outcome = 'success'
+             AND (details->>'convergencePending') IS NULL",
+            &ids
+        ),
+        50
+    );
+    let mut worker = worker;
+    let pid = worker.0.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    let status = worker.0.wait().expect("worker exit");
+    assert!(status.success(), "SIGTERM exits 0, got {status:?}");
+}
+
+/// N5: an actor revoked between admission and the pass fails the work with `ACTOR_REVOKED`
+/// and the Docker daemon receives no request at all, observed through a recording proxy;
+/// a permitted Namespace in the same run does reach the daemon (the proxy sees traffic).
+#[test]
+fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
+    if !docker_available() {
+        return;
+    }
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    c.execute("SELECT occ.identity_create('admin', 'bob')", &[])
+        .expect("create bob");
+    c.execute(
+        "SELECT occ.binding_grant('admin', 'bob', 'namespace-admin', 'installation')",
+        &[],
+    )
+    .expect("grant bob");
+    let ns: Value = c
+        .query_one(
+            "SELECT occ.namespace_create('bob', $1)",
+            &[&format!("rv-{}", std::process::id())],
+        )
+        .expect("admit")
+        .get(0);
+    let revoked_ns = ns["id"].as_str().unwrap().to_string();
+    c.execute("SELECT occ.identity_revoke('admin', 'bob')", &[])
+        .expect("revoke bob");
+
+    let proxy = DockerProxy::start();
+    let run_worker = |proxy: &DockerProxy, key: &str| {
+        let ctx = Arc::new(Context {
+            pool: db.pool(6),
+            compute: Arc::new(DockerDriver::new(&proxy.docker_host()).expect("driver")),
+            installation_id: "inst".into(),
+            queue: QueueOptions::new(Duration::from_secs(10), 3),
+            convergence_timeout: Duration::from_secs(60),
+            events: Events::discard(),
+            metrics: Metrics::new(),
+        });
+        let r = Arc::new(NamespaceReconciler);
+        let registry = Registry::new()
+            .with(Operation::NamespaceEnsure, r.clone())
+            .with(Operation::NamespaceDelete, r);
+        let worker = Worker::new(
+            ctx,
+            registry,
+            RuntimeOptions {
+                concurrency: 2,
+                poll_interval: Duration::from_millis(50),
+                shutdown_grace: Duration::from_secs(5),
+                listen_url: None,
+                db_timeout: Duration::from_secs(5),
+            },
+        );
+        let stop = worker.stop_handle();
+        let handle = std::thread::spawn(move || worker.run());
+        let mut c = db.client();
+        wait_until(Duration::from_secs(30), key, || {
+            let state: String = c
+                .query_one(
+                    "SELECT state FROM occ.work WHERE idempotency_key = $1",
+                    &[&key],
+                )
+                .unwrap()
+                .get(0);
+            state == "succeeded" || state == "failed_permanent"
+        });
+        stop.stop();
+        handle.join().expect("worker thread").expect("worker run");
+    };
+
+    run_worker(&proxy, &format!("namespace:{revoked_ns}:ensure"));
+    let row = c
+        .query_one(
+            "SELECT state, reason_code FROM occ.work WHERE idempotency_key = $1",
+            &[&format!("namespace:{revoked_ns}:ensure")],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "failed_permanent");
+    assert_eq!(row.get::<_, String>(1), "ACTOR_REVOKED");
+    let denials: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.audit_events WHERE namespace_id = $1
+             AND kind = 'authorization_denial' AND reason_code = 'ACTOR_REVOKED'",
+            &[&revoked_ns],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(denials, 1);
+    assert_eq!(
+        proxy.requests(),
+        Vec::<String>::new(),
+        "no Docker request at all"
+    );
+
+    // Control: the same proxy does see a permitted Namespace's requests.
+    let ok: Value = c
+        .query_one(
+            "SELECT occ.namespace_create('admin', $1)",
+            &[&format!("ok-{}", std::process::id())],
+        )
+        .expect("admit")
+        .get(0);
+    let ok_ns = ok["id"].as_str().unwrap().to_string();
+    run_worker(&proxy, &format!("namespace:{ok_ns}:ensure"));
+    assert!(
+        proxy.requests().iter().any(|r| r.contains("/networks")),
+        "the proxy observes Docker traffic: {:?}",
+        proxy.requests()
+    );
+    // Clean up the network the control created.
+    let _ = Command::new("docker")
+        .args(["network", "rm", &format!("occ-inst-{ok_ns}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
