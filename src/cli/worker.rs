@@ -82,11 +82,11 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         }
     };
     let compute: Arc<dyn ComputeDriver> = match config.compute_driver {
-        DriverKind::Docker => {
-            Arc::new(DockerDriver::new(&config.docker_host).map_err(|e| {
-                CliError::config(format!("invalid configuration: DOCKER_HOST: {e}"))
-            })?)
-        }
+        DriverKind::Docker => Arc::new(
+            DockerDriver::new(&config.docker_host)
+                .map_err(|e| CliError::config(format!("invalid configuration: DOCKER_HOST: {e}")))?
+                .with_subnet_pool(config.docker_subnet_pool),
+        ),
         DriverKind::Kubernetes => return Err(CliError::config(
             "invalid configuration: OCC_COMPUTE_DRIVER=kubernetes is not available in this build",
         )),
