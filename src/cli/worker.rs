@@ -147,9 +147,14 @@ pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
 }
 
 pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .target(env_logger::Target::Stderr)
-        .try_init();
+    // r2d2 logs every failed connection attempt with the driver's free text; the worker
+    // reports database trouble itself (one start-up line, `worker.error` events), so its
+    // logger stays off.
+    let _ = env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,r2d2=off"),
+    )
+    .target(env_logger::Target::Stderr)
+    .try_init();
     let s = start(globals)?;
     let registry = registry(args.test_reconciler.as_deref())?;
     if args.test_reconciler.as_deref() == Some("probe") {

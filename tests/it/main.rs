@@ -4,4 +4,5 @@
 mod conventions;
 mod queue;
 mod queue_smoke;
+mod runtime;
 mod support;
