@@ -4,7 +4,7 @@
 
 use crate::support::{
     context, free_port, insert_namespace, runtime_options, scalar, wait_for, worker_command,
-    worker_env, TestDb, WorkerProcess,
+    worker_env, Env, TestDb, WorkerProcess,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use occ_worker::queue::{work_enqueue, NewWork, Operation};
@@ -249,7 +249,7 @@ fn lease_lapsing_during_a_database_stall_cancels_the_pass() {
         .any(|e| e["cause"] == loss));
 }
 
-fn probe_env(db: &TestDb, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+fn probe_env(db: &TestDb, extra: &[(&'static str, &str)]) -> Env {
     let mut env = worker_env(&db.url);
     for (k, v) in extra {
         env.push((k, v.to_string()));
@@ -438,15 +438,11 @@ fn refused_start(env: &[(&str, String)]) -> (Option<i32>, String, Duration) {
     (status.code(), stderr, started.elapsed())
 }
 
-fn without(env: Vec<(&'static str, String)>, name: &str) -> Vec<(&'static str, String)> {
+fn without(env: Env, name: &str) -> Env {
     env.into_iter().filter(|(k, _)| *k != name).collect()
 }
 
-fn with(
-    mut env: Vec<(&'static str, String)>,
-    name: &'static str,
-    value: &str,
-) -> Vec<(&'static str, String)> {
+fn with(mut env: Env, name: &'static str, value: &str) -> Env {
     env.retain(|(k, _)| *k != name);
     env.push((name, value.into()));
     env
@@ -458,7 +454,7 @@ fn start_up_refuses_with_one_line_naming_the_problem() {
     let bare = TestDb::new();
     let db = TestDb::bootstrapped();
     let closed = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
-    let cases: Vec<(&str, Vec<(&'static str, String)>, &str)> = vec![
+    let cases: Vec<(&str, Env, &str)> = vec![
         ("no Installation", worker_env(&bare.url), "no Installation"),
         (
             "no Compute Driver",

@@ -305,6 +305,9 @@ pub struct WorkerProcess {
     readers: Vec<JoinHandle<()>>,
 }
 
+/// A child process's whole environment.
+pub type Env = Vec<(&'static str, String)>;
+
 /// The binary with a clean environment: only what `env` names is set.
 pub fn worker_command(args: &[&str], env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_occ-worker"));
@@ -319,7 +322,7 @@ pub fn worker_command(args: &[&str], env: &[(&str, String)]) -> Command {
 }
 
 /// The environment of a development worker on `url` with the probe-friendly defaults.
-pub fn worker_env(url: &str) -> Vec<(&'static str, String)> {
+pub fn worker_env(url: &str) -> Env {
     vec![
         ("OCC_DATABASE_URL", url.to_string()),
         ("OCC_COMPUTE_DRIVER", "docker".into()),
