@@ -2,6 +2,7 @@
 //! its own database.
 
 mod conventions;
+mod lanes;
 mod queue;
 mod queue_smoke;
 mod runtime;
