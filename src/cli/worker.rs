@@ -1,5 +1,4 @@
-//! `occ-worker run`, `check` and `bench`: start-up checks (SPEC W8), the worker, and the
-//! queue benchmark.
+//! `occ-worker run` and `check`: start-up checks (SPEC W8) and the worker.
 
 use super::{CliError, Globals};
 use clap::Args;
@@ -21,12 +20,6 @@ pub struct RunArgs {
     /// Test tooling: replace every reconciler (noop | probe). Not for production.
     #[arg(long, hide = true)]
     test_reconciler: Option<String>,
-}
-
-#[derive(Args)]
-pub struct BenchArgs {
-    #[arg(long, default_value_t = 20_000)]
-    works: usize,
 }
 
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
@@ -208,8 +201,4 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     signal_handle.close();
     let _ = signal_thread.join();
     Ok(())
-}
-
-pub fn bench(_globals: &Globals, _args: BenchArgs) -> Result<(), CliError> {
-    Err(CliError::new("bench is not built yet (issue 2)"))
 }
