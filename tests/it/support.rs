@@ -45,6 +45,25 @@ fn template() -> &'static str {
         let admin = admin_url();
         let mut client = Client::connect(&admin, NoTls).expect("connect to test server");
         let name = format!("occ_template_{}", std::process::id());
+        // Templates (and test databases) of earlier runs whose process is gone are dropped,
+        // so repeated runs do not pile databases up in the throwaway cluster.
+        let stale: Vec<String> = client
+            .query(
+                "SELECT datname FROM pg_database WHERE datname ~ '^occ_(template|t)_[0-9]+'",
+                &[],
+            )
+            .expect("list test databases")
+            .iter()
+            .map(|r| r.get(0))
+            .filter(|db: &String| {
+                let pid = db.split('_').nth(2).unwrap_or("");
+                pid != std::process::id().to_string()
+                    && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            })
+            .collect();
+        for db in stale {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        }
         client
             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .expect("drop old template database");
