@@ -586,3 +586,59 @@ fn health_endpoints_answer() {
     let (status, stderr) = worker.wait(Duration::from_secs(10));
     assert!(status.success(), "{stderr}");
 }
+
+// W3: a renewal the database confirms only after the last confirmed lease ran out (here the
+// row lock made it wait) proves nothing: the pass is cancelled with CLAIM_RENEWAL_LATE and a
+// warning event, even though the answer came within one lease of being sent.
+#[test]
+fn a_renewal_answered_after_the_trusted_lease_ran_out_is_late() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let lease = Duration::from_secs(2);
+    let opts = occ_worker::queue::QueueOptions::new(lease, 5);
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let claim = occ_worker::queue::work_claim(&mut c, &opts)
+        .unwrap()
+        .unwrap();
+    // The last confirmed lease was sent 1.7 s ago: it is trusted for 300 ms more.
+    let state = occ_worker::reconcile::LeaseState::new(
+        &claim,
+        Instant::now() - Duration::from_millis(1700),
+        lease,
+    );
+    let (ctx, events) = context(&db, lease, 5);
+    let mut staller = db.client();
+    let id = claim.id;
+    let (locked_tx, locked) = bounded(1);
+    let stall = std::thread::spawn(move || {
+        let mut tx = staller.transaction().unwrap();
+        tx.execute("SELECT 1 FROM occ.work WHERE id = $1 FOR UPDATE", &[&id])
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        tx.commit().unwrap();
+    });
+    locked.recv().unwrap();
+    let sent = Instant::now();
+    let renewed = state.renew(&mut c, &claim, &opts, &ctx.events);
+    assert!(
+        sent.elapsed() < lease,
+        "answered within one lease of sending"
+    );
+    stall.join().unwrap();
+    assert!(
+        matches!(
+            renewed,
+            Err(PassError::Lost(occ_worker::cancel::LossCause::RenewalLate))
+        ),
+        "{renewed:?}"
+    );
+    assert_eq!(
+        state.cancel.check().unwrap_err().0.code(),
+        "CLAIM_RENEWAL_LATE"
+    );
+    let warnings = events.named("worker.claim-renewal-warning");
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["code"], "CLAIM_RENEWAL_LATE");
+}
