@@ -148,6 +148,12 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     )
     .target(env_logger::Target::Stderr)
     .try_init();
+    // Handlers first: a SIGTERM during start-up is held until the worker runs, which then
+    // stops at once and exits 0 instead of dying by the signal's default action (W4).
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
     let s = start(globals)?;
     let registry = registry(args.test_reconciler.as_deref())?;
     if args.test_reconciler.as_deref() == Some("probe") {
@@ -184,10 +190,6 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         stale_after,
     )
     .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
     let signal_handle = signals.handle();
     let stop = worker.stop_handle();
     let signal_thread = std::thread::Builder::new()
