@@ -1,12 +1,16 @@
 //! The one integration-test binary: every module is a behaviour area, every test isolated in
 //! its own database.
 
+mod conventions;
 mod docker;
 mod docker_fake;
 mod docker_proxy;
 mod e2e;
 mod iam;
+mod lanes;
 mod namespace;
+mod queue;
 mod queue_smoke;
+mod runtime;
 mod scripted;
 mod support;
