@@ -230,19 +230,25 @@ CREATE TABLE occ.work (
         (namespace_target IS NOT NULL AND agent_id IS NULL AND agent_target IS NULL AND revision_id IS NULL)
         OR (agent_id IS NOT NULL AND agent_target IS NOT NULL AND namespace_target IS NULL AND revision_id IS NULL)
         OR (agent_id IS NOT NULL AND revision_id IS NOT NULL AND namespace_target IS NULL AND agent_target IS NULL)),
-    -- Q3: the key names the exact target of its shape.
-    CONSTRAINT work_key CHECK (
+    -- Q3: the key names the exact target of its shape. NULL (a branch over a NULL column)
+    -- counts as a mismatch, never as a pass.
+    CONSTRAINT work_key CHECK (coalesce(
         (namespace_target = 'ready' AND idempotency_key = 'namespace:' || namespace_id || ':ensure')
         OR (namespace_target = 'deleted' AND idempotency_key ~ ('^namespace:' || namespace_id || ':delete(:[1-9][0-9]*)?$'))
         OR (agent_target = 'stopped' AND idempotency_key ~ ('^agent:' || agent_id || ':stop:[1-9][0-9]*$'))
         OR (agent_target = 'deleted' AND idempotency_key ~ ('^agent:' || agent_id || ':delete(:[1-9][0-9]*)?$'))
-        OR (revision_id IS NOT NULL AND idempotency_key ~ ('^agent_revision:' || revision_id || ':(reconcile|maintenance:[0-9]+)$'))),
+        OR (revision_id IS NOT NULL AND idempotency_key ~ ('^agent_revision:' || revision_id || ':(reconcile|maintenance:[0-9]+)$')),
+        false)),
     -- Q1: a claim exists exactly while the row is claimed.
+    -- Each column on its own: unclaimed work has none of them.
     CONSTRAINT work_claim CHECK (
-        (state = 'claimed') = (claim_token IS NOT NULL AND lease_expires_at IS NOT NULL AND claimed_at IS NOT NULL)),
+        (state = 'claimed') = (claim_token IS NOT NULL)
+        AND (state = 'claimed') = (lease_expires_at IS NOT NULL)
+        AND (state = 'claimed') = (claimed_at IS NOT NULL)),
     -- Q11: only terminal work has an outcome and result data.
     CONSTRAINT work_result CHECK (
-        (state IN ('succeeded', 'failed_permanent')) = (reason_code IS NOT NULL AND completed_at IS NOT NULL)
+        (state IN ('succeeded', 'failed_permanent')) = (reason_code IS NOT NULL)
+        AND (state IN ('succeeded', 'failed_permanent')) = (completed_at IS NOT NULL)
         AND (result_data IS NULL OR state IN ('succeeded', 'failed_permanent'))),
     CONSTRAINT work_claimed_attempt CHECK (state <> 'claimed' OR attempt_count > 0),
     FOREIGN KEY (namespace_id, agent_id) REFERENCES occ.agents (namespace_id, id) ON DELETE CASCADE,

@@ -4,6 +4,7 @@
 //! the variable. It never reads the environment itself; callers pass a lookup so tests can
 //! supply their own.
 
+use crate::compute::docker::SubnetPool;
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -45,6 +46,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub http_addr: SocketAddr,
     pub docker_host: String,
+    /// Where the Docker driver takes Namespace network subnets (`OCC_DOCKER_SUBNET_POOL`).
+    pub docker_subnet_pool: SubnetPool,
 }
 
 /// A configuration error naming the variable at fault.
@@ -163,6 +166,12 @@ impl Config {
                 format!("must be a unix:// socket address, got {docker_host:?}"),
             ));
         }
+        let docker_subnet_pool = match get("OCC_DOCKER_SUBNET_POOL") {
+            None => SubnetPool::default(),
+            Some(raw) => raw.parse::<SubnetPool>().map_err(|problem| {
+                err("OCC_DOCKER_SUBNET_POOL", format!("{problem}, got {raw:?}"))
+            })?,
+        };
         Ok(Config {
             database_url,
             mode,
@@ -182,6 +191,7 @@ impl Config {
             )?),
             http_addr,
             docker_host,
+            docker_subnet_pool,
         })
     }
 
@@ -221,6 +231,36 @@ mod tests {
         assert_eq!(c.shutdown_grace, Duration::from_millis(10_000));
         assert_eq!(c.http_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(c.mode, Mode::Development);
+        assert_eq!(c.docker_subnet_pool.to_string(), "172.16.0.0/16:24");
+    }
+
+    #[test]
+    fn docker_subnet_pool_is_parsed() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("OCC_DOCKER_SUBNET_POOL", "10.88.0.0/20:28"));
+        let c = with(&pairs).unwrap();
+        assert_eq!(c.docker_subnet_pool.to_string(), "10.88.0.0/20:28");
+        assert_eq!(c.docker_subnet_pool.capacity(), 256);
+    }
+
+    #[test]
+    fn a_bad_docker_subnet_pool_names_the_variable() {
+        for bad in [
+            "172.16.0.0/16",
+            "172.16.0.0/16:8",
+            "172.16.0.0/16:31",
+            "172.16.1.0/16:24",
+            "10.0.0.0/8:30",
+            "fd00::/48:64",
+            "pool",
+        ] {
+            let mut pairs = BASE.to_vec();
+            pairs.push(("OCC_DOCKER_SUBNET_POOL", bad));
+            let e = with(&pairs).unwrap_err();
+            assert_eq!(e.variable, "OCC_DOCKER_SUBNET_POOL", "{bad}");
+            assert!(e.to_string().contains("OCC_DOCKER_SUBNET_POOL"), "{e}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_agent;
+mod bench;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -46,7 +47,7 @@ enum Command {
     Admin(admin::AdminCommand),
     /// Queue benchmark (see scripts/bench-queue).
     #[command(hide = true)]
-    Bench(worker::BenchArgs),
+    Bench(bench::BenchArgs),
 }
 
 /// A command failure: one line, and the exit code it maps to.
@@ -200,6 +201,6 @@ pub fn run() -> Result<(), CliError> {
         Command::Run(args) => worker::run(&globals, args),
         Command::Check => worker::check(&globals),
         Command::Admin(cmd) => admin::run(&globals, cmd),
-        Command::Bench(args) => worker::bench(&globals, args),
+        Command::Bench(args) => bench::run(&globals, args),
     }
 }

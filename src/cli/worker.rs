@@ -1,5 +1,4 @@
-//! `occ-worker run`, `check` and `bench`: start-up checks (SPEC W8), the worker, and the
-//! queue benchmark.
+//! `occ-worker run` and `check`: start-up checks (SPEC W8) and the worker.
 
 use super::{CliError, Globals};
 use clap::Args;
@@ -21,12 +20,6 @@ pub struct RunArgs {
     /// Test tooling: replace every reconciler (noop | probe). Not for production.
     #[arg(long, hide = true)]
     test_reconciler: Option<String>,
-}
-
-#[derive(Args)]
-pub struct BenchArgs {
-    #[arg(long, default_value_t = 20_000)]
-    works: usize,
 }
 
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
@@ -82,11 +75,11 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         }
     };
     let compute: Arc<dyn ComputeDriver> = match config.compute_driver {
-        DriverKind::Docker => {
-            Arc::new(DockerDriver::new(&config.docker_host).map_err(|e| {
-                CliError::config(format!("invalid configuration: DOCKER_HOST: {e}"))
-            })?)
-        }
+        DriverKind::Docker => Arc::new(
+            DockerDriver::new(&config.docker_host)
+                .map_err(|e| CliError::config(format!("invalid configuration: DOCKER_HOST: {e}")))?
+                .with_subnet_pool(config.docker_subnet_pool),
+        ),
         DriverKind::Kubernetes => return Err(CliError::config(
             "invalid configuration: OCC_COMPUTE_DRIVER=kubernetes is not available in this build",
         )),
@@ -154,9 +147,20 @@ pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
 }
 
 pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .target(env_logger::Target::Stderr)
-        .try_init();
+    // r2d2 logs every failed connection attempt with the driver's free text; the worker
+    // reports database trouble itself (one start-up line, `worker.error` events), so its
+    // logger stays off.
+    let _ = env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,r2d2=off"),
+    )
+    .target(env_logger::Target::Stderr)
+    .try_init();
+    // Handlers first: a SIGTERM during start-up is held until the worker runs, which then
+    // stops at once and exits 0 instead of dying by the signal's default action (W4).
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
     let s = start(globals)?;
     let registry = registry(args.test_reconciler.as_deref())?;
     if args.test_reconciler.as_deref() == Some("probe") {
@@ -193,10 +197,6 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         stale_after,
     )
     .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
     let signal_handle = signals.handle();
     let stop = worker.stop_handle();
     let signal_thread = std::thread::Builder::new()
@@ -210,8 +210,4 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     signal_handle.close();
     let _ = signal_thread.join();
     Ok(())
-}
-
-pub fn bench(_globals: &Globals, _args: BenchArgs) -> Result<(), CliError> {
-    Err(CliError::new("bench is not built yet (issue 2)"))
 }

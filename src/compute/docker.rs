@@ -3,8 +3,9 @@
 //!
 //! This module owns what a Namespace is on Docker (a bridge network named
 //! `occ-<installation>-<namespace>`, labelled `occ.managed-by`, `occ.installation` and
-//! `occ.namespace`), its deletion (every container and network labelled with the Namespace,
-//! reported pending until none is left), API version negotiation (`GET /_ping`, capped at
+//! `occ.namespace`, on a subnet the driver picks itself from its `SubnetPool`, never from the
+//! daemon's default pools), its deletion (every container and network labelled with the
+//! Namespace, reported pending until none is left), API version negotiation (`GET /_ping`, capped at
 //! 1.41) and the mapping of Docker answers to typed `ComputeError`s. Agent deployment is
 //! refused with `HARNESS_BINDING_UNSUPPORTED`.
 //!
@@ -13,7 +14,10 @@
 //! is bounded by `min(30 s, cancel.remaining())`), and never log or embed Docker's response
 //! bodies: errors carry codes, classes and HTTP statuses only.
 
+mod subnet;
 mod unix;
+
+pub use subnet::{Ipv4Cidr, SubnetPool, SubnetPoolError};
 
 use super::*;
 use serde::de::DeserializeOwned;
@@ -33,6 +37,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// The URI authority; the connector ignores it and always dials the socket.
 const BASE_URL: &str = "http://docker";
+/// How many subnets one `ensure_namespace` tries when concurrent creators keep taking them.
+const SUBNET_ATTEMPTS: usize = 8;
 
 const LABEL_MANAGED_BY: &str = "occ.managed-by";
 const LABEL_INSTALLATION: &str = "occ.installation";
@@ -46,6 +52,8 @@ pub struct DockerDriver {
     agent: ureq::Agent,
     /// The negotiated `/v1.xx` path prefix, set by the first successful `_ping`.
     api_prefix: OnceLock<String>,
+    /// Where Namespace networks get their subnets.
+    subnet_pool: SubnetPool,
 }
 
 /// One answer from the daemon, body read in full (never logged).
@@ -75,6 +83,38 @@ struct NetworkInfo {
     name: String,
     #[serde(rename = "Labels", default)]
     labels: Option<HashMap<String, String>>,
+    #[serde(rename = "IPAM", default)]
+    ipam: Option<Ipam>,
+}
+
+#[derive(Deserialize)]
+struct Ipam {
+    #[serde(rename = "Config", default)]
+    config: Option<Vec<IpamConfig>>,
+}
+
+#[derive(Deserialize)]
+struct IpamConfig {
+    #[serde(rename = "Subnet", default)]
+    subnet: Option<String>,
+}
+
+impl NetworkInfo {
+    /// The network's IPv4 subnets; IPv6 and unparsable entries are ignored.
+    fn ipv4_subnets(&self) -> impl Iterator<Item = Ipv4Cidr> + '_ {
+        self.ipam
+            .iter()
+            .flat_map(|ipam| ipam.config.iter().flatten())
+            .filter_map(|config| config.subnet.as_deref().and_then(Ipv4Cidr::parse))
+    }
+}
+
+/// What became of one `POST /networks/create`.
+enum Created {
+    /// Created, or a network of that name already exists (409).
+    Done,
+    /// The daemon refused the subnet as taken, with this status.
+    SubnetTaken(u16),
 }
 
 #[derive(Deserialize)]
@@ -84,8 +124,9 @@ struct ContainerInfo {
 }
 
 impl DockerDriver {
-    /// A driver for `docker_host`, which must be `unix:///path/to/docker.sock`. Makes no
-    /// request: `preflight` checks the daemon answers.
+    /// A driver for `docker_host`, which must be `unix:///path/to/docker.sock`, taking subnets
+    /// from the default pool (`SubnetPool::DEFAULT`). Makes no request: `preflight` checks the
+    /// daemon answers.
     pub fn new(docker_host: &str) -> Result<DockerDriver, ComputeError> {
         let path = docker_host
             .strip_prefix("unix://")
@@ -103,7 +144,16 @@ impl DockerDriver {
         Ok(DockerDriver {
             agent: ureq::Agent::with_parts(config, connector, unix::NoResolver),
             api_prefix: OnceLock::new(),
+            subnet_pool: SubnetPool::default(),
         })
+    }
+
+    /// The same driver, giving Namespace networks subnets from `pool`.
+    pub fn with_subnet_pool(self, pool: SubnetPool) -> DockerDriver {
+        DockerDriver {
+            subnet_pool: pool,
+            ..self
+        }
     }
 
     /// Sends one request: a cancellation point, bounded by `min(30 s, cancel.remaining())`.
@@ -213,7 +263,15 @@ impl DockerDriver {
         }
     }
 
-    /// Creates the Namespace's network; `Ok` also when it already exists (409).
+    /// Creates the Namespace's network on the first free subnet of the pool; `Ok` also when
+    /// it already exists (409).
+    ///
+    /// Expected flow: list every network's subnets, pick the pool's first subnet overlapping
+    /// none of them, create. A concurrent creator may take that subnet between the list and the
+    /// create: the daemon refuses it, and the driver lists again and tries the next free one
+    /// (never one refused in this call), at most `SUBNET_ATTEMPTS` times.
+    /// Errors: a pool with no free subnet is `NAMESPACE_SUBNET_POOL_EXHAUSTED`; running out of
+    /// attempts is retryable (`docker_subnet`, with the last refusal's status).
     fn create_network(
         &self,
         api: &str,
@@ -221,10 +279,42 @@ impl DockerDriver {
         namespace: &NamespaceSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
+        let mut refused: Vec<Ipv4Cidr> = Vec::new();
+        let mut last_status = None;
+        for _ in 0..SUBNET_ATTEMPTS {
+            let mut taken = self.subnets_in_use(api, cancel)?;
+            taken.extend_from_slice(&refused);
+            let subnet = self.subnet_pool.first_free(&taken).ok_or_else(|| {
+                ComputeError::permanent("NAMESPACE_SUBNET_POOL_EXHAUSTED", "docker", None)
+            })?;
+            match self.post_network(api, name, namespace, subnet, cancel)? {
+                Created::Done => return Ok(()),
+                Created::SubnetTaken(status) => {
+                    refused.push(subnet);
+                    last_status = Some(status);
+                }
+            }
+        }
+        Err(ComputeError::retryable("docker_subnet", last_status))
+    }
+
+    /// `POST /networks/create` for the Namespace's bridge on `subnet`.
+    fn post_network(
+        &self,
+        api: &str,
+        name: &str,
+        namespace: &NamespaceSpec,
+        subnet: Ipv4Cidr,
+        cancel: &CancelToken,
+    ) -> Result<Created, ComputeError> {
         let body = json!({
             "Name": name,
             "Driver": "bridge",
             "CheckDuplicate": true,
+            "IPAM": {
+                "Driver": "default",
+                "Config": [{ "Subnet": subnet.to_string() }],
+            },
             "Labels": namespace_labels(namespace),
         });
         let reply = self.send(
@@ -233,10 +323,28 @@ impl DockerDriver {
             cancel,
         )?;
         match reply.status {
-            409 => Ok(()),
-            _ if reply.is_success() => Ok(()),
+            409 => Ok(Created::Done),
+            _ if reply.is_success() => Ok(Created::Done),
+            status if is_subnet_taken(&reply) => Ok(Created::SubnetTaken(status)),
             status => Err(rejected(status)),
         }
+    }
+
+    /// `GET /networks`: the IPv4 subnets of every network on the daemon, ours or not.
+    fn subnets_in_use(
+        &self,
+        api: &str,
+        cancel: &CancelToken,
+    ) -> Result<Vec<Ipv4Cidr>, ComputeError> {
+        let reply = self.send(Request::Get, &format!("{api}/networks"), cancel)?;
+        if !reply.is_success() {
+            return Err(rejected(reply.status));
+        }
+        let networks: Vec<NetworkInfo> = decode(&reply)?;
+        Ok(networks
+            .iter()
+            .flat_map(NetworkInfo::ipv4_subnets)
+            .collect())
     }
 
     fn list_containers(
@@ -335,11 +443,12 @@ impl ComputeDriver for DockerDriver {
         Ok(Vec::new())
     }
 
-    /// Expected flow: inspect the network by name; create it if absent (409 = a concurrent
-    /// create won); inspect again. Guarantees: `complete` only once a network of that name
-    /// carries all three of our labels. Errors: a same-named network without our labels is
+    /// Expected flow: inspect the network by name; create it if absent, on a free subnet of
+    /// the pool (409 = a concurrent create won); inspect again. Guarantees: `complete` only
+    /// once a network of that name carries all three of our labels; an existing network keeps
+    /// whatever subnet it has. Errors: a same-named network without our labels is
     /// `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace) is
-    /// `EXISTING_NAMESPACE_UNSUPPORTED`.
+    /// `EXISTING_NAMESPACE_UNSUPPORTED`; a full pool is `NAMESPACE_SUBNET_POOL_EXHAUSTED`.
     fn ensure_namespace(
         &self,
         namespace: &NamespaceSpec,
@@ -508,6 +617,26 @@ fn rejected(status: u16) -> ComputeError {
     }
 }
 
+/// Whether a refused `POST /networks/create` says the requested subnet overlaps one in use.
+///
+/// The status decides where it can: Engine 20.10 answers 403 (libnetwork's `ErrPoolOverlap`
+/// is a forbidden error), and the create endpoint's only other 403, "operation not supported
+/// for pre-defined networks", cannot apply to `occ-` names. Some daemons answer 400, which
+/// also covers every other malformed request; for 400 alone this function, and nothing else
+/// in the driver, looks into the body for the daemon's fixed phrase "Pool overlaps". The body
+/// is only matched, never copied into an error or a log.
+fn is_subnet_taken(reply: &Reply) -> bool {
+    const PHRASE: &[u8] = b"pool overlaps";
+    match reply.status {
+        403 => true,
+        400 => reply
+            .body
+            .windows(PHRASE.len())
+            .any(|w| w.eq_ignore_ascii_case(PHRASE)),
+        _ => false,
+    }
+}
+
 /// Decodes a 2xx JSON answer; anything malformed is an invalid observation.
 fn decode<T: DeserializeOwned>(reply: &Reply) -> Result<T, ComputeError> {
     serde_json::from_slice(&reply.body).map_err(|_| {
@@ -577,6 +706,64 @@ mod tests {
         assert_eq!((1, 45).min(MAX_API_VERSION), (1, 41));
         assert_eq!((1, 40).min(MAX_API_VERSION), (1, 40));
         assert_eq!((2, 0).min(MAX_API_VERSION), (1, 41));
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            api_version: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn subnet_refusals_are_told_from_other_refusals() {
+        let overlap = r#"{"message":"Pool overlaps with other one on this address space"}"#;
+        assert!(is_subnet_taken(&reply(403, overlap)));
+        assert!(is_subnet_taken(&reply(403, "")));
+        assert!(is_subnet_taken(&reply(400, overlap)));
+        assert!(is_subnet_taken(&reply(
+            400,
+            r#"{"message":"invalid pool request: pool overlaps with other one"}"#
+        )));
+        assert!(!is_subnet_taken(&reply(
+            400,
+            r#"{"message":"invalid name"}"#
+        )));
+        // Default-pool exhaustion is not a taken subnet of ours.
+        assert!(!is_subnet_taken(&reply(
+            400,
+            r#"{"message":"could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network"}"#
+        )));
+        assert!(!is_subnet_taken(&reply(404, overlap)));
+        assert!(!is_subnet_taken(&reply(500, overlap)));
+    }
+
+    #[test]
+    fn listed_networks_yield_their_ipv4_subnets() {
+        let listing = reply(
+            200,
+            r#"[{"Id":"a","Name":"host","IPAM":{"Driver":"default","Config":[]}},
+                {"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16","Gateway":"172.17.0.1"}]}},
+                {"Id":"c","Name":"v6","IPAM":{"Config":[{"Subnet":"fd00::/64"},{"Subnet":"172.16.4.0/24"}]}},
+                {"Id":"d","Name":"odd","IPAM":{"Config":null}},
+                {"Id":"e","Name":"bare"}]"#,
+        );
+        let networks: Vec<NetworkInfo> = decode(&listing).unwrap();
+        let subnets: Vec<String> = networks
+            .iter()
+            .flat_map(NetworkInfo::ipv4_subnets)
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(subnets, ["172.17.0.0/16", "172.16.4.0/24"]);
+    }
+
+    #[test]
+    fn the_default_pool_can_be_replaced() {
+        let pool: SubnetPool = "10.77.0.0/16:26".parse().unwrap();
+        let driver = DockerDriver::new("unix:///var/run/docker.sock").unwrap();
+        assert_eq!(driver.subnet_pool, SubnetPool::default());
+        assert_eq!(driver.with_subnet_pool(pool).subnet_pool, pool);
     }
 
     #[test]

@@ -222,6 +222,8 @@ pub struct LeaseState {
     pub cancel: CancelToken,
     /// (when the last confirming answer arrived, the database age it reported in ms).
     age_anchor: Mutex<(Instant, i64)>,
+    /// Until when the last confirmed lease is trusted (anchored at when its renewal was sent).
+    trusted_until: Mutex<Instant>,
 }
 
 impl LeaseState {
@@ -229,11 +231,15 @@ impl LeaseState {
         LeaseState {
             cancel: CancelToken::new(claimed_sent_at + lease),
             age_anchor: Mutex::new((Instant::now(), claim.age_ms)),
+            trusted_until: Mutex::new(claimed_sent_at + lease),
         }
     }
 
     /// Renews the lease once (W2, W3). The lease is trusted from when the renewal was *sent*;
-    /// an answer that arrives after that lease ran out proves nothing and loses the claim.
+    /// an answer that arrives after the last confirmed lease ran out proves nothing and loses
+    /// the claim (`CLAIM_RENEWAL_LATE`), and a refusal or failure that arrives after it is a
+    /// lapse (`CLAIM_LEASE_LAPSED`): the database refused because the lease ran out while the
+    /// renewal waited, not because another worker took the claim.
     pub fn renew(
         &self,
         client: &mut impl postgres::GenericClient,
@@ -243,33 +249,38 @@ impl LeaseState {
     ) -> Result<(), PassError> {
         self.cancel.check()?;
         let sent = Instant::now();
-        match queue::work_heartbeat(client, claim, options) {
+        let answer = queue::work_heartbeat(client, claim, options);
+        let now = Instant::now();
+        let lapsed = now >= *self.trusted_until.lock();
+        let cause = match answer {
+            Ok(_) if lapsed || now >= sent + options.lease => {
+                events.emit(
+                    "worker.claim-renewal-warning",
+                    json!({
+                        "workId": claim.id, "key": claim.key, "code": "CLAIM_RENEWAL_LATE",
+                        "durationMs": (now - sent).as_millis() as u64,
+                    }),
+                );
+                LossCause::RenewalLate
+            }
             Ok(age_ms) => {
-                let now = Instant::now();
-                if now >= sent + options.lease {
-                    events.emit(
-                        "worker.claim-renewal-warning",
-                        json!({
-                            "workId": claim.id, "key": claim.key, "code": "CLAIM_RENEWAL_LATE",
-                            "durationMs": (now - sent).as_millis() as u64,
-                        }),
-                    );
-                    self.cancel.cancel(LossCause::RenewalLate);
-                    return Err(PassError::Lost(LossCause::RenewalLate));
+                {
+                    let mut trusted = self.trusted_until.lock();
+                    if sent + options.lease > *trusted {
+                        *trusted = sent + options.lease;
+                    }
                 }
                 self.cancel.confirm_lease(sent + options.lease);
                 *self.age_anchor.lock() = (now, age_ms);
-                Ok(())
+                return Ok(());
             }
-            Err(QueueError::ClaimLost) => {
-                self.cancel.cancel(LossCause::RenewalRefused);
-                Err(PassError::Lost(LossCause::RenewalRefused))
-            }
-            Err(QueueError::Db(_)) => {
-                self.cancel.cancel(LossCause::RenewalFailed);
-                Err(PassError::Lost(LossCause::RenewalFailed))
-            }
-        }
+            Err(_) if lapsed => LossCause::LeaseLapsed,
+            Err(QueueError::ClaimLost) => LossCause::RenewalRefused,
+            Err(QueueError::Db(_)) => LossCause::RenewalFailed,
+        };
+        self.cancel.cancel(cause);
+        // The first cause wins: a lapse the pass already saw stays the reported cause.
+        Err(PassError::Lost(self.cancel.cause().unwrap_or(cause)))
     }
 
     /// The work's age by the database clock, advanced by this process's monotonic clock since

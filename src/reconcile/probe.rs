@@ -2,17 +2,32 @@
 //!
 //! `noop` completes every work at once and publishes nothing else (the queue benchmark).
 //! `probe` proves lane exclusion across processes: it holds a row in `occ_lane_probe` keyed by
-//! the work's lane while it runs, counts a collision in `occ_lane_violations`, and records each
-//! publication in `occ_probe_done` so tests can count duplicates. They never touch
+//! the work's lane while it runs, counts a collision with a still-live claim in
+//! `occ_lane_violations`, and records each publication in `occ_probe_done` so tests can count
+//! duplicates. They never touch
 //! infrastructure.
 
 use super::{Pass, PassError, Reconciler, Report};
 use std::time::Duration;
 
+// Two processes starting at once would race on `CREATE TABLE IF NOT EXISTS` (a catalog
+// unique violation), so setup takes a transaction-scoped advisory lock first.
 const PROBE_SETUP: &str = "
-CREATE TABLE IF NOT EXISTS public.occ_lane_probe (lane text PRIMARY KEY, work_id bigint NOT NULL);
+BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('occ.probe.setup'));
+CREATE TABLE IF NOT EXISTS public.occ_lane_probe (lane text PRIMARY KEY, work_id bigint NOT NULL, token text NOT NULL);
 CREATE TABLE IF NOT EXISTS public.occ_lane_violations (lane text NOT NULL, work_id bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS public.occ_probe_done (work_id bigint NOT NULL, pid integer NOT NULL);
+COMMIT;
+";
+
+// Enters a lane. A row left by a pass whose claim is no longer live (a killed process, an
+// interrupted pass) is taken over; a row whose claim is still live is a violation.
+const PROBE_ENTER: &str = "
+INSERT INTO public.occ_lane_probe AS p (lane, work_id, token) VALUES ($1, $2, $3)
+ON CONFLICT (lane) DO UPDATE SET work_id = excluded.work_id, token = excluded.token
+WHERE NOT EXISTS (SELECT 1 FROM occ.work w
+                  WHERE w.id = p.work_id AND w.state = 'claimed' AND w.claim_token::text = p.token)
 ";
 
 /// Completes every work with `NOOP_COMPLETED`.
@@ -58,10 +73,8 @@ impl Reconciler for Probe {
         pass.before_effect()?;
         {
             let mut client = pass.db()?;
-            let inserted = client.execute(
-                "INSERT INTO public.occ_lane_probe (lane, work_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&lane, &pass.claim.id],
-            )?;
+            let inserted =
+                client.execute(PROBE_ENTER, &[&lane, &pass.claim.id, &pass.claim.token])?;
             if inserted == 0 {
                 client.execute(
                     "INSERT INTO public.occ_lane_violations (lane, work_id) VALUES ($1, $2)",
@@ -81,8 +94,8 @@ impl Reconciler for Probe {
         }
         let mut client = pass.db()?;
         client.execute(
-            "DELETE FROM public.occ_lane_probe WHERE lane = $1 AND work_id = $2",
-            &[&lane, &pass.claim.id],
+            "DELETE FROM public.occ_lane_probe WHERE lane = $1 AND token = $2",
+            &[&lane, &pass.claim.token],
         )?;
         Ok(Report::success("PROBE_COMPLETED"))
     }

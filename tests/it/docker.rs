@@ -215,6 +215,14 @@ fn ensure_namespace_creates_a_labelled_bridge_network_idempotently() {
     assert_eq!(network["Labels"]["occ.managed-by"], "occ-worker");
     assert_eq!(network["Labels"]["occ.installation"], ns.installation_id);
     assert_eq!(network["Labels"]["occ.namespace"], ns.namespace_id);
+    // The subnet is one of the driver's own pool (172.16.0.0/16:24), not a default pool's.
+    let subnet = network["IPAM"]["Config"][0]["Subnet"]
+        .as_str()
+        .expect("a subnet");
+    assert!(
+        subnet.starts_with("172.16.") && subnet.ends_with(".0/24"),
+        "{subnet}"
+    );
 
     let again = driver.ensure_namespace(&ns, &cancel).expect("ensure again");
     assert_eq!(again, observed);
@@ -269,7 +277,10 @@ fn same_named_unlabelled_network_is_a_name_conflict_and_survives_delete() {
     let driver = driver();
     let ns = namespace();
     let name = network_name(&ns);
-    docker(&["network", "create", &name]);
+    // An explicit subnet outside every pool in use, so the test does not depend on how much
+    // of the daemon's default pools other runs on the same daemon hold.
+    let subnet = format!("10.231.{}.0/24", std::process::id() % 256);
+    docker(&["network", "create", "--subnet", &subnet, &name]);
     let cancel = CancelToken::unbounded();
 
     let e = driver.ensure_namespace(&ns, &cancel).unwrap_err();

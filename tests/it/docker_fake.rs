@@ -1,12 +1,12 @@
 //! The Docker driver against a scripted fake Engine on a Unix socket: each expected request
-//! (method and path) and the answer to give, so statuses and malformed bodies the real daemon
+//! (method, path and optionally a fragment of the body) and the answer to give, so statuses and malformed bodies the real daemon
 //! will not produce on demand can be checked end to end.
 //!
 //! The fake answers one request per connection (`Connection: close`) on one thread, which it
 //! joins on drop; it never reaches a real daemon.
 
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
-use occ_worker::compute::docker::DockerDriver;
+use occ_worker::compute::docker::{DockerDriver, SubnetPool};
 use occ_worker::compute::{ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -30,6 +30,8 @@ struct Step {
     body: &'static str,
     /// Answer nothing and wait until the client gives up.
     hang: bool,
+    /// A fragment the request body must contain.
+    body_contains: Option<&'static str>,
 }
 
 fn step(method: &'static str, path: &str, status: u16, body: &'static str) -> Step {
@@ -40,6 +42,15 @@ fn step(method: &'static str, path: &str, status: u16, body: &'static str) -> St
         headers: vec![],
         body,
         hang: false,
+        body_contains: None,
+    }
+}
+
+/// A `POST /v1.41/networks/create` that must ask for `subnet`.
+fn create(subnet: &'static str, status: u16, body: &'static str) -> Step {
+    Step {
+        body_contains: Some(subnet),
+        ..step("POST", "/v1.41/networks/create", status, body)
     }
 }
 
@@ -158,8 +169,24 @@ fn answer_one(stream: UnixStream, script: &Script) {
 
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    // Compact JSON (the client pretty-prints), so fragments need not follow its layout.
+    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(json) => json.to_string(),
+        Err(_) => String::from_utf8_lossy(&body).into_owned(),
+    };
     let expected = script.steps.lock().pop_front();
     let (status, headers, reply) = match expected {
+        Some(s)
+            if s.method == method
+                && s.path == path
+                && s.body_contains.is_some_and(|f| !body.contains(f)) =>
+        {
+            script.mismatches.lock().push(format!(
+                "{method} {path} with body {body} (expected it to contain {:?})",
+                s.body_contains
+            ));
+            (599, vec![], "")
+        }
         Some(s) if s.method == method && s.path == path && s.hang => {
             // Silent until the client closes the connection.
             let mut rest = Vec::new();
@@ -207,6 +234,12 @@ fn namespace() -> NamespaceSpec {
 /// The inspect answer for the Namespace's network, with our labels.
 const OURS: &str = r#"{"Id":"n1","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"}}"#;
 
+/// A `GET /networks` answer: the default bridge and one of our `/24`s.
+const LISTING: &str = r#"[{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}},{"Id":"x","Name":"occ-inst-ns0","IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#;
+
+/// The refusal of a subnet that overlaps one in use.
+const OVERLAP: &str = r#"{"message":"Pool overlaps with other one on this address space"}"#;
+
 /// The `filters` query for `occ.namespace=ns1`, as the driver encodes it.
 const NS1_FILTER: &str = "%7B%22label%22%3A%5B%22occ.namespace%3Dns1%22%5D%7D";
 
@@ -222,7 +255,8 @@ fn api_version_is_capped_at_1_41_and_cached() {
     let fake = FakeDocker::start(vec![
         ping("1.45"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step("POST", "/v1.41/networks/create", 201, r#"{"Id":"n1"}"#),
+        step("GET", "/v1.41/networks", 200, "[]"),
+        create("\"172.16.0.0/24\"", 201, r#"{"Id":"n1"}"#),
         step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
         step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
     ]);
@@ -383,12 +417,8 @@ fn other_client_errors_are_rejected_requests() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step(
-            "POST",
-            "/v1.41/networks/create",
-            400,
-            r#"{"message":"invalid name"}"#,
-        ),
+        step("GET", "/v1.41/networks", 200, LISTING),
+        create("172.16.1.0/24", 400, r#"{"message":"invalid name"}"#),
     ]);
     let e = fake
         .driver()
@@ -426,5 +456,128 @@ fn failing_ping_fails_preflight_as_unavailable() {
     assert!(e.is_transient(), "{e}");
     assert_eq!(e.class(), "docker_unavailable");
     assert_eq!(e.status(), Some(500));
+    fake.finish();
+}
+
+#[test]
+fn a_subnet_taken_concurrently_is_skipped_for_the_next_free_one() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        step("GET", "/v1.41/networks", 200, LISTING),
+        // Engine 20.10 refuses an overlapping subnet with 403 ...
+        create("{\"Subnet\":\"172.16.1.0/24\"}", 403, OVERLAP),
+        // ... which the listing may not show yet: the refused subnet is not asked for again.
+        step("GET", "/v1.41/networks", 200, LISTING),
+        // Other daemons answer 400 with the same phrase.
+        create("{\"Subnet\":\"172.16.2.0/24\"}", 400, OVERLAP),
+        step("GET", "/v1.41/networks", 200, LISTING),
+        create("{\"Subnet\":\"172.16.3.0/24\"}", 201, r#"{"Id":"n1"}"#),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
+    ]);
+    let observed = fake
+        .driver()
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("ensure");
+    assert!(observed.complete);
+    fake.finish();
+}
+
+#[test]
+fn subnets_come_from_the_configured_pool() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        step(
+            "GET",
+            "/v1.41/networks",
+            200,
+            r#"[{"Id":"y","Name":"other","IPAM":{"Config":[{"Subnet":"10.9.0.0/28"},{"Subnet":"fd00::/64"}]}}]"#,
+        ),
+        create("{\"Subnet\":\"10.9.0.16/28\"}", 201, "{}"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
+    ]);
+    let pool: SubnetPool = "10.9.0.0/24:28".parse().expect("pool");
+    let observed = fake
+        .driver()
+        .with_subnet_pool(pool)
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("ensure");
+    assert!(observed.complete);
+    fake.finish();
+}
+
+#[test]
+fn a_full_subnet_pool_is_exhausted_for_good_without_a_create() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        step(
+            "GET",
+            "/v1.41/networks",
+            200,
+            r#"[{"Id":"a","Name":"a","IPAM":{"Config":[{"Subnet":"10.9.0.0/24"}]}},{"Id":"b","Name":"b","IPAM":{"Config":[{"Subnet":"10.9.1.128/25"}]}}]"#,
+        ),
+    ]);
+    let pool: SubnetPool = "10.9.0.0/23:24".parse().expect("pool");
+    let e = fake
+        .driver()
+        .with_subnet_pool(pool)
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(permanent_code(&e), "NAMESPACE_SUBNET_POOL_EXHAUSTED");
+    fake.finish();
+}
+
+#[test]
+fn a_pool_used_up_by_refusals_is_exhausted_too() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        step("GET", "/v1.41/networks", 200, "[]"),
+        create("10.9.0.0/24", 403, OVERLAP),
+        step("GET", "/v1.41/networks", 200, "[]"),
+        create("10.9.1.0/24", 403, OVERLAP),
+        step("GET", "/v1.41/networks", 200, "[]"),
+    ]);
+    let pool: SubnetPool = "10.9.0.0/23:24".parse().expect("pool");
+    let e = fake
+        .driver()
+        .with_subnet_pool(pool)
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(permanent_code(&e), "NAMESPACE_SUBNET_POOL_EXHAUSTED");
+    fake.finish();
+}
+
+#[test]
+fn endless_subnet_refusals_end_in_a_retryable_error() {
+    const SUBNETS: [&str; 8] = [
+        "172.16.1.0/24",
+        "172.16.2.0/24",
+        "172.16.3.0/24",
+        "172.16.4.0/24",
+        "172.16.5.0/24",
+        "172.16.6.0/24",
+        "172.16.7.0/24",
+        "172.16.8.0/24",
+    ];
+    let mut steps = vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+    ];
+    for subnet in SUBNETS {
+        steps.push(step("GET", "/v1.41/networks", 200, LISTING));
+        steps.push(create(subnet, 403, OVERLAP));
+    }
+    let fake = FakeDocker::start(steps);
+    let e = fake
+        .driver()
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(e.kind(), &ComputeErrorKind::Retryable, "{e}");
+    assert_eq!(e.class(), "docker_subnet");
+    assert_eq!(e.status(), Some(403));
+    assert!(!e.to_string().contains("overlaps"), "{e}");
     fake.finish();
 }

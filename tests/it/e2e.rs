@@ -205,7 +205,7 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
             &mut c,
             "SELECT count(*) FROM occ.audit_events WHERE namespace_id = ANY($1)
              AND action = 'openclaw.namespaces.lifecycle.delete' AND outcome = 'success'
-             AND (details->>'convergencePending') IS NULL",
+             AND (details->>'convergencePending') IS DISTINCT FROM 'true'",
             &ids
         ),
         50

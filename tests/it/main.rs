@@ -3,13 +3,17 @@
 
 mod agent;
 mod agent_driver;
+mod conventions;
 mod docker;
 mod docker_fake;
 mod docker_proxy;
 mod e2e;
 mod iam;
+mod lanes;
 mod namespace;
+mod queue;
 mod queue_smoke;
 mod revision;
+mod runtime;
 mod scripted;
 mod support;

@@ -5,11 +5,25 @@
 
 #![allow(dead_code)] // Helpers are shared by modules that each use a subset.
 
+use occ_worker::cancel::CancelToken;
+use occ_worker::compute::{
+    AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
+    RevisionObservation, RevisionSpec,
+};
 use occ_worker::db;
+use occ_worker::events::Events;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::QueueOptions;
+use occ_worker::reconcile::Context;
+use occ_worker::runtime::RuntimeOptions;
 use postgres::{Client, NoTls};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 static TEMPLATE: OnceLock<String> = OnceLock::new();
@@ -31,6 +45,25 @@ fn template() -> &'static str {
         let admin = admin_url();
         let mut client = Client::connect(&admin, NoTls).expect("connect to test server");
         let name = format!("occ_template_{}", std::process::id());
+        // Templates (and test databases) of earlier runs whose process is gone are dropped,
+        // so repeated runs do not pile databases up in the throwaway cluster.
+        let stale: Vec<String> = client
+            .query(
+                "SELECT datname FROM pg_database WHERE datname ~ '^occ_(template|t)_[0-9]+'",
+                &[],
+            )
+            .expect("list test databases")
+            .iter()
+            .map(|r| r.get(0))
+            .filter(|db: &String| {
+                let pid = db.split('_').nth(2).unwrap_or("");
+                pid != std::process::id().to_string()
+                    && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            })
+            .collect();
+        for db in stale {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        }
         client
             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .expect("drop old template database");
@@ -106,4 +139,308 @@ pub fn insert_namespace(client: &mut Client, id: &str, status: &str) {
             &[&id, &status],
         )
         .expect("insert namespace");
+}
+
+/// Inserts a Namespace, an Agent with its service principal, and `revisions` revisions
+/// (`<agent>-r<n>`) in one transaction: the principal and the Agent name each other through
+/// deferred foreign keys.
+pub fn insert_agent(client: &mut Client, namespace_id: &str, agent_id: &str, revisions: u32) {
+    let principal = format!("{agent_id}-sp");
+    let mut tx = client.transaction().expect("begin");
+    tx.execute(
+        "INSERT INTO occ.identities (id, kind, namespace_id, agent_id) VALUES ($1, 'service_principal', $2, $3)",
+        &[&principal, &namespace_id, &agent_id],
+    )
+    .expect("insert principal");
+    tx.execute(
+        "INSERT INTO occ.agents (id, namespace_id, name, service_principal_id, created_by) VALUES ($1, $2, $1, $3, 'admin')",
+        &[&agent_id, &namespace_id, &principal],
+    )
+    .expect("insert agent");
+    for n in 1..=revisions as i32 {
+        let id = format!("{agent_id}-r{n}");
+        tx.execute(
+            "INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id,
+                 service_principal_id, configuration_id, configuration_generation, document,
+                 harness_id, harness_version, harness_mode, execution_mode, compute_id,
+                 compute_implementation)
+             VALUES ($1, $2, $3, $4, 'admin', $5, 'cfg', 1, '{}', 'codex', '1.0.0', 'dedicated',
+                 'dedicated', 'docker', 'docker')",
+            &[&id, &namespace_id, &agent_id, &n, &principal],
+        )
+        .expect("insert revision");
+    }
+    tx.commit().expect("commit agent");
+}
+
+/// A Compute Driver that refuses everything: for passes that must never reach infrastructure.
+pub struct InertCompute;
+
+fn inert<T>() -> Result<T, ComputeError> {
+    Err(ComputeError::permanent("TEST_DRIVER_INERT", "inert", None))
+}
+
+impl ComputeDriver for InertCompute {
+    fn id(&self) -> &str {
+        "inert"
+    }
+    fn implementation(&self) -> &str {
+        "inert"
+    }
+    fn preflight(&self, _c: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
+        inert()
+    }
+    fn ensure_namespace(
+        &self,
+        _n: &NamespaceSpec,
+        _c: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        inert()
+    }
+    fn delete_namespace(
+        &self,
+        _n: &NamespaceSpec,
+        _c: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        inert()
+    }
+    fn prepare_revision(
+        &self,
+        _r: &RevisionSpec,
+        _c: &CancelToken,
+    ) -> Result<RevisionObservation, ComputeError> {
+        inert()
+    }
+    fn activate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        inert()
+    }
+    fn stop_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        inert()
+    }
+    fn retire_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        inert()
+    }
+    fn delete_agent_runtime_credentials(
+        &self,
+        _a: &AgentSpec,
+        _c: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        inert()
+    }
+    fn requires_stopped_predecessors(&self, _r: &RevisionSpec) -> bool {
+        false
+    }
+}
+
+/// Event lines captured in memory.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Every captured event as JSON.
+    pub fn events(&self) -> Vec<Value> {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn named(&self, name: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == name)
+            .collect()
+    }
+}
+
+/// A hand-built `Context` over `db` with the inert driver; events go to the returned capture.
+pub fn context(db: &TestDb, lease: Duration, max_attempts: i32) -> (Arc<Context>, Captured) {
+    let captured = Captured::default();
+    let ctx = Context {
+        pool: db.pool(40),
+        compute: Arc::new(InertCompute),
+        installation_id: "inst".into(),
+        queue: QueueOptions::new(lease, max_attempts),
+        convergence_timeout: Duration::from_secs(900),
+        events: Events::to(Box::new(captured.clone())),
+        metrics: Metrics::new(),
+    };
+    (Arc::new(ctx), captured)
+}
+
+/// Runtime options for an in-process worker listening on `db`.
+pub fn runtime_options(db: &TestDb, concurrency: usize) -> RuntimeOptions {
+    RuntimeOptions {
+        concurrency,
+        poll_interval: Duration::from_millis(250),
+        shutdown_grace: Duration::from_secs(5),
+        listen_url: Some(db.url.clone()),
+        db_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Polls `done` every 20 ms until it holds or `limit` passes; panics with `what` on timeout.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One value from a one-row, one-column query.
+pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(client: &mut Client, sql: &str) -> T {
+    client.query_one(sql, &[]).expect(sql).get(0)
+}
+
+/// A loopback port nobody listens on (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A worker process under test: killed (SIGKILL) on drop if still running; its stdout event
+/// lines and stderr are captured by reader threads.
+pub struct WorkerProcess {
+    pub child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// A child process's whole environment.
+pub type Env = Vec<(&'static str, String)>;
+
+/// The binary with a clean environment: only what `env` names is set.
+pub fn worker_command(args: &[&str], env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_occ-worker"));
+    cmd.args(args).env_clear();
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// The environment of a development worker on `url` with the probe-friendly defaults.
+pub fn worker_env(url: &str) -> Env {
+    vec![
+        ("OCC_DATABASE_URL", url.to_string()),
+        ("OCC_COMPUTE_DRIVER", "docker".into()),
+        ("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0".into()),
+        ("OCC_WORKER_DB_TIMEOUT_MS", "5000".into()),
+    ]
+}
+
+impl WorkerProcess {
+    /// Starts `occ-worker run --test-reconciler <reconciler>` with `env`.
+    pub fn start(reconciler: &str, env: &[(&str, String)]) -> WorkerProcess {
+        let child = worker_command(&["run", "--test-reconciler", reconciler], env)
+            .spawn()
+            .expect("spawn occ-worker");
+        WorkerProcess::capture(child)
+    }
+
+    pub fn capture(mut child: Child) -> WorkerProcess {
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        let lines = stdout.clone();
+        let text = stderr.clone();
+        let readers = vec![
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            }),
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = BufReader::new(err).read_to_string(&mut s);
+                text.lock().unwrap().push_str(&s);
+            }),
+        ];
+        WorkerProcess {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Every stdout event so far, parsed.
+    pub fn events(&self) -> Vec<Value> {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn has_event(&self, name: &str) -> bool {
+        self.events().iter().any(|e| e["event"] == name)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for exit up to `limit`; returns the status and stderr (readers joined).
+    pub fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "occ-worker did not exit within {limit:?}; stderr: {}",
+                    self.stderr.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in std::mem::take(&mut self.readers) {
+            let _ = r.join();
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, stderr)
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

@@ -1,0 +1,644 @@
+//! The worker runtime, in-process and as a real process: lease loss cancels the pass (W3),
+//! a killed worker's claim is resumed (W3), graceful and interrupted shutdown (W4), health
+//! (W6), start-up refusals (W8) and the LISTEN/NOTIFY wake-up (Q13).
+
+use crate::support::{
+    context, free_port, insert_namespace, runtime_options, scalar, wait_for, worker_command,
+    worker_env, Env, TestDb, WorkerProcess,
+};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use occ_worker::queue::{work_enqueue, NewWork, Operation};
+use occ_worker::reconcile::{Pass, PassError, Reconciler, Registry, Report};
+use occ_worker::runtime::Worker;
+use postgres::Client;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn all_operations(reconciler: Arc<dyn Reconciler>) -> Registry {
+    Operation::ALL
+        .into_iter()
+        .fold(Registry::new(), |r, op| r.with(op, reconciler.clone()))
+}
+
+fn state_of(c: &mut Client, key: &str) -> (String, i32) {
+    let row = c
+        .query_one(
+            "SELECT state, attempt_count FROM occ.work WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+fn evidence(c: &mut Client, key: &str) -> Vec<(i32, String, String)> {
+    c.query(
+        "SELECT a.attempt, a.code, a.outcome FROM occ.work_attempts a
+         JOIN occ.work w ON w.id = a.work_id WHERE w.idempotency_key = $1 ORDER BY a.id",
+        &[&key],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// A reconciler whose first pass announces itself, waits for the test's go-ahead, then tries
+/// one effect (`before_effect`) and records what happened; later passes succeed at once.
+struct Gate {
+    entered: Sender<i64>,
+    go: Mutex<Receiver<()>>,
+    loss: Mutex<Option<&'static str>>,
+    effects: AtomicUsize,
+    published: Mutex<Vec<i32>>,
+}
+
+impl Gate {
+    fn new() -> (Arc<Gate>, Receiver<i64>, Sender<()>) {
+        let (entered, entered_rx) = bounded(4);
+        let (go_tx, go) = bounded(4);
+        let gate = Arc::new(Gate {
+            entered,
+            go: Mutex::new(go),
+            loss: Mutex::new(None),
+            effects: AtomicUsize::new(0),
+            published: Mutex::new(Vec::new()),
+        });
+        (gate, entered_rx, go_tx)
+    }
+}
+
+impl Reconciler for Gate {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        if pass.claim.attempt > 1 {
+            return Ok(Report::success("GATE_DONE"));
+        }
+        self.entered.send(pass.claim.id).unwrap();
+        self.go
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(20))
+            .expect("go-ahead");
+        match pass.before_effect() {
+            Ok(()) => {
+                self.effects.fetch_add(1, Ordering::SeqCst);
+                Ok(Report::success("GATE_DONE"))
+            }
+            Err(e) => {
+                *self.loss.lock().unwrap() = Some(e.loss_code());
+                Err(e)
+            }
+        }
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        self.published.lock().unwrap().push(pass.claim.attempt);
+        tx.execute(
+            "INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
+                 resource_kind, resource_id, outcome, work_id)
+             VALUES ('inst', $1, 'mutation', 'admin', 'test.gate', 'namespace', $1, 'success', $2)",
+            &[&pass.claim.namespace_id, &pass.claim.id],
+        )?;
+        Ok(())
+    }
+}
+
+// W3: the database refuses the renewal because another claim owns the row; the pass stops at
+// its next `before_effect`, and neither its effect nor its publication happens.
+#[test]
+fn refused_renewal_cancels_the_pass_and_publishes_nothing() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let (ctx, events) = context(&db, Duration::from_secs(3), 5);
+    let (gate, entered, go) = Gate::new();
+    let worker = Worker::new(ctx, all_operations(gate.clone()), runtime_options(&db, 2));
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+
+    let id = entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("claimed");
+    let thief: String = c
+        .query_one(
+            "UPDATE occ.work SET claim_token = gen_random_uuid() WHERE id = $1 RETURNING claim_token::text",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    go.send(()).unwrap();
+    wait_for("the pass to end", Duration::from_secs(10), || {
+        !events.named("worker.error").is_empty()
+    });
+    stop.stop();
+    running.join().unwrap();
+
+    assert_eq!(*gate.loss.lock().unwrap(), Some("CLAIM_RENEWAL_REFUSED"));
+    assert_eq!(
+        gate.effects.load(Ordering::SeqCst),
+        0,
+        "no effect after the loss"
+    );
+    assert!(
+        gate.published.lock().unwrap().is_empty(),
+        "nothing published"
+    );
+    let audits: i64 = scalar(&mut c, "SELECT count(*) FROM occ.audit_events");
+    assert_eq!(audits, 0);
+    let attempts: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work_attempts");
+    assert_eq!(attempts, 0);
+    let row = c
+        .query_one(
+            "SELECT state, claim_token::text FROM occ.work WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "claimed");
+    assert_eq!(
+        row.get::<_, String>(1),
+        thief,
+        "the new owner's claim is untouched"
+    );
+    let error = &events.named("worker.error")[0];
+    assert_eq!(error["code"], "CLAIM_LOST");
+    assert_eq!(error["cause"], "CLAIM_RENEWAL_REFUSED");
+    assert!(events.named("worker.completed").is_empty());
+}
+
+// W3: while the database stalls (the row is locked, renewals wait), the lease runs out; the
+// pass learns it lost the claim by lapse, not by refusal, and publishes nothing. Afterwards
+// recovery gives the work to the next claim, which completes it.
+#[test]
+fn lease_lapsing_during_a_database_stall_cancels_the_pass() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let lease = Duration::from_millis(600);
+    let (ctx, events) = context(&db, lease, 5);
+    let (gate, entered, go) = Gate::new();
+    let worker = Worker::new(ctx, all_operations(gate.clone()), runtime_options(&db, 2));
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+
+    let id = entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("claimed");
+    let mut staller = db.client();
+    let mut stall = staller.transaction().unwrap();
+    stall
+        .execute("SELECT 1 FROM occ.work WHERE id = $1 FOR UPDATE", &[&id])
+        .unwrap();
+    go.send(()).unwrap();
+    // The pass's renewal now waits on the row lock; keep the database stalled past the lease.
+    wait_for(
+        "a renewal waiting on the lock",
+        Duration::from_secs(5),
+        || {
+            scalar::<i64>(
+            &mut c,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        ) > 0
+        },
+    );
+    std::thread::sleep(lease + Duration::from_millis(400));
+    stall.commit().unwrap();
+
+    wait_for(
+        "the work to be resumed and done",
+        Duration::from_secs(15),
+        || state_of(&mut c, "namespace:ns1:ensure").0 == "succeeded",
+    );
+    stop.stop();
+    running.join().unwrap();
+
+    let loss = gate
+        .loss
+        .lock()
+        .unwrap()
+        .expect("the first pass lost its claim");
+    assert!(
+        loss == "CLAIM_LEASE_LAPSED" || loss == "CLAIM_RENEWAL_LATE",
+        "a lease that ran out during a stall is a lapse, got {loss}"
+    );
+    assert_eq!(gate.effects.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        *gate.published.lock().unwrap(),
+        [2],
+        "only the second claim publishes"
+    );
+    assert_eq!(
+        evidence(&mut c, "namespace:ns1:ensure"),
+        [
+            (1, "LEASE_EXPIRED".into(), "lease_expired".into()),
+            (2, "GATE_DONE".into(), "succeeded".into())
+        ]
+    );
+    let audits: i64 = scalar(&mut c, "SELECT count(*) FROM occ.audit_events");
+    assert_eq!(audits, 1);
+    assert!(events
+        .named("worker.error")
+        .iter()
+        .any(|e| e["cause"] == loss));
+}
+
+fn probe_env(db: &TestDb, extra: &[(&'static str, &str)]) -> Env {
+    let mut env = worker_env(&db.url);
+    for (k, v) in extra {
+        env.push((k, v.to_string()));
+    }
+    env
+}
+
+fn probe_done(c: &mut Client) -> Vec<(i64, i32)> {
+    c.query(
+        "SELECT work_id, pid FROM public.occ_probe_done ORDER BY work_id",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+fn prepare_probe(db: &TestDb) -> Client {
+    let mut c = db.client();
+    occ_worker::reconcile::probe::Probe::setup(&mut c).unwrap();
+    c
+}
+
+// W3: a worker killed with SIGKILL mid-pass leaves its claim to expire; another process
+// recovers it after the lease and finishes it, exactly once.
+#[test]
+fn sigkilled_workers_claim_is_finished_by_another_process() {
+    let db = TestDb::bootstrapped();
+    let mut c = prepare_probe(&db);
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let id = work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin"))
+        .unwrap()
+        .id;
+    let lease = [("OCC_WORKER_LEASE_MS", "1000")];
+    let mut first = WorkerProcess::start(
+        "probe",
+        &probe_env(&db, &[lease[0], ("OCC_TEST_PROBE_HOLD_MS", "60000")]),
+    );
+    wait_for("the first claim", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure") == ("claimed".into(), 1)
+    });
+    first.child.kill().unwrap();
+    let (status, _) = first.wait(Duration::from_secs(5));
+    assert!(!status.success());
+
+    let second = WorkerProcess::start(
+        "probe",
+        &probe_env(&db, &[lease[0], ("OCC_TEST_PROBE_HOLD_MS", "10")]),
+    );
+    wait_for("the resumed work", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure").0 == "succeeded"
+    });
+    assert_eq!(probe_done(&mut c), [(id, second.pid())]);
+    assert_eq!(
+        evidence(&mut c, "namespace:ns1:ensure"),
+        [
+            (1, "LEASE_EXPIRED".into(), "lease_expired".into()),
+            (2, "PROBE_COMPLETED".into(), "succeeded".into())
+        ]
+    );
+    let violations: i64 = scalar(&mut c, "SELECT count(*) FROM public.occ_lane_violations");
+    assert_eq!(violations, 0);
+    second.signal("TERM");
+    let (status, stderr) = second.wait(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+}
+
+// W4: SIGTERM stops claiming at once, lets in-flight passes finish within the grace, and
+// exits 0.
+#[test]
+fn sigterm_finishes_in_flight_passes_and_stops_claiming() {
+    let db = TestDb::bootstrapped();
+    let mut c = prepare_probe(&db);
+    for ns in ["ns1", "ns2", "ns3"] {
+        insert_namespace(&mut c, ns, "provisioning");
+    }
+    for ns in ["ns1", "ns2"] {
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let worker = WorkerProcess::start(
+        "probe",
+        &probe_env(
+            &db,
+            &[
+                ("OCC_TEST_PROBE_HOLD_MS", "1500"),
+                ("OCC_WORKER_CONCURRENCY", "2"),
+                ("OCC_WORKER_SHUTDOWN_GRACE_MS", "10000"),
+            ],
+        ),
+    );
+    wait_for("both claims", Duration::from_secs(15), || {
+        scalar::<i64>(
+            &mut c,
+            "SELECT count(*) FROM occ.work WHERE state = 'claimed'",
+        ) == 2
+    });
+    worker.signal("TERM");
+    wait_for("worker.stopping", Duration::from_secs(5), || {
+        worker.has_event("worker.stopping")
+    });
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns3", "admin")).unwrap();
+    let started = Instant::now();
+    let events_before_exit = {
+        let w = &worker;
+        wait_for("exit", Duration::from_secs(10), || {
+            w.has_event("worker.stopped")
+        });
+        w.events()
+    };
+    let (status, stderr) = worker.wait(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(state_of(&mut c, "namespace:ns1:ensure").0, "succeeded");
+    assert_eq!(state_of(&mut c, "namespace:ns2:ensure").0, "succeeded");
+    assert_eq!(
+        state_of(&mut c, "namespace:ns3:ensure"),
+        ("queued".into(), 0),
+        "nothing is claimed after SIGTERM"
+    );
+    assert!(!events_before_exit
+        .iter()
+        .any(|e| e["event"] == "worker.pass-interrupted"));
+    assert_eq!(
+        events_before_exit
+            .iter()
+            .filter(|e| e["event"] == "worker.completed")
+            .count(),
+        2
+    );
+}
+
+// W4: a pass longer than the shutdown grace is interrupted (WORKER_STOPPING), the process
+// still exits 0, and another process resumes the work once the claim expires.
+#[test]
+fn sigterm_interrupts_a_pass_longer_than_the_grace_and_another_process_resumes_it() {
+    let db = TestDb::bootstrapped();
+    let mut c = prepare_probe(&db);
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let id = work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin"))
+        .unwrap()
+        .id;
+    let env = |hold: &'static str| {
+        probe_env(
+            &db,
+            &[
+                ("OCC_TEST_PROBE_HOLD_MS", hold),
+                ("OCC_WORKER_LEASE_MS", "1000"),
+                ("OCC_WORKER_SHUTDOWN_GRACE_MS", "300"),
+            ],
+        )
+    };
+    let first = WorkerProcess::start("probe", &env("30000"));
+    wait_for("the claim", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure").0 == "claimed"
+    });
+    first.signal("TERM");
+    wait_for("worker.stopped", Duration::from_secs(10), || {
+        first.has_event("worker.stopped")
+    });
+    let events = first.events();
+    let (status, stderr) = first.wait(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}: {stderr}");
+    let interrupted: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "worker.pass-interrupted")
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{events:?}");
+    assert_eq!(interrupted[0]["workId"], id);
+    assert_ne!(state_of(&mut c, "namespace:ns1:ensure").0, "succeeded");
+
+    let second = WorkerProcess::start("probe", &env("10"));
+    wait_for("the resumed work", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure").0 == "succeeded"
+    });
+    assert_eq!(probe_done(&mut c), [(id, second.pid())]);
+    let violations: i64 = scalar(&mut c, "SELECT count(*) FROM public.occ_lane_violations");
+    assert_eq!(violations, 0);
+}
+
+/// Runs `occ-worker run` with exactly `env`; returns (exit code, stderr, elapsed).
+fn refused_start(env: &[(&str, String)]) -> (Option<i32>, String, Duration) {
+    let started = Instant::now();
+    let child = worker_command(&["run"], env).spawn().unwrap();
+    let (status, stderr) = WorkerProcess::capture(child).wait(Duration::from_secs(30));
+    (status.code(), stderr, started.elapsed())
+}
+
+fn without(env: Env, name: &str) -> Env {
+    env.into_iter().filter(|(k, _)| *k != name).collect()
+}
+
+fn with(mut env: Env, name: &'static str, value: &str) -> Env {
+    env.retain(|(k, _)| *k != name);
+    env.push((name, value.into()));
+    env
+}
+
+// W8: every start-up refusal is one clear line naming the problem, with a non-zero exit.
+#[test]
+fn start_up_refuses_with_one_line_naming_the_problem() {
+    let bare = TestDb::new();
+    let db = TestDb::bootstrapped();
+    let closed = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
+    let cases: Vec<(&str, Env, &str)> = vec![
+        ("no Installation", worker_env(&bare.url), "no Installation"),
+        (
+            "no Compute Driver",
+            without(worker_env(&db.url), "OCC_COMPUTE_DRIVER"),
+            "OCC_COMPUTE_DRIVER",
+        ),
+        (
+            "invalid number",
+            with(worker_env(&db.url), "OCC_WORKER_CONCURRENCY", "eight"),
+            "OCC_WORKER_CONCURRENCY",
+        ),
+        (
+            "zero lease",
+            with(worker_env(&db.url), "OCC_WORKER_LEASE_MS", "0"),
+            "OCC_WORKER_LEASE_MS",
+        ),
+        (
+            "unknown mode",
+            with(worker_env(&db.url), "OCC_WORKER_MODE", "staging"),
+            "OCC_WORKER_MODE",
+        ),
+        (
+            "unreachable database",
+            with(
+                with(worker_env(&closed), "OCC_WORKER_DB_TIMEOUT_MS", "1000"),
+                "OCC_DATABASE_URL",
+                &closed,
+            ),
+            "database unreachable",
+        ),
+    ];
+    for (what, env, needle) in cases {
+        let (code, stderr, elapsed) = refused_start(&env);
+        assert!(matches!(code, Some(c) if c != 0), "{what}: exit {code:?}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{what}: one line: {stderr:?}"
+        );
+        assert!(stderr.starts_with("occ-worker: "), "{what}: {stderr:?}");
+        assert!(stderr.contains(needle), "{what}: {stderr:?} names {needle}");
+        assert!(
+            !stderr.trim_end().ends_with('.'),
+            "{what}: no trailing period"
+        );
+        assert!(
+            elapsed < Duration::from_secs(15),
+            "{what}: took {elapsed:?}"
+        );
+    }
+}
+
+// Q13: an idle worker with a one-minute poll claims new work at once: the NOTIFY wakes it.
+#[test]
+fn new_work_wakes_an_idle_worker_without_polling() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["ns0", "ns1", "ns2"] {
+        insert_namespace(&mut c, ns, "provisioning");
+    }
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns0", "admin")).unwrap();
+    let mut env = worker_env(&db.url);
+    env.push(("OCC_WORKER_POLL_INTERVAL_MS", "60000".into()));
+    let worker = WorkerProcess::start("noop", &env);
+    // The first work proves the worker runs; it is idle afterwards.
+    wait_for("the first work", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns0:ensure").0 == "succeeded"
+    });
+    for ns in ["ns1", "ns2"] {
+        let key = format!("namespace:{ns}:ensure");
+        let enqueued = Instant::now();
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+        // A poll could not answer before 60 s; 10 s is generous for the notification.
+        wait_for("the notified work", Duration::from_secs(10), || {
+            state_of(&mut c, &key).0 == "succeeded"
+        });
+        assert!(enqueued.elapsed() < Duration::from_secs(10));
+    }
+    worker.signal("TERM");
+    let (status, stderr) = worker.wait(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+}
+
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+// W6: liveness, readiness with the pending count, and Prometheus metrics answer over HTTP.
+#[test]
+fn health_endpoints_answer() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let port = free_port();
+    let mut env = worker_env(&db.url);
+    env.retain(|(k, _)| *k != "OCC_WORKER_HTTP_ADDR");
+    env.push(("OCC_WORKER_HTTP_ADDR", format!("127.0.0.1:{port}")));
+    let worker = WorkerProcess::start("noop", &env);
+    wait_for("the work", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure").0 == "succeeded"
+    });
+    wait_for("/livez", Duration::from_secs(10), || {
+        http_get(port, "/livez").is_some_and(|(status, _)| status == 200)
+    });
+    work_enqueue(&mut c, &NewWork::namespace_delete("ns1", Some(1), "admin")).unwrap();
+    c.batch_execute(
+        "UPDATE occ.work SET available_at = now() + interval '1 h' WHERE state = 'queued'",
+    )
+    .unwrap();
+    let (status, body) = http_get(port, "/readyz").expect("/readyz answers");
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["pending"], 1, "{body}");
+    let (status, metrics) = http_get(port, "/metrics").expect("/metrics answers");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("occ_worker_passes_total"), "{metrics}");
+    assert!(metrics.contains("occ_worker_queue_depth"), "{metrics}");
+    assert_eq!(http_get(port, "/nope").map(|r| r.0), Some(404));
+    worker.signal("TERM");
+    let (status, stderr) = worker.wait(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+}
+
+// W3: a renewal the database confirms only after the last confirmed lease ran out (here the
+// row lock made it wait) proves nothing: the pass is cancelled with CLAIM_RENEWAL_LATE and a
+// warning event, even though the answer came within one lease of being sent.
+#[test]
+fn a_renewal_answered_after_the_trusted_lease_ran_out_is_late() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let lease = Duration::from_secs(2);
+    let opts = occ_worker::queue::QueueOptions::new(lease, 5);
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let claim = occ_worker::queue::work_claim(&mut c, &opts)
+        .unwrap()
+        .unwrap();
+    // The last confirmed lease was sent 1.7 s ago: it is trusted for 300 ms more.
+    let state = occ_worker::reconcile::LeaseState::new(
+        &claim,
+        Instant::now() - Duration::from_millis(1700),
+        lease,
+    );
+    let (ctx, events) = context(&db, lease, 5);
+    let mut staller = db.client();
+    let id = claim.id;
+    let (locked_tx, locked) = bounded(1);
+    let stall = std::thread::spawn(move || {
+        let mut tx = staller.transaction().unwrap();
+        tx.execute("SELECT 1 FROM occ.work WHERE id = $1 FOR UPDATE", &[&id])
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        tx.commit().unwrap();
+    });
+    locked.recv().unwrap();
+    let sent = Instant::now();
+    let renewed = state.renew(&mut c, &claim, &opts, &ctx.events);
+    assert!(
+        sent.elapsed() < lease,
+        "answered within one lease of sending"
+    );
+    stall.join().unwrap();
+    assert!(
+        matches!(
+            renewed,
+            Err(PassError::Lost(occ_worker::cancel::LossCause::RenewalLate))
+        ),
+        "{renewed:?}"
+    );
+    assert_eq!(
+        state.cancel.check().unwrap_err().0.code(),
+        "CLAIM_RENEWAL_LATE"
+    );
+    let warnings = events.named("worker.claim-renewal-warning");
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["code"], "CLAIM_RENEWAL_LATE");
+}
