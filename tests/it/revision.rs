@@ -775,6 +775,21 @@ fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
         .unwrap()
         .get(0);
     assert_eq!(dup, 0);
+    let (activated, audited): (i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM occ.work WHERE reason_code IN ('REVISION_ACTIVATED', 'REVISION_ALREADY_ACTIVE')),
+                        (SELECT count(DISTINCT resource_id) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate')",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(
+        activated, audited,
+        "one activation audit per activated revision"
+    );
+    assert!(activated >= 200);
     let failed: i64 = c
         .query_one(
             "SELECT count(*) FROM occ.work WHERE state <> 'succeeded'",
