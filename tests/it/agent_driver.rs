@@ -45,6 +45,72 @@ pub struct ScriptedDriver {
     pub inflight: Mutex<HashMap<String, usize>>,
     /// Calls that ran while another call for the same Agent was in flight (lane violations).
     pub overlaps: std::sync::atomic::AtomicUsize,
+    /// A database that records every call and overlapping calls per Agent in
+    /// `public.occ_driver_calls` / `public.occ_driver_overlaps`, so lane exclusion is checked
+    /// across worker processes (see `LaneRecorder`).
+    pub lane_db: Option<String>,
+}
+
+/// The cross-process lane recorder: one connection per worker thread.
+pub struct LaneRecorder;
+
+impl LaneRecorder {
+    /// Creates the recorder tables in the database at `url` (idempotent).
+    pub fn setup(url: &str) {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        c.batch_execute(
+            "CREATE TABLE IF NOT EXISTS public.occ_driver_inflight (agent text PRIMARY KEY, n integer NOT NULL);
+             CREATE TABLE IF NOT EXISTS public.occ_driver_calls (pid integer NOT NULL, agent text NOT NULL, method text NOT NULL);
+             CREATE TABLE IF NOT EXISTS public.occ_driver_overlaps (pid integer NOT NULL, agent text NOT NULL, method text NOT NULL);",
+        )
+        .expect("lane recorder tables");
+    }
+
+    fn with<T>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
+        thread_local! {
+            static CLIENT: std::cell::RefCell<Option<postgres::Client>> = const { std::cell::RefCell::new(None) };
+        }
+        CLIENT.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let client = slot.get_or_insert_with(|| {
+                postgres::Client::connect(url, postgres::NoTls).expect("lane recorder connect")
+            });
+            f(client)
+        })
+    }
+
+    /// Enters the Agent's lane: records the call, and an overlap if another call is in flight.
+    fn enter(url: &str, agent: &str, method: &str) {
+        let pid = std::process::id() as i32;
+        LaneRecorder::with(url, |c| {
+            let n: i32 = c
+                .query_one(
+                    "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
+                     INSERT INTO public.occ_driver_inflight AS i (agent, n) VALUES ($2, 1)
+                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n",
+                    &[&pid, &agent, &method],
+                )
+                .expect("lane enter")
+                .get(0);
+            if n > 1 {
+                c.execute(
+                    "INSERT INTO public.occ_driver_overlaps (pid, agent, method) VALUES ($1, $2, $3)",
+                    &[&pid, &agent, &method],
+                )
+                .expect("lane overlap");
+            }
+        })
+    }
+
+    fn leave(url: &str, agent: &str) {
+        LaneRecorder::with(url, |c| {
+            c.execute(
+                "UPDATE public.occ_driver_inflight SET n = n - 1 WHERE agent = $1",
+                &[&agent],
+            )
+            .expect("lane leave");
+        })
+    }
 }
 
 impl ScriptedDriver {
@@ -97,7 +163,13 @@ impl ScriptedDriver {
             }
             *n += 1;
         }
+        if let Some(url) = &self.lane_db {
+            LaneRecorder::enter(url, agent, method);
+        }
         let out = self.record(method, target);
+        if let Some(url) = &self.lane_db {
+            LaneRecorder::leave(url, agent);
+        }
         *self.inflight.lock().entry(agent.to_string()).or_default() -= 1;
         out
     }
@@ -290,6 +362,16 @@ pub fn run_with(
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
+    run_on(&db.url, driver, opts, done)
+}
+
+/// `run_with` on the database at `url` (a child worker process has no `TestDb` of its own).
+pub fn run_on(
+    url: &str,
+    driver: Arc<ScriptedDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
     let Opts {
         concurrency,
         timeout,
@@ -302,7 +384,8 @@ pub fn run_with(
         let mut queue = QueueOptions::new(lease, 5);
         queue.retry_base = Duration::from_millis(50);
         let ctx = Arc::new(Context {
-            pool: db.pool((concurrency as u32) * 2 + 4),
+            pool: occ_worker::db::pool(url, Duration::from_secs(10), (concurrency as u32) * 2 + 4)
+                .expect("worker pool"),
             compute: driver.clone(),
             installation_id: "inst".into(),
             queue,
@@ -317,14 +400,14 @@ pub fn run_with(
                 concurrency,
                 poll_interval: Duration::from_millis(25),
                 shutdown_grace: Duration::from_secs(5),
-                listen_url: Some(db.url.clone()),
+                listen_url: Some(url.to_string()),
                 db_timeout: Duration::from_secs(10),
             },
         );
         let stop = worker.stop_handle();
         running.push((stop, std::thread::spawn(move || worker.run())));
     }
-    let mut client = db.client();
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
     let start = Instant::now();
     let mut ok = false;
     while start.elapsed() < timeout {

@@ -4,8 +4,10 @@
 use crate::agent::{
     active, audits, create_agent, deploy, evidence, fixture, stop, user, work, Fixture,
 };
-use crate::agent_driver::{quiet, run_until, run_with, Opts, Prepare, ScriptedDriver};
-use crate::support::{insert_namespace, TestDb};
+use crate::agent_driver::{
+    quiet, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
+};
+use crate::support::{insert_namespace, scalar, wait_for, TestDb, WorkerProcess};
 use occ_worker::compute::ComputeError;
 use postgres::Client;
 use serde_json::{json, Value};
@@ -713,7 +715,7 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
 }
 
 #[test]
-fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
+fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_newest_active() {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
     for n in 0..20 {
@@ -744,18 +746,34 @@ fn concurrency_200_agents_three_revisions_each_end_with_the_newest_active() {
             .unwrap();
         }
     }
+    // Two worker processes at once: a child process (this test binary, `crash_child_worker`
+    // in `drain` mode) and this process's worker, 16 threads each. Both drivers record every
+    // call per Agent in the database, so a lane shared across processes would show.
+    LaneRecorder::setup(&db.url);
+    let child = child_worker(&db.url, "drain");
     let driver = Arc::new(ScriptedDriver {
         latency: Duration::from_millis(1),
+        lane_db: Some(db.url.clone()),
         ..ScriptedDriver::default()
     });
-    // Two independent workers (as two processes would be), 16 threads each.
     let opts = Opts {
         concurrency: 16,
-        timeout: Duration::from_secs(180),
-        workers: 2,
+        timeout: Duration::from_secs(60),
         ..Opts::default()
     };
     run_with(&db, driver.clone(), opts, quiet);
+    let (exit, stderr) = child.wait(Duration::from_secs(30));
+    assert!(exit.success(), "child worker failed: {stderr}");
+    let processes: i64 = scalar(
+        &mut c,
+        "SELECT count(DISTINCT pid) FROM public.occ_driver_calls",
+    );
+    assert_eq!(processes, 2, "both worker processes made Compute calls");
+    let overlaps: i64 = scalar(&mut c, "SELECT count(*) FROM public.occ_driver_overlaps");
+    assert_eq!(
+        overlaps, 0,
+        "no Agent had two Compute calls in flight across processes"
+    );
     let wrong: i64 = c
         .query_one(
             "SELECT count(*) FROM occ.agents a JOIN occ.agent_revisions r ON r.agent_id = a.id
@@ -969,4 +987,188 @@ fn r9_a_driver_refusal_during_prepare_stops_the_candidate_before_failing() {
             ("stop_revision".to_string(), rev.clone())
         ]
     );
+}
+
+/// The environment variable that turns `crash_child_worker` into a worker process on the
+/// database it names; `OCC_CRASH_CHILD_MODE` says which script it runs.
+const CHILD_DB: &str = "OCC_CRASH_CHILD_DB";
+const CHILD_MODE: &str = "OCC_CRASH_CHILD_MODE";
+
+/// Not a test of its own: returns at once unless started as a child worker process by a test
+/// below (the shipped binary cannot load the scripted driver, so the test binary is the child).
+///
+/// Modes: `block:<method>` records a row in `public.crash_marks` when `<method>` is called,
+/// then blocks far longer than the lease, until the parent kills the process; `drain` runs
+/// with the cross-process lane recorder until the queue is quiet, then exits.
+#[test]
+fn crash_child_worker() {
+    let Ok(url) = std::env::var(CHILD_DB) else {
+        return;
+    };
+    let mode = std::env::var(CHILD_MODE).expect("child mode");
+    if let Some(method) = mode.strip_prefix("block:") {
+        let driver = Arc::new(ScriptedDriver::new());
+        let (hook_url, method) = (url.clone(), method.to_string());
+        driver.on_call(move |m, target| {
+            if m == method {
+                let mut c = postgres::Client::connect(&hook_url, postgres::NoTls).unwrap();
+                c.execute(
+                    "INSERT INTO public.crash_marks (pid, method, target) VALUES ($1, $2, $3)",
+                    &[&(std::process::id() as i32), &m, &target],
+                )
+                .unwrap();
+                std::thread::sleep(Duration::from_secs(120));
+            }
+        });
+        let opts = Opts {
+            lease: Duration::from_millis(1500),
+            timeout: Duration::from_secs(120),
+            ..Opts::default()
+        };
+        run_on(&url, driver, opts, |_| false);
+    } else {
+        assert_eq!(mode, "drain");
+        let driver = Arc::new(ScriptedDriver {
+            latency: Duration::from_millis(1),
+            lane_db: Some(url.clone()),
+            ..ScriptedDriver::default()
+        });
+        let opts = Opts {
+            concurrency: 16,
+            timeout: Duration::from_secs(120),
+            ..Opts::default()
+        };
+        run_on(&url, driver, opts, quiet);
+    }
+}
+
+/// Starts this test binary as a child worker process (`crash_child_worker`) in `mode`.
+fn child_worker(url: &str, mode: &str) -> WorkerProcess {
+    let exe = std::env::current_exe().expect("test binary");
+    let child = std::process::Command::new(exe)
+        .args(["--exact", "revision::crash_child_worker", "--nocapture"])
+        .env(CHILD_DB, url)
+        .env(CHILD_MODE, mode)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child worker");
+    WorkerProcess::capture(child)
+}
+
+/// Deploys r1 and activates it in-process, then admits r2 and lets a child worker process
+/// block in `method` on r2 until it is killed with SIGKILL; returns (r1, r2).
+fn kill_a_child_worker_inside(f: &Fixture, method: &str) -> (String, String) {
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    run(f, &Arc::new(ScriptedDriver::new()));
+    assert_eq!(active(&mut c, &f.agent), Some(r1.clone()));
+    c.batch_execute(
+        "CREATE TABLE public.crash_marks (pid integer NOT NULL, method text NOT NULL, target text NOT NULL)",
+    )
+    .unwrap();
+    let r2 = deploy(&mut c, &f.agent);
+    let child = child_worker(&f.db.url, &format!("block:{method}"));
+    wait_for(
+        &format!("the child worker to enter {method}"),
+        Duration::from_secs(30),
+        || {
+            let n: i64 = scalar(
+                &mut c,
+                &format!("SELECT count(*) FROM public.crash_marks WHERE method = '{method}'"),
+            );
+            n > 0
+        },
+    );
+    let pid: i32 = scalar(&mut c, "SELECT pid FROM public.crash_marks");
+    assert_eq!(
+        pid,
+        child.pid(),
+        "the child process, not this one, claimed the work"
+    );
+    child.signal("KILL");
+    let (status, _) = child.wait(Duration::from_secs(10));
+    assert!(!status.success(), "killed, not exited: {status:?}");
+    let (state, _, _, _) = work(&mut c, &key(&r2));
+    assert_eq!(
+        state, "claimed",
+        "the dead process still holds the claim until its lease"
+    );
+    (r1, r2)
+}
+
+/// After the kill, this process's worker recovers the expired claim and finishes r2.
+fn finish_after_the_lease(f: &Fixture, r1: &str, r2: &str, code: &str) {
+    let driver = Arc::new(ScriptedDriver::new());
+    let work_key = key(r2);
+    run_until(&f.db, driver.clone(), move |c| {
+        let state: String = c
+            .query_one(
+                "SELECT state FROM occ.work WHERE idempotency_key = $1",
+                &[&work_key],
+            )
+            .unwrap()
+            .get(0);
+        state == "succeeded"
+    });
+    let mut c = f.db.client();
+    let (state, got, _, _) = work(&mut c, &key(r2));
+    assert_eq!((state.as_str(), got.as_deref()), ("succeeded", Some(code)));
+    let ev = evidence(&mut c, &key(r2));
+    assert_eq!(
+        ev,
+        vec![
+            "lease_expired:LEASE_EXPIRED".to_string(),
+            format!("succeeded:{code}")
+        ]
+    );
+    assert_eq!(active(&mut c, &f.agent).as_deref(), Some(r2));
+    let activations: Vec<String> = audits(&mut c, "openclaw.agents.lifecycle.activate")
+        .into_iter()
+        .map(|a| a.3)
+        .collect();
+    assert_eq!(activations, vec![r1.to_string(), r2.to_string()]);
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired, "the earlier revision is retired");
+    assert_eq!(driver.calls_of("retire_revision"), vec![r1.to_string()]);
+    assert_eq!(driver.calls_of("activate_revision"), vec![r2.to_string()]);
+    assert_eq!(status(&mut c, r2).0, "active");
+}
+
+#[test]
+fn w_a_worker_killed_during_prepare_is_finished_by_another_process_after_its_lease() {
+    let f = fixture();
+    let (r1, r2) = kill_a_child_worker_inside(&f, "prepare_revision");
+    let mut c = f.db.client();
+    assert_eq!(
+        active(&mut c, &f.agent),
+        Some(r1.clone()),
+        "no CAS before the kill"
+    );
+    finish_after_the_lease(&f, &r1, &r2, "REVISION_ACTIVATED");
+}
+
+#[test]
+fn w_a_worker_killed_after_the_pointer_cas_is_finished_as_already_active_with_one_audit() {
+    let f = fixture();
+    let (r1, r2) = kill_a_child_worker_inside(&f, "activate_revision");
+    let mut c = f.db.client();
+    assert_eq!(
+        active(&mut c, &f.agent),
+        Some(r2.clone()),
+        "the CAS committed before the kill"
+    );
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        1,
+        "the killed process published no activation audit"
+    );
+    finish_after_the_lease(&f, &r1, &r2, "REVISION_ALREADY_ACTIVE");
 }
