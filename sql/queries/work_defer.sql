@@ -1,7 +1,8 @@
 -- Pending convergence (Q8): back to the queue after a bounded delay, claim released, the
 -- attempt consumed by the claim refunded. Evidence is optional (a repeated identical
--- observation is not recorded again).
--- $1 id, $2 claim token, $3 code, $4 delay ms, $5 record evidence.
+-- observation is not recorded again), except with a refusal: a refused candidate whose stop is
+-- still pending (R9) always records its refusal, so it survives to the next pass.
+-- $1 id, $2 claim token, $3 code, $4 delay ms, $5 record evidence, $6 refusal code or NULL.
 WITH done AS (
     UPDATE occ.work
     SET state = 'queued',
@@ -13,7 +14,8 @@ WITH done AS (
       AND lease_expires_at > clock_timestamp()
     RETURNING id, attempt_count
 ), evidence AS (
-    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
-    SELECT id, attempt_count + 1, $3, 'deferred' FROM done WHERE $5
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
+    SELECT id, attempt_count + 1, $3, 'deferred', $6::text FROM done
+    WHERE $5 OR $6::text IS NOT NULL
 )
 SELECT id FROM done

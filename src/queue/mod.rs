@@ -24,6 +24,7 @@ const RECOVER_STALE: &str = include_str!("../../sql/queries/work_recover_stale.s
 const PENDING_COUNT: &str = include_str!("../../sql/queries/work_pending_count.sql");
 const LIST: &str = include_str!("../../sql/queries/work_list.sql");
 const SHOW: &str = include_str!("../../sql/queries/work_show.sql");
+const CLOCK: &str = include_str!("../../sql/queries/work_clock.sql");
 
 /// Every query file this module embeds, for the test that fails on an unused query file.
 pub const QUERY_FILES: &[&str] = &[
@@ -39,6 +40,7 @@ pub const QUERY_FILES: &[&str] = &[
     "work_pending_count.sql",
     "work_list.sql",
     "work_show.sql",
+    "work_clock.sql",
 ];
 
 /// The kind of controller operation a row asks for.
@@ -307,10 +309,20 @@ fn ms(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
 
-/// Enqueues `work`; an existing key changes nothing (Q3).
+/// Enqueues `work`, claimable at once; an existing key changes nothing (Q3).
 pub fn work_enqueue(
     client: &mut impl GenericClient,
     work: &NewWork,
+) -> Result<Enqueued, QueueError> {
+    work_enqueue_at(client, work, Duration::ZERO)
+}
+
+/// Enqueues `work`, claimable `delay` from now by the database clock; an existing key changes
+/// nothing (Q3).
+pub fn work_enqueue_at(
+    client: &mut impl GenericClient,
+    work: &NewWork,
+    delay: Duration,
 ) -> Result<Enqueued, QueueError> {
     let row = client.query_one(
         ENQUEUE,
@@ -322,6 +334,7 @@ pub fn work_enqueue(
             &work.namespace_target,
             &work.agent_target,
             &work.actor_id,
+            &ms(delay),
         ],
     )?;
     Ok(Enqueued {
@@ -453,21 +466,37 @@ pub fn work_retry(
 }
 
 /// Defers pending convergence: back to the queue after `delay`, attempt refunded (Q8).
+/// Evidence is written when `record_evidence` holds or a `refusal` is given (R9: a refused
+/// candidate whose stop is pending keeps its refusal for the next pass).
 pub fn work_defer(
     client: &mut impl GenericClient,
     claim: &Claim,
     code: &str,
     delay: Duration,
     record_evidence: bool,
+    refusal: Option<&str>,
 ) -> Result<(), QueueError> {
     let rows = client.query(
         DEFER,
-        &[&claim.id, &claim.token, &code, &ms(delay), &record_evidence],
+        &[
+            &claim.id,
+            &claim.token,
+            &code,
+            &ms(delay),
+            &record_evidence,
+            &refusal,
+        ],
     )?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }
     Ok(())
+}
+
+/// The database clock, in milliseconds since the epoch (due times never use the worker's
+/// clock).
+pub fn work_clock(client: &mut impl GenericClient) -> Result<i64, QueueError> {
+    Ok(client.query_one(CLOCK, &[])?.get(0))
 }
 
 /// Recovers expired claims and exhausted queued work (Q10).

@@ -453,9 +453,14 @@ pub fn finalize(
             Outcome::Success => {
                 queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
             }
-            Outcome::Pending { recheck } => {
-                queue::work_defer(tx, claim, &resolved.code, recheck, resolved.record_evidence)?
-            }
+            Outcome::Pending { recheck } => queue::work_defer(
+                tx,
+                claim,
+                &resolved.code,
+                recheck,
+                resolved.record_evidence,
+                resolved.refusal.as_deref(),
+            )?,
             Outcome::Retry => {
                 queue::work_retry(tx, claim, &resolved.code, &pass.ctx.queue)?;
             }

@@ -29,7 +29,7 @@ use super::agent::{
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::valid_revision_observation;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
-use crate::queue::Operation;
+use crate::queue::{self, NewWork, Operation};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -39,9 +39,6 @@ const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_a
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
-const REFUSAL_EVIDENCE: &str = include_str!("../../sql/queries/revision_refusal_evidence.sql");
-const MAINTENANCE_ENQUEUE: &str =
-    include_str!("../../sql/queries/revision_maintenance_enqueue.sql");
 
 /// Every query file this module embeds.
 pub const QUERY_FILES: &[&str] = &[
@@ -51,8 +48,6 @@ pub const QUERY_FILES: &[&str] = &[
     "revision_activate.sql",
     "revision_retire_earlier.sql",
     "revision_activation_audited.sql",
-    "revision_maintenance_enqueue.sql",
-    "revision_refusal_evidence.sql",
 ];
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
@@ -313,9 +308,8 @@ impl RevisionReconciler {
                     "REFUSED_CANDIDATE_STOP_PENDING",
                     backoff.min(Duration::from_secs(60)),
                 );
+                // The deferral records its evidence with the refusal (`queue::work_defer`).
                 pending.refusal = Some(refusal.code.clone());
-                // `publish` writes the evidence with its refusal; the deferral adds none.
-                pending.record_evidence = false;
                 Ok(pending)
             }
         }
@@ -523,9 +517,6 @@ impl Reconciler for RevisionReconciler {
             return Ok(());
         };
         let maintenance = claim.operation == Operation::RevisionMaintenance;
-        if let (Outcome::Pending { .. }, Some(refusal)) = (report.outcome, &report.refusal) {
-            tx.execute(REFUSAL_EVIDENCE, &[&claim.id, &claim.attempt, refusal])?;
-        }
         match (report.outcome, report.code.as_str()) {
             (Outcome::Success, "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE") => {
                 let number = report.detail["revision"].as_i64().unwrap_or(0) as i32;
@@ -600,17 +591,19 @@ impl Reconciler for RevisionReconciler {
                     && a.desired_runtime_state == "running"
             });
             if still_active {
+                // The next bucket starts on a multiple of the interval by the database clock.
                 let ms = interval.as_millis().max(1) as i64;
-                tx.execute(
-                    MAINTENANCE_ENQUEUE,
-                    &[
-                        &claim.namespace_id,
-                        agent_id,
-                        revision_id,
-                        &claim.actor_id,
-                        &ms,
-                    ],
-                )?;
+                let now = queue::work_clock(tx)?;
+                let bucket = now / ms + 1;
+                let next = NewWork::revision_maintenance(
+                    &claim.namespace_id,
+                    agent_id,
+                    revision_id,
+                    bucket,
+                    &claim.actor_id,
+                );
+                let due = Duration::from_millis((bucket * ms - now).max(0) as u64);
+                queue::work_enqueue_at(tx, &next, due)?;
             }
         }
         Ok(())

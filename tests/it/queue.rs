@@ -429,9 +429,11 @@ fn a_stale_claim_token_can_publish_nothing() {
     assert!(work_retry(&mut c, &stale, "DEPENDENCY_UNAVAILABLE", &o)
         .unwrap_err()
         .is_claim_lost());
-    assert!(work_defer(&mut c, &stale, "PENDING", Duration::ZERO, true)
-        .unwrap_err()
-        .is_claim_lost());
+    assert!(
+        work_defer(&mut c, &stale, "PENDING", Duration::ZERO, true, None)
+            .unwrap_err()
+            .is_claim_lost()
+    );
     assert!(work_fail(&mut c, &stale, "BROKEN", None, None)
         .unwrap_err()
         .is_claim_lost());
@@ -527,6 +529,7 @@ fn defer_refunds_the_attempt_and_never_exhausts_the_budget() {
         "NAMESPACE_PENDING",
         Duration::from_secs(60),
         true,
+        None,
     )
     .unwrap();
     let (state, attempts, _) = row_state(&mut c, id);
@@ -548,7 +551,15 @@ fn defer_refunds_the_attempt_and_never_exhausts_the_budget() {
             claim.attempt, 1,
             "every claim after a deferral is the first attempt"
         );
-        work_defer(&mut c, &claim, "NAMESPACE_PENDING", Duration::ZERO, false).unwrap();
+        work_defer(
+            &mut c,
+            &claim,
+            "NAMESPACE_PENDING",
+            Duration::ZERO,
+            false,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             work_recover_stale(&mut c, &o).unwrap(),
             Recovered::default()

@@ -27,7 +27,15 @@ fn claim_heartbeat_defer_retry_complete_round_trip() {
     assert!(work_claim(&mut c, &opts).unwrap().is_none(), "lane is busy");
     assert!(work_heartbeat(&mut c, &claim, &opts).unwrap() >= 0);
 
-    work_defer(&mut c, &claim, "NAMESPACE_INCOMPLETE", Duration::ZERO, true).unwrap();
+    work_defer(
+        &mut c,
+        &claim,
+        "NAMESPACE_INCOMPLETE",
+        Duration::ZERO,
+        true,
+        None,
+    )
+    .unwrap();
     let claim = work_claim(&mut c, &opts)
         .unwrap()
         .expect("deferred work is claimable");
@@ -56,5 +64,47 @@ fn claim_heartbeat_defer_retry_complete_round_trip() {
     assert_eq!(
         work_recover_stale(&mut c, &opts).unwrap(),
         Recovered::default()
+    );
+}
+
+#[test]
+fn enqueue_at_is_claimable_only_when_due_and_a_deferral_keeps_its_refusal() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let opts = QueueOptions::new(Duration::from_secs(5), 3);
+    let work = NewWork::namespace_ensure("ns1", "admin");
+    let e = work_enqueue_at(&mut c, &work, Duration::from_millis(400)).unwrap();
+    assert!(e.inserted);
+    assert!(work_clock(&mut c).unwrap() > 0);
+    assert!(work_claim(&mut c, &opts).unwrap().is_none(), "not due yet");
+    std::thread::sleep(Duration::from_millis(500));
+    let claim = work_claim(&mut c, &opts).unwrap().expect("due");
+    // A refusal is recorded even when the deferral records no evidence otherwise.
+    work_defer(
+        &mut c,
+        &claim,
+        "REFUSED_CANDIDATE_STOP_PENDING",
+        Duration::ZERO,
+        false,
+        Some("INVALID_DRIVER_OBSERVATION"),
+    )
+    .unwrap();
+    let row = c
+        .query_one(
+            "SELECT attempt, code, outcome, refusal FROM occ.work_attempts WHERE work_id = $1",
+            &[&e.id],
+        )
+        .unwrap();
+    let got: (i32, String, String, Option<String>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        got,
+        (
+            1,
+            "REFUSED_CANDIDATE_STOP_PENDING".into(),
+            "deferred".into(),
+            Some("INVALID_DRIVER_OBSERVATION".into())
+        )
     );
 }
