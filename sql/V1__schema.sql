@@ -59,14 +59,13 @@ CREATE TABLE occ.agents (
     CHECK (status = 'active' OR desired_runtime_state = 'stopped')
 );
 
--- A service principal names its Agent; the Agent names its principal. Both directions are
--- checked at commit so admission can insert them in one transaction.
+-- A service principal names its Agent (checked at commit so admission can insert both in one
+-- transaction) and goes with it. The Agent keeps `service_principal_id` as a stable id with no
+-- foreign key: revoking the principal is allowed (SPEC §1), and every later deployment pass
+-- then fails `INVALID_AGENT_PRINCIPAL` (R2).
 ALTER TABLE occ.identities ADD CONSTRAINT identities_agent_fk
     FOREIGN KEY (namespace_id, agent_id) REFERENCES occ.agents (namespace_id, id)
     ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
-ALTER TABLE occ.agents ADD CONSTRAINT agents_principal_fk
-    FOREIGN KEY (service_principal_id) REFERENCES occ.identities (id)
-    DEFERRABLE INITIALLY DEFERRED;
 
 CREATE TABLE occ.configurations (
     namespace_id  text CHECK (occ.is_ident(namespace_id)) NOT NULL REFERENCES occ.namespaces_all (id),

@@ -189,11 +189,9 @@ BEGIN
     IF ident.id IS NULL THEN
         RAISE EXCEPTION 'no identity %', p_id USING ERRCODE = 'no_data_found';
     END IF;
-    IF ident.kind = 'service_principal'
-       AND EXISTS (SELECT 1 FROM occ.agents WHERE service_principal_id = p_id) THEN
-        RAISE EXCEPTION 'identity % is the service principal of Agent %: delete the Agent instead',
-            p_id, ident.agent_id USING ERRCODE = 'dependent_objects_still_exist';
-    END IF;
+    -- A service principal may be revoked while its Agent exists (SPEC §1): its API keys,
+    -- bindings and restrictions cascade with it, and the Agent's next deployment pass fails
+    -- INVALID_AGENT_PRINCIPAL (R2).
     PERFORM pg_advisory_xact_lock(hashtext('occ.installation_admins'));
     IF EXISTS (
         SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
@@ -208,7 +206,8 @@ BEGIN
     END IF;
     SELECT jsonb_build_object(
         'bindingIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.iam_bindings WHERE principal_id = p_id), '[]'),
-        'restrictionIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.iam_restrictions WHERE principal_id = p_id), '[]'))
+        'restrictionIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.iam_restrictions WHERE principal_id = p_id), '[]'),
+        'apiKeyIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.api_keys WHERE service_principal_id = p_id), '[]'))
     INTO removed;
     DELETE FROM occ.identities WHERE id = p_id;
     PERFORM occ.audit_admission(p_actor, 'openclaw.identities.revoke', 'identity', p_id,

@@ -388,6 +388,33 @@ fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
 }
 
 #[test]
+fn a2_delete_of_an_agent_whose_service_principal_was_revoked_finishes() {
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    c.execute("SELECT occ.identity_revoke('admin', $1)", &[&f.principal])
+        .unwrap();
+    c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), |c| {
+        count(c, "SELECT count(*) FROM occ.agents WHERE id = $1", &f.agent) == 0
+    });
+    assert_eq!(driver.calls_of("retire_revision"), vec![rev]);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.identities WHERE id = $1",
+            &f.principal
+        ),
+        0
+    );
+    let a = audits(&mut c, "openclaw.agents.lifecycle.delete");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].2.as_deref(), Some("AGENT_DELETED"));
+}
+
+#[test]
 fn a2_failed_cleanup_leaves_every_row_and_an_explicit_retry_finishes() {
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());

@@ -218,16 +218,33 @@ fn r2_actor_revoked() {
 }
 
 #[test]
-fn r2_invalid_agent_principal() {
+fn r2_a_revoked_service_principal_is_invalid_agent_principal() {
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
-    c.batch_execute("SET session_replication_role = replica")
-        .unwrap();
-    c.execute("DELETE FROM occ.identities WHERE id = $1", &[&f.principal])
-        .unwrap();
-    c.batch_execute("SET session_replication_role = origin")
-        .unwrap();
+    c.execute(
+        "INSERT INTO occ.api_keys (id, service_principal_id, key_hash) VALUES ('k1', $1, repeat('a', 64))",
+        &[&f.principal],
+    )
+    .unwrap();
+    // Removing an identity revokes it (SPEC §1), a service principal included.
+    let v: Value = c
+        .query_one("SELECT occ.identity_revoke('admin', $1)", &[&f.principal])
+        .unwrap()
+        .get(0);
+    assert_eq!(v["revoked"], json!(true));
+    assert_eq!(v["removed"]["apiKeyIds"], json!(["k1"]));
+    let keys: i64 = scalar(&mut c, "SELECT count(*) FROM occ.api_keys");
+    assert_eq!(keys, 0, "the principal's API keys go with it");
+    let kept: String = c
+        .query_one(
+            "SELECT service_principal_id FROM occ.agents WHERE id = $1",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, f.principal, "the Agent keeps its principal id");
+    assert_eq!(audits(&mut c, "openclaw.identities.revoke").len(), 1);
     assert_refused(&f, &rev, "INVALID_AGENT_PRINCIPAL");
 }
 
