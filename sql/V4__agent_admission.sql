@@ -32,6 +32,23 @@ BEGIN
     RETURN ns;
 END $$;
 
+-- Like `agent_ready_namespace`, but holds the Namespace row FOR SHARE until commit: an Agent
+-- admission and `namespace_delete` (which locks the row FOR UPDATE and refuses while Agents
+-- exist) serialize, so no Agent is created in a Namespace whose deletion is being admitted.
+CREATE FUNCTION occ.agent_lock_ready_namespace(p_namespace text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    s text;
+BEGIN
+    SELECT status INTO s FROM occ.namespaces_all WHERE id = ns AND deleted_at IS NULL FOR SHARE;
+    IF s IS DISTINCT FROM 'ready' THEN
+        RAISE EXCEPTION 'namespace % is % (must be ready)', p_namespace, coalesce(s, 'missing')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN ns;
+END $$;
+
 -- Locks the named Agent (by id or name) for a synchronous mutation; refuses a deleting Agent
 -- unless `p_allow_deleting`.
 CREATE FUNCTION occ.agent_lock(p_namespace text, p_agent text, p_allow_deleting boolean DEFAULT false)
@@ -69,7 +86,7 @@ DECLARE
     agent_id text := occ.agent_new_id('ag');
     principal text := occ.agent_new_id('sp');
 BEGIN
-    p_namespace := occ.agent_ready_namespace(p_namespace);
+    p_namespace := occ.agent_lock_ready_namespace(p_namespace);
     PERFORM occ.agent_require(p_actor, 'create', 'agent', p_name, p_namespace);
     IF EXISTS (SELECT 1 FROM occ.agents WHERE namespace_id = p_namespace AND name = p_name) THEN
         RAISE EXCEPTION 'agent %/% already exists', p_namespace, p_name USING ERRCODE = 'unique_violation';

@@ -714,3 +714,78 @@ fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
     assert_eq!(active(&mut c, &f.agent), None);
 }
+
+/// Waits until another session is blocked on a lock.
+fn wait_until_blocked(c: &mut Client) {
+    crate::support::wait_for(
+        "a session blocked on a lock",
+        std::time::Duration::from_secs(10),
+        || {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            n > 0
+        },
+    );
+}
+
+#[test]
+fn r1_agent_create_waits_for_a_namespace_delete_admission_and_is_then_refused() {
+    let f = fixture();
+    let mut c = f.db.client();
+    insert_namespace(&mut c, "ns2", "ready");
+    let mut deleter = f.db.client();
+    let mut tx = deleter.transaction().unwrap();
+    tx.query_one("SELECT occ.namespace_delete('admin', 'ns2')", &[])
+        .unwrap();
+    let url = f.db.url.clone();
+    let create = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query_one("SELECT occ.agent_create('ns2', 'late', 'admin')", &[])
+            .map(|_| ())
+            .map_err(|e| e.as_db_error().unwrap().message().to_string())
+    });
+    wait_until_blocked(&mut c);
+    tx.commit().unwrap();
+    let refused = create.join().unwrap().unwrap_err();
+    assert!(refused.contains("is deleting (must be ready)"), "{refused}");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE namespace_id = $1",
+            "ns2"
+        ),
+        0
+    );
+}
+
+#[test]
+fn r1_a_namespace_delete_admission_waits_for_an_agent_create_and_is_then_refused() {
+    let f = fixture();
+    let mut c = f.db.client();
+    insert_namespace(&mut c, "ns2", "ready");
+    let mut creator = f.db.client();
+    let mut tx = creator.transaction().unwrap();
+    tx.query_one("SELECT occ.agent_create('ns2', 'early', 'admin')", &[])
+        .unwrap();
+    let url = f.db.url.clone();
+    let delete = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query_one("SELECT occ.namespace_delete('admin', 'ns2')", &[])
+            .map(|_| ())
+            .map_err(|e| e.as_db_error().unwrap().message().to_string())
+    });
+    wait_until_blocked(&mut c);
+    tx.commit().unwrap();
+    let refused = delete.join().unwrap().unwrap_err();
+    assert!(refused.contains("is not empty"), "{refused}");
+    let status: String = c
+        .query_one("SELECT status FROM occ.namespaces WHERE id = 'ns2'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "ready");
+}
