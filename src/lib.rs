@@ -4,6 +4,7 @@
 //! before every effect, and drives infrastructure through a Compute Driver. See
 //! `ARCHITECTURE.md` for the map; every module opens with what it owns.
 
+pub mod audit;
 pub mod cancel;
 pub mod compute;
 pub mod config;

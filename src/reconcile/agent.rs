@@ -14,7 +14,6 @@ use std::time::Duration;
 
 const AGENT_LOAD: &str = include_str!("../../sql/queries/agent_load.sql");
 const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_load.sql");
-const AUDIT_APPEND: &str = include_str!("../../sql/queries/agent_audit_append.sql");
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
 const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
 
@@ -22,7 +21,6 @@ const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_final
 pub const QUERY_FILES: &[&str] = &[
     "agent_load.sql",
     "agent_revisions_load.sql",
-    "agent_audit_append.sql",
     "agent_clear_active.sql",
     "agent_delete_finalize.sql",
 ];
@@ -190,21 +188,21 @@ pub fn audit(
     } else {
         event.outcome
     };
-    tx.execute(
-        AUDIT_APPEND,
-        &[
-            &pass.ctx.installation_id,
-            &pass.claim.namespace_id,
-            &kind,
-            &pass.claim.actor_id,
-            &event.action,
-            &event.resource_kind,
-            &event.resource_id,
-            &outcome,
-            &event.reason_code,
-            &pass.claim.id,
-            &details,
-        ],
+    crate::audit::audit_append(
+        tx,
+        &crate::audit::AuditEvent {
+            installation_id: &pass.ctx.installation_id,
+            namespace_id: Some(&pass.claim.namespace_id),
+            kind,
+            actor_id: &pass.claim.actor_id,
+            action: event.action,
+            resource_kind: event.resource_kind,
+            resource_id: event.resource_id,
+            outcome,
+            reason_code: event.reason_code,
+            work_id: pass.claim.id,
+            details: &details,
+        },
     )?;
     Ok(())
 }

@@ -55,6 +55,7 @@
 //! - Database errors return the error; the runtime turns them into a retry.
 
 use super::{Outcome, Pass, PassError, Reconciler, Report};
+use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
 use crate::iam::{self, Action, Request, Resource};
 use crate::queue::Operation;
@@ -66,8 +67,6 @@ const LOAD: &str = include_str!("../../sql/queries/namespace_load.sql");
 const LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const TRANSITION: &str = include_str!("../../sql/queries/namespace_transition.sql");
 const TOMBSTONE: &str = include_str!("../../sql/queries/namespace_tombstone.sql");
-const AUDIT_APPEND: &str = include_str!("../../sql/queries/audit_append.sql");
-const AUDIT_LATEST: &str = include_str!("../../sql/queries/audit_latest_for_work.sql");
 
 /// Every query file this module embeds, for the test that fails on an unused query file.
 pub const QUERY_FILES: &[&str] = &[
@@ -75,8 +74,6 @@ pub const QUERY_FILES: &[&str] = &[
     "namespace_lock.sql",
     "namespace_transition.sql",
     "namespace_tombstone.sql",
-    "audit_append.sql",
-    "audit_latest_for_work.sql",
 ];
 
 /// What a lifecycle work asks for.
@@ -139,66 +136,6 @@ fn load(client: &mut impl GenericClient, id: &str) -> Result<Option<Namespace>, 
         existing_namespace: row.get(3),
         tombstoned: row.get(4),
     }))
-}
-
-/// One audit event as a reconciler writes it.
-pub struct AuditEvent<'a> {
-    pub installation_id: &'a str,
-    pub namespace_id: Option<&'a str>,
-    pub kind: &'a str,
-    pub actor_id: &'a str,
-    pub action: &'a str,
-    pub resource_kind: &'a str,
-    pub resource_id: &'a str,
-    pub outcome: &'a str,
-    pub reason_code: Option<&'a str>,
-    pub work_id: i64,
-    pub details: &'a Value,
-}
-
-/// Appends an audit event (inside the caller's fenced transaction).
-pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Result<i64, PassError> {
-    let row = client.query_one(
-        AUDIT_APPEND,
-        &[
-            &e.installation_id,
-            &e.namespace_id,
-            &e.kind,
-            &e.actor_id,
-            &e.action,
-            &e.resource_kind,
-            &e.resource_id,
-            &e.outcome,
-            &e.reason_code,
-            &e.work_id,
-            e.details,
-        ],
-    )?;
-    Ok(row.get(0))
-}
-
-/// The latest audit event of a work, as far as comparisons need it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LatestAudit {
-    pub action: String,
-    pub outcome: String,
-    pub reason_code: Option<String>,
-    pub details: Value,
-}
-
-/// The latest audit event of a work.
-pub fn audit_latest_for_work(
-    client: &mut impl GenericClient,
-    work_id: i64,
-) -> Result<Option<LatestAudit>, PassError> {
-    Ok(client
-        .query_opt(AUDIT_LATEST, &[&work_id])?
-        .map(|row| LatestAudit {
-            action: row.get(0),
-            outcome: row.get(1),
-            reason_code: row.get(2),
-            details: row.get(3),
-        }))
 }
 
 /// The recheck delay of pending convergence: `min(5 s, max(500 ms, age/40))`.

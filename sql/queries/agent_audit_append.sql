@@ -1,6 +1,0 @@
--- Appends one audit event inside a fenced finalizing transaction.
--- $1 installation, $2 namespace, $3 kind, $4 actor, $5 action, $6 resource kind,
--- $7 resource id, $8 outcome, $9 reason code, $10 work id, $11 details.
-INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
-                              resource_kind, resource_id, outcome, reason_code, work_id, details)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)

@@ -1,0 +1,73 @@
+//! Audit evidence written by reconcilers (SPEC section 1, "Audit event"): one append
+//! statement and one read of a work's latest event.
+//!
+//! Callers append inside their claim-fenced transaction, so evidence commits with the state it
+//! describes or not at all. Audit rows are append-only (a trigger refuses updates and deletes);
+//! details carry codes and ids, never secret values or provider text.
+
+use crate::reconcile::PassError;
+use postgres::GenericClient;
+use serde_json::Value;
+
+const AUDIT_APPEND: &str = include_str!("../sql/queries/audit_append.sql");
+const AUDIT_LATEST: &str = include_str!("../sql/queries/audit_latest_for_work.sql");
+
+/// One audit event as a reconciler writes it.
+pub struct AuditEvent<'a> {
+    pub installation_id: &'a str,
+    pub namespace_id: Option<&'a str>,
+    pub kind: &'a str,
+    pub actor_id: &'a str,
+    pub action: &'a str,
+    pub resource_kind: &'a str,
+    pub resource_id: &'a str,
+    pub outcome: &'a str,
+    pub reason_code: Option<&'a str>,
+    pub work_id: i64,
+    pub details: &'a Value,
+}
+
+/// Appends an audit event (inside the caller's fenced transaction).
+pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Result<i64, PassError> {
+    let row = client.query_one(
+        AUDIT_APPEND,
+        &[
+            &e.installation_id,
+            &e.namespace_id,
+            &e.kind,
+            &e.actor_id,
+            &e.action,
+            &e.resource_kind,
+            &e.resource_id,
+            &e.outcome,
+            &e.reason_code,
+            &e.work_id,
+            e.details,
+        ],
+    )?;
+    Ok(row.get(0))
+}
+
+/// The latest audit event of a work, as far as comparisons need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatestAudit {
+    pub action: String,
+    pub outcome: String,
+    pub reason_code: Option<String>,
+    pub details: Value,
+}
+
+/// The latest audit event of a work.
+pub fn audit_latest_for_work(
+    client: &mut impl GenericClient,
+    work_id: i64,
+) -> Result<Option<LatestAudit>, PassError> {
+    Ok(client
+        .query_opt(AUDIT_LATEST, &[&work_id])?
+        .map(|row| LatestAudit {
+            action: row.get(0),
+            outcome: row.get(1),
+            reason_code: row.get(2),
+            details: row.get(3),
+        }))
+}
