@@ -10,6 +10,7 @@ mod docker_proxy;
 mod e2e;
 mod iam;
 mod lanes;
+mod migrate;
 mod namespace;
 mod queue;
 mod queue_smoke;
