@@ -12,6 +12,7 @@ mod iam;
 mod lanes;
 mod migrate;
 mod namespace;
+mod outage;
 mod queue;
 mod queue_smoke;
 mod revision;
