@@ -160,7 +160,8 @@ CREATE TABLE occ.iam_roles (
 
 CREATE TABLE occ.iam_bindings (
     id             bigserial PRIMARY KEY,
-    principal_id   text CHECK (occ.is_ident(principal_id)) NOT NULL REFERENCES occ.identities (id) ON DELETE CASCADE,
+    -- NULL principal: the binding names a group instead (group_id, below).
+    principal_id   text CHECK (occ.is_ident(principal_id)) NULL REFERENCES occ.identities (id) ON DELETE CASCADE,
     role_id        text CHECK (occ.is_ident(role_id)) NOT NULL REFERENCES occ.iam_roles (id),
     scope_kind     text NOT NULL CHECK (scope_kind IN ('installation', 'namespace', 'resource')),
     namespace_id   text CHECK (occ.is_ident(namespace_id)) NULL,
@@ -171,9 +172,6 @@ CREATE TABLE occ.iam_bindings (
         OR (scope_kind = 'namespace' AND namespace_id IS NOT NULL AND resource_kind IS NULL AND resource_id IS NULL)
         OR (scope_kind = 'resource' AND namespace_id IS NOT NULL AND resource_kind IS NOT NULL AND resource_id IS NOT NULL))
 );
-CREATE UNIQUE INDEX iam_bindings_unique ON occ.iam_bindings
-    (principal_id, role_id, scope_kind, coalesce(namespace_id, ''), coalesce(resource_kind, ''), coalesce(resource_id, ''));
-
 CREATE TABLE occ.iam_restrictions (
     id             bigserial PRIMARY KEY,
     -- NULL principal: the restriction applies to every principal.
@@ -189,6 +187,35 @@ CREATE TABLE occ.iam_restrictions (
         OR (scope_kind = 'namespace' AND namespace_id IS NOT NULL AND resource_kind IS NULL AND resource_id IS NULL)
         OR (scope_kind = 'resource' AND namespace_id IS NOT NULL AND resource_kind IS NOT NULL AND resource_id IS NOT NULL))
 );
+
+-- IAM groups: a binding or restriction may name a group instead of one identity; it then
+-- applies to every member. A binding names exactly one identity or group; a restriction
+-- names an identity, a group, or neither (everyone). Removing an identity removes its
+-- memberships; removing a group removes its bindings and restrictions.
+CREATE TABLE occ.iam_groups (
+    id          text CHECK (occ.is_ident(id)) PRIMARY KEY,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE occ.iam_group_members (
+    group_id     text NOT NULL REFERENCES occ.iam_groups (id) ON DELETE CASCADE,
+    identity_id  text NOT NULL REFERENCES occ.identities (id) ON DELETE CASCADE,
+    added_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (group_id, identity_id)
+);
+CREATE INDEX iam_group_members_by_identity ON occ.iam_group_members (identity_id);
+
+ALTER TABLE occ.iam_bindings
+    ADD COLUMN group_id text NULL REFERENCES occ.iam_groups (id) ON DELETE CASCADE,
+    ADD CONSTRAINT iam_bindings_one_principal CHECK ((principal_id IS NULL) <> (group_id IS NULL));
+CREATE UNIQUE INDEX iam_bindings_unique ON occ.iam_bindings
+    (coalesce(principal_id, ''), coalesce(group_id, ''), role_id, scope_kind,
+     coalesce(namespace_id, ''), coalesce(resource_kind, ''), coalesce(resource_id, ''));
+CREATE INDEX iam_bindings_by_group ON occ.iam_bindings (group_id) WHERE group_id IS NOT NULL;
+
+ALTER TABLE occ.iam_restrictions
+    ADD COLUMN group_id text NULL REFERENCES occ.iam_groups (id) ON DELETE CASCADE,
+    ADD CONSTRAINT iam_restrictions_at_most_one_principal CHECK (principal_id IS NULL OR group_id IS NULL);
 
 -- The durable queue (SPEC Q1-Q13).
 CREATE TABLE occ.work (
@@ -282,7 +309,7 @@ CREATE TABLE occ.audit_events (
     kind             text NOT NULL CHECK (kind IN ('mutation', 'authorization_denial')),
     actor_id         text NOT NULL,
     action           text NOT NULL CHECK (action ~ '^[a-z][a-z0-9_.]*$'),
-    resource_kind    text NOT NULL CHECK (resource_kind IN ('installation', 'namespace', 'agent', 'agent_revision', 'configuration', 'secret', 'service_account', 'identity', 'iam_binding', 'work')),
+    resource_kind    text NOT NULL CHECK (resource_kind IN ('installation', 'namespace', 'agent', 'agent_revision', 'configuration', 'secret', 'service_account', 'identity', 'iam_binding', 'iam_group', 'work')),
     resource_id      text NOT NULL,
     outcome          text NOT NULL CHECK (outcome IN ('success', 'failure', 'denied')),
     reason_code      text NULL CHECK (reason_code ~ '^[A-Z][A-Z0-9_]*$'),

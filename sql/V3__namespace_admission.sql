@@ -24,25 +24,31 @@ RETURN CASE s_kind
 END;
 
 -- The decision of src/iam.rs `Policy::authorize` with its evidence: {allowed, reason,
--- evidence: {identityId, bindingIds, roleIds, restrictionIds}}.
+-- evidence: {identityId, groupIds, bindingIds, roleIds, restrictionIds}}. A binding or
+-- restriction naming a group applies to its members; groupIds are the groups a matching
+-- binding or restriction named.
 CREATE FUNCTION occ.authorize(
     p_principal text, p_action text, p_kind text, p_id text, p_namespace text
 ) RETURNS jsonb LANGUAGE sql STABLE AS $$
     WITH ident AS (
         SELECT id FROM occ.identities WHERE id = p_principal
+    ), groups AS (
+        SELECT m.group_id FROM occ.iam_group_members m WHERE m.identity_id = p_principal
     ), bindings AS (
-        SELECT b.id, b.role_id
+        SELECT b.id, b.role_id, b.group_id
         FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
         WHERE EXISTS (SELECT 1 FROM ident)
-          AND b.principal_id = p_principal
+          AND (b.principal_id = p_principal OR b.group_id IN (SELECT group_id FROM groups))
           AND p_action = ANY (r.actions) AND p_kind = ANY (r.resource_kinds)
           AND occ.scope_covers(b.scope_kind, b.namespace_id, b.resource_kind, b.resource_id,
                                p_kind, p_id, p_namespace)
     ), restrictions AS (
-        SELECT x.id
+        SELECT x.id, x.group_id
         FROM occ.iam_restrictions x
         WHERE EXISTS (SELECT 1 FROM ident)
-          AND (x.principal_id IS NULL OR x.principal_id = p_principal)
+          AND ((x.principal_id IS NULL AND x.group_id IS NULL)
+               OR x.principal_id = p_principal
+               OR x.group_id IN (SELECT group_id FROM groups))
           AND p_action = ANY (x.actions)
           AND occ.scope_covers(x.scope_kind, x.namespace_id, x.resource_kind, x.resource_id,
                                p_kind, p_id, p_namespace)
@@ -57,6 +63,9 @@ CREATE FUNCTION occ.authorize(
             ELSE 'ALLOWED' END,
         'evidence', jsonb_build_object(
             'identityId', (SELECT id FROM ident),
+            'groupIds', coalesce((SELECT jsonb_agg(g ORDER BY g) FROM (
+                SELECT group_id AS g FROM bindings UNION SELECT group_id FROM restrictions) matched
+                WHERE g IS NOT NULL), '[]'::jsonb),
             'bindingIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM bindings), '[]'::jsonb),
             'roleIds', coalesce((SELECT jsonb_agg(DISTINCT role_id) FROM bindings), '[]'::jsonb),
             'restrictionIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM restrictions), '[]'::jsonb)))
@@ -255,57 +264,99 @@ BEGIN
     END IF;
 END $$;
 
--- Grants ROLE to PRINCIPAL on SCOPE (idempotent). Installation `administer` required.
+-- Parses a binding principal: an identity id, or `group:ID` for a group. Exactly one of the
+-- two results is set; the identity or group must exist.
+CREATE FUNCTION occ.parse_principal(p_principal text, OUT identity_id text, OUT group_id text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_principal LIKE 'group:%' THEN
+        group_id := substr(p_principal, 7);
+        IF NOT EXISTS (SELECT 1 FROM occ.iam_groups g WHERE g.id = parse_principal.group_id) THEN
+            RAISE EXCEPTION 'no group %', group_id USING ERRCODE = 'no_data_found';
+        END IF;
+    ELSE
+        identity_id := p_principal;
+        IF NOT EXISTS (SELECT 1 FROM occ.identities i WHERE i.id = p_principal) THEN
+            RAISE EXCEPTION 'no identity %', p_principal USING ERRCODE = 'no_data_found';
+        END IF;
+    END IF;
+END $$;
+
+-- Whether some identity still administers the installation, directly or through a group
+-- with at least one member.
+CREATE FUNCTION occ.installation_administered() RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
+        WHERE b.scope_kind = 'installation'
+          AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds)
+          AND (b.principal_id IS NOT NULL
+               OR EXISTS (SELECT 1 FROM occ.iam_group_members m WHERE m.group_id = b.group_id)))
+$$;
+
+-- Grants ROLE to PRINCIPAL (an identity, or `group:ID`) on SCOPE (idempotent). Installation
+-- `administer` required.
 CREATE FUNCTION occ.binding_grant(p_actor text, p_principal text, p_role text, p_scope text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     s record;
+    who record;
     binding_id bigint;
     inserted boolean := true;
 BEGIN
     PERFORM occ.require_authorized(p_actor, 'administer', 'installation', occ.installation_id(),
                                    NULL, 'grant roles');
-    IF NOT EXISTS (SELECT 1 FROM occ.identities WHERE id = p_principal) THEN
-        RAISE EXCEPTION 'no identity %', p_principal USING ERRCODE = 'no_data_found';
-    END IF;
+    SELECT * INTO who FROM occ.parse_principal(p_principal);
     IF NOT EXISTS (SELECT 1 FROM occ.iam_roles WHERE id = p_role) THEN
         RAISE EXCEPTION 'no role %', p_role USING ERRCODE = 'no_data_found';
     END IF;
     SELECT * INTO s FROM occ.parse_scope(p_scope);
-    INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
-    VALUES (p_principal, p_role, s.scope_kind, s.namespace_id, s.resource_kind, s.resource_id)
+    INSERT INTO occ.iam_bindings (principal_id, group_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+    VALUES (who.identity_id, who.group_id, p_role, s.scope_kind, s.namespace_id, s.resource_kind, s.resource_id)
     ON CONFLICT DO NOTHING
     RETURNING id INTO binding_id;
     IF binding_id IS NULL THEN
         inserted := false;
         SELECT b.id INTO binding_id FROM occ.iam_bindings b
-        WHERE b.principal_id = p_principal AND b.role_id = p_role AND b.scope_kind = s.scope_kind
+        WHERE b.principal_id IS NOT DISTINCT FROM who.identity_id
+          AND b.group_id IS NOT DISTINCT FROM who.group_id
+          AND b.role_id = p_role AND b.scope_kind = s.scope_kind
           AND b.namespace_id IS NOT DISTINCT FROM s.namespace_id
           AND b.resource_kind IS NOT DISTINCT FROM s.resource_kind
           AND b.resource_id IS NOT DISTINCT FROM s.resource_id;
     ELSE
         PERFORM occ.audit_admission(p_actor, 'openclaw.iam.bindings.grant', 'iam_binding',
             binding_id::text, s.namespace_id, NULL,
-            jsonb_build_object('principalId', p_principal, 'roleId', p_role, 'scope', p_scope));
+            jsonb_build_object('principalId', who.identity_id, 'groupId', who.group_id,
+                               'roleId', p_role, 'scope', p_scope));
     END IF;
-    RETURN jsonb_build_object('bindingId', binding_id, 'principalId', p_principal,
-        'roleId', p_role, 'scopeKind', s.scope_kind, 'namespaceId', s.namespace_id,
+    RETURN jsonb_build_object('bindingId', binding_id, 'principalId', who.identity_id,
+        'groupId', who.group_id, 'roleId', p_role, 'scopeKind', s.scope_kind, 'namespaceId', s.namespace_id,
         'resourceKind', s.resource_kind, 'resourceId', s.resource_id, 'created', inserted);
 END $$;
 
--- Removes the binding of ROLE to PRINCIPAL on SCOPE. Installation `administer` required.
+-- Removes the binding of ROLE to PRINCIPAL (an identity, or `group:ID`) on SCOPE.
+-- Installation `administer` required; the last installation administrator's binding stays.
 CREATE FUNCTION occ.binding_revoke(p_actor text, p_principal text, p_role text, p_scope text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     s record;
+    who_identity text;
+    who_group text;
     binding_id bigint;
 BEGIN
     PERFORM occ.require_authorized(p_actor, 'administer', 'installation', occ.installation_id(),
                                    NULL, 'revoke roles');
+    IF p_principal LIKE 'group:%' THEN
+        who_group := substr(p_principal, 7);
+    ELSE
+        who_identity := p_principal;
+    END IF;
     SELECT * INTO s FROM occ.parse_scope(p_scope);
     PERFORM pg_advisory_xact_lock(hashtext('occ.installation_admins'));
     DELETE FROM occ.iam_bindings b
-    WHERE b.principal_id = p_principal AND b.role_id = p_role AND b.scope_kind = s.scope_kind
+    WHERE b.principal_id IS NOT DISTINCT FROM who_identity
+      AND b.group_id IS NOT DISTINCT FROM who_group
+      AND b.role_id = p_role AND b.scope_kind = s.scope_kind
       AND b.namespace_id IS NOT DISTINCT FROM s.namespace_id
       AND b.resource_kind IS NOT DISTINCT FROM s.resource_kind
       AND b.resource_id IS NOT DISTINCT FROM s.resource_id
@@ -314,18 +365,83 @@ BEGIN
         RAISE EXCEPTION 'no binding of % to % on %', p_role, p_principal, p_scope
             USING ERRCODE = 'no_data_found';
     END IF;
-    IF NOT EXISTS (
-        SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
-        WHERE b.scope_kind = 'installation'
-          AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds)) THEN
+    IF NOT occ.installation_administered() THEN
         RAISE EXCEPTION 'the binding is the last installation administrator''s'
             USING ERRCODE = 'object_in_use';
     END IF;
     PERFORM occ.audit_admission(p_actor, 'openclaw.iam.bindings.revoke', 'iam_binding',
         binding_id::text, s.namespace_id, NULL,
-        jsonb_build_object('principalId', p_principal, 'roleId', p_role, 'scope', p_scope));
-    RETURN jsonb_build_object('bindingId', binding_id, 'principalId', p_principal,
-        'roleId', p_role, 'scope', p_scope, 'revoked', true);
+        jsonb_build_object('principalId', who_identity, 'groupId', who_group,
+                           'roleId', p_role, 'scope', p_scope));
+    RETURN jsonb_build_object('bindingId', binding_id, 'principalId', who_identity,
+        'groupId', who_group, 'roleId', p_role, 'scope', p_scope, 'revoked', true);
+END $$;
+
+-- Groups ----------------------------------------------------------------------------------
+
+-- Creates an empty group. Installation `administer` required.
+CREATE FUNCTION occ.group_create(p_actor text, p_id text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM occ.require_authorized(p_actor, 'administer', 'installation', occ.installation_id(),
+                                   NULL, 'create groups');
+    IF NOT occ.is_ident(p_id) THEN
+        RAISE EXCEPTION 'invalid group id %: lowercase letters, digits, - and _', p_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO occ.iam_groups (id) VALUES (p_id) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'group % already exists', p_id USING ERRCODE = 'unique_violation';
+    END IF;
+    PERFORM occ.audit_admission(p_actor, 'openclaw.iam.groups.create', 'iam_group', p_id, NULL,
+        NULL, '{}');
+    RETURN jsonb_build_object('id', p_id, 'members', '[]'::jsonb);
+END $$;
+
+-- Adds IDENTITY to GROUP (idempotent). Installation `administer` required.
+CREATE FUNCTION occ.group_add_member(p_actor text, p_group text, p_identity text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    added boolean;
+BEGIN
+    PERFORM occ.require_authorized(p_actor, 'administer', 'installation', occ.installation_id(),
+                                   NULL, 'change group membership');
+    IF NOT EXISTS (SELECT 1 FROM occ.iam_groups WHERE id = p_group) THEN
+        RAISE EXCEPTION 'no group %', p_group USING ERRCODE = 'no_data_found';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM occ.identities WHERE id = p_identity) THEN
+        RAISE EXCEPTION 'no identity %', p_identity USING ERRCODE = 'no_data_found';
+    END IF;
+    INSERT INTO occ.iam_group_members (group_id, identity_id) VALUES (p_group, p_identity)
+    ON CONFLICT DO NOTHING;
+    added := FOUND;
+    IF added THEN
+        PERFORM occ.audit_admission(p_actor, 'openclaw.iam.groups.add_member', 'iam_group',
+            p_group, NULL, NULL, jsonb_build_object('identityId', p_identity));
+    END IF;
+    RETURN jsonb_build_object('groupId', p_group, 'identityId', p_identity, 'added', added);
+END $$;
+
+-- Removes IDENTITY from GROUP: the group's bindings no longer apply to it. Installation
+-- `administer` required; the last installation administrator's membership stays.
+CREATE FUNCTION occ.group_remove_member(p_actor text, p_group text, p_identity text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM occ.require_authorized(p_actor, 'administer', 'installation', occ.installation_id(),
+                                   NULL, 'change group membership');
+    PERFORM pg_advisory_xact_lock(hashtext('occ.installation_admins'));
+    DELETE FROM occ.iam_group_members WHERE group_id = p_group AND identity_id = p_identity;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'identity % is not a member of group %', p_identity, p_group
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF NOT occ.installation_administered() THEN
+        RAISE EXCEPTION 'identity % is the last installation administrator', p_identity
+            USING ERRCODE = 'object_in_use';
+    END IF;
+    PERFORM occ.audit_admission(p_actor, 'openclaw.iam.groups.remove_member', 'iam_group',
+        p_group, NULL, NULL, jsonb_build_object('identityId', p_identity));
+    RETURN jsonb_build_object('groupId', p_group, 'identityId', p_identity, 'removed', true);
 END $$;
 
 -- Namespaces ------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 //!
 //! Scopes nest installation → namespace → exact resource; a role grants its actions on its
 //! resource kinds within the binding's scope; restrictions are deny overlays that win over
-//! every binding. The policy is loaded fresh for every pass and never cached across passes.
-//! This module only reads.
+//! every binding. A binding or restriction names one identity or a group (a restriction may
+//! also name nobody, meaning everyone); a group's binding or restriction applies to each of its
+//! members, and the evidence names the groups it matched through. The policy is loaded fresh
+//! for every pass and never cached across passes. This module only reads; SQL
+//! `occ.authorize` (`sql/V3__namespace_admission.sql`) makes the same decisions.
 
 use crate::db::DbError;
 use postgres::GenericClient;
@@ -133,6 +136,9 @@ impl Request {
 pub struct Evidence {
     #[serde(rename = "identityId")]
     pub identity_id: Option<String>,
+    /// The groups of the identity that a matching binding or restriction named, sorted.
+    #[serde(rename = "groupIds")]
+    pub group_ids: Vec<String>,
     #[serde(rename = "bindingIds")]
     pub binding_ids: Vec<i64>,
     #[serde(rename = "roleIds")]
@@ -157,6 +163,9 @@ pub struct Identity {
     pub namespace_id: Option<String>,
     #[serde(rename = "agentId")]
     pub agent_id: Option<String>,
+    /// The groups this identity is a member of.
+    #[serde(rename = "groupIds", default)]
+    pub group_ids: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -193,7 +202,9 @@ impl Scope {
 struct Binding {
     id: i64,
     #[serde(rename = "principalId")]
-    principal_id: String,
+    principal_id: Option<String>,
+    #[serde(rename = "groupId")]
+    group_id: Option<String>,
     #[serde(rename = "roleId")]
     role_id: String,
     actions: Vec<String>,
@@ -208,6 +219,8 @@ struct Restriction {
     id: i64,
     #[serde(rename = "principalId")]
     principal_id: Option<String>,
+    #[serde(rename = "groupId")]
+    group_id: Option<String>,
     actions: Vec<String>,
     #[serde(flatten)]
     scope: Scope,
@@ -242,38 +255,53 @@ impl Policy {
     /// Decides `request`. Restrictions win over bindings; no identity means no access.
     pub fn authorize(&self, request: &Request) -> Decision {
         let mut evidence = Evidence::default();
-        if !self.identity_exists(&request.principal_id) {
+        let Some(identity) = self.identity(&request.principal_id) else {
             return Decision {
                 allowed: false,
                 reason: "NO_IDENTITY",
                 evidence,
             };
-        }
-        evidence.identity_id = Some(request.principal_id.clone());
+        };
+        evidence.identity_id = Some(identity.id.clone());
+        let member = |group: &str| identity.group_ids.iter().any(|g| g == group);
+        // Whether a binding or restriction naming (principal, group) applies to the identity,
+        // and through which group.
+        let names = |principal: Option<&str>, group: Option<&str>| match (principal, group) {
+            (Some(p), _) => (p == identity.id, None),
+            (None, Some(g)) => (member(g), Some(g.to_string())),
+            (None, None) => (false, None),
+        };
+        let mut groups = Vec::new();
         let action = request.action.as_str();
         let kind = request.resource.kind.as_str();
         for b in &self.bindings {
-            if b.principal_id == request.principal_id
+            let (applies, through) = names(b.principal_id.as_deref(), b.group_id.as_deref());
+            if applies
                 && b.actions.iter().any(|a| a == action)
                 && b.resource_kinds.iter().any(|k| k == kind)
                 && b.scope.covers(&request.resource)
             {
                 evidence.binding_ids.push(b.id);
+                groups.extend(through);
                 if !evidence.role_ids.contains(&b.role_id) {
                     evidence.role_ids.push(b.role_id.clone());
                 }
             }
         }
         for r in &self.restrictions {
-            if r.principal_id
-                .as_deref()
-                .is_none_or(|p| p == request.principal_id)
-                && r.actions.iter().any(|a| a == action)
-                && r.scope.covers(&request.resource)
+            let (applies, through) = match (r.principal_id.as_deref(), r.group_id.as_deref()) {
+                (None, None) => (true, None),
+                (principal, group) => names(principal, group),
+            };
+            if applies && r.actions.iter().any(|a| a == action) && r.scope.covers(&request.resource)
             {
                 evidence.restriction_ids.push(r.id);
+                groups.extend(through);
             }
         }
+        groups.sort();
+        groups.dedup();
+        evidence.group_ids = groups;
         let (allowed, reason) = if !evidence.restriction_ids.is_empty() {
             (false, "RESTRICTED")
         } else if evidence.binding_ids.is_empty() {

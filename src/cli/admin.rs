@@ -15,7 +15,10 @@ pub enum AdminCommand {
     /// Identities: users and Agent service principals.
     #[command(subcommand)]
     Identity(IdentityCommand),
-    /// Grant a role to a principal on a scope.
+    /// IAM groups: bindings and restrictions naming a group apply to its members.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// Grant a role to a principal (an identity, or `group:ID`) on a scope.
     Grant(BindingArgs),
     /// Revoke a role binding.
     Revoke(BindingArgs),
@@ -64,8 +67,34 @@ pub enum IdentityCommand {
     },
 }
 
+#[derive(Subcommand)]
+pub enum GroupCommand {
+    /// Create an empty group.
+    Create {
+        id: String,
+        /// The installation administrator performing the change.
+        #[arg(long)]
+        actor: String,
+    },
+    /// Add an identity to a group.
+    AddMember {
+        group: String,
+        identity: String,
+        #[arg(long)]
+        actor: String,
+    },
+    /// Remove an identity from a group (the group's bindings stop applying to it).
+    RemoveMember {
+        group: String,
+        identity: String,
+        #[arg(long)]
+        actor: String,
+    },
+}
+
 #[derive(Args)]
 pub struct BindingArgs {
+    /// An identity id, or `group:ID` for a group.
     principal: String,
     role: String,
     /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
@@ -168,6 +197,32 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             "identity revoke",
             "SELECT occ.identity_revoke($1, $2)",
             &[&actor, &id],
+        ),
+        AdminCommand::Group(GroupCommand::Create { id, actor }) => call(
+            globals,
+            "group create",
+            "SELECT occ.group_create($1, $2)",
+            &[&actor, &id],
+        ),
+        AdminCommand::Group(GroupCommand::AddMember {
+            group,
+            identity,
+            actor,
+        }) => call(
+            globals,
+            "group add-member",
+            "SELECT occ.group_add_member($1, $2, $3)",
+            &[&actor, &group, &identity],
+        ),
+        AdminCommand::Group(GroupCommand::RemoveMember {
+            group,
+            identity,
+            actor,
+        }) => call(
+            globals,
+            "group remove-member",
+            "SELECT occ.group_remove_member($1, $2, $3)",
+            &[&actor, &group, &identity],
         ),
         AdminCommand::Grant(b) => call(
             globals,

@@ -85,9 +85,13 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         )),
     };
     // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
-    let warnings = compute
-        .preflight(&CancelToken::unbounded())
-        .map_err(|e| CliError::new(format!("compute preflight failed: {e}")))?;
+    let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
+        let target = match config.compute_driver {
+            DriverKind::Docker => format!(" (Docker Engine at DOCKER_HOST={})", config.docker_host),
+            DriverKind::Kubernetes => String::new(),
+        };
+        CliError::new(format!("compute preflight failed{target}: {e}"))
+    })?;
     for w in warnings {
         events.emit(
             "compute.preflight-warning",

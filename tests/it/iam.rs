@@ -283,3 +283,287 @@ fn revoking_a_non_administrator_is_allowed_but_never_the_last_administrator() {
         .message()
         .contains("last installation administrator"));
 }
+
+/// Groups: `ops` (carol, dave) is namespace-admin of n1; `interns` (dave) may not delete in n1.
+fn group_world() -> (TestDb, Client) {
+    let (db, mut c) = world();
+    c.batch_execute(
+        "INSERT INTO occ.identities (id, kind) VALUES ('carol', 'user'), ('dave', 'user');",
+    )
+    .unwrap();
+    for sql in [
+        "SELECT occ.group_create('admin', 'ops')",
+        "SELECT occ.group_create('admin', 'interns')",
+        "SELECT occ.group_add_member('admin', 'ops', 'carol')",
+        "SELECT occ.group_add_member('admin', 'ops', 'dave')",
+        "SELECT occ.group_add_member('admin', 'interns', 'dave')",
+        "SELECT occ.binding_grant('admin', 'group:ops', 'namespace-admin', 'namespace:n1')",
+    ] {
+        c.query_one(sql, &[]).unwrap();
+    }
+    c.batch_execute(
+        "INSERT INTO occ.iam_restrictions (group_id, actions, scope_kind, namespace_id)
+             VALUES ('interns', '{delete}', 'namespace', 'n1');",
+    )
+    .unwrap();
+    (db, c)
+}
+
+/// Rust and SQL decide `principal action resource` the same way; returns the Rust decision.
+fn decide_both(c: &mut Client, principal: &str, action: Action, r: Resource) -> iam::Decision {
+    let policy = iam::load(c).unwrap();
+    let d = policy.authorize(&Request::new(principal, action, r.clone()));
+    let sql: serde_json::Value = c
+        .query_one(
+            "SELECT occ.authorize($1, $2, $3, $4, $5)",
+            &[
+                &principal,
+                &action.as_str(),
+                &r.kind.as_str(),
+                &r.id,
+                &r.namespace_id,
+            ],
+        )
+        .unwrap()
+        .get(0);
+    let what = format!("{principal} {} {r:?}", action.as_str());
+    assert_eq!(sql["allowed"], d.allowed, "sql allowed: {what}");
+    assert_eq!(sql["reason"], d.reason, "sql reason: {what}");
+    assert_eq!(
+        sql["evidence"]["groupIds"],
+        serde_json::json!(d.evidence.group_ids),
+        "sql groups: {what}"
+    );
+    assert_eq!(
+        sql["evidence"]["bindingIds"],
+        serde_json::json!(d.evidence.binding_ids),
+        "sql bindings: {what}"
+    );
+    assert_eq!(
+        sql["evidence"]["restrictionIds"],
+        serde_json::json!(d.evidence.restriction_ids),
+        "sql restrictions: {what}"
+    );
+    assert_eq!(
+        sql_decision(c, principal, action, &r),
+        (d.allowed, d.reason.to_string()),
+        "sql authorized: {what}"
+    );
+    d
+}
+
+#[test]
+fn a_group_binding_allows_its_members_and_the_evidence_names_the_group() {
+    let (_db, mut c) = group_world();
+    let d = decide_both(&mut c, "carol", Action::Deploy, agent("n1", "a1"));
+    assert_eq!((d.allowed, d.reason), (true, "ALLOWED"));
+    assert_eq!(d.evidence.identity_id.as_deref(), Some("carol"));
+    assert_eq!(d.evidence.group_ids, ["ops"]);
+    assert_eq!(d.evidence.role_ids, ["namespace-admin"]);
+    assert_eq!(d.evidence.binding_ids.len(), 1);
+    // The binding is scoped: nothing in n2, nothing for a non-member.
+    let d = decide_both(&mut c, "carol", Action::Operate, agent("n2", "a1"));
+    assert_eq!((d.allowed, d.reason), (false, "NO_MATCHING_BINDING"));
+    assert!(d.evidence.group_ids.is_empty());
+    let d = decide_both(&mut c, "bob", Action::Operate, agent("n1", "a2"));
+    assert_eq!((d.allowed, d.reason), (false, "NO_MATCHING_BINDING"));
+    // Admission (SQL) honours the group binding too.
+    let v: serde_json::Value = c
+        .query_one("SELECT to_jsonb(occ.namespace_delete('carol', 'n1'))", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v["status"], "deleting");
+}
+
+#[test]
+fn a_group_restriction_denies_its_members_only() {
+    let (_db, mut c) = group_world();
+    let d = decide_both(&mut c, "dave", Action::Delete, agent("n1", "a1"));
+    assert_eq!((d.allowed, d.reason), (false, "RESTRICTED"));
+    assert_eq!(d.evidence.group_ids, ["interns", "ops"]);
+    assert_eq!(d.evidence.restriction_ids.len(), 1);
+    let d = decide_both(&mut c, "dave", Action::Deploy, agent("n1", "a1"));
+    assert_eq!((d.allowed, d.reason), (true, "ALLOWED"));
+    assert_eq!(d.evidence.group_ids, ["ops"]);
+    let d = decide_both(&mut c, "carol", Action::Delete, agent("n1", "a1"));
+    assert_eq!((d.allowed, d.reason), (true, "ALLOWED"));
+    // The everyone-restriction on n2 still applies to group members.
+    let d = decide_both(&mut c, "carol", Action::Deploy, agent("n2", "x"));
+    assert_eq!((d.reason, d.evidence.group_ids.len()), ("RESTRICTED", 0));
+    let d = decide_both(&mut c, "admin", Action::Deploy, agent("n2", "x"));
+    assert_eq!((d.reason, d.evidence.group_ids.len()), ("RESTRICTED", 0));
+}
+
+#[test]
+fn removing_a_member_or_the_identity_revokes_what_the_group_granted() {
+    let (_db, mut c) = group_world();
+    c.query_one(
+        "SELECT occ.group_remove_member('admin', 'ops', 'carol')",
+        &[],
+    )
+    .unwrap();
+    let d = decide_both(&mut c, "carol", Action::Deploy, agent("n1", "a1"));
+    assert_eq!((d.allowed, d.reason), (false, "NO_MATCHING_BINDING"));
+    let e = c
+        .query_one(
+            "SELECT occ.group_remove_member('admin', 'ops', 'carol')",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), Some(&postgres::error::SqlState::NO_DATA_FOUND));
+    // Revoking an identity removes its memberships with it.
+    c.query_one("SELECT occ.identity_revoke('admin', 'dave')", &[])
+        .unwrap();
+    let members: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.iam_group_members WHERE identity_id = 'dave'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(members, 0);
+    let d = decide_both(&mut c, "dave", Action::Deploy, agent("n1", "a1"));
+    assert_eq!(d.reason, "NO_IDENTITY");
+    // Revoking the group's binding by `group:ID` works like an identity's.
+    c.query_one("SELECT occ.group_add_member('admin', 'ops', 'carol')", &[])
+        .unwrap();
+    assert!(decide_both(&mut c, "carol", Action::Deploy, agent("n1", "a1")).allowed);
+    c.query_one(
+        "SELECT occ.binding_revoke('admin', 'group:ops', 'namespace-admin', 'namespace:n1')",
+        &[],
+    )
+    .unwrap();
+    assert!(!decide_both(&mut c, "carol", Action::Deploy, agent("n1", "a1")).allowed);
+}
+
+#[test]
+fn group_administration_needs_installation_administer_and_is_audited() {
+    let (_db, mut c) = group_world();
+    for sql in [
+        "SELECT occ.group_create('carol', 'rogue')",
+        "SELECT occ.group_add_member('carol', 'ops', 'bob')",
+        "SELECT occ.group_remove_member('carol', 'ops', 'dave')",
+        "SELECT occ.binding_grant('carol', 'group:ops', 'installation-admin', 'installation')",
+    ] {
+        let e = c.query_one(sql, &[]).unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}"
+        );
+    }
+    let e = c
+        .query_one(
+            "SELECT occ.binding_grant('admin', 'group:nope', 'viewer', 'installation')",
+            &[],
+        )
+        .unwrap_err();
+    assert!(e.as_db_error().unwrap().message().contains("no group nope"));
+    let again: serde_json::Value = c
+        .query_one(
+            "SELECT occ.binding_grant('admin', 'group:ops', 'namespace-admin', 'namespace:n1')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(again["created"], false);
+    assert_eq!(again["groupId"], "ops");
+    let actions: Vec<String> = c
+        .query(
+            "SELECT action FROM occ.audit_events WHERE resource_kind IN ('iam_group', 'iam_binding')
+             ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "openclaw.iam.groups.create",
+            "openclaw.iam.groups.create",
+            "openclaw.iam.groups.add_member",
+            "openclaw.iam.groups.add_member",
+            "openclaw.iam.groups.add_member",
+            "openclaw.iam.bindings.grant",
+        ]
+    );
+    // An installation administrator through a group is not the last one while `admin` is
+    // direct; once it is the only one, its membership cannot be removed.
+    c.query_one("SELECT occ.group_create('admin', 'root')", &[])
+        .unwrap();
+    c.query_one("SELECT occ.group_add_member('admin', 'root', 'carol')", &[])
+        .unwrap();
+    c.query_one(
+        "SELECT occ.binding_grant('admin', 'group:root', 'installation-admin', 'installation')",
+        &[],
+    )
+    .unwrap();
+    c.query_one(
+        "SELECT occ.binding_revoke('carol', 'admin', 'installation-admin', 'installation')",
+        &[],
+    )
+    .unwrap();
+    let e = c
+        .query_one(
+            "SELECT occ.group_remove_member('carol', 'root', 'carol')",
+            &[],
+        )
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("last installation administrator"));
+}
+
+#[test]
+fn the_admin_cli_manages_groups_and_grants_to_them() {
+    let (db, mut c) = world();
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--actor", "admin", "--json"]);
+        let out = crate::support::worker_command(&all, &[("OCC_DATABASE_URL", db.url.clone())])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{all:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(admin(&["group", "create", "ops"])["id"], "ops");
+    assert_eq!(admin(&["group", "add-member", "ops", "bob"])["added"], true);
+    let grant = admin(&[
+        "grant",
+        "group:ops",
+        "namespace-admin",
+        "--scope",
+        "namespace:n2",
+    ]);
+    assert_eq!(
+        (grant["groupId"].clone(), grant["created"].clone()),
+        ("ops".into(), true.into())
+    );
+    assert!(decide_both(&mut c, "bob", Action::Delete, Resource::namespace("n2")).allowed);
+    admin(&["group", "remove-member", "ops", "bob"]);
+    assert!(!decide_both(&mut c, "bob", Action::Delete, Resource::namespace("n2")).allowed);
+    admin(&[
+        "revoke",
+        "group:ops",
+        "namespace-admin",
+        "--scope",
+        "namespace:n2",
+    ]);
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.iam_bindings WHERE group_id = 'ops'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

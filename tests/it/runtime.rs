@@ -642,3 +642,93 @@ fn a_renewal_answered_after_the_trusted_lease_ran_out_is_late() {
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0]["code"], "CLAIM_RENEWAL_LATE");
 }
+
+// W8, O: `check --json` reports the Installation and the Compute Driver and exits 0 on a
+// bootstrapped database; a DOCKER_HOST naming a missing socket fails with one line naming it.
+#[test]
+fn check_reports_installation_and_driver_and_names_a_missing_docker_socket() {
+    let db = TestDb::bootstrapped();
+    let missing = "unix:///nonexistent/occ-check/docker.sock";
+    let out = worker_command(
+        &["check", "--json"],
+        &with(worker_env(&db.url), "DOCKER_HOST", missing),
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.starts_with("occ-worker: "), "{stderr:?}");
+    assert!(
+        stderr.contains("DOCKER_HOST") && stderr.contains(missing),
+        "names the socket: {stderr:?}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+
+    if !crate::docker::docker_available() {
+        return;
+    }
+    let out = worker_command(&["check", "--json"], &worker_env(&db.url))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(report["status"], "ok");
+    assert_eq!(report["installation"], "inst");
+    assert_eq!(report["computeDriver"], "docker");
+}
+
+// Dispatch seam: an operation with no reconciler fails its work permanently with
+// RECONCILER_UNAVAILABLE, once, and never succeeds.
+#[test]
+fn an_operation_without_a_reconciler_fails_permanently_and_never_succeeds() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let (ctx, events) = context(&db, Duration::from_secs(5), 5);
+    let worker = Worker::new(ctx, Registry::new(), runtime_options(&db, 2));
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+    wait_for("the work to end", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure").0 != "queued"
+            && state_of(&mut c, "namespace:ns1:ensure").0 != "claimed"
+    });
+    // Give a wrong retry the chance to show up before stopping.
+    std::thread::sleep(Duration::from_millis(500));
+    stop.stop();
+    running.join().unwrap();
+
+    let row = c
+        .query_one(
+            "SELECT state, attempt_count, reason_code FROM occ.work WHERE idempotency_key = 'namespace:ns1:ensure'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, Option<String>>(2)
+        ),
+        (
+            "failed_permanent".into(),
+            1,
+            Some("RECONCILER_UNAVAILABLE".into())
+        )
+    );
+    assert_eq!(
+        evidence(&mut c, "namespace:ns1:ensure"),
+        [(1, "RECONCILER_UNAVAILABLE".into(), "failed".into())]
+    );
+    let status: String = scalar(&mut c, "SELECT status FROM occ.namespaces WHERE id = 'ns1'");
+    assert_eq!(
+        status, "provisioning",
+        "nothing was published for the Namespace"
+    );
+    let completed = events.named("worker.completed");
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0]["code"], "RECONCILER_UNAVAILABLE");
+    assert_ne!(completed[0]["outcome"], "succeeded");
+}

@@ -102,6 +102,23 @@ impl TestDb {
         }
     }
 
+    /// A fresh empty database (no schema, not migrated), dropped when this value drops.
+    pub fn empty() -> TestDb {
+        let name = format!(
+            "occ_t_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut admin = Client::connect(&admin_url(), NoTls).expect("connect to test server");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create empty database");
+        TestDb {
+            url: with_db(&admin_url(), &name),
+            name,
+        }
+    }
+
     /// A fresh database with the Installation `inst` and administrator `admin` bootstrapped.
     pub fn bootstrapped() -> TestDb {
         let db = TestDb::new();
