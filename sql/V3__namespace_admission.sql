@@ -202,23 +202,18 @@ BEGIN
     -- bindings and restrictions cascade with it, and the Agent's next deployment pass fails
     -- INVALID_AGENT_PRINCIPAL (R2).
     PERFORM pg_advisory_xact_lock(hashtext('occ.installation_admins'));
-    IF EXISTS (
-        SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
-        WHERE b.scope_kind = 'installation' AND b.principal_id = p_id
-          AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds))
-       AND NOT EXISTS (
-        SELECT 1 FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
-        WHERE b.scope_kind = 'installation' AND b.principal_id <> p_id
-          AND 'administer' = ANY (r.actions) AND 'installation' = ANY (r.resource_kinds)) THEN
-        RAISE EXCEPTION 'identity % is the last installation administrator', p_id
-            USING ERRCODE = 'object_in_use';
-    END IF;
     SELECT jsonb_build_object(
         'bindingIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.iam_bindings WHERE principal_id = p_id), '[]'),
         'restrictionIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.iam_restrictions WHERE principal_id = p_id), '[]'),
         'apiKeyIds', coalesce((SELECT jsonb_agg(id ORDER BY id) FROM occ.api_keys WHERE service_principal_id = p_id), '[]'))
     INTO removed;
     DELETE FROM occ.identities WHERE id = p_id;
+    -- Directly or through a group, someone must still administer the installation; the
+    -- exception rolls the deletion back.
+    IF NOT occ.installation_administered() THEN
+        RAISE EXCEPTION 'identity % is the last installation administrator', p_id
+            USING ERRCODE = 'object_in_use';
+    END IF;
     PERFORM occ.audit_admission(p_actor, 'openclaw.identities.revoke', 'identity', p_id,
         ident.namespace_id, NULL, jsonb_build_object('kind', ident.kind, 'removed', removed));
     RETURN jsonb_build_object('id', p_id, 'revoked', true, 'removed', removed);

@@ -518,6 +518,44 @@ fn group_administration_needs_installation_administer_and_is_audited() {
         .contains("last installation administrator"));
 }
 
+// SPEC §1: revoking the only member of the group that holds the only installation-admin
+// binding would leave nobody to administer the installation; it is refused and rolled back.
+#[test]
+fn revoking_the_last_administrator_through_a_group_is_refused() {
+    let (_db, mut c) = world();
+    c.query_one("SELECT occ.identity_create('admin', 'dave')", &[])
+        .unwrap();
+    c.query_one("SELECT occ.group_create('admin', 'ops')", &[])
+        .unwrap();
+    c.query_one("SELECT occ.group_add_member('admin', 'ops', 'dave')", &[])
+        .unwrap();
+    c.query_one(
+        "SELECT occ.binding_grant('admin', 'group:ops', 'installation-admin', 'installation')",
+        &[],
+    )
+    .unwrap();
+    c.query_one(
+        "SELECT occ.binding_revoke('dave', 'admin', 'installation-admin', 'installation')",
+        &[],
+    )
+    .unwrap();
+    c.query_one("SELECT occ.identity_revoke('dave', 'admin')", &[])
+        .expect("admin is no longer needed: dave administers through ops");
+    let e = c
+        .query_one("SELECT occ.identity_revoke('dave', 'dave')", &[])
+        .unwrap_err();
+    assert!(e
+        .as_db_error()
+        .unwrap()
+        .message()
+        .contains("last installation administrator"));
+    let still: i64 = c
+        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'dave'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(still, 1, "the refused revocation was rolled back");
+}
+
 #[test]
 fn the_admin_cli_manages_groups_and_grants_to_them() {
     let (db, mut c) = world();
