@@ -157,6 +157,13 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
     let url = cluster.url_of("occ_outage");
     {
         let mut admin = connect(&cluster.url, Duration::from_secs(30));
+        // scripts/pg-start trades durability for speed (synchronous_commit=off); an immediate
+        // stop would then lose the last commits and the test would see a database from the
+        // past. A real outage keeps what was committed, so this cluster commits durably.
+        admin
+            .batch_execute("ALTER SYSTEM SET synchronous_commit = 'on'")
+            .unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
         admin
             .batch_execute("DROP DATABASE IF EXISTS occ_outage WITH (FORCE)")
             .unwrap();
