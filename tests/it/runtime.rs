@@ -567,9 +567,11 @@ fn health_endpoints_answer() {
     wait_for("/livez", Duration::from_secs(10), || {
         http_get(port, "/livez").is_some_and(|(status, _)| status == 200)
     });
-    work_enqueue(&mut c, &NewWork::namespace_delete("ns1", Some(1), "admin")).unwrap();
-    c.batch_execute(
-        "UPDATE occ.work SET available_at = now() + interval '1 h' WHERE state = 'queued'",
+    // Enqueued not yet available, so the worker cannot take it before /readyz counts it.
+    occ_worker::queue::work_enqueue_at(
+        &mut c,
+        &NewWork::namespace_delete("ns1", Some(1), "admin"),
+        Duration::from_secs(3600),
     )
     .unwrap();
     let (status, body) = http_get(port, "/readyz").expect("/readyz answers");
