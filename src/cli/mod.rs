@@ -117,30 +117,37 @@ impl Globals {
         Ok(occ_worker::db::connect(&self.database_url()?, timeout)?)
     }
 
-    /// Prints `value` as JSON or in the human form.
+    /// Prints `value` as JSON or in the human form. A closed stdout (`| head`) is not an
+    /// error worth a panic: the rest of the output is simply dropped.
     pub fn print(&self, value: &Value) {
+        let mut out = String::new();
         if self.json {
-            println!("{value}");
+            out.push_str(&value.to_string());
+            out.push('\n');
         } else {
-            print_human(value, 0);
+            human(value, 0, &mut out);
         }
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     }
 }
 
-fn print_human(value: &Value, indent: usize) {
+fn human(value: &Value, indent: usize, out: &mut String) {
+    use std::fmt::Write;
     let pad = " ".repeat(indent);
     match value {
         Value::Array(items) => {
             if items.is_empty() {
-                println!("{pad}(none)");
+                let _ = writeln!(out, "{pad}(none)");
             }
             for item in items {
                 match item {
                     Value::Object(_) => {
-                        println!("{pad}-");
-                        print_human(item, indent + 2);
+                        let _ = writeln!(out, "{pad}-");
+                        human(item, indent + 2, out);
                     }
-                    other => println!("{pad}- {}", scalar(other)),
+                    other => {
+                        let _ = writeln!(out, "{pad}- {}", scalar(other));
+                    }
                 }
             }
         }
@@ -148,18 +155,22 @@ fn print_human(value: &Value, indent: usize) {
             for (k, v) in map {
                 match v {
                     Value::Object(m) if !m.is_empty() => {
-                        println!("{pad}{k}:");
-                        print_human(v, indent + 2);
+                        let _ = writeln!(out, "{pad}{k}:");
+                        human(v, indent + 2, out);
                     }
                     Value::Array(a) if a.iter().any(|x| x.is_object()) => {
-                        println!("{pad}{k}:");
-                        print_human(v, indent + 2);
+                        let _ = writeln!(out, "{pad}{k}:");
+                        human(v, indent + 2, out);
                     }
-                    other => println!("{pad}{k}: {}", scalar(other)),
+                    other => {
+                        let _ = writeln!(out, "{pad}{k}: {}", scalar(other));
+                    }
                 }
             }
         }
-        other => println!("{pad}{}", scalar(other)),
+        other => {
+            let _ = writeln!(out, "{pad}{}", scalar(other));
+        }
     }
 }
 
