@@ -6,6 +6,7 @@
 //! never writes anything.
 
 use crate::db::Pool;
+use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::queue;
 use crate::runtime::Progress;
@@ -30,6 +31,7 @@ impl HealthServer {
         metrics: Metrics,
         progress: Arc<Progress>,
         stale_after: Duration,
+        events: Events,
     ) -> Result<HealthServer, String> {
         let server = tiny_http::Server::http(addr)
             .map_err(|e| format!("cannot bind health address {addr}: {e}"))?;
@@ -48,8 +50,14 @@ impl HealthServer {
                         Ok(None) => continue,
                         Err(_) => break,
                     };
-                    let (status, body, content_type) =
-                        answer(request.url(), &pool, &metrics, &progress, stale_after);
+                    let (status, body, content_type) = answer(
+                        request.url(),
+                        &pool,
+                        &metrics,
+                        &progress,
+                        stale_after,
+                        &events,
+                    );
                     let header = tiny_http::Header::from_bytes("Content-Type", content_type)
                         .expect("static header");
                     let _ = request.respond(
@@ -83,6 +91,7 @@ fn answer(
     metrics: &Metrics,
     progress: &Progress,
     stale_after: Duration,
+    events: &Events,
 ) -> (u16, String, &'static str) {
     const JSON: &str = "application/json";
     match url {
@@ -101,7 +110,11 @@ fn answer(
                 json!({"status": "ready", "pending": p.queued + p.claimed, "queued": p.queued, "claimed": p.claimed}).to_string(),
                 JSON,
             ),
-            None => (503, json!({"status": "unavailable", "code": "HEALTH_UNAVAILABLE"}).to_string(), JSON),
+            None => {
+                // W7: readiness that cannot reach the database is reported, not only answered.
+                events.emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"}));
+                (503, json!({"status": "unavailable", "code": "HEALTH_UNAVAILABLE"}).to_string(), JSON)
+            }
         },
         "/metrics" => {
             let _ = pending(pool, metrics);

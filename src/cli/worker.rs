@@ -199,6 +199,7 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         metrics,
         worker.progress.clone(),
         stale_after,
+        s.events.clone(),
     )
     .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;
     let signal_handle = signals.handle();

@@ -205,6 +205,16 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
     wait_for("/readyz 503", Duration::from_secs(20), || {
         http_status(port, "/readyz") == Some(503)
     });
+    wait_for(
+        "worker.error HEALTH_UNAVAILABLE",
+        Duration::from_secs(10),
+        || {
+            worker
+                .events()
+                .iter()
+                .any(|e| e["event"] == "worker.error" && e["code"] == "HEALTH_UNAVAILABLE")
+        },
+    );
     // Several database timeouts later the process is still running.
     std::thread::sleep(Duration::from_secs(3));
     assert!(
