@@ -23,4 +23,4 @@ FROM candidate
 WHERE w.id = candidate.id
 RETURNING w.id, w.claim_token::text, w.idempotency_key, w.operation, w.namespace_id, w.agent_id,
           w.revision_id, w.namespace_target, w.agent_target, w.actor_id, w.attempt_count,
-          (extract(epoch FROM clock_timestamp() - w.created_at) * 1000)::bigint AS age_ms
+          (extract(epoch FROM clock_timestamp() - w.created_at) * 1000)::bigint AS age_ms, w.lane

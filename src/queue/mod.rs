@@ -216,6 +216,8 @@ pub struct Claim {
     pub attempt: i32,
     /// The work's age by the database clock when the claim was granted.
     pub age_ms: i64,
+    /// The lane the schema assigns (`namespace:<id>` or `agent:<id>`, Q4).
+    pub lane: String,
 }
 
 /// Queue errors: the claim was lost, or the database failed.
@@ -372,6 +374,7 @@ pub fn work_claim(
                     actor_id: row.get(9),
                     attempt: row.get(10),
                     age_ms: row.get(11),
+                    lane: row.get(12),
                 }));
             }
             Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => continue,

@@ -17,14 +17,6 @@ const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_loa
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
 const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
 
-/// Every query file this module embeds.
-pub const QUERY_FILES: &[&str] = &[
-    "agent_load.sql",
-    "agent_revisions_load.sql",
-    "agent_clear_active.sql",
-    "agent_delete_finalize.sql",
-];
-
 /// An Agent as a pass sees it.
 #[derive(Clone, Debug)]
 pub struct AgentRow {

@@ -68,14 +68,6 @@ const LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const TRANSITION: &str = include_str!("../../sql/queries/namespace_transition.sql");
 const TOMBSTONE: &str = include_str!("../../sql/queries/namespace_tombstone.sql");
 
-/// Every query file this module embeds, for the test that fails on an unused query file.
-pub const QUERY_FILES: &[&str] = &[
-    "namespace_load.sql",
-    "namespace_lock.sql",
-    "namespace_transition.sql",
-    "namespace_tombstone.sql",
-];
-
 /// What a lifecycle work asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {

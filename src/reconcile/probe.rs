@@ -60,16 +60,9 @@ impl Probe {
     }
 }
 
-fn lane(pass: &Pass<'_>) -> String {
-    match &pass.claim.agent_id {
-        Some(agent) => format!("agent:{agent}"),
-        None => format!("namespace:{}", pass.claim.namespace_id),
-    }
-}
-
 impl Reconciler for Probe {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
-        let lane = lane(pass);
+        let lane = &pass.claim.lane;
         pass.before_effect()?;
         {
             let mut client = pass.db()?;

@@ -40,16 +40,6 @@ const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 
-/// Every query file this module embeds.
-pub const QUERY_FILES: &[&str] = &[
-    "revision_lookup.sql",
-    "revision_secrets_found.sql",
-    "revision_service_account.sql",
-    "revision_activate.sql",
-    "revision_retire_earlier.sql",
-    "revision_activation_audited.sql",
-];
-
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
 /// candidate whose stop was pending may continue. Any other stored refusal stands.
 const REDECIDED_REFUSALS: &[&str] = &[
