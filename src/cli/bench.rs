@@ -438,6 +438,12 @@ impl ComputeDriver for Unused {
     ) -> Result<RevisionObservation, ComputeError> {
         unused()
     }
+    fn deactivate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        unused()
+    }
+    fn bind_agent(&self, _a: &AgentSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        unused()
+    }
     fn activate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
         unused()
     }

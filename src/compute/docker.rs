@@ -534,6 +534,21 @@ impl ComputeDriver for DockerDriver {
         Err(harness_binding_unsupported())
     }
 
+    fn deactivate_revision(
+        &self,
+        _revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        Err(harness_binding_unsupported())
+    }
+
+    /// The development driver keeps no per-Agent objects: nothing to bind (seed 004 allows a
+    /// Compute without `bindAgent`). Stops, retirements and deletions still clean up.
+    fn bind_agent(&self, _agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        cancel.check()?;
+        Ok(())
+    }
+
     fn activate_revision(
         &self,
         _revision: &RevisionSpec,

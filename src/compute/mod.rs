@@ -37,10 +37,30 @@ pub struct RevisionSpec {
     pub document: serde_json::Value,
     pub harness_auth: Option<serde_json::Value>,
     pub secret_bindings: serde_json::Value,
+    /// Each Secret binding resolved to its Secret's metadata, by binding name; never a value.
+    /// A binding whose Secret no longer exists is absent (the worker refuses such a revision
+    /// with `SECRET_BINDING_UNAVAILABLE` before any Compute call that would use it).
+    pub secrets: Vec<SecretProjection>,
+    /// The Secret behind a `secret` harness auth, resolved the same way.
+    pub harness_secret: Option<SecretProjection>,
     pub plugin_ids: Vec<String>,
 }
 
-/// What a driver needs to know to remove an Agent's runtime credentials.
+/// A Secret binding resolved to the Secret's metadata: what a driver needs to reference the
+/// value (Kubernetes `secretKeyRef`) without the worker ever reading it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SecretProjection {
+    /// The binding name (an environment variable name for the runtime), or `harnessAuth`.
+    pub binding: String,
+    /// The Secret's id in its Namespace.
+    pub id: String,
+    /// The Secret's backend reference, `NAMESPACE/NAME/KEY`.
+    #[serde(rename = "backendRef")]
+    pub backend_ref: String,
+}
+
+/// What a driver needs to know about an Agent: its per-Agent objects (`bind_agent`) and its
+/// runtime credentials.
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSpec {
     pub installation_id: String,
@@ -76,6 +96,32 @@ pub struct PluginWarning {
     pub plugin_id: String,
 }
 
+/// Evidence of a runtime failure a driver observed (seed 004 `RuntimeFailureEvidence`): the
+/// runtime's own bounded code (`AUTHENTICATION_FAILED`, `MODEL_PROBE_TIMEOUT`, …) and where
+/// it was seen. The worker maps held codes to deployment failures (`held_runtime_failure`);
+/// any other code stays pending and is kept as evidence for the convergence deadline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RuntimeFailure {
+    /// The runtime's code, upper-case letters, digits and underscores.
+    pub code: String,
+    /// The container that reported it, when the driver knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// How many times the runtime restarted, when the driver knows.
+    #[serde(rename = "restartCount", skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<u32>,
+}
+
+impl RuntimeFailure {
+    pub fn new(code: &str) -> RuntimeFailure {
+        RuntimeFailure {
+            code: code.to_string(),
+            container: None,
+            restart_count: None,
+        }
+    }
+}
+
 /// A driver's answer to `prepare_revision` (SPEC R5).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RevisionObservation {
@@ -83,11 +129,66 @@ pub struct RevisionObservation {
     pub agent_id: String,
     pub revision_id: String,
     pub ready: bool,
-    /// A pending code such as `REVISION_UNSCHEDULABLE`; `REVISION_INCOMPLETE` when absent.
+    /// The driver's pending reason (`WORKLOAD_UNSCHEDULABLE`, …), mapped by
+    /// `revision_pending_code`; anything else is `REVISION_INCOMPLETE`.
     pub pending_reason: Option<String>,
-    /// A held runtime failure such as `RUNTIME_AUTHENTICATION_FAILED`.
-    pub runtime_failure: Option<String>,
+    /// A runtime failure the driver observed; held ones end the deployment at once.
+    pub runtime_failure: Option<RuntimeFailure>,
     pub warnings: Vec<PluginWarning>,
+}
+
+/// Driver pending reasons and the deployment codes they become (seed 004
+/// `REVISION_PENDING_CODES`, lines 196-205).
+pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
+    ("WORKLOAD_UNSCHEDULABLE", "REVISION_UNSCHEDULABLE"),
+    ("WORKLOAD_IMAGE_PULL_FAILED", "REVISION_IMAGE_PULL_FAILED"),
+    (
+        "NAMESPACE_POD_QUOTA_EXCEEDED",
+        "NAMESPACE_POD_QUOTA_EXCEEDED",
+    ),
+    ("WORKSPACE_NODE_PENDING", "WORKSPACE_NODE_PENDING"),
+    ("WORKSPACE_SETUP_RETRYING", "WORKSPACE_SETUP_RETRYING"),
+    (
+        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
+        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
+    ),
+    (
+        "REPOSITORY_GIT_ROUTE_PENDING",
+        "REPOSITORY_GIT_ROUTE_PENDING",
+    ),
+];
+
+/// Runtime failure codes that runtimes hold until an explicit restart, and the deployment
+/// failures they become (seed 004 `HELD_RUNTIME_FAILURE_CODES`, lines 1071-1081). Unknown
+/// codes stay pending until the deadline.
+pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str)] = &[
+    ("AUTHENTICATION_FAILED", "RUNTIME_AUTHENTICATION_FAILED"),
+    ("MODEL_PROBE_CPU_STARVED", "RUNTIME_CPU_STARVED"),
+    ("MODEL_PROBE_TIMEOUT", "RUNTIME_MODEL_PROBE_TIMEOUT"),
+    ("MODEL_PROBE_FAILED", "RUNTIME_MODEL_PROBE_FAILED"),
+    ("LOGIN_FAILED", "RUNTIME_LOGIN_FAILED"),
+    ("UNAVAILABLE", "RUNTIME_STARTUP_FAILED"),
+    ("INCOMPATIBLE_RESPONSE", "RUNTIME_STARTUP_FAILED"),
+    ("WORKSPACE_SETUP_REFUSED", "WORKSPACE_SETUP_REFUSED"),
+    ("REPOSITORY_ROUTE_BLOCKED", "REPOSITORY_GIT_ROUTE_BLOCKED"),
+];
+
+/// The only plugin warning codes a driver may report (seed 004 lines 1017-1033).
+pub const PLUGIN_WARNING_CODES: &[&str] = &["PLUGIN_INSTALL_FAILED", "PLUGIN_AUTH_REQUIRED"];
+
+/// The deployment code of an unready observation's pending reason.
+pub fn revision_pending_code(reason: Option<&str>) -> &'static str {
+    reason
+        .and_then(|r| REVISION_PENDING_CODES.iter().find(|(k, _)| *k == r))
+        .map_or("REVISION_INCOMPLETE", |(_, code)| code)
+}
+
+/// The deployment failure of a held runtime failure, `None` for any other code.
+pub fn held_runtime_failure(failure: &RuntimeFailure) -> Option<&'static str> {
+    HELD_RUNTIME_FAILURE_CODES
+        .iter()
+        .find(|(k, _)| *k == failure.code)
+        .map(|(_, code)| *code)
 }
 
 /// A warning from preflight, logged at start-up.
@@ -246,6 +347,16 @@ pub trait ComputeDriver: Send + Sync {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError>;
+    /// Makes sure the Agent's route serves no revision before the first pointer commit of a
+    /// dedicated Agent (seed 004 `deactivateRevision`); idempotent.
+    fn deactivate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError>;
+    /// Ensures the Agent's own objects (its runtime identity and route) exist, before stops,
+    /// retirements and preparation (seed 004 `bindAgent`); idempotent.
+    fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError>;
     /// Points the Agent's route at this revision.
     fn activate_revision(
         &self,
@@ -293,11 +404,33 @@ pub fn valid_revision_observation(
         && observation.agent_id == revision.agent_id
         && observation.revision_id == revision.revision_id
         && observation.pending_reason.as_deref().is_none_or(is_code)
-        && observation.runtime_failure.as_deref().is_none_or(is_code)
         && observation
-            .warnings
-            .iter()
-            .all(|w| is_code(&w.code) && revision.plugin_ids.iter().any(|id| id == &w.plugin_id))
+            .runtime_failure
+            .as_ref()
+            .is_none_or(|f| is_code(&f.code) && f.container.as_deref().is_none_or(is_name))
+        && valid_plugin_warnings(&observation.warnings, &revision.plugin_ids)
+}
+
+/// Plugin warnings: one of the seed's two codes, for an admitted plugin, at most one per
+/// plugin (seed 004 lines 1017-1033).
+fn valid_plugin_warnings(warnings: &[PluginWarning], plugin_ids: &[String]) -> bool {
+    let mut seen: Vec<&str> = Vec::new();
+    warnings.iter().all(|w| {
+        let fresh = !seen.contains(&w.plugin_id.as_str());
+        seen.push(&w.plugin_id);
+        fresh
+            && PLUGIN_WARNING_CODES.contains(&w.code.as_str())
+            && plugin_ids.iter().any(|id| id == &w.plugin_id)
+    })
+}
+
+/// A bounded object name: lower-case letters, digits, `-` and `.`, at most 253 characters.
+fn is_name(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 253
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// A reason code: upper-case letters, digits and underscores, at most 64 characters.

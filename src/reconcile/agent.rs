@@ -6,7 +6,7 @@
 
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
-use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec};
+use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use postgres::GenericClient;
 use serde_json::{json, Value};
@@ -27,6 +27,18 @@ pub struct AgentRow {
     pub active_revision_id: Option<String>,
     pub service_principal_id: String,
     pub namespace_status: String,
+}
+
+impl AgentRow {
+    /// What a driver needs to know about this Agent.
+    pub fn spec(&self, installation_id: &str) -> AgentSpec {
+        AgentSpec {
+            installation_id: installation_id.into(),
+            namespace_id: self.namespace_id.clone(),
+            agent_id: self.id.clone(),
+            service_principal_id: self.service_principal_id.clone(),
+        }
+    }
 }
 
 /// An admitted revision as a pass sees it.
@@ -50,6 +62,10 @@ pub struct RevisionRow {
     pub harness_auth: Option<Value>,
     pub secret_bindings: Value,
     pub plugins: Value,
+    /// The Secret bindings that resolve to an existing Secret of the Namespace.
+    pub secrets: Vec<SecretProjection>,
+    /// The Secret of a `secret` harness auth, when it exists.
+    pub harness_secret: Option<SecretProjection>,
     pub retired: bool,
     pub admitted_before_work: bool,
 }
@@ -88,6 +104,8 @@ impl RevisionRow {
             document: self.document.clone(),
             harness_auth: self.harness_auth.clone(),
             secret_bindings: self.secret_bindings.clone(),
+            secrets: self.secrets.clone(),
+            harness_secret: self.harness_secret.clone(),
             plugin_ids: self.plugin_ids(),
         }
     }
@@ -120,32 +138,43 @@ pub fn load_revisions(
     only: Option<&str>,
     work_id: i64,
 ) -> Result<Vec<RevisionRow>, PassError> {
-    Ok(client
-        .query(REVISIONS_LOAD, &[&namespace_id, &agent_id, &only, &work_id])?
-        .iter()
-        .map(|r| RevisionRow {
-            id: r.get(0),
-            namespace_id: r.get(1),
-            agent_id: r.get(2),
-            revision: r.get(3),
-            actor_id: r.get(4),
-            service_principal_id: r.get(5),
-            configuration_id: r.get(6),
-            configuration_generation: r.get(7),
-            document: r.get(8),
-            harness_id: r.get(9),
-            harness_version: r.get(10),
-            harness_mode: r.get(11),
-            execution_mode: r.get(12),
-            compute_id: r.get(13),
-            compute_implementation: r.get(14),
-            harness_auth: r.get(15),
-            secret_bindings: r.get(16),
-            plugins: r.get(17),
-            retired: r.get(18),
-            admitted_before_work: r.get(19),
+    let rows = client.query(REVISIONS_LOAD, &[&namespace_id, &agent_id, &only, &work_id])?;
+    rows.iter()
+        .map(|r| {
+            let secrets: Value = r.get(19);
+            let harness_secret: Option<Value> = r.get(20);
+            let broken = |e: serde_json::Error| {
+                PassError::Invariant(format!("resolved Secret metadata: {e}"))
+            };
+            Ok(RevisionRow {
+                id: r.get(0),
+                namespace_id: r.get(1),
+                agent_id: r.get(2),
+                revision: r.get(3),
+                actor_id: r.get(4),
+                service_principal_id: r.get(5),
+                configuration_id: r.get(6),
+                configuration_generation: r.get(7),
+                document: r.get(8),
+                harness_id: r.get(9),
+                harness_version: r.get(10),
+                harness_mode: r.get(11),
+                execution_mode: r.get(12),
+                compute_id: r.get(13),
+                compute_implementation: r.get(14),
+                harness_auth: r.get(15),
+                secret_bindings: r.get(16),
+                plugins: r.get(17),
+                retired: r.get(18),
+                secrets: serde_json::from_value(secrets).map_err(broken)?,
+                harness_secret: harness_secret
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(broken)?,
+                admitted_before_work: r.get(21),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// One audit event.
@@ -256,7 +285,10 @@ pub fn effect<T>(
 pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
     match e.kind() {
         ComputeErrorKind::TransientDependency => {
-            Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()))
+            let mut report =
+                Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()));
+            report.dependency_failure = true;
+            report
         }
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
         _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
@@ -365,6 +397,11 @@ impl Reconciler for AgentStop {
             return Ok(Report::permanent("INVALID_AGENT_OWNER"));
         }
         let driver = pass.ctx.compute.clone();
+        // The Agent's own objects come back before its runtimes are stopped (seed 004 2633).
+        if !cleanup.is_empty() {
+            let spec = agent.spec(&pass.ctx.installation_id);
+            try_effect!(pass, "bind", |c| driver.bind_agent(&spec, c));
+        }
         for revision in cleanup {
             {
                 let mut db = pass.db()?;
@@ -470,16 +507,15 @@ impl Reconciler for AgentDelete {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }
         let driver = pass.ctx.compute.clone();
+        let spec = agent.spec(&pass.ctx.installation_id);
+        // The Agent's own objects come back before its revisions retire (seed 004 2876).
+        if !revisions.is_empty() {
+            try_effect!(pass, "bind", |c| driver.bind_agent(&spec, c));
+        }
         for revision in &revisions {
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&spec, c));
         }
-        let spec = AgentSpec {
-            installation_id: pass.ctx.installation_id.clone(),
-            namespace_id: ns.clone(),
-            agent_id: agent_id.clone(),
-            service_principal_id: agent.service_principal_id.clone(),
-        };
         try_effect!(pass, "credentials", |c| driver
             .delete_agent_runtime_credentials(&spec, c));
         let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();

@@ -8,7 +8,7 @@
 //! only through `Context::compute`.
 
 use crate::cancel::{CancelToken, Cancelled, LossCause};
-use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind};
+use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind, RuntimeFailure};
 use crate::db::{DbError, Pool, PooledClient};
 use crate::events::Events;
 use crate::metrics::Metrics;
@@ -70,7 +70,10 @@ pub struct Report {
     /// The refusal that made a candidate stop before a failure was published (R9).
     pub refusal: Option<String>,
     /// A runtime failure seen while pending, kept for the convergence-deadline result (R5).
-    pub runtime_failure: Option<String>,
+    pub runtime_failure: Option<RuntimeFailure>,
+    /// The pass is pending on a failing dependency: past the deadline the work fails naming
+    /// it, not the deadline (seed 004 5779-5790).
+    pub dependency_failure: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
     /// Reconciler-private facts for `publish` (audit details). Never published as is.
@@ -90,6 +93,7 @@ impl Report {
             result_data: None,
             refusal: None,
             runtime_failure: None,
+            dependency_failure: false,
             record_evidence: true,
             detail: Value::Null,
             already_published: false,
@@ -410,10 +414,20 @@ pub fn resolve(
         // A refused candidate whose stop is still pending keeps waiting past the deadline:
         // the work never ends with the refused candidate running (R9). Its failure is
         // published once the stop succeeds.
+        Outcome::Pending { .. }
+            if age >= convergence_timeout
+                && report.refusal.is_none()
+                && report.dependency_failure =>
+        {
+            Report {
+                outcome: Outcome::Permanent,
+                ..report
+            }
+        }
         Outcome::Pending { .. } if age >= convergence_timeout && report.refusal.is_none() => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
             if let Some(failure) = &report.runtime_failure {
-                data["runtimeFailure"] = Value::from(failure.clone());
+                data["runtimeFailure"] = json!(failure);
             }
             Report {
                 outcome: Outcome::Permanent,
@@ -484,7 +498,7 @@ mod tests {
     #[test]
     fn pending_past_the_deadline_fails_with_its_timeout() {
         let mut report = Report::pending("REVISION_INCOMPLETE", Duration::from_secs(1));
-        report.runtime_failure = Some("RUNTIME_STARTUP_FAILED".into());
+        report.runtime_failure = Some(RuntimeFailure::new("CRASH_LOOP"));
         let r = resolve(
             report,
             1,
@@ -496,8 +510,25 @@ mod tests {
         assert_eq!(r.code, "CONVERGENCE_DEADLINE_EXCEEDED");
         assert_eq!(
             r.result_data,
-            Some(json!({"timeoutMs": 5000, "runtimeFailure": "RUNTIME_STARTUP_FAILED"}))
+            Some(json!({"timeoutMs": 5000, "runtimeFailure": {"code": "CRASH_LOOP"}}))
         );
+    }
+
+    #[test]
+    fn a_dependency_still_failing_at_the_deadline_is_named() {
+        // Seed 004 5779-5790: the deadline names the failing dependency.
+        let mut report = Report::pending("DEPENDENCY_UNAVAILABLE", Duration::from_secs(1));
+        report.dependency_failure = true;
+        let r = resolve(
+            report,
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        assert_eq!(r.code, "DEPENDENCY_UNAVAILABLE");
+        assert_eq!(r.result_data, None);
     }
 
     #[test]

@@ -27,14 +27,15 @@ use super::agent::{
     try_effect, AgentRow, Audit, RevisionRow,
 };
 use super::{Outcome, Pass, PassError, Reconciler, Report};
-use crate::compute::valid_revision_observation;
+use crate::compute::{
+    held_runtime_failure, revision_pending_code, valid_revision_observation, RevisionSpec,
+};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
-const SECRETS_FOUND: &str = include_str!("../../sql/queries/revision_secrets_found.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
@@ -57,10 +58,6 @@ const REDECIDED_REFUSALS: &[&str] = &[
 
 /// Approved Harnesses and the version prefixes this worker runs (R2).
 pub const APPROVED_HARNESSES: &[(&str, &[&str])] = &[("codex", &["1."]), ("openclaw", &["1."])];
-
-/// Runtime failures a driver holds: the deployment ends at once (R5).
-pub const HELD_RUNTIME_FAILURES: &[&str] =
-    &["RUNTIME_AUTHENTICATION_FAILED", "RUNTIME_STARTUP_FAILED"];
 
 /// Whether a Harness id and version are approved.
 pub fn harness_approved(id: &str, version: &str) -> bool {
@@ -203,9 +200,6 @@ impl RevisionReconciler {
             Ok(refs) => refs,
             Err(code) => return Ok(Some(Report::permanent(code))),
         };
-        if !secrets_exist(pass, ns, &refs)? {
-            return Ok(Some(Report::permanent("INVALID_SECRET_BINDINGS")));
-        }
         let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
         let source_id = auth["source"]["id"].as_str().unwrap_or_default();
         if source_ns != ns.as_str() {
@@ -214,9 +208,6 @@ impl RevisionReconciler {
         let mut account = None;
         match auth["method"].as_str() {
             Some("secret") => {
-                if !secrets_exist(pass, ns, &[(ns.clone(), source_id.to_string())])? {
-                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
-                }
                 if !refs.iter().any(|(_, id)| id == source_id) {
                     refs.push((ns.clone(), source_id.to_string()));
                 }
@@ -235,38 +226,79 @@ impl RevisionReconciler {
             }
         }
         if let Some(account) = account {
-            let request = Request::new(
-                actor,
-                Action::Read,
-                Resource::owned(ResourceKind::ServiceAccount, ns, &account),
-            );
-            if let Some(denied) = deny(&policy, request, actor) {
-                return Ok(Some(denied));
+            if let Some(refused) = self.check_service_account(pass, &policy, l, auth, &account)? {
+                return Ok(Some(refused));
             }
-            let row = {
-                let mut db = pass.db()?;
-                db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
-            };
-            let Some(row) = row else {
-                return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-            };
-            let (token_ref, backend, available): (String, String, bool) =
-                (row.get(0), row.get(1), row.get(2));
-            if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
-                return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-            }
-            if auth["backendId"].as_str() != Some(backend.as_str()) {
-                return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
-            }
-            if !available {
-                return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
-            }
+        }
+        Ok(self.check_secret_resolution(revision))
+    }
+
+    /// The managed account's `read` grant, source and backend binding still match the
+    /// snapshot (R2).
+    fn check_service_account(
+        &self,
+        pass: &Pass<'_>,
+        policy: &Policy,
+        l: &Loaded,
+        auth: &Value,
+        account: &str,
+    ) -> Result<Option<Report>, PassError> {
+        let actor = &pass.claim.actor_id;
+        let ns = &l.revision.namespace_id;
+        let request = Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::ServiceAccount, ns, account),
+        );
+        if let Some(denied) = deny(policy, request, actor) {
+            return Ok(Some(denied));
+        }
+        let row = {
+            let mut db = pass.db()?;
+            db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
+        };
+        let Some(row) = row else {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+        };
+        let (token_ref, backend, available): (String, String, bool) =
+            (row.get(0), row.get(1), row.get(2));
+        if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+        }
+        if auth["backendId"].as_str() != Some(backend.as_str()) {
+            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
+        }
+        if !available {
+            return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
         }
         Ok(None)
     }
 
+    /// Every Secret binding, and a `secret` harness auth, resolves to an existing Secret of
+    /// the Namespace (seed 004 5300-5343): a driver references the Secret's metadata, never a
+    /// value. A missing one is `SECRET_BINDING_UNAVAILABLE` / `HARNESS_AUTH_SOURCE_UNAVAILABLE`.
+    fn check_secret_resolution(&self, revision: &RevisionRow) -> Option<Report> {
+        let bindings = revision.secret_bindings.as_object().map_or(0, |b| b.len());
+        if revision.secrets.len() != bindings {
+            return Some(Report::permanent("SECRET_BINDING_UNAVAILABLE"));
+        }
+        let secret_auth = revision
+            .harness_auth
+            .as_ref()
+            .is_some_and(|a| a["method"].as_str() == Some("secret"));
+        if secret_auth && revision.harness_secret.is_none() {
+            return Some(Report::permanent("HARNESS_AUTH_SOURCE_UNAVAILABLE"));
+        }
+        None
+    }
+
     /// R9: a candidate refused after it may have been prepared is stopped under the live claim
     /// before the refusal is published; a failed stop waits with growing backoff.
+    ///
+    /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
+    /// (seed 004 6180-6212). Beside an active revision a non-exclusive (embedded) candidate is
+    /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
+    /// prepared has nothing to stop. An exclusive candidate is always stopped.
     fn refuse(
         &self,
         pass: &Pass<'_>,
@@ -275,17 +307,26 @@ impl RevisionReconciler {
         prepared: bool,
     ) -> Result<Report, PassError> {
         let is_candidate = l.agent.active_revision_id.as_deref() != Some(l.revision.id.as_str());
-        let maybe_prepared = prepared || l.attempts > 0;
         if pass.claim.operation != Operation::RevisionReconcile
             || !is_candidate
-            || !maybe_prepared
+            || l.agent.namespace_status != "ready"
             || !l.revision.owned_by(pass)
         {
             return Ok(refusal);
         }
         let spec = l.revision.spec(&pass.ctx.installation_id);
         let driver = pass.ctx.compute.clone();
-        match effect(pass, "stop", |c| driver.stop_revision(&spec, c))? {
+        if !driver.requires_stopped_predecessors(&spec)
+            && (l.agent.active_revision_id.is_some() || !(prepared || l.attempts > 0))
+        {
+            return Ok(refusal);
+        }
+        let agent = l.agent.spec(&pass.ctx.installation_id);
+        let stopped = match effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
+            Ok(()) => effect(pass, "stop", |c| driver.stop_revision(&spec, c))?,
+            Err(e) => Err(e),
+        };
+        match stopped {
             Ok(()) => {
                 refusal.refusal = Some(refusal.code.clone());
                 refusal.detail["refusedCandidateStopped"] = json!(true);
@@ -339,8 +380,10 @@ impl RevisionReconciler {
         }
         let driver = pass.ctx.compute.clone();
         let spec = revision.spec(&pass.ctx.installation_id);
+        let agent_spec = agent.spec(&pass.ctx.installation_id);
         // R3.
         if agent.desired_runtime_state == "stopped" {
+            try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
             return Ok(Report::success("REVISION_STOPPED"));
         }
@@ -360,6 +403,17 @@ impl RevisionReconciler {
                 .with_detail(json!({"supersededBy": by.id, "supersededByRevision": by.revision})));
         }
         let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
+        // The Agent's own objects before any preparation (seed 004 4498-4510): for the active
+        // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
+        if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
+            return Ok(match (already_active, maintenance) {
+                (false, _) => compute_report(&e, pass),
+                (true, true) => Report::permanent("COMPUTE_BINDING_INCOMPLETE"),
+                (true, false) => {
+                    Report::pending("COMPUTE_BINDING_INCOMPLETE", readiness_recheck(pass.age()))
+                }
+            });
+        }
         // R8: exclusive replacement stops every earlier runtime before the candidate starts.
         if !already_active && driver.requires_stopped_predecessors(&spec) {
             for earlier in l
@@ -371,57 +425,88 @@ impl RevisionReconciler {
                 try_effect!(pass, "stop", |c| driver.stop_revision(&earlier, c));
             }
         }
-        // R5. A driver refusal after the candidate may have been partly prepared is a refused
-        // candidate (R9).
-        let observation = match effect(pass, "deploy", |c| driver.prepare_revision(&spec, c))? {
+        let result = match self.observe(pass, &l, &spec)? {
+            Observed::Ready(result) => result,
+            Observed::Ended(report) => return Ok(report),
+        };
+        self.activate(pass, &l, &spec, already_active, result)
+    }
+
+    /// R5: prepare and observe the revision. A driver refusal after the candidate may have
+    /// been partly prepared is a refused candidate (R9). A held runtime failure ends the
+    /// deployment at once and keeps the runtime for diagnosis (seed 004 5832-5846); any other
+    /// unready observation is pending with the seed's code.
+    fn observe(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &RevisionSpec,
+    ) -> Result<Observed, PassError> {
+        let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
+        let driver = pass.ctx.compute.clone();
+        let refused = |report: Report| -> Result<Observed, PassError> {
+            Ok(Observed::Ended(if maintenance {
+                report
+            } else {
+                self.refuse(pass, l, report, true)?
+            }))
+        };
+        let observation = match effect(pass, "deploy", |c| driver.prepare_revision(spec, c))? {
             Ok(o) => o,
             Err(e) => {
                 let report = compute_report(&e, pass);
-                return if report.outcome == Outcome::Permanent && !maintenance {
-                    self.refuse(pass, &l, report, true)
+                return if report.outcome == Outcome::Permanent {
+                    refused(report)
                 } else {
-                    Ok(report)
+                    Ok(Observed::Ended(report))
                 };
             }
         };
-        if !valid_revision_observation(&observation, &spec) {
-            let refused = Report::permanent("INVALID_DRIVER_OBSERVATION");
-            return if maintenance {
-                Ok(refused)
-            } else {
-                self.refuse(pass, &l, refused, true)
-            };
+        if !valid_revision_observation(&observation, spec) {
+            return refused(Report::permanent("INVALID_DRIVER_OBSERVATION"));
         }
-        let warnings: Vec<Value> = observation
-            .warnings
-            .iter()
-            .map(|w| json!({"code": w.code, "pluginId": w.plugin_id}))
-            .collect();
-        if !observation.ready {
-            if let Some(failure) = &observation.runtime_failure {
-                if maintenance || HELD_RUNTIME_FAILURES.contains(&failure.as_str()) {
-                    let refused = Report::permanent(failure);
-                    return if maintenance {
-                        Ok(refused)
-                    } else {
-                        self.refuse(pass, &l, refused, true)
-                    };
-                }
-            }
-            let code = observation
-                .pending_reason
-                .clone()
-                .unwrap_or_else(|| "REVISION_INCOMPLETE".into());
-            if maintenance {
-                // A failed observation fails this claim; it never retires the running
-                // revision, and the next bucket is enqueued on publish.
-                return Ok(Report::permanent(&code));
-            }
-            let mut pending = Report::pending(&code, readiness_recheck(pass.age()));
-            pending.runtime_failure = observation.runtime_failure.clone();
-            return Ok(pending);
+        if observation.ready {
+            let warnings: Vec<Value> = observation
+                .warnings
+                .iter()
+                .map(|w| json!({"code": w.code, "pluginId": w.plugin_id}))
+                .collect();
+            return Ok(Observed::Ready(
+                (!warnings.is_empty()).then(|| json!({"warnings": warnings})),
+            ));
         }
-        let result = (!warnings.is_empty()).then(|| json!({"warnings": warnings}));
+        let failure = observation.runtime_failure;
+        if let Some(held) = failure.as_ref().and_then(held_runtime_failure) {
+            let mut report = Report::permanent(held);
+            if held == "RUNTIME_MODEL_PROBE_FAILED" {
+                // A failed model probe keeps its evidence (seed 004 5773-5777).
+                report.result_data = Some(json!({"runtimeFailure": failure}));
+            }
+            return Ok(Observed::Ended(report));
+        }
+        let code = revision_pending_code(observation.pending_reason.as_deref());
+        if maintenance {
+            // A failed observation fails this claim; it never retires the running revision,
+            // and the next bucket is enqueued on publish.
+            return Ok(Observed::Ended(Report::permanent(code)));
+        }
+        let mut pending = Report::pending(code, readiness_recheck(pass.age()));
+        pending.runtime_failure = failure;
+        Ok(Observed::Ended(pending))
+    }
+
+    /// R6/R7: publish the active pointer (compare-and-set, fenced), then switch the route and
+    /// retire earlier revisions.
+    fn activate(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &RevisionSpec,
+        already_active: bool,
+        result: Option<Value>,
+    ) -> Result<Report, PassError> {
+        let (agent, revision) = (&l.agent, &l.revision);
+        let driver = pass.ctx.compute.clone();
         let earlier: Vec<&RevisionRow> = l
             .all
             .iter()
@@ -439,8 +524,13 @@ impl RevisionReconciler {
                 return Ok(Report::permanent("INVALID_REVISION_OWNER"));
             };
             if current.desired_runtime_state != "running" {
-                try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
+                try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
+            }
+            // Before the first pointer commit of a dedicated Agent its route serves nothing
+            // (seed 004 `deactivateRevision`, 5186-5190).
+            if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
+                try_effect!(pass, "deploy", |c| driver.deactivate_revision(spec, c));
             }
             let expected = agent.active_revision_id.clone();
             let won = pass.fenced(|tx| {
@@ -456,7 +546,7 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        try_effect!(pass, "deploy", |c| driver.activate_revision(&spec, c));
+        try_effect!(pass, "deploy", |c| driver.activate_revision(spec, c));
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
@@ -470,25 +560,20 @@ impl RevisionReconciler {
     }
 }
 
+/// What preparing a revision came to.
+enum Observed {
+    /// Ready, with the plugin-warning result data.
+    Ready(Option<Value>),
+    /// The pass ends with this report.
+    Ended(Report),
+}
+
 fn first_denial<const N: usize>(
     policy: &Policy,
     requests: [Request; N],
     actor: &str,
 ) -> Option<Report> {
     requests.into_iter().find_map(|r| deny(policy, r, actor))
-}
-
-/// Whether every Secret named in `refs` exists in the Namespace.
-fn secrets_exist(pass: &Pass<'_>, ns: &str, refs: &[(String, String)]) -> Result<bool, PassError> {
-    let mut ids: Vec<String> = refs.iter().map(|(_, id)| id.clone()).collect();
-    ids.sort();
-    ids.dedup();
-    if ids.is_empty() {
-        return Ok(true);
-    }
-    let mut db = pass.db()?;
-    let found: i64 = db.query_one(SECRETS_FOUND, &[&ns, &ids])?.get(0);
-    Ok(found as usize == ids.len())
 }
 
 impl Reconciler for RevisionReconciler {

@@ -158,7 +158,11 @@ fn a1_stop_stops_the_active_revision_and_clears_the_pointer() {
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(
         driver.calls(),
-        vec![("stop_revision".to_string(), rev.clone())]
+        vec![
+            // The Agent's objects come back before its runtimes stop (seed 004 2633).
+            ("bind_agent".to_string(), f.agent.clone()),
+            ("stop_revision".to_string(), rev.clone())
+        ]
     );
     let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
     assert_eq!(a.len(), 1);
@@ -350,6 +354,8 @@ fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
     assert_eq!(
         driver.calls(),
         vec![
+            // The Agent's objects come back before its revisions retire (seed 004 2876).
+            ("bind_agent".to_string(), f.agent.clone()),
             ("retire_revision".to_string(), r1),
             ("retire_revision".to_string(), r2),
             (

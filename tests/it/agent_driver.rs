@@ -266,12 +266,28 @@ impl ComputeDriver for ScriptedDriver {
             }
             Prepare::RuntimeFailure(code) => {
                 o.ready = false;
-                o.runtime_failure = Some(code.into());
+                o.runtime_failure = Some(RuntimeFailure::new(code));
             }
             Prepare::Mismatched => o.revision_id = "someone-else".into(),
             Prepare::Fail(e) => return Err(e),
         }
         Ok(o)
+    }
+
+    fn deactivate_revision(
+        &self,
+        revision: &RevisionSpec,
+        _cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record_for(
+            &revision.agent_id,
+            "deactivate_revision",
+            &revision.revision_id,
+        )
+    }
+
+    fn bind_agent(&self, agent: &AgentSpec, _cancel: &CancelToken) -> Result<(), ComputeError> {
+        self.record_for(&agent.agent_id, "bind_agent", &agent.agent_id)
     }
 
     fn activate_revision(

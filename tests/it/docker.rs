@@ -67,7 +67,9 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         execution_mode: "service".into(),
         document: serde_json::json!({}),
         harness_auth: None,
-        secret_bindings: serde_json::json!([]),
+        secret_bindings: serde_json::json!({}),
+        secrets: vec![],
+        harness_secret: None,
         plugin_ids: vec![],
     }
 }

@@ -90,7 +90,7 @@ fn r6_a_ready_revision_activates_with_one_audit_and_reports_warnings() {
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(
         &rev,
-        vec![Prepare::ReadyWithWarning("PLUGIN_DEGRADED", "web")],
+        vec![Prepare::ReadyWithWarning("PLUGIN_INSTALL_FAILED", "web")],
     );
     run(&f, &driver);
     let (state, code, data, _) = work(&mut c, &key(&rev));
@@ -98,12 +98,15 @@ fn r6_a_ready_revision_activates_with_one_audit_and_reports_warnings() {
         (state.as_str(), code.as_deref()),
         ("succeeded", Some("REVISION_ACTIVATED"))
     );
-    let warnings = json!([{"code": "PLUGIN_DEGRADED", "pluginId": "web"}]);
+    let warnings = json!([{"code": "PLUGIN_INSTALL_FAILED", "pluginId": "web"}]);
     assert_eq!(data, Some(json!({ "warnings": warnings })));
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     assert_eq!(
         driver.calls(),
         vec![
+            // The Agent's objects before preparation (seed 004 4498-4510); an embedded
+            // revision needs no deactivation before its first pointer commit.
+            ("bind_agent".to_string(), f.agent.clone()),
             ("prepare_revision".to_string(), rev.clone()),
             ("activate_revision".to_string(), rev.clone())
         ]
@@ -308,9 +311,18 @@ fn r2_harness_auth_required_and_invalid() {
 }
 
 #[test]
-fn r2_invalid_secret_bindings() {
+fn r2_a_missing_bound_secret_is_unavailable() {
+    // Seed 004 5300-5319: a binding whose Secret cannot be resolved is
+    // SECRET_BINDING_UNAVAILABLE (it was INVALID_SECRET_BINDINGS before). Authorization
+    // comes first, so the service principal may operate the (missing) Secret.
     let f = fixture();
     let mut c = f.db.client();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ($1, 'agent-operator', 'resource', 'ns1', 'secret', 'missing')",
+        &[&f.principal],
+    )
+    .unwrap();
     let v: Value = c
         .query_one(
             "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
@@ -322,8 +334,22 @@ fn r2_invalid_secret_bindings() {
     assert_refused(
         &f,
         v["revisionId"].as_str().unwrap(),
-        "INVALID_SECRET_BINDINGS",
+        "SECRET_BINDING_UNAVAILABLE",
     );
+}
+
+#[test]
+fn r2_a_missing_harness_secret_is_unavailable() {
+    // Seed 004 5323-5342: the `secret` harness auth's Secret is gone after admission.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.execute(
+        "DELETE FROM occ.secrets WHERE namespace_id = 'ns1' AND id = 'key'",
+        &[],
+    )
+    .unwrap();
+    assert_refused(&f, &rev, "HARNESS_AUTH_SOURCE_UNAVAILABLE");
 }
 
 #[test]
@@ -394,7 +420,7 @@ fn r4_back_to_back_revisions_the_older_never_replaces_the_newer() {
     let r1 = deploy(&mut c, &f.agent);
     let r2 = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
-    driver.script_prepare(&r1, vec![Prepare::Pending("REVISION_UNSCHEDULABLE")]);
+    driver.script_prepare(&r1, vec![Prepare::Pending("WORKLOAD_UNSCHEDULABLE")]);
     run(&f, &driver);
     assert_eq!(active(&mut c, &f.agent), Some(r2.clone()));
     assert_eq!(
@@ -418,7 +444,7 @@ fn r5_pending_defers_with_its_code_and_refunds_the_attempt() {
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
-    driver.script_prepare(&rev, vec![Prepare::Pending("REVISION_IMAGE_PULL_FAILED")]);
+    driver.script_prepare(&rev, vec![Prepare::Pending("WORKLOAD_IMAGE_PULL_FAILED")]);
     run(&f, &driver);
     let (_, code, _, attempts) = work(&mut c, &key(&rev));
     assert_eq!(code.as_deref(), Some("REVISION_ACTIVATED"));
@@ -433,22 +459,21 @@ fn r5_pending_defers_with_its_code_and_refunds_the_attempt() {
 }
 
 #[test]
-fn r5_a_held_runtime_failure_ends_at_once_and_stops_the_candidate() {
+fn r5_a_held_runtime_failure_ends_at_once_and_keeps_the_runtime() {
+    // Seed 004 5832-5846: a runtime that failed by itself is not stopped, so operators can
+    // read its logs; the driver's code maps through HELD_RUNTIME_FAILURE_CODES (1071-1081).
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
-    driver.script_prepare(
-        &rev,
-        vec![Prepare::RuntimeFailure("RUNTIME_AUTHENTICATION_FAILED")],
-    );
+    driver.script_prepare(&rev, vec![Prepare::RuntimeFailure("AUTHENTICATION_FAILED")]);
     run(&f, &driver);
     let (state, code, _, _) = work(&mut c, &key(&rev));
     assert_eq!(
         (state.as_str(), code.as_deref()),
         ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
     );
-    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(status(&mut c, &rev).0, "failed");
 }
@@ -462,7 +487,7 @@ fn r5_pending_past_the_deadline_fails_with_timeout_and_runtime_failure() {
     driver.script_prepare(
         &rev,
         (0..20)
-            .map(|_| Prepare::RuntimeFailure("RUNTIME_CRASH_LOOP"))
+            .map(|_| Prepare::RuntimeFailure("CRASH_LOOP"))
             .collect(),
     );
     let opts = Opts {
@@ -477,7 +502,8 @@ fn r5_pending_past_the_deadline_fails_with_timeout_and_runtime_failure() {
     );
     assert_eq!(
         data,
-        Some(json!({"timeoutMs": 300, "runtimeFailure": "RUNTIME_CRASH_LOOP"}))
+        // Runtime-failure evidence is a structured object (seed 004 1054-1060).
+        Some(json!({"timeoutMs": 300, "runtimeFailure": {"code": "CRASH_LOOP"}}))
     );
 }
 
@@ -537,6 +563,8 @@ fn r8_exclusive_replacement_stops_predecessors_before_prepare() {
     assert_eq!(
         driver.calls(),
         vec![
+            // The Agent's objects before stops and preparation (seed 004 4498-4510).
+            ("bind_agent".to_string(), f.agent.clone()),
             ("stop_revision".to_string(), r1.clone()),
             ("prepare_revision".to_string(), r2.clone()),
             ("activate_revision".to_string(), r2.clone()),
@@ -689,7 +717,7 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
         vec![
             Prepare::Ready,
             Prepare::Ready,
-            Prepare::RuntimeFailure("RUNTIME_STARTUP_FAILED"),
+            Prepare::RuntimeFailure("UNAVAILABLE"),
         ],
     );
     run_until(&f.db, driver.clone(), |c| {
@@ -869,7 +897,11 @@ fn r9_authorization_revoked_mid_deployment_stops_the_candidate_before_failing() 
     assert_eq!(
         driver.calls(),
         vec![
+            // bind_agent precedes preparation and the refused candidate's stop (seed 004
+            // 4498-4510, 6227-6230).
+            ("bind_agent".to_string(), f.agent.clone()),
             ("prepare_revision".to_string(), rev.clone()),
+            ("bind_agent".to_string(), f.agent.clone()),
             ("stop_revision".to_string(), rev.clone())
         ]
     );
@@ -922,10 +954,7 @@ fn r11_maintenance_never_reactivates_a_failed_deployment() {
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
-    driver.script_prepare(
-        &rev,
-        vec![Prepare::RuntimeFailure("RUNTIME_STARTUP_FAILED")],
-    );
+    driver.script_prepare(&rev, vec![Prepare::RuntimeFailure("UNAVAILABLE")]);
     run(&f, &driver);
     driver.calls.lock().clear();
     let m = maintenance_work(&mut c, &f.agent, &rev);
@@ -1000,7 +1029,11 @@ fn r9_a_driver_refusal_during_prepare_stops_the_candidate_before_failing() {
     assert_eq!(
         driver.calls(),
         vec![
+            // bind_agent precedes preparation and the refused candidate's stop (seed 004
+            // 4498-4510, 6227-6230).
+            ("bind_agent".to_string(), f.agent.clone()),
             ("prepare_revision".to_string(), rev.clone()),
+            ("bind_agent".to_string(), f.agent.clone()),
             ("stop_revision".to_string(), rev.clone())
         ]
     );
@@ -1188,4 +1221,174 @@ fn w_a_worker_killed_after_the_pointer_cas_is_finished_as_already_active_with_on
         "the killed process published no activation audit"
     );
     finish_after_the_lease(&f, &r1, &r2, "REVISION_ALREADY_ACTIVE");
+}
+
+fn deploy_embedded(c: &mut Client, agent: &str) -> String {
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted')",
+            &[&agent],
+        )
+        .unwrap()
+        .get(0);
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn r9_a_refused_embedded_candidate_beside_an_active_revision_is_left_alone() {
+    // Seed 004 6190-6212: a non-exclusive candidate may own the Agent's shared Gateway route
+    // while another revision is active, so its refusal does not stop it.
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy_embedded(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), Some(r1.clone()));
+    let r2 = deploy_embedded(&mut c, &f.agent);
+    driver.script_prepare(
+        &r2,
+        vec![Prepare::Fail(ComputeError::permanent(
+            "HARNESS_IMAGE_UNAVAILABLE",
+            "scripted",
+            None,
+        ))],
+    );
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&r2));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
+    );
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(r1));
+}
+
+#[test]
+fn r9_a_refused_candidate_of_a_namespace_no_longer_ready_is_not_stopped() {
+    // Seed 004 6190-6200: the refused-candidate stop requires the Namespace to be ready.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        exclusive: true,
+        ..ScriptedDriver::default()
+    });
+    c.execute(
+        "UPDATE occ.namespaces SET status = 'failed' WHERE id = 'ns1'",
+        &[],
+    )
+    .unwrap();
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("NAMESPACE_NOT_READY")
+    );
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+}
+
+#[test]
+fn r5_pending_reasons_map_through_the_seed_table() {
+    // Seed 004 196-214, 504-509: a known driver reason maps to its code, anything else is
+    // REVISION_INCOMPLETE.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![
+            Prepare::Pending("WORKLOAD_UNSCHEDULABLE"),
+            Prepare::Pending("SOMETHING_THE_SEED_DOES_NOT_NAME"),
+            Prepare::Pending("REVISION_UNSCHEDULABLE"),
+        ],
+    );
+    run(&f, &driver);
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:REVISION_UNSCHEDULABLE",
+            "deferred:REVISION_INCOMPLETE",
+            "deferred:REVISION_INCOMPLETE",
+            "succeeded:REVISION_ACTIVATED"
+        ]
+    );
+}
+
+#[test]
+fn r5_plugin_warnings_outside_the_seed_vocabulary_are_invalid_observations() {
+    // Seed 004 1017-1033: only PLUGIN_INSTALL_FAILED and PLUGIN_AUTH_REQUIRED, for an admitted
+    // plugin.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::ReadyWithWarning("PLUGIN_DEGRADED", "web")],
+    );
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("INVALID_DRIVER_OBSERVATION")
+    );
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r6_a_dedicated_agent_is_deactivated_before_its_first_pointer_commit() {
+    // Seed 004 5186-5190: `deactivateRevision` before the first pointer commit of a dedicated
+    // Agent, never when a revision is already active.
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(
+        driver.calls(),
+        vec![
+            ("bind_agent".to_string(), f.agent.clone()),
+            ("prepare_revision".to_string(), r1.clone()),
+            ("deactivate_revision".to_string(), r1.clone()),
+            ("activate_revision".to_string(), r1.clone()),
+        ]
+    );
+    driver.calls.lock().clear();
+    let r2 = deploy(&mut c, &f.agent);
+    run(&f, &driver);
+    assert!(driver.calls_of("deactivate_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(r2));
+}
+
+#[test]
+fn z2_a_failed_binding_of_the_active_revision_defers_on_its_reconcile_key() {
+    // SPEC Z2 / seed 004 4498-4510: a bind_agent failure while the revision is active is
+    // COMPUTE_BINDING_INCOMPLETE by the active path; a candidate's follows R10.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // Recovery runs the active revision's reconcile work again.
+    c.execute(
+        "UPDATE occ.work SET state = 'queued', reason_code = NULL, result_data = NULL,
+             completed_at = NULL, available_at = now() WHERE idempotency_key = $1",
+        &[&key(&rev)],
+    )
+    .unwrap();
+    driver.fail(
+        "bind_agent",
+        &f.agent,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    run(&f, &driver);
+    let ev = evidence(&mut c, &key(&rev));
+    assert!(
+        ev.contains(&"deferred:COMPUTE_BINDING_INCOMPLETE".to_string()),
+        "{ev:?}"
+    );
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ALREADY_ACTIVE")
+    );
 }

@@ -116,6 +116,8 @@ pub struct ScriptedDriver {
     pub ensure_namespace: Script<NamespaceSpec, NamespaceObservation>,
     pub delete_namespace: Script<NamespaceSpec, NamespaceObservation>,
     pub prepare_revision: Script<RevisionSpec, RevisionObservation>,
+    pub deactivate_revision: Script<RevisionSpec, ()>,
+    pub bind_agent: Script<AgentSpec, ()>,
     pub activate_revision: Script<RevisionSpec, ()>,
     pub stop_revision: Script<RevisionSpec, ()>,
     pub retire_revision: Script<RevisionSpec, ()>,
@@ -143,6 +145,8 @@ impl ScriptedDriver {
                     warnings: Vec::new(),
                 })
             }),
+            deactivate_revision: Script::new(|_| Ok(())),
+            bind_agent: Script::new(|_| Ok(())),
             activate_revision: Script::new(|_| Ok(())),
             stop_revision: Script::new(|_| Ok(())),
             retire_revision: Script::new(|_| Ok(())),
@@ -213,6 +217,23 @@ impl ComputeDriver for ScriptedDriver {
     ) -> Result<RevisionObservation, ComputeError> {
         self.record(revision_call("prepare_revision", revision));
         self.prepare_revision.answer(revision, cancel)
+    }
+
+    fn deactivate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.record(revision_call("deactivate_revision", revision));
+        self.deactivate_revision.answer(revision, cancel)
+    }
+
+    fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        self.record(format!(
+            "bind_agent:{}/{}",
+            agent.namespace_id, agent.agent_id
+        ));
+        self.bind_agent.answer(agent, cancel)
     }
 
     fn activate_revision(

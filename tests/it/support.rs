@@ -228,6 +228,12 @@ impl ComputeDriver for InertCompute {
     ) -> Result<RevisionObservation, ComputeError> {
         inert()
     }
+    fn deactivate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        inert()
+    }
+    fn bind_agent(&self, _a: &AgentSpec, _c: &CancelToken) -> Result<(), ComputeError> {
+        inert()
+    }
     fn activate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
         inert()
     }
