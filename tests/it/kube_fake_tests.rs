@@ -754,3 +754,65 @@ fn seeded_objects_are_served() {
         "Active"
     );
 }
+
+#[test]
+fn latency_applies_to_every_request_and_injected_latency_adds_to_it() {
+    let fake = KubeFake::start(FakeOptions {
+        latency: Duration::from_millis(50),
+        ..FakeOptions::default()
+    });
+    let client = Client::new(&fake);
+    let started = Instant::now();
+    assert_eq!(client.ok("GET", "/version", None).0, 200);
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: "/version".into(),
+        times: 1,
+        action: Action::Latency(Duration::from_millis(200)),
+    });
+    let started = Instant::now();
+    assert_eq!(client.ok("GET", "/version", None).0, 200);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+}
+
+#[test]
+fn strategic_merge_patches_merge_and_replace_keeps_the_servers_status() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    assert_eq!(
+        client
+            .ok(
+                "POST",
+                DEPLOYMENTS,
+                Some(&deployment("web", 1, "RollingUpdate", "img:1"))
+            )
+            .0,
+        201
+    );
+    let available = wait_available(&fake, "web");
+    let request = ureq::http::Request::builder()
+        .method("PATCH")
+        .uri(format!("{}{DEPLOYMENTS}/web", fake.url()))
+        .header("Authorization", format!("Bearer {}", fake.token()))
+        .header("Content-Type", "application/strategic-merge-patch+json")
+        .body(json!({"metadata": {"annotations": {"a": "1"}}}).to_string())
+        .unwrap();
+    let mut response = client.agent.run(request).unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let patched: Value = response.body_mut().read_json().unwrap();
+    assert_eq!(patched["metadata"]["annotations"]["a"], "1");
+    // Metadata alone is no new generation.
+    assert_eq!(patched["metadata"]["generation"], 1);
+
+    // A replace cannot write status: it belongs to the controller.
+    let mut replace = patched.clone();
+    replace["status"] = json!({"readyReplicas": 7});
+    let (status, replaced) = client.ok("PUT", &format!("{DEPLOYMENTS}/web"), Some(&replace));
+    assert_eq!(status, 200);
+    assert_eq!(
+        replaced["status"]["readyReplicas"],
+        available["status"]["readyReplicas"]
+    );
+}

@@ -229,7 +229,8 @@ fn roll_out(store: &mut Store, deployment: &Value) {
                 },
                 "spec": {"replicas": new_replicas, "selector": selector, "template": template},
             });
-            let _ = store.create(resource("replicasets"), Some(ns), rs, true);
+            // Refused like any create while the namespace terminates.
+            let _ = store.create(resource("replicasets"), Some(ns), rs, false);
         }
     }
 }
@@ -301,7 +302,7 @@ fn create_pod(store: &mut Store, rs: &Value) {
         "spec": template["spec"],
         "status": {"phase": "Pending"},
     });
-    let _ = store.create(resource("pods"), None, pod, true);
+    let _ = store.create(resource("pods"), None, pod, false);
 }
 
 /// The kubelet stand-in: a pod's status after `pod_start`, as its behaviour dictates.
@@ -689,7 +690,7 @@ fn endpoint_slice(store: &mut Store, service: &Value) {
                 "endpoints": endpoints,
                 "ports": ports,
             });
-            let _ = store.create(resource("endpointslices"), None, slice, true);
+            let _ = store.create(resource("endpointslices"), None, slice, false);
         }
     }
 }

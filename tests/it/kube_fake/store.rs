@@ -787,6 +787,12 @@ impl Store {
                 }
             }
         }
+        // The cluster IP is the server's: a replace that omits it keeps it.
+        if let Some(ip) = current["spec"].get("clusterIP") {
+            if obj["spec"]["clusterIP"].is_null() {
+                obj["spec"]["clusterIP"] = ip.clone();
+            }
+        }
         apply_defaults(res, &mut obj, 0);
         if obj.get("spec") != current.get("spec") {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
