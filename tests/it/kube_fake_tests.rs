@@ -816,3 +816,23 @@ fn strategic_merge_patches_merge_and_replace_keeps_the_servers_status() {
         available["status"]["readyReplicas"]
     );
 }
+
+#[test]
+fn chunked_request_bodies_are_read() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    let body = json!({"metadata": {"name": "cm"}, "data": {"k": "v".repeat(40_000)}}).to_string();
+    let mut reader = body.as_bytes();
+    let request = ureq::http::Request::builder()
+        .method("POST")
+        .uri(format!("{}/api/v1/namespaces/ns1/configmaps", fake.url()))
+        .header("Authorization", format!("Bearer {}", fake.token()))
+        .header("Content-Type", "application/json")
+        .body(ureq::SendBody::from_reader(&mut reader))
+        .unwrap();
+    let response = client.agent.run(request).unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let stored = fake.get("/api/v1/namespaces/ns1/configmaps/cm").unwrap();
+    assert_eq!(stored["data"]["k"].as_str().unwrap().len(), 40_000);
+}

@@ -316,135 +316,118 @@ fn run_pod(
     if terminating(pod) {
         return;
     }
-    let ns = meta(pod, "namespace");
-    let uid = meta(pod, "uid");
     let age = store
         .pod_created
-        .get(uid)
+        .get(meta(pod, "uid"))
         .map(|t| now.duration_since(*t))
         .unwrap_or(Duration::MAX);
-    let behaviour = behaviour_for(behaviours, ns, meta(pod, "name"));
-    let started = age >= opts.pod_start;
-    let ip_seed = uid
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    let ip = format!("10.244.{}.{}", ip_seed % 256, (ip_seed >> 8) % 253 + 2);
-    let containers: Vec<(String, String)> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    (
-                        c["name"].as_str().unwrap_or("").to_string(),
-                        c["image"].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let cond = |t: &str, ok: bool, reason: &str, message: &str| {
-        let mut c = json!({"type": t, "status": if ok { "True" } else { "False" }});
-        if !reason.is_empty() {
-            c["reason"] = json!(reason);
-            c["message"] = json!(message);
-        }
-        c
-    };
-    let statuses = |state: Value, last: Value, ready: bool, restarts: u32| {
-        Value::Array(
-            containers
-                .iter()
-                .map(|(name, image)| {
-                    json!({
-                        "name": name, "image": image, "imageID": "",
-                        "ready": ready, "started": state.get("running").is_some(),
-                        "restartCount": restarts, "state": state, "lastState": last,
-                    })
-                })
-                .collect(),
-        )
-    };
-    let not_ready = |reason: &str| {
-        let message = "containers with unready status: [app]";
-        vec![
-            cond("Initialized", true, "", ""),
-            cond("Ready", false, reason, message),
-            cond("ContainersReady", false, reason, message),
-            cond("PodScheduled", true, "", ""),
-        ]
-    };
-    let status = match (&behaviour, started) {
-        (PodBehaviour::Unschedulable, _) => json!({
-            "phase": "Pending",
-            "conditions": [cond("PodScheduled", false, "Unschedulable",
-                "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.")],
-            "qosClass": "Burstable",
-        }),
-        (_, false) => json!({
-            "phase": "Pending",
-            "conditions": not_ready("ContainersNotReady"),
-            "hostIP": "172.18.0.2",
-            "podIP": ip,
-            "containerStatuses": statuses(json!({"waiting": {"reason": "ContainerCreating"}}), json!({}), false, 0),
-        }),
-        (PodBehaviour::ImagePullBackOff, true) => {
-            let (reason, message) = if age < opts.pod_start * 2 {
-                (
-                    "ErrImagePull",
-                    "failed to pull and unpack image: not found".to_string(),
-                )
-            } else {
-                let image = containers.first().map(|c| c.1.as_str()).unwrap_or("");
-                (
-                    "ImagePullBackOff",
-                    format!("Back-off pulling image \"{image}\""),
-                )
-            };
-            json!({
-                "phase": "Pending",
-                "conditions": not_ready("ContainersNotReady"),
-                "hostIP": "172.18.0.2",
-                "podIP": ip,
-                "containerStatuses": statuses(json!({"waiting": {"reason": reason, "message": message}}), json!({}), false, 0),
-            })
-        }
-        (PodBehaviour::HeldFailure(code), true) => {
-            let terminated = json!({"terminated": {
-                "exitCode": 1, "reason": "Error", "message": code,
-                "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z",
-            }});
-            json!({
-                "phase": "Running",
-                "conditions": not_ready("ContainersNotReady"),
-                "hostIP": "172.18.0.2",
-                "podIP": ip,
-                "containerStatuses": statuses(terminated.clone(), terminated, false, 1),
-            })
-        }
-        (PodBehaviour::NeverReady, true) => json!({
-            "phase": "Running",
-            "conditions": not_ready("ContainersNotReady"),
-            "hostIP": "172.18.0.2",
-            "podIP": ip,
-            "containerStatuses": statuses(json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}), json!({}), false, 0),
-        }),
-        (PodBehaviour::Ready | PodBehaviour::QuotaExceeded, true) => json!({
-            "phase": "Running",
-            "conditions": [
-                cond("Initialized", true, "", ""),
-                cond("Ready", true, "", ""),
-                cond("ContainersReady", true, "", ""),
-                cond("PodScheduled", true, "", ""),
-            ],
-            "hostIP": "172.18.0.2",
-            "podIP": ip,
-            "containerStatuses": statuses(json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}), json!({}), true, 0),
-        }),
-    };
+    let behaviour = behaviour_for(behaviours, meta(pod, "namespace"), meta(pod, "name"));
+    let status = kubelet_status(pod, &behaviour, age, opts.pod_start);
     if pod["status"] != status {
         let mut pod = pod.clone();
         pod["status"] = status;
         store.write(resource("pods"), pod);
+    }
+}
+
+fn pod_condition(kind: &str, ok: bool, reason: &str, message: &str) -> Value {
+    let mut c = json!({"type": kind, "status": if ok { "True" } else { "False" }});
+    if !reason.is_empty() {
+        c["reason"] = json!(reason);
+        c["message"] = json!(message);
+    }
+    c
+}
+
+/// The status a kubelet reports for a scheduled pod: every container in `state`.
+fn scheduled(
+    pod: &Value,
+    phase: &str,
+    ready: bool,
+    state: Value,
+    last: Value,
+    restarts: u32,
+) -> Value {
+    let uid = meta(pod, "uid");
+    let seed = uid
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let (reason, message) = if ready {
+        ("", "")
+    } else {
+        (
+            "ContainersNotReady",
+            "containers with unready status: [app]",
+        )
+    };
+    let containers: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({
+                "name": c["name"], "image": c["image"], "imageID": "",
+                "ready": ready, "started": state.get("running").is_some(),
+                "restartCount": restarts, "state": state, "lastState": last,
+            })
+        })
+        .collect();
+    json!({
+        "phase": phase,
+        "conditions": [
+            pod_condition("Initialized", true, "", ""),
+            pod_condition("Ready", ready, reason, message),
+            pod_condition("ContainersReady", ready, reason, message),
+            pod_condition("PodScheduled", true, "", ""),
+        ],
+        "hostIP": "172.18.0.2",
+        "podIP": format!("10.244.{}.{}", seed % 256, (seed >> 8) % 253 + 2),
+        "containerStatuses": containers,
+    })
+}
+
+/// What the pod looks like `age` after creation under its behaviour.
+fn kubelet_status(
+    pod: &Value,
+    behaviour: &PodBehaviour,
+    age: Duration,
+    pod_start: Duration,
+) -> Value {
+    let running = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+    let none = json!({});
+    if *behaviour == PodBehaviour::Unschedulable {
+        return json!({
+            "phase": "Pending",
+            "conditions": [pod_condition("PodScheduled", false, "Unschedulable",
+                "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.")],
+            "qosClass": "Burstable",
+        });
+    }
+    if age < pod_start {
+        let creating = json!({"waiting": {"reason": "ContainerCreating"}});
+        return scheduled(pod, "Pending", false, creating, none, 0);
+    }
+    match behaviour {
+        PodBehaviour::ImagePullBackOff => {
+            let image = pod["spec"]["containers"][0]["image"].as_str().unwrap_or("");
+            let waiting = if age < pod_start * 2 {
+                json!({"waiting": {"reason": "ErrImagePull", "message": format!("failed to pull and unpack image \"{image}\": not found")}})
+            } else {
+                json!({"waiting": {"reason": "ImagePullBackOff", "message": format!("Back-off pulling image \"{image}\"")}})
+            };
+            scheduled(pod, "Pending", false, waiting, none, 0)
+        }
+        PodBehaviour::HeldFailure(code) => {
+            let terminated = json!({"terminated": {
+                "exitCode": 1, "reason": "Error", "message": code,
+                "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z",
+            }});
+            scheduled(pod, "Running", false, terminated.clone(), terminated, 1)
+        }
+        PodBehaviour::NeverReady => scheduled(pod, "Running", false, running, none, 0),
+        PodBehaviour::Ready | PodBehaviour::QuotaExceeded | PodBehaviour::Unschedulable => {
+            scheduled(pod, "Running", true, running, none, 0)
+        }
     }
 }
 
@@ -520,6 +503,43 @@ fn condition(old: &Value, kind: &str, ok: bool, reason: &str, message: &str) -> 
            "lastTransitionTime": transition, "lastUpdateTime": update})
 }
 
+/// The live pods of a deployment's ReplicaSets.
+struct Counts {
+    total: i64,
+    /// Of the current template's ReplicaSet.
+    updated: i64,
+    ready: i64,
+    /// The current ReplicaSet's ReplicaFailure condition.
+    failure: Option<Value>,
+}
+
+fn count_pods(store: &Store, deployment: &Value, new_name: &str) -> Counts {
+    let ns = meta(deployment, "namespace");
+    let sets = store.all("replicasets", Some(ns));
+    let pods = store.all("pods", Some(ns));
+    let mut counts = Counts {
+        total: 0,
+        updated: 0,
+        ready: 0,
+        failure: None,
+    };
+    for rs in owned_by(&sets, deployment) {
+        let current = meta(rs, "name") == new_name;
+        for pod in owned_by(&pods, rs).filter(|p| !terminating(p)) {
+            counts.total += 1;
+            counts.ready += i64::from(pod_ready(pod));
+            counts.updated += i64::from(current);
+        }
+        if current {
+            counts.failure = rs["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "ReplicaFailure"))
+                .cloned();
+        }
+    }
+    counts
+}
+
 /// Deployment status as the real controller reports it (zero counts omitted).
 fn deployment_status(store: &mut Store, deployment: &Value) {
     let ns = meta(deployment, "namespace");
@@ -528,31 +548,13 @@ fn deployment_status(store: &mut Store, deployment: &Value) {
         return;
     };
     let desired = replicas(&deployment);
-    let mut template = deployment["spec"]["template"].clone();
-    let hash = template_hash(&template);
-    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
-    let new_name = format!("{name}-{hash}");
-    let sets = store.all("replicasets", Some(ns));
-    let pods = store.all("pods", Some(ns));
-    let owned: Vec<&Value> = owned_by(&sets, &deployment).collect();
-    let mut total = 0;
-    let mut updated = 0;
-    let mut ready = 0;
-    let mut failure = None;
-    for rs in &owned {
-        let live = owned_by(&pods, rs).filter(|p| !terminating(p));
-        for pod in live {
-            total += 1;
-            ready += i64::from(pod_ready(pod));
-            updated += i64::from(meta(rs, "name") == new_name);
-        }
-        if meta(rs, "name") == new_name {
-            failure = rs["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "ReplicaFailure"))
-                .cloned();
-        }
-    }
+    let new_name = format!("{name}-{}", template_hash(&deployment["spec"]["template"]));
+    let Counts {
+        total,
+        updated,
+        ready,
+        failure,
+    } = count_pods(store, &deployment, &new_name);
     let available = ready;
     let mut status = Map::new();
     status.insert(

@@ -500,9 +500,42 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
     }
 }
 
+/// Appends what the connection has to `buf`; None at EOF or error.
+fn read_more(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 16 * 1024];
+    let n = tls.read(&mut chunk).ok()?;
+    if n == 0 {
+        return None;
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Some(())
+}
+
+/// A chunked body: size line, data, CRLF; a zero size ends it (trailers are not expected).
+fn read_chunked(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = loop {
+            if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                break i;
+            }
+            read_more(tls, buf)?;
+        };
+        let size_text = String::from_utf8_lossy(&buf[..line_end]).into_owned();
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        while buf.len() < line_end + 2 + size + 2 {
+            read_more(tls, buf)?;
+        }
+        body.extend_from_slice(&buf[line_end + 2..line_end + 2 + size]);
+        buf.drain(..line_end + 2 + size + 2);
+        if size == 0 {
+            return Some(body);
+        }
+    }
+}
+
 /// Reads one request (head by httparse, body by Content-Length or chunked); None at EOF or error.
 fn read_request(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<Request> {
-    let mut chunk = [0u8; 16 * 1024];
     let (head_len, mut request) = loop {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut parsed = httparse::Request::new(&mut headers);
@@ -524,57 +557,22 @@ fn read_request(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<Request> {
             };
             break (n, request);
         }
-        let n = tls.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(tls, buf)?;
     };
     buf.drain(..head_len);
     let chunked = request
         .header("transfer-encoding")
         .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     if chunked {
-        loop {
-            // Size line, data, CRLF; a zero size ends the body (trailers are not expected).
-            let line_end = loop {
-                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
-                    break i;
-                }
-                let n = tls.read(&mut chunk).ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            };
-            let size_text = String::from_utf8_lossy(&buf[..line_end]).into_owned();
-            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-            while buf.len() < line_end + 2 + size + 2 {
-                let n = tls.read(&mut chunk).ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            request
-                .body
-                .extend_from_slice(&buf[line_end + 2..line_end + 2 + size]);
-            buf.drain(..line_end + 2 + size + 2);
-            if size == 0 {
-                return Some(request);
-            }
-        }
+        request.body = read_chunked(tls, buf)?;
+        return Some(request);
     }
     let length: usize = request
         .header("content-length")
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     while buf.len() < length {
-        let n = tls.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(tls, buf)?;
     }
     request.body = buf.drain(..length).collect();
     Some(request)
