@@ -836,3 +836,43 @@ fn chunked_request_bodies_are_read() {
     let stored = fake.get("/api/v1/namespaces/ns1/configmaps/cm").unwrap();
     assert_eq!(stored["data"]["k"].as_str().unwrap().len(), 40_000);
 }
+
+#[test]
+fn rolling_updates_start_new_pods_before_removing_old_ones() {
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(300),
+        ..FakeOptions::default()
+    });
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    let created = client.ok(
+        "POST",
+        DEPLOYMENTS,
+        Some(&deployment("web", 1, "RollingUpdate", "img:1")),
+    );
+    assert_eq!(created.0, 201);
+    wait_available(&fake, "web");
+    client.ok(
+        "PATCH",
+        &format!("{DEPLOYMENTS}/web"),
+        Some(&json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "img:2"}]}}}})),
+    );
+    let image = |p: &Value| {
+        p["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // While the new pod starts, the old one still serves.
+    wait_for(Duration::from_secs(5), "old and new side by side", || {
+        let pods = pods_of(&fake, "web");
+        let old_live = pods
+            .iter()
+            .any(|p| image(p) == "img:1" && p["metadata"]["deletionTimestamp"].is_null());
+        (old_live && pods.iter().any(|p| image(p) == "img:2")).then_some(())
+    });
+    wait_for(Duration::from_secs(5), "old pod gone", || {
+        let pods = pods_of(&fake, "web");
+        (pods.len() == 1 && image(&pods[0]) == "img:2").then_some(())
+    });
+}

@@ -8,9 +8,12 @@
 //! 409 Conflict/AlreadyExists, 404 NotFound, 422 Invalid names, 403 NamespaceTerminating,
 //! 401 Unauthorized, every error a `Status` object; merge patches; graceful deletion of pods and
 //! namespaces; Deployment status as the real controller writes it (zero counts omitted).
+//! A second DELETE of a terminating namespace answers 409 Conflict, as a real server does; every
+//! path, `/version` included, needs authentication.
 //! Deliberate simplifications: Foreground deletion is treated as Background (the owner goes at
-//! once, dependents follow); no watch; no JSON patch; a second DELETE of a terminating namespace
-//! answers 409 Conflict, as a real server does.
+//! once, dependents follow); no watch, no `limit`/`continue` paging (lists are whole), no JSON
+//! patch, no set-based label selectors (`in`, `notin`); Secret and ConfigMap references are not
+//! validated.
 //!
 //! Threads: the acceptor, one per connection and the controller, all joined on drop, stopped by
 //! the `stop` flag (connections also by shutting their sockets).
