@@ -9,6 +9,8 @@ mod docker_fake;
 mod docker_proxy;
 mod e2e;
 mod iam;
+mod kube_fake;
+mod kube_fake_tests;
 mod lanes;
 mod migrate;
 mod namespace;
