@@ -87,8 +87,6 @@ pub enum ConnectionErrorKind {
     Unsupported,
     /// A certificate, key or token is unusable (bad base64 or PEM, empty).
     Credential,
-    /// The TLS client could not be built from the credentials.
-    Tls,
 }
 
 /// A connection error: one line naming the source and what is wrong, never a secret.
@@ -281,6 +279,10 @@ struct User {
     password: Option<String>,
     #[serde(rename = "as")]
     impersonate: Option<String>,
+    #[serde(rename = "as-groups")]
+    impersonate_groups: Option<IgnoredAny>,
+    #[serde(rename = "as-uid")]
+    impersonate_uid: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -431,7 +433,10 @@ impl Source<'_> {
         if user.username.is_some() || user.password.is_some() {
             return Err(unsupported("a username and password"));
         }
-        if user.impersonate.is_some() {
+        if user.impersonate.is_some()
+            || user.impersonate_groups.is_some()
+            || user.impersonate_uid.is_some()
+        {
             return Err(unsupported("impersonation (as)"));
         }
         // A token wins over a client certificate, as with kubectl's bearer header.

@@ -178,6 +178,7 @@ fn queries_are_encoded() {
 }
 
 const CERT: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.crt");
+const KEY: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.key");
 
 fn connection(server: &str, auth: Auth) -> Connection {
     Connection {
@@ -245,4 +246,24 @@ fn token_files_are_reread_after_the_interval_or_on_demand() {
     assert_eq!(source.current().as_deref(), Some("third"));
     assert!(!TokenSource::Static("s".into()).refresh());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn clients_build_from_every_kind_of_credential() {
+    let key = ureq::tls::PrivateKey::from_pem(KEY.as_bytes()).unwrap();
+    let chain = vec![ureq::tls::Certificate::from_pem(CERT.as_bytes()).unwrap()];
+    let client = Client::new(connection(
+        "https://k:6443",
+        Auth::ClientCert { chain, key },
+    ))
+    .unwrap();
+    assert_eq!(client.server(), "https://k:6443");
+    let missing = PathBuf::from("/nonexistent/occ/token");
+    let err = Client::new(connection("https://k:6443", Auth::TokenFile(missing)))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.kind(),
+        super::super::connection::ConnectionErrorKind::Io
+    );
 }

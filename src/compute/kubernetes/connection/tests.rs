@@ -3,23 +3,8 @@
 use super::*;
 
 /// A throwaway self-signed certificate and its key, for parsing only.
-const CERT: &str = "-----BEGIN CERTIFICATE-----
-MIIBfTCCASOgAwIBAgIUXdGvItEgCTnV7v+c28ifZQaI46owCgYIKoZIzj0EAwIw
-EzERMA8GA1UEAwwIb2NjLXRlc3QwIBcNMjYxMTMwMTMyNjEyWhgPMjEyNjExMDYx
-MzI2MTJaMBMxETAPBgNVBAMMCG9jYy10ZXN0MFkwEwYHKoZIzj0CAQYIKoZIzj0D
-AQcDQgAEkwopy8cjPbZSqwwi7gflpAGWW4y7FXB47lASabRn89Q5CrYp5KGY/adn
-FakAhbuo33S4n3+YfOLChOjqPWxGhaNTMFEwHQYDVR0OBBYEFLnseFiVmKxUb5tt
-sIe75j1zzKVGMB8GA1UdIwQYMBaAFLnseFiVmKxUb5ttsIe75j1zzKVGMA8GA1Ud
-EwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIhAOYmpi03mdjXlRH2Nn4+66oC
-34CJr75vN5b3p/vBMt39AiBCAHf6/F0e8/1Zlm45Ysxzj7dkCr16i/CfjEWlIdzm
-WQ==
------END CERTIFICATE-----\n";
-
-const KEY: &str = "-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgsmiz6FMzx7y6jYlc
-zN98VxC7gNunCbMEQbv0AaVHZF2hRANCAASTCinLxyM9tlKrDCLuB+WkAZZbjLsV
-cHjuUBJptGfz1DkKtinkoZj9p2cVqQCFu6jfdLiff5h84sKE6Oo9bEaF
------END PRIVATE KEY-----\n";
+const CERT: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.crt");
+const KEY: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.key");
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);
@@ -237,6 +222,11 @@ fn unsupported_features_are_refused_in_one_line() {
             kubeconfig(&ca_data_cluster(), "    username: admin\n    password: hunter2"),
             None,
             "user \"ops\" uses a username and password, which occ-worker does not support; use a token or client certificate",
+        ),
+        (
+            kubeconfig(&ca_data_cluster(), "    token: t\n    as-groups: [system:masters]"),
+            None,
+            "user \"ops\" uses impersonation (as), which occ-worker does not support; use a token or client certificate",
         ),
         (
             kubeconfig(
