@@ -370,7 +370,6 @@ impl Client {
         if let Some(token) = self.token.current() {
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
-        self.requests.fetch_add(1, Ordering::Relaxed);
         let result = match &request.body {
             None => builder.body(()).map(|r| self.run(r, timeout)),
             Some((bytes, content_type)) => builder
@@ -405,6 +404,7 @@ impl Client {
             .configure_request(request)
             .timeout_global(Some(timeout))
             .build();
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let mut response = self.agent.run(request)?;
         let status = response.status().as_u16();
         let retry_after = response

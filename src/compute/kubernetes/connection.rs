@@ -417,37 +417,51 @@ impl Source<'_> {
         Ok((server.to_string(), ca_certs))
     }
 
+    /// The user's credentials: a token (fixed or from a file) wins over a client certificate,
+    /// as with kubectl's bearer header; none at all is `Auth::None`.
     fn auth(&self, name: &str, user: User) -> Result<Auth, ConnectionError> {
-        let unsupported = |feature: &str| {
-            self.error(
-                ConnectionErrorKind::Unsupported,
-                format!("user {name:?} uses {feature}, which occ-worker does not support; use a token or client certificate"),
-            )
-        };
-        if user.exec.is_some() {
-            return Err(unsupported("an exec plugin"));
-        }
-        if user.auth_provider.is_some() {
-            return Err(unsupported("an auth-provider"));
-        }
-        if user.username.is_some() || user.password.is_some() {
-            return Err(unsupported("a username and password"));
-        }
-        if user.impersonate.is_some()
-            || user.impersonate_groups.is_some()
-            || user.impersonate_uid.is_some()
+        self.refuse_unsupported(name, &user)?;
+        if let Some(token) = user
+            .token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
         {
-            return Err(unsupported("impersonation (as)"));
+            return Ok(Auth::Token(token.to_string()));
         }
-        // A token wins over a client certificate, as with kubectl's bearer header.
-        if let Some(token) = user.token.filter(|t| !t.trim().is_empty()) {
-            return Ok(Auth::Token(token.trim().to_string()));
-        }
-        if let Some(file) = user.token_file.filter(|f| !f.is_empty()) {
+        if let Some(file) = user.token_file.as_deref().filter(|f| !f.is_empty()) {
             let path = self.base.join(file);
             read_token(&path).map_err(|e| prefix(self.origin, e))?;
             return Ok(Auth::TokenFile(path));
         }
+        self.client_cert(name, user)
+    }
+
+    /// Exec plugins, auth providers, basic auth and impersonation are refused by name.
+    fn refuse_unsupported(&self, name: &str, user: &User) -> Result<(), ConnectionError> {
+        let feature = if user.exec.is_some() {
+            "an exec plugin"
+        } else if user.auth_provider.is_some() {
+            "an auth-provider"
+        } else if user.username.is_some() || user.password.is_some() {
+            "a username and password"
+        } else if user.impersonate.is_some()
+            || user.impersonate_groups.is_some()
+            || user.impersonate_uid.is_some()
+        {
+            "impersonation (as)"
+        } else {
+            return Ok(());
+        };
+        Err(self.error(
+            ConnectionErrorKind::Unsupported,
+            format!("user {name:?} uses {feature}, which occ-worker does not support; use a token or client certificate"),
+        ))
+    }
+
+    /// A client certificate and key, each from its `-data` form (which wins) or a file;
+    /// neither is `Auth::None`, one without the other is an error.
+    fn client_cert(&self, name: &str, user: User) -> Result<Auth, ConnectionError> {
         let cert = format!("user {name:?} client-certificate");
         let key = format!("user {name:?} client-key");
         let cert_pem = match (user.client_certificate_data, user.client_certificate) {
