@@ -5,6 +5,7 @@
 //! nothing outside `compute/` opens a socket to infrastructure.
 
 pub mod docker;
+pub mod kubernetes;
 
 use crate::cancel::{CancelToken, Cancelled};
 use serde::Serialize;

@@ -1,0 +1,819 @@
+//! The Kubernetes REST client: one blocking HTTPS request at a time per caller, shared by the
+//! worker threads.
+//!
+//! This module owns the request layer of the Kubernetes driver: TLS verified against the
+//! configured CA only (no insecure switch, no proxy, no redirects), bearer tokens (a token file
+//! is re-read at least every minute and at once after a 401, since kubelets rotate projected
+//! tokens), the per-request cancellation point and timeout bounded by the pass's lease, the
+//! response body limit, 429 back-off honouring `Retry-After`, and the mapping of `Status`
+//! bodies to a typed `KubeError` (`classify`) and of that to `ComputeError` (`into_compute`).
+//! It must never block past the lease, never follow a redirect, and never log or return the
+//! API's message text, a body or a token: errors and log lines carry the method, a path
+//! template, the HTTP status, the one-word Status reason and, for 422, the field name.
+
+use super::connection::{read_token, Auth, Connection, ConnectionError};
+use crate::cancel::{CancelToken, Cancelled};
+use crate::compute::ComputeError;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::Value;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use ureq::tls::{ClientCert, RootCerts, TlsConfig, TlsProvider};
+
+/// The upper bound of one request, further bounded by the pass's lease.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest response body read.
+pub const BODY_LIMIT: u64 = 16 * 1024 * 1024;
+/// How long a token read from a file is used before it is read again.
+pub const TOKEN_REFRESH: Duration = Duration::from_secs(60);
+/// How many times one request is retried after a 429.
+pub const MAX_THROTTLE_RETRIES: u32 = 3;
+/// The longest `Retry-After` honoured; the lease bounds it further.
+const MAX_RETRY_AFTER: Duration = REQUEST_TIMEOUT;
+/// Items asked for per page of a list.
+const LIST_PAGE_SIZE: &str = "500";
+/// Pages read for one list before giving up (500 000 items).
+const MAX_LIST_PAGES: usize = 1000;
+
+/// A blocking Kubernetes API client; `Send + Sync`, shared by the worker threads.
+pub struct Client {
+    server: String,
+    agent: ureq::Agent,
+    token: TokenSource,
+    requests: AtomicU64,
+}
+
+/// Where the bearer token comes from.
+enum TokenSource {
+    None,
+    Static(String),
+    File {
+        path: PathBuf,
+        cached: Mutex<CachedToken>,
+        refresh_every: Duration,
+    },
+}
+
+struct CachedToken {
+    token: String,
+    read_at: Instant,
+}
+
+impl TokenSource {
+    /// The token to send: a file's is re-read once `refresh_every` has passed; when that read
+    /// fails the last good token is kept and the read is tried again after the same interval.
+    fn current(&self) -> Option<String> {
+        match self {
+            TokenSource::None => None,
+            TokenSource::Static(token) => Some(token.clone()),
+            TokenSource::File {
+                path,
+                cached,
+                refresh_every,
+            } => {
+                let mut cached = cached.lock();
+                if cached.read_at.elapsed() >= *refresh_every {
+                    reload(path, &mut cached);
+                }
+                Some(cached.token.clone())
+            }
+        }
+    }
+
+    /// Re-reads a token file now; `false` when the token does not come from a file.
+    fn refresh(&self) -> bool {
+        match self {
+            TokenSource::File { path, cached, .. } => {
+                reload(path, &mut cached.lock());
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn reload(path: &std::path::Path, cached: &mut CachedToken) {
+    match read_token(path) {
+        Ok(token) => cached.token = token,
+        Err(e) => log::warn!(
+            "kubernetes token file {} could not be re-read ({:?}); keeping the last token",
+            path.display(),
+            e.kind()
+        ),
+    }
+    cached.read_at = Instant::now();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// One request: what is sent, never logged beyond its method and path template.
+struct Request<'a> {
+    method: Method,
+    path: &'a str,
+    query: Vec<(&'static str, &'a str)>,
+    body: Option<(Vec<u8>, &'static str)>,
+}
+
+/// One answer, body read in full (never logged).
+struct Reply {
+    status: u16,
+    retry_after: Option<u64>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+impl Client {
+    /// A client for `conn`. Makes no request; reads a token file once to fail early.
+    pub fn new(conn: Connection) -> Result<Client, ConnectionError> {
+        let mut tls = TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .root_certs(RootCerts::new_with_certs(&conn.ca_certs));
+        let token = match conn.auth {
+            Auth::None => TokenSource::None,
+            Auth::Token(token) => TokenSource::Static(token),
+            Auth::TokenFile(path) => {
+                let token = read_token(&path)?;
+                TokenSource::File {
+                    path,
+                    cached: Mutex::new(CachedToken {
+                        token,
+                        read_at: Instant::now(),
+                    }),
+                    refresh_every: TOKEN_REFRESH,
+                }
+            }
+            Auth::ClientCert { chain, key } => {
+                tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+                TokenSource::None
+            }
+        };
+        let config = ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .proxy(None)
+            .https_only(true)
+            .tls_config(tls.build())
+            .user_agent(concat!("occ-worker/", env!("CARGO_PKG_VERSION")))
+            .max_idle_connections(16)
+            .max_idle_connections_per_host(16)
+            .build();
+        Ok(Client {
+            server: conn.server,
+            agent: ureq::Agent::new_with_config(config),
+            token,
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// The API server's base URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// How many requests were sent (retries included).
+    pub fn request_count(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Reads one object; `None` when it does not exist (404).
+    pub fn get(&self, path: &str, cancel: &CancelToken) -> Result<Option<Value>, KubeError> {
+        let reply = self.execute(Request::new(Method::Get, path), cancel)?;
+        match reply.status {
+            404 => Ok(None),
+            _ => expect_object(Method::Get, path, reply).map(Some),
+        }
+    }
+
+    /// Reads every item of a collection, page by page, optionally filtered by labels.
+    pub fn list(
+        &self,
+        path: &str,
+        label_selector: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<Value>, KubeError> {
+        let mut items = Vec::new();
+        let mut next: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let mut request = Request::new(Method::Get, path);
+            request.query.push(("limit", LIST_PAGE_SIZE));
+            if let Some(selector) = label_selector {
+                request.query.push(("labelSelector", selector));
+            }
+            if let Some(token) = next.as_deref() {
+                request.query.push(("continue", token));
+            }
+            let reply = self.execute(request, cancel)?;
+            let mut page = expect_object(Method::Get, path, reply)?;
+            match page.get_mut("items").map(Value::take) {
+                Some(Value::Array(page_items)) => items.extend(page_items),
+                Some(Value::Null) | None => {}
+                Some(_) => return Err(KubeError::decode(Method::Get, path, None)),
+            }
+            next = page
+                .pointer("/metadata/continue")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if next.is_none() {
+                return Ok(items);
+            }
+        }
+        Err(KubeError::decode(Method::Get, path, None))
+    }
+
+    /// Creates an object in a collection; an existing one is `KubeErrorKind::AlreadyExists`.
+    pub fn create(
+        &self,
+        collection_path: &str,
+        body: &Value,
+        cancel: &CancelToken,
+    ) -> Result<Value, KubeError> {
+        let request = Request::with_body(Method::Post, collection_path, body, "application/json")?;
+        let reply = self.execute(request, cancel)?;
+        expect_object(Method::Post, collection_path, reply)
+    }
+
+    /// Replaces an object (PUT); a stale `resourceVersion` is `KubeErrorKind::Conflict`.
+    pub fn replace(
+        &self,
+        path: &str,
+        body: &Value,
+        cancel: &CancelToken,
+    ) -> Result<Value, KubeError> {
+        let request = Request::with_body(Method::Put, path, body, "application/json")?;
+        let reply = self.execute(request, cancel)?;
+        expect_object(Method::Put, path, reply)
+    }
+
+    /// Applies a JSON merge patch (RFC 7386).
+    pub fn merge_patch(
+        &self,
+        path: &str,
+        patch: &Value,
+        cancel: &CancelToken,
+    ) -> Result<Value, KubeError> {
+        let request =
+            Request::with_body(Method::Patch, path, patch, "application/merge-patch+json")?;
+        let reply = self.execute(request, cancel)?;
+        expect_object(Method::Patch, path, reply)
+    }
+
+    /// Deletes an object, with a `propagationPolicy` (`Foreground`, `Background`, `Orphan`)
+    /// when given; `None` when it was already gone (404). The answer is the object (being
+    /// deleted) or a `Status`.
+    pub fn delete(
+        &self,
+        path: &str,
+        propagation: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Result<Option<Value>, KubeError> {
+        let mut request = Request::new(Method::Delete, path);
+        if let Some(policy) = propagation {
+            request.query.push(("propagationPolicy", policy));
+        }
+        let reply = self.execute(request, cancel)?;
+        match reply.status {
+            404 => Ok(None),
+            _ => expect_object(Method::Delete, path, reply).map(Some),
+        }
+    }
+
+    /// Posts a body that is not a create of a named object, e.g. a SelfSubjectAccessReview or
+    /// a TokenRequest.
+    pub fn post(&self, path: &str, body: &Value, cancel: &CancelToken) -> Result<Value, KubeError> {
+        let request = Request::with_body(Method::Post, path, body, "application/json")?;
+        let reply = self.execute(request, cancel)?;
+        expect_object(Method::Post, path, reply)
+    }
+
+    /// Sends a request, retrying once after a 401 with a re-read token file and up to
+    /// `MAX_THROTTLE_RETRIES` times after a 429, sleeping `Retry-After` (default 1 s) within
+    /// the lease.
+    fn execute(&self, request: Request<'_>, cancel: &CancelToken) -> Result<Reply, KubeError> {
+        let mut reauthenticated = false;
+        let mut throttled = 0;
+        loop {
+            let reply = self.send(&request, cancel)?;
+            match reply.status {
+                401 if !reauthenticated && self.token.refresh() => {
+                    reauthenticated = true;
+                    log::info!(
+                        "kubernetes {} {}: 401, retrying with a re-read token",
+                        request.method.as_str(),
+                        path_template(request.path)
+                    );
+                }
+                429 if throttled < MAX_THROTTLE_RETRIES => {
+                    throttled += 1;
+                    let wait = reply
+                        .retry_after
+                        .map_or(Duration::from_secs(1), Duration::from_secs)
+                        .min(MAX_RETRY_AFTER)
+                        .min(cancel.remaining());
+                    log::debug!(
+                        "kubernetes {} {}: 429, retry {throttled} in {} ms",
+                        request.method.as_str(),
+                        path_template(request.path),
+                        wait.as_millis()
+                    );
+                    cancel
+                        .sleep(wait)
+                        .map_err(|c| KubeError::cancelled(request.method, request.path, c))?;
+                }
+                _ => return Ok(reply),
+            }
+        }
+    }
+
+    /// Sends one request: a cancellation point, bounded by `min(REQUEST_TIMEOUT, remaining
+    /// lease)`. A transport failure after which the token is cancelled is `Cancelled`.
+    fn send(&self, request: &Request<'_>, cancel: &CancelToken) -> Result<Reply, KubeError> {
+        let (method, path) = (request.method, request.path);
+        let cancelled = |c| KubeError::cancelled(method, path, c);
+        cancel.check().map_err(cancelled)?;
+        let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
+        if timeout.is_zero() {
+            // The lease ran out between the two reads of the clock.
+            cancel.check().map_err(cancelled)?;
+        }
+        let mut builder = ureq::http::Request::builder()
+            .method(method.as_str())
+            .uri(request.url(&self.server))
+            .header("accept", "application/json");
+        if let Some(token) = self.token.current() {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let result = match &request.body {
+            None => builder.body(()).map(|r| self.run(r, timeout)),
+            Some((bytes, content_type)) => builder
+                .header("content-type", *content_type)
+                .body(bytes.as_slice())
+                .map(|r| self.run(r, timeout)),
+        };
+        let result = result.map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
+        result.map_err(|e| match cancel.check() {
+            // A request cut short by the end of the lease is a cancellation, not an outage.
+            Err(c) => cancelled(c),
+            Ok(()) => {
+                let error = transport_error(method, path, &e);
+                log::debug!(
+                    "kubernetes {} {}: {}",
+                    method.as_str(),
+                    error.path,
+                    transport_class(&e)
+                );
+                error
+            }
+        })
+    }
+
+    fn run<S: ureq::AsSendBody>(
+        &self,
+        request: ureq::http::Request<S>,
+        timeout: Duration,
+    ) -> Result<Reply, ureq::Error> {
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(Some(timeout))
+            .build();
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut response = self.agent.run(request)?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(BODY_LIMIT)
+            .read_to_vec()?;
+        Ok(Reply {
+            status,
+            retry_after,
+            body,
+        })
+    }
+}
+
+impl<'a> Request<'a> {
+    fn new(method: Method, path: &'a str) -> Request<'a> {
+        Request {
+            method,
+            path,
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    fn with_body(
+        method: Method,
+        path: &'a str,
+        body: &Value,
+        content_type: &'static str,
+    ) -> Result<Request<'a>, KubeError> {
+        let bytes = serde_json::to_vec(body)
+            .map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
+        Ok(Request {
+            method,
+            path,
+            query: Vec::new(),
+            body: Some((bytes, content_type)),
+        })
+    }
+
+    fn url(&self, server: &str) -> String {
+        let mut url = format!("{server}{}", self.path);
+        for (i, (key, value)) in self.query.iter().enumerate() {
+            url.push(if i == 0 && !self.path.contains('?') {
+                '?'
+            } else {
+                '&'
+            });
+            url.push_str(key);
+            url.push('=');
+            url.push_str(&encode(value));
+        }
+        url
+    }
+}
+
+/// A successful answer decoded as a JSON object, or the error its status and body describe.
+fn expect_object(method: Method, path: &str, reply: Reply) -> Result<Value, KubeError> {
+    if !reply.is_success() {
+        return Err(KubeError::from_reply(method, path, &reply));
+    }
+    match serde_json::from_slice::<Value>(&reply.body) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        _ => Err(KubeError::decode(method, path, Some(reply.status))),
+    }
+}
+
+/// `Retry-After` in seconds; the HTTP-date form is ignored (the default applies).
+fn parse_retry_after(value: &str) -> Option<u64> {
+    value.trim().parse().ok()
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// A path with object names replaced by `{name}`, for logs and errors:
+/// `/api/v1/namespaces/{name}/pods/{name}/status`.
+pub fn path_template(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let fixed = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => segments.len(),
+    };
+    let mut out = String::new();
+    for (i, segment) in segments.iter().enumerate() {
+        out.push('/');
+        if i >= fixed && (i - fixed) % 2 == 1 {
+            out.push_str("{name}");
+        } else {
+            out.push_str(segment);
+        }
+    }
+    out
+}
+
+/// The documented kinds of Kubernetes request errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KubeErrorKind {
+    /// 409 with reason `AlreadyExists`: a create found the object.
+    AlreadyExists,
+    /// 409 otherwise: a stale `resourceVersion` or a concurrent change.
+    Conflict,
+    /// 403 because the namespace is being deleted (a `NamespaceTerminating` cause).
+    NamespaceTerminating,
+    /// 403 otherwise: RBAC refused the request.
+    Forbidden,
+    /// 401, after one retry with a re-read token file.
+    Unauthorized,
+    /// 422 with the first cause's field, e.g. `spec.template.spec.containers[0].image`.
+    Invalid { field: Option<String> },
+    /// 400.
+    BadRequest,
+    /// 404 where absence is not an answer (create in a missing namespace, replace, patch).
+    NotFound,
+    /// 429 after `MAX_THROTTLE_RETRIES` retries.
+    TooManyRequests,
+    /// 5xx.
+    Unavailable,
+    /// No answer: connect, TLS, read or timeout failure.
+    Transport,
+    /// An answer that is not the JSON expected, or larger than `BODY_LIMIT`.
+    Decode,
+    /// The pass's token was cancelled before or during the request.
+    Cancelled(Cancelled),
+    /// Any other status.
+    Other,
+}
+
+impl KubeErrorKind {
+    fn as_str(&self) -> &'static str {
+        match self {
+            KubeErrorKind::AlreadyExists => "already exists",
+            KubeErrorKind::Conflict => "conflict",
+            KubeErrorKind::NamespaceTerminating => "namespace terminating",
+            KubeErrorKind::Forbidden => "forbidden",
+            KubeErrorKind::Unauthorized => "unauthorized",
+            KubeErrorKind::Invalid { .. } => "invalid",
+            KubeErrorKind::BadRequest => "bad request",
+            KubeErrorKind::NotFound => "not found",
+            KubeErrorKind::TooManyRequests => "too many requests",
+            KubeErrorKind::Unavailable => "unavailable",
+            KubeErrorKind::Transport => "transport failure",
+            KubeErrorKind::Decode => "undecodable answer",
+            KubeErrorKind::Cancelled(_) => "cancelled",
+            KubeErrorKind::Other => "unexpected answer",
+        }
+    }
+}
+
+/// A Kubernetes request error: kind, HTTP status, Status reason, method and path template.
+/// It never carries the API's message text, so it is always safe to log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeError {
+    kind: KubeErrorKind,
+    status: Option<u16>,
+    reason: Option<String>,
+    method: &'static str,
+    path: String,
+}
+
+impl KubeError {
+    fn new(kind: KubeErrorKind, method: Method, path: &str) -> KubeError {
+        KubeError {
+            kind,
+            status: None,
+            reason: None,
+            method: method.as_str(),
+            path: path_template(path),
+        }
+    }
+
+    fn cancelled(method: Method, path: &str, cancelled: Cancelled) -> KubeError {
+        KubeError::new(KubeErrorKind::Cancelled(cancelled), method, path)
+    }
+
+    fn decode(method: Method, path: &str, status: Option<u16>) -> KubeError {
+        let mut error = KubeError::new(KubeErrorKind::Decode, method, path);
+        error.status = status;
+        log::debug!(
+            "kubernetes {} {}: undecodable answer",
+            method.as_str(),
+            error.path
+        );
+        error
+    }
+
+    fn from_reply(method: Method, path: &str, reply: &Reply) -> KubeError {
+        let mut error = KubeError::new(classify(reply.status, &reply.body), method, path);
+        error.status = Some(reply.status);
+        error.reason = parse_status(&reply.body).and_then(|s| s.reason.as_deref().map(bounded));
+        match &error.kind {
+            KubeErrorKind::Invalid { field } => log::debug!(
+                "kubernetes {} {}: status {} reason {:?} field {:?}",
+                error.method,
+                error.path,
+                reply.status,
+                error.reason,
+                field
+            ),
+            _ => log::debug!(
+                "kubernetes {} {}: status {} reason {:?}",
+                error.method,
+                error.path,
+                reply.status,
+                error.reason
+            ),
+        }
+        error
+    }
+
+    pub fn kind(&self) -> &KubeErrorKind {
+        &self.kind
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// The Status reason, e.g. `AlreadyExists`, bounded to letters, digits and `_`.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.kind, KubeErrorKind::Cancelled(_))
+    }
+
+    /// The default mapping to a driver error. `permanent_code` names permanent refusals that
+    /// have no code of their own (400 `BadRequest`); forbidden, unauthorized and invalid
+    /// requests keep `KUBERNETES_FORBIDDEN`, `KUBERNETES_UNAUTHORIZED` and
+    /// `KUBERNETES_INVALID_REQUEST`. Callers that treat `AlreadyExists`, `NotFound` or
+    /// `NamespaceTerminating` as answers handle them before mapping.
+    pub fn into_compute(self, permanent_code: &str) -> ComputeError {
+        const CLASS: &str = "kubernetes";
+        let status = self.status;
+        let error = match self.kind {
+            KubeErrorKind::Transport
+            | KubeErrorKind::Unavailable
+            | KubeErrorKind::TooManyRequests => ComputeError::transient(CLASS, status),
+            KubeErrorKind::AlreadyExists
+            | KubeErrorKind::Conflict
+            | KubeErrorKind::NamespaceTerminating
+            | KubeErrorKind::NotFound
+            | KubeErrorKind::Other => ComputeError::retryable(CLASS, status),
+            KubeErrorKind::Forbidden => {
+                ComputeError::permanent("KUBERNETES_FORBIDDEN", CLASS, status)
+            }
+            KubeErrorKind::Unauthorized => {
+                ComputeError::permanent("KUBERNETES_UNAUTHORIZED", CLASS, status)
+            }
+            KubeErrorKind::Invalid { .. } => {
+                ComputeError::permanent("KUBERNETES_INVALID_REQUEST", CLASS, status)
+            }
+            KubeErrorKind::BadRequest => ComputeError::permanent(permanent_code, CLASS, status),
+            KubeErrorKind::Decode => ComputeError::retryable("kubernetes_decode", status),
+            KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
+        };
+        match &self.reason {
+            Some(reason) => error.with_reason(reason),
+            None => error,
+        }
+    }
+}
+
+impl fmt::Display for KubeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kubernetes {} {}: ", self.method, self.path)?;
+        match &self.kind {
+            KubeErrorKind::Cancelled(c) => write!(f, "{c}")?,
+            KubeErrorKind::Invalid { field: Some(field) } => write!(f, "invalid field {field}")?,
+            kind => f.write_str(kind.as_str())?,
+        }
+        match (self.status, &self.reason) {
+            (Some(status), Some(reason)) => write!(f, " (status {status}, reason {reason})"),
+            (Some(status), None) => write!(f, " (status {status})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for KubeError {}
+
+fn transport_error(method: Method, path: &str, error: &ureq::Error) -> KubeError {
+    let kind = match error {
+        ureq::Error::BodyExceedsLimit(_)
+        | ureq::Error::Protocol(_)
+        | ureq::Error::LargeResponseHeader(..) => KubeErrorKind::Decode,
+        _ => KubeErrorKind::Transport,
+    };
+    KubeError::new(kind, method, path)
+}
+
+/// A short class of a transport failure for logs (no peer text).
+fn transport_class(error: &ureq::Error) -> &'static str {
+    match error {
+        ureq::Error::Timeout(_) => "timeout",
+        ureq::Error::Io(_) => "io error",
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "tls error",
+        ureq::Error::BodyExceedsLimit(_) => "body over limit",
+        ureq::Error::Protocol(_) | ureq::Error::LargeResponseHeader(..) => "protocol error",
+        _ => "transport error",
+    }
+}
+
+/// The structured parts of a `Status` body; its `message` is never read.
+#[derive(Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    details: Option<StatusDetails>,
+}
+
+#[derive(Deserialize)]
+struct StatusDetails {
+    #[serde(default)]
+    causes: Vec<StatusCause>,
+}
+
+#[derive(Deserialize)]
+struct StatusCause {
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    field: Option<String>,
+}
+
+fn parse_status(body: &[u8]) -> Option<StatusBody> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    if value.get("kind").and_then(Value::as_str) != Some("Status") {
+        return None;
+    }
+    serde_json::from_value(value).ok()
+}
+
+/// The kind of an error answer from its HTTP status and `Status` body (only the structured
+/// fields: reason, details.causes[].reason and .field).
+pub fn classify(status: u16, body: &[u8]) -> KubeErrorKind {
+    let parsed = parse_status(body);
+    let reason = parsed.as_ref().and_then(|s| s.reason.as_deref());
+    let causes = parsed
+        .as_ref()
+        .and_then(|s| s.details.as_ref())
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    match status {
+        400 => KubeErrorKind::BadRequest,
+        401 => KubeErrorKind::Unauthorized,
+        403 => {
+            let terminating = reason == Some("NamespaceTerminating")
+                || causes
+                    .iter()
+                    .any(|c| c.reason.as_deref() == Some("NamespaceTerminating"));
+            if terminating {
+                KubeErrorKind::NamespaceTerminating
+            } else {
+                KubeErrorKind::Forbidden
+            }
+        }
+        404 => KubeErrorKind::NotFound,
+        409 if reason == Some("AlreadyExists") => KubeErrorKind::AlreadyExists,
+        409 => KubeErrorKind::Conflict,
+        422 => KubeErrorKind::Invalid {
+            field: causes
+                .iter()
+                .find_map(|c| c.field.as_deref())
+                .map(bounded_field),
+        },
+        429 => KubeErrorKind::TooManyRequests,
+        500..=599 => KubeErrorKind::Unavailable,
+        _ => KubeErrorKind::Other,
+    }
+}
+
+/// A reason bounded to a code-like token.
+fn bounded(reason: &str) -> String {
+    reason
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(64)
+        .collect()
+}
+
+/// A field path bounded to path characters.
+fn bounded_field(field: &str) -> String {
+    field
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "._-[]/".contains(*c))
+        .take(128)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+//! Unit tests of the request layer that need no API server.
+
+use super::*;
+use crate::cancel::LossCause;
+use serde_json::json;
+
+fn status(reason: &str, causes: Value) -> Vec<u8> {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": "free text that must never be read",
+        "reason": reason,
+        "details": {"causes": causes},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[test]
+fn statuses_are_classified_by_structured_fields() {
+    let none = json!([]);
+    assert_eq!(
+        classify(409, &status("AlreadyExists", none.clone())),
+        KubeErrorKind::AlreadyExists
+    );
+    assert_eq!(
+        classify(409, &status("Conflict", none.clone())),
+        KubeErrorKind::Conflict
+    );
+    assert_eq!(classify(409, b"not json"), KubeErrorKind::Conflict);
+    let terminating =
+        json!([{"reason": "NamespaceTerminating", "message": "x", "field": "metadata.namespace"}]);
+    assert_eq!(
+        classify(403, &status("Forbidden", terminating)),
+        KubeErrorKind::NamespaceTerminating
+    );
+    assert_eq!(
+        classify(403, &status("Forbidden", none.clone())),
+        KubeErrorKind::Forbidden
+    );
+    // Free text saying the namespace is terminating is not a structured field.
+    let text_only =
+        br#"{"kind":"Status","reason":"Forbidden","message":"namespace x is being terminated"}"#;
+    assert_eq!(classify(403, text_only), KubeErrorKind::Forbidden);
+    let invalid = json!([
+        {"reason": "FieldValueRequired", "field": "spec.template.spec.containers[0].image"},
+        {"reason": "FieldValueInvalid", "field": "metadata.name"}
+    ]);
+    assert_eq!(
+        classify(422, &status("Invalid", invalid)),
+        KubeErrorKind::Invalid {
+            field: Some("spec.template.spec.containers[0].image".to_string())
+        }
+    );
+    assert_eq!(classify(422, b""), KubeErrorKind::Invalid { field: None });
+    assert_eq!(classify(400, b""), KubeErrorKind::BadRequest);
+    assert_eq!(classify(401, b""), KubeErrorKind::Unauthorized);
+    assert_eq!(classify(404, b""), KubeErrorKind::NotFound);
+    assert_eq!(classify(429, b""), KubeErrorKind::TooManyRequests);
+    assert_eq!(classify(500, b""), KubeErrorKind::Unavailable);
+    assert_eq!(classify(503, b"<html>"), KubeErrorKind::Unavailable);
+    assert_eq!(classify(302, b""), KubeErrorKind::Other);
+}
+
+fn reply_error(code: u16, body: Vec<u8>) -> KubeError {
+    let reply = Reply {
+        status: code,
+        retry_after: None,
+        body,
+    };
+    KubeError::from_reply(Method::Post, "/api/v1/namespaces/occ-a/pods", &reply)
+}
+
+#[test]
+fn errors_carry_status_reason_and_template_but_no_message() {
+    let e = reply_error(409, status("AlreadyExists", json!([])));
+    assert_eq!(e.kind(), &KubeErrorKind::AlreadyExists);
+    assert_eq!(e.status(), Some(409));
+    assert_eq!(e.reason(), Some("AlreadyExists"));
+    assert_eq!(
+        e.to_string(),
+        "kubernetes POST /api/v1/namespaces/{name}/pods: already exists (status 409, reason AlreadyExists)"
+    );
+    let e = reply_error(422, status("Invalid", json!([{"field": "spec.replicas"}])));
+    assert_eq!(
+        e.to_string(),
+        "kubernetes POST /api/v1/namespaces/{name}/pods: invalid field spec.replicas (status 422, reason Invalid)"
+    );
+    assert!(!format!("{e:?}").contains("free text"));
+    let e = reply_error(403, status("Forbidden <script>", json!([])));
+    assert_eq!(e.reason(), Some("Forbiddenscript"));
+}
+
+#[test]
+fn errors_map_to_compute_errors() {
+    use crate::compute::ComputeErrorKind as C;
+    let compute = |code: u16, reason: &str| {
+        reply_error(code, status(reason, json!([]))).into_compute("KUBERNETES_BAD_REQUEST")
+    };
+    let e = compute(503, "ServiceUnavailable");
+    assert!(e.is_transient());
+    assert_eq!(
+        (e.status(), e.reason()),
+        (Some(503), Some("ServiceUnavailable"))
+    );
+    assert!(compute(429, "TooManyRequests").is_transient());
+    assert_eq!(compute(409, "Conflict").kind(), &C::Retryable);
+    assert_eq!(
+        compute(403, "Forbidden").kind(),
+        &C::Permanent("KUBERNETES_FORBIDDEN".to_string())
+    );
+    assert_eq!(
+        compute(401, "Unauthorized").kind(),
+        &C::Permanent("KUBERNETES_UNAUTHORIZED".to_string())
+    );
+    assert_eq!(
+        compute(422, "Invalid").kind(),
+        &C::Permanent("KUBERNETES_INVALID_REQUEST".to_string())
+    );
+    assert_eq!(
+        compute(400, "BadRequest").kind(),
+        &C::Permanent("KUBERNETES_BAD_REQUEST".to_string())
+    );
+    let terminating = reply_error(
+        403,
+        status("Forbidden", json!([{"reason": "NamespaceTerminating"}])),
+    )
+    .into_compute("X");
+    assert_eq!(terminating.kind(), &C::Retryable);
+    let decode = KubeError::decode(Method::Get, "/api/v1/namespaces", Some(200)).into_compute("X");
+    assert_eq!(
+        (decode.kind(), decode.class()),
+        (&C::Retryable, "kubernetes_decode")
+    );
+    let transport = KubeError::new(KubeErrorKind::Transport, Method::Get, "/version");
+    assert!(transport.into_compute("X").is_transient());
+    let cancelled =
+        KubeError::cancelled(Method::Get, "/version", Cancelled(LossCause::LeaseLapsed));
+    assert_eq!(
+        cancelled.into_compute("X").kind(),
+        &C::Cancelled(Cancelled(LossCause::LeaseLapsed))
+    );
+}
+
+#[test]
+fn path_templates_hide_names() {
+    assert_eq!(path_template("/api/v1/namespaces"), "/api/v1/namespaces");
+    assert_eq!(
+        path_template("/api/v1/namespaces/occ-a"),
+        "/api/v1/namespaces/{name}"
+    );
+    assert_eq!(
+        path_template("/apis/apps/v1/namespaces/occ-a/deployments/agent-x/status?x=1"),
+        "/apis/apps/v1/namespaces/{name}/deployments/{name}/status"
+    );
+    assert_eq!(
+        path_template("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"),
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    );
+    assert_eq!(path_template("/version"), "/version");
+}
+
+#[test]
+fn queries_are_encoded() {
+    let mut request = Request::new(Method::Get, "/api/v1/pods");
+    request.query.push((
+        "labelSelector",
+        "occ.agent=a b,app.kubernetes.io/managed-by=occ-worker",
+    ));
+    request.query.push(("limit", "500"));
+    assert_eq!(
+        request.url("https://k:6443"),
+        "https://k:6443/api/v1/pods?labelSelector=occ.agent%3Da%20b%2Capp.kubernetes.io%2Fmanaged-by%3Docc-worker&limit=500"
+    );
+    assert_eq!(parse_retry_after(" 7 "), Some(7));
+    assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+}
+
+const CERT: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.crt");
+const KEY: &str = include_str!("../../../../tests/fixtures/kubernetes/ca.key");
+
+fn connection(server: &str, auth: Auth) -> Connection {
+    Connection {
+        server: server.to_string(),
+        ca_certs: vec![ureq::tls::Certificate::from_pem(CERT.as_bytes()).unwrap()],
+        auth,
+        source: "test".to_string(),
+    }
+}
+
+#[test]
+fn the_client_is_shared_by_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Client>();
+}
+
+#[test]
+fn a_cancelled_pass_sends_nothing() {
+    let client = Client::new(connection("https://127.0.0.1:1", Auth::Token("t".into()))).unwrap();
+    let cancel = CancelToken::unbounded();
+    cancel.cancel(LossCause::RenewalRefused);
+    let e = client.get("/api/v1/namespaces/x", &cancel).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        &KubeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
+    );
+    assert_eq!(client.request_count(), 0);
+}
+
+#[test]
+fn a_refused_connection_is_a_transport_error() {
+    let client = Client::new(connection("https://127.0.0.1:1", Auth::None)).unwrap();
+    let e = client
+        .list("/api/v1/namespaces", Some("a=b"), &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(e.kind(), &KubeErrorKind::Transport);
+    assert_eq!(client.request_count(), 1);
+    assert!(e.into_compute("X").is_transient());
+}
+
+#[test]
+fn token_files_are_reread_after_the_interval_or_on_demand() {
+    let dir = std::env::temp_dir().join(format!("occ-kube-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("token");
+    std::fs::write(&path, "first\n").unwrap();
+    let source = TokenSource::File {
+        path: path.clone(),
+        cached: Mutex::new(CachedToken {
+            token: read_token(&path).unwrap(),
+            read_at: Instant::now(),
+        }),
+        refresh_every: Duration::from_millis(50),
+    };
+    std::fs::write(&path, "second\n").unwrap();
+    assert_eq!(source.current().as_deref(), Some("first"));
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(source.current().as_deref(), Some("second"));
+    std::fs::write(&path, "third\n").unwrap();
+    assert!(source.refresh());
+    assert_eq!(source.current().as_deref(), Some("third"));
+    // A failed re-read keeps the last good token.
+    std::fs::remove_file(&path).unwrap();
+    assert!(source.refresh());
+    assert_eq!(source.current().as_deref(), Some("third"));
+    assert!(!TokenSource::Static("s".into()).refresh());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn clients_build_from_every_kind_of_credential() {
+    let key = ureq::tls::PrivateKey::from_pem(KEY.as_bytes()).unwrap();
+    let chain = vec![ureq::tls::Certificate::from_pem(CERT.as_bytes()).unwrap()];
+    let client = Client::new(connection(
+        "https://k:6443",
+        Auth::ClientCert { chain, key },
+    ))
+    .unwrap();
+    assert_eq!(client.server(), "https://k:6443");
+    let missing = PathBuf::from("/nonexistent/occ/token");
+    let err = Client::new(connection("https://k:6443", Auth::TokenFile(missing)))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.kind(),
+        super::super::connection::ConnectionErrorKind::Io
+    );
+}

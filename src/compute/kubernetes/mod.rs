@@ -1,0 +1,4 @@
+pub mod client;
+pub mod connection;
+pub mod names;
+pub mod settings;

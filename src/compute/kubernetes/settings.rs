@@ -1,0 +1,542 @@
+//! The Kubernetes driver's settings file, named by `OCC_KUBERNETES_CONFIG` (SPEC C3).
+//!
+//! This module owns the file's JSON shape, its documented defaults and its validation: images
+//! per harness id, version and mode, the token audience and expiry, workload resources, Harness
+//! claim storage, the tenant RoleBinding name, the namespace prefix, the user workloads run
+//! as and the maintenance interval. Unknown keys are refused, so a misspelt key is an error
+//! rather than a silently applied default. Every error is one line naming the file and the
+//! key. It must never talk to Kubernetes and never read anything but the one file it is given.
+//!
+//! Keys and defaults:
+//! - `tenantRoleBinding` (required): the RoleBinding an operator provisions in each namespace.
+//! - `tokenAudience` (required): the audience of the Agent's projected token.
+//! - `harnesses` (required): `[{id, version, mode: dedicated|embedded, image}]`, unique by
+//!   (id, version, mode).
+//! - `namespacePrefix` (default `occ-`): prepended to Namespace ids.
+//! - `tokenExpirationSeconds` (default 3600, at least 600): projected token lifetime.
+//! - `resources` (default requests cpu `100m` memory `256Mi`, limits cpu `1` memory `1Gi`).
+//! - `harnessClaim` (`storageClassName` optional, cluster default when absent; `size` default
+//!   `1Gi`).
+//! - `runAsUser` (default 10001, greater than 0).
+//! - `maintenanceIntervalSeconds` (optional, greater than 0): none when absent.
+
+use serde::Deserialize;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+/// The variable naming the settings file; every error begins with it.
+pub const VARIABLE: &str = "OCC_KUBERNETES_CONFIG";
+/// The largest settings file read.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// The shortest projected token lifetime Kubernetes accepts.
+pub const MIN_TOKEN_EXPIRATION_SECONDS: u64 = 600;
+
+/// The validated driver settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub tenant_role_binding: String,
+    pub token_audience: String,
+    pub namespace_prefix: String,
+    pub token_expiration_seconds: u64,
+    pub resources: Resources,
+    pub harness_claim: HarnessClaim,
+    pub run_as_user: i64,
+    pub maintenance_interval: Option<Duration>,
+    pub harnesses: Vec<HarnessImage>,
+}
+
+/// Container resource requests and limits.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default = "default_requests")]
+    pub requests: Quantities,
+    #[serde(default = "default_limits")]
+    pub limits: Quantities,
+}
+
+/// A cpu and a memory quantity, e.g. `100m` and `256Mi`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quantities {
+    pub cpu: String,
+    pub memory: String,
+}
+
+/// The Harness's PersistentVolumeClaim.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HarnessClaim {
+    /// The StorageClass; the cluster's default when absent.
+    #[serde(default)]
+    pub storage_class_name: Option<String>,
+    #[serde(default = "default_claim_size")]
+    pub size: String,
+}
+
+/// How a harness runs: its own Deployment per revision, or the Agent's shared gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HarnessMode {
+    Dedicated,
+    Embedded,
+}
+
+impl HarnessMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarnessMode::Dedicated => "dedicated",
+            HarnessMode::Embedded => "embedded",
+        }
+    }
+}
+
+/// The image of one harness id, version and mode.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessImage {
+    pub id: String,
+    pub version: String,
+    pub mode: HarnessMode,
+    pub image: String,
+}
+
+/// The file as written, before defaults are checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSettings {
+    tenant_role_binding: String,
+    token_audience: String,
+    harnesses: Vec<HarnessImage>,
+    #[serde(default = "default_prefix")]
+    namespace_prefix: String,
+    #[serde(default = "default_token_expiration")]
+    token_expiration_seconds: u64,
+    #[serde(default = "default_resources")]
+    resources: Resources,
+    #[serde(default = "default_claim")]
+    harness_claim: HarnessClaim,
+    #[serde(default = "default_run_as_user")]
+    run_as_user: i64,
+    #[serde(default)]
+    maintenance_interval_seconds: Option<u64>,
+}
+
+fn default_prefix() -> String {
+    "occ-".to_string()
+}
+fn default_token_expiration() -> u64 {
+    3600
+}
+fn default_requests() -> Quantities {
+    Quantities {
+        cpu: "100m".to_string(),
+        memory: "256Mi".to_string(),
+    }
+}
+fn default_limits() -> Quantities {
+    Quantities {
+        cpu: "1".to_string(),
+        memory: "1Gi".to_string(),
+    }
+}
+fn default_resources() -> Resources {
+    Resources {
+        requests: default_requests(),
+        limits: default_limits(),
+    }
+}
+fn default_claim_size() -> String {
+    "1Gi".to_string()
+}
+fn default_claim() -> HarnessClaim {
+    HarnessClaim {
+        storage_class_name: None,
+        size: default_claim_size(),
+    }
+}
+fn default_run_as_user() -> i64 {
+    10001
+}
+
+/// What went wrong with the settings file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettingsErrorKind {
+    /// The file could not be read.
+    Io,
+    /// The file is larger than `MAX_FILE_BYTES`.
+    TooLarge,
+    /// The file is not JSON of the expected shape (syntax, unknown or missing key, wrong type).
+    Malformed,
+    /// A value is out of its documented range.
+    Invalid,
+}
+
+/// A settings error: one line, `OCC_KUBERNETES_CONFIG <path>: <what, naming the key>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsError {
+    kind: SettingsErrorKind,
+    /// `OCC_KUBERNETES_CONFIG` and, when loaded from a file, its path.
+    origin: String,
+    detail: String,
+}
+
+impl SettingsError {
+    fn new(kind: SettingsErrorKind, detail: impl Into<String>) -> SettingsError {
+        SettingsError {
+            kind,
+            origin: VARIABLE.to_string(),
+            detail: one_line(&detail.into()),
+        }
+    }
+
+    fn at(mut self, path: &Path) -> SettingsError {
+        self.origin = format!("{VARIABLE} {}", path.display());
+        self
+    }
+
+    pub fn kind(&self) -> SettingsErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.origin, self.detail)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+impl Settings {
+    /// Reads and validates the settings file at `path` (at most `MAX_FILE_BYTES`).
+    pub fn load(path: &Path) -> Result<Settings, SettingsError> {
+        let io = |e: std::io::Error| {
+            SettingsError::new(SettingsErrorKind::Io, format!("cannot be read ({e})")).at(path)
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(SettingsError::new(
+                SettingsErrorKind::TooLarge,
+                format!("is larger than {MAX_FILE_BYTES} bytes"),
+            )
+            .at(path));
+        }
+        Settings::parse(&text).map_err(|e| e.at(path))
+    }
+
+    /// Parses and validates settings JSON.
+    pub fn parse(text: &str) -> Result<Settings, SettingsError> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let raw: RawSettings =
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                let detail = if path == "." || path.is_empty() {
+                    inner.to_string()
+                } else {
+                    format!("{path}: {inner}")
+                };
+                SettingsError::new(SettingsErrorKind::Malformed, detail)
+            })?;
+        deserializer
+            .end()
+            .map_err(|e| SettingsError::new(SettingsErrorKind::Malformed, e.to_string()))?;
+        validate(raw)
+    }
+
+    /// The image configured for a harness id, version and mode (`dedicated` or `embedded`).
+    pub fn image_for(&self, id: &str, version: &str, mode: &str) -> Option<&str> {
+        self.harnesses
+            .iter()
+            .find(|h| h.id == id && h.version == version && h.mode.as_str() == mode)
+            .map(|h| h.image.as_str())
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> SettingsError {
+    SettingsError::new(SettingsErrorKind::Invalid, detail)
+}
+
+fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
+    require_name("tenantRoleBinding", &raw.tenant_role_binding)?;
+    require_text("tokenAudience", &raw.token_audience)?;
+    if !valid_prefix(&raw.namespace_prefix) {
+        return Err(invalid(
+            "namespacePrefix must be 1 to 20 lower-case letters, digits or '-', starting with a letter",
+        ));
+    }
+    if raw.token_expiration_seconds < MIN_TOKEN_EXPIRATION_SECONDS {
+        return Err(invalid(format!(
+            "tokenExpirationSeconds must be at least {MIN_TOKEN_EXPIRATION_SECONDS}"
+        )));
+    }
+    for (key, value) in [
+        ("resources.requests.cpu", &raw.resources.requests.cpu),
+        ("resources.requests.memory", &raw.resources.requests.memory),
+        ("resources.limits.cpu", &raw.resources.limits.cpu),
+        ("resources.limits.memory", &raw.resources.limits.memory),
+        ("harnessClaim.size", &raw.harness_claim.size),
+    ] {
+        if !is_quantity(value) {
+            return Err(invalid(format!(
+                "{key} must be a Kubernetes quantity such as 500m, 1 or 256Mi"
+            )));
+        }
+    }
+    if let Some(class) = &raw.harness_claim.storage_class_name {
+        require_name("harnessClaim.storageClassName", class)?;
+    }
+    if raw.run_as_user <= 0 {
+        return Err(invalid("runAsUser must be greater than 0"));
+    }
+    let maintenance_interval = match raw.maintenance_interval_seconds {
+        Some(0) => return Err(invalid("maintenanceIntervalSeconds must be greater than 0")),
+        seconds => seconds.map(Duration::from_secs),
+    };
+    validate_harnesses(&raw.harnesses)?;
+    Ok(Settings {
+        tenant_role_binding: raw.tenant_role_binding,
+        token_audience: raw.token_audience,
+        namespace_prefix: raw.namespace_prefix,
+        token_expiration_seconds: raw.token_expiration_seconds,
+        resources: raw.resources,
+        harness_claim: raw.harness_claim,
+        run_as_user: raw.run_as_user,
+        maintenance_interval,
+        harnesses: raw.harnesses,
+    })
+}
+
+fn validate_harnesses(harnesses: &[HarnessImage]) -> Result<(), SettingsError> {
+    for (i, harness) in harnesses.iter().enumerate() {
+        require_text(&format!("harnesses[{i}].id"), &harness.id)?;
+        require_text(&format!("harnesses[{i}].version"), &harness.version)?;
+        require_text(&format!("harnesses[{i}].image"), &harness.image)?;
+        let duplicate = harnesses[..i]
+            .iter()
+            .any(|h| h.id == harness.id && h.version == harness.version && h.mode == harness.mode);
+        if duplicate {
+            return Err(invalid(format!(
+                "harnesses[{i}] repeats id {:?} version {:?} mode {}",
+                harness.id,
+                harness.version,
+                harness.mode.as_str()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A non-empty value without whitespace or control characters, at most 1024 bytes.
+fn require_text(key: &str, value: &str) -> Result<(), SettingsError> {
+    if value.is_empty()
+        || value.len() > 1024
+        || value.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(invalid(format!(
+            "{key} must be non-empty, without whitespace, at most 1024 bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// A Kubernetes object name (DNS-1123 subdomain).
+fn require_name(key: &str, value: &str) -> Result<(), SettingsError> {
+    let valid =
+        !value.is_empty() && value.len() <= 253 && value.split('.').all(super::names::is_dns_label);
+    if !valid {
+        return Err(invalid(format!(
+            "{key} must be a Kubernetes object name (lower-case letters, digits, '-' and '.')"
+        )));
+    }
+    Ok(())
+}
+
+fn valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.len() <= 20
+        && prefix.starts_with(|c: char| c.is_ascii_lowercase())
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// A plain Kubernetes quantity: a decimal number and an optional SI or binary suffix.
+fn is_quantity(value: &str) -> bool {
+    const SUFFIXES: [&str; 13] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "k", "M", "G", "T", "P", "E",
+    ];
+    let number = SUFFIXES
+        .iter()
+        .find_map(|suffix| value.strip_suffix(suffix))
+        .unwrap_or(value);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    !whole.is_empty()
+        && whole.chars().all(|c| c.is_ascii_digit())
+        && fraction.chars().all(|c| c.is_ascii_digit())
+        && !(number.contains('.') && fraction.is_empty())
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"{"tenantRoleBinding":"occ-tenant","tokenAudience":"occ-agent","harnesses":[{"id":"codex","version":"1.2.0","mode":"dedicated","image":"registry/codex:1.2.0"},{"id":"openclaw","version":"1.0.0","mode":"embedded","image":"registry/openclaw:1.0.0"}]}"#;
+
+    fn with(key_values: &str) -> String {
+        format!("{},{key_values}}}", &MINIMAL[..MINIMAL.len() - 1])
+    }
+
+    fn error(text: &str) -> String {
+        Settings::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let s = Settings::parse(MINIMAL).unwrap();
+        assert_eq!(s.namespace_prefix, "occ-");
+        assert_eq!(s.token_expiration_seconds, 3600);
+        assert_eq!(s.resources, default_resources());
+        assert_eq!(s.harness_claim.size, "1Gi");
+        assert_eq!(s.harness_claim.storage_class_name, None);
+        assert_eq!(s.run_as_user, 10001);
+        assert_eq!(s.maintenance_interval, None);
+        assert_eq!(s.tenant_role_binding, "occ-tenant");
+        assert_eq!(s.token_audience, "occ-agent");
+    }
+
+    #[test]
+    fn images_are_found_by_id_version_and_mode() {
+        let s = Settings::parse(MINIMAL).unwrap();
+        assert_eq!(
+            s.image_for("codex", "1.2.0", "dedicated"),
+            Some("registry/codex:1.2.0")
+        );
+        assert_eq!(s.image_for("codex", "1.2.0", "embedded"), None);
+        assert_eq!(s.image_for("codex", "1.2.1", "dedicated"), None);
+        assert_eq!(
+            s.image_for("openclaw", "1.0.0", "embedded"),
+            Some("registry/openclaw:1.0.0")
+        );
+    }
+
+    #[test]
+    fn optional_keys_override_defaults() {
+        let s = Settings::parse(&with(
+            r#""namespacePrefix":"t1-","tokenExpirationSeconds":600,"resources":{"limits":{"cpu":"2","memory":"2Gi"}},"harnessClaim":{"storageClassName":"fast","size":"5Gi"},"runAsUser":2000,"maintenanceIntervalSeconds":300"#,
+        ))
+        .unwrap();
+        assert_eq!(s.namespace_prefix, "t1-");
+        assert_eq!(s.token_expiration_seconds, 600);
+        assert_eq!(s.resources.requests, default_requests());
+        assert_eq!(s.resources.limits.memory, "2Gi");
+        assert_eq!(s.harness_claim.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(s.run_as_user, 2000);
+        assert_eq!(s.maintenance_interval, Some(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert_eq!(
+            error(&with(r#""tokenExpirationSeconds":599"#)),
+            "OCC_KUBERNETES_CONFIG: tokenExpirationSeconds must be at least 600"
+        );
+        assert_eq!(
+            error(&with(r#""runAsUser":0"#)),
+            "OCC_KUBERNETES_CONFIG: runAsUser must be greater than 0"
+        );
+        assert_eq!(
+            error(&with(r#""maintenanceIntervalSeconds":0"#)),
+            "OCC_KUBERNETES_CONFIG: maintenanceIntervalSeconds must be greater than 0"
+        );
+        assert_eq!(
+            error(&with(r#""namespacePrefix":"OCC_""#)),
+            "OCC_KUBERNETES_CONFIG: namespacePrefix must be 1 to 20 lower-case letters, digits or '-', starting with a letter"
+        );
+        assert_eq!(
+            error(&with(r#""resources":{"requests":{"cpu":"lots","memory":"1Gi"}}"#)),
+            "OCC_KUBERNETES_CONFIG: resources.requests.cpu must be a Kubernetes quantity such as 500m, 1 or 256Mi"
+        );
+        assert_eq!(
+            error(r#"{"tokenAudience":"a","harnesses":[]}"#),
+            "OCC_KUBERNETES_CONFIG: missing field `tenantRoleBinding` at line 1 column 36"
+        );
+        assert_eq!(
+            error(&with(r#""tokenExpirationSeconds":"long""#)),
+            "OCC_KUBERNETES_CONFIG: tokenExpirationSeconds: invalid type: string \"long\", expected u64 at line 1 column 278"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let message = error(&with(r#""namespacePrefx":"x-""#));
+        assert!(
+            message.starts_with(
+                "OCC_KUBERNETES_CONFIG: namespacePrefx: unknown field `namespacePrefx`"
+            ),
+            "{message}"
+        );
+        let message = error(
+            r#"{"tenantRoleBinding":"r","tokenAudience":"a","harnesses":[{"id":"c","version":"1","mode":"shared","image":"i"}]}"#,
+        );
+        assert!(
+            message
+                .starts_with("OCC_KUBERNETES_CONFIG: harnesses[0].mode: unknown variant `shared`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn duplicate_harnesses_are_refused() {
+        let text = r#"{"tenantRoleBinding":"r","tokenAudience":"a","harnesses":[{"id":"c","version":"1","mode":"dedicated","image":"i"},{"id":"c","version":"1","mode":"embedded","image":"j"},{"id":"c","version":"1","mode":"dedicated","image":"k"}]}"#;
+        assert_eq!(
+            error(text),
+            "OCC_KUBERNETES_CONFIG: harnesses[2] repeats id \"c\" version \"1\" mode dedicated"
+        );
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("occ-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("k8s.json");
+        std::fs::write(&path, with(r#""tokenExpirationSeconds":60"#)).unwrap();
+        assert_eq!(
+            Settings::load(&path).unwrap_err().to_string(),
+            format!(
+                "OCC_KUBERNETES_CONFIG {}: tokenExpirationSeconds must be at least 600",
+                path.display()
+            )
+        );
+        std::fs::write(&path, " ".repeat(MAX_FILE_BYTES as usize + 1)).unwrap();
+        let err = Settings::load(&path).unwrap_err();
+        assert_eq!(err.kind(), SettingsErrorKind::TooLarge);
+        std::fs::write(&path, MINIMAL).unwrap();
+        assert!(Settings::load(&path).is_ok());
+        let missing = Settings::load(&dir.join("absent.json")).unwrap_err();
+        assert_eq!(missing.kind(), SettingsErrorKind::Io);
+        assert!(!missing.to_string().contains('\n'));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn quantities() {
+        for ok in ["1", "100m", "0.5", "256Mi", "1Gi", "2k"] {
+            assert!(is_quantity(ok), "{ok}");
+        }
+        for bad in ["", "m", "1.", ".5", "1 Gi", "-1", "1gi"] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+}
