@@ -48,6 +48,10 @@ pub struct Config {
     pub docker_host: String,
     /// Where the Docker driver takes Namespace network subnets (`OCC_DOCKER_SUBNET_POOL`).
     pub docker_subnet_pool: SubnetPool,
+    /// The Kubernetes driver file (`OCC_KUBERNETES_CONFIG`), required for that driver.
+    pub kubernetes_config: Option<std::path::PathBuf>,
+    /// The kubeconfig context (`OCC_KUBERNETES_CONTEXT`); the current context when absent.
+    pub kubernetes_context: Option<String>,
 }
 
 /// A configuration error naming the variable at fault.
@@ -166,6 +170,14 @@ impl Config {
                 format!("must be a unix:// socket address, got {docker_host:?}"),
             ));
         }
+        let kubernetes_config = get("OCC_KUBERNETES_CONFIG").map(std::path::PathBuf::from);
+        if compute_driver == DriverKind::Kubernetes && kubernetes_config.is_none() {
+            return Err(err(
+                "OCC_KUBERNETES_CONFIG",
+                "is required with OCC_COMPUTE_DRIVER=kubernetes (the driver settings file)",
+            ));
+        }
+        let kubernetes_context = get("OCC_KUBERNETES_CONTEXT").map(|c| c.trim().to_string());
         let docker_subnet_pool = match get("OCC_DOCKER_SUBNET_POOL") {
             None => SubnetPool::default(),
             Some(raw) => raw.parse::<SubnetPool>().map_err(|problem| {
@@ -192,6 +204,8 @@ impl Config {
             http_addr,
             docker_host,
             docker_subnet_pool,
+            kubernetes_config,
+            kubernetes_context,
         })
     }
 
@@ -310,5 +324,20 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.variable, "OCC_WORKER_CONCURRENCY");
+    }
+
+    #[test]
+    fn kubernetes_requires_its_settings_file() {
+        let e = with(&[("OCC_DATABASE_URL", "x"), ("OCC_COMPUTE_DRIVER", "kubernetes")])
+            .unwrap_err();
+        assert_eq!(e.variable, "OCC_KUBERNETES_CONFIG");
+        let c = with(&[
+            ("OCC_DATABASE_URL", "x"),
+            ("OCC_COMPUTE_DRIVER", "kubernetes"),
+            ("OCC_KUBERNETES_CONFIG", "/etc/occ/kubernetes.json"),
+            ("OCC_KUBERNETES_CONTEXT", "prod"),
+        ])
+        .unwrap();
+        assert_eq!(c.kubernetes_context.as_deref(), Some("prod"));
     }
 }

@@ -3,8 +3,11 @@
 use super::{CliError, Globals};
 use clap::Args;
 use occ_worker::cancel::CancelToken;
+use occ_worker::compute::kubernetes::{
+    client::Client, connection, settings::Settings, KubernetesDriver,
+};
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
-use occ_worker::config::{Config, DriverKind};
+use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::events::Events;
 use occ_worker::health::HealthServer;
 use occ_worker::metrics::Metrics;
@@ -80,9 +83,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 .map_err(|e| CliError::config(format!("invalid configuration: DOCKER_HOST: {e}")))?
                 .with_subnet_pool(config.docker_subnet_pool),
         ),
-        DriverKind::Kubernetes => return Err(CliError::config(
-            "invalid configuration: OCC_COMPUTE_DRIVER=kubernetes is not available in this build",
-        )),
+        DriverKind::Kubernetes => Arc::new(kubernetes_driver(&config)?),
     };
     // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
@@ -92,6 +93,13 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         };
         CliError::new(format!("compute preflight failed{target}: {e}"))
     })?;
+    // Production refuses to run with a permission the driver needs denied (C3 preflight).
+    if let (Mode::Production, Some(denied)) = (config.mode, warnings.first()) {
+        return Err(CliError::new(format!(
+            "compute preflight refused in production mode: {}",
+            denied.code
+        )));
+    }
     for w in warnings {
         events.emit(
             "compute.preflight-warning",
@@ -105,6 +113,24 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         compute,
         events,
     })
+}
+
+/// The Kubernetes driver: its settings file, then the API server connection (in-cluster or
+/// kubeconfig). Each failure is one line naming the variable.
+fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
+    let path = config.kubernetes_config.as_deref().ok_or_else(|| {
+        CliError::config("invalid configuration: OCC_KUBERNETES_CONFIG is required")
+    })?;
+    let settings = Settings::load(path)
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    let connection = connection::discover(
+        |name| std::env::var(name).ok(),
+        config.kubernetes_context.as_deref(),
+    )
+    .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    let client = Client::new(connection)
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    Ok(KubernetesDriver::new(client, settings))
 }
 
 pub fn check(globals: &Globals) -> Result<(), CliError> {

@@ -1,4 +1,17 @@
+//! The Kubernetes Compute Driver (SPEC C3) over the REST API: blocking HTTP with rustls, no
+//! async runtime, no client library beyond `ureq`.
+//!
+//! `connection` finds the API server and credentials (in-cluster or kubeconfig), `client`
+//! sends requests and types their errors, `settings` reads the driver file, `names` derives
+//! object names and labels, `manifests` builds the objects, `observe` reads their status, and
+//! `driver` implements `ComputeDriver` with them. Nothing here touches the database.
+
 pub mod client;
 pub mod connection;
+pub mod driver;
+pub mod manifests;
 pub mod names;
+pub mod observe;
 pub mod settings;
+
+pub use driver::KubernetesDriver;

@@ -1,0 +1,893 @@
+//! The Kubernetes Compute Driver (SPEC C3): Namespaces as labelled Kubernetes namespaces,
+//! each Agent as a ServiceAccount and a Service, each revision as a hardened Deployment.
+//!
+//! Expected flow: `ensure_namespace` creates (or adopts) the namespace, writes the
+//! default-deny NetworkPolicy and waits, pending, for the operator's tenant RoleBinding;
+//! `bind_agent` makes the Agent's ServiceAccount and Service exist; `prepare_revision` writes
+//! the revision's workload (a Deployment per dedicated revision, the Agent's shared gateway
+//! for an embedded one) and observes its rollout; `activate_revision` points the Service at
+//! the revision; `stop_revision` scales it to zero and stays pending until its Pods are gone;
+//! `retire_revision` deletes it; `delete_namespace` deletes what the driver created.
+//!
+//! Guarantees: every request checks the pass's cancel token first and is bounded by the
+//! remaining lease (`client`); waits are observations that come back pending, never loops
+//! inside a pass; the driver never modifies or deletes an object without its installation's
+//! labels, and never deletes an adopted namespace. Secret values are never read: workloads
+//! reference Secrets by `secretKeyRef`.
+//!
+//! Errors: 404 on read and delete is absence; 409 `AlreadyExists` on create re-reads and
+//! converges; 409 `Conflict` re-reads and retries once within the pass; a terminating
+//! namespace is pending; other 403s are permanent `KUBERNETES_FORBIDDEN_<RESOURCE>`; 422 is
+//! permanent; 429 and 5xx are transient (`client`).
+
+use super::client::{Client, KubeError, KubeErrorKind};
+use super::manifests::{self, owned, stamped};
+use super::names::{self, LABEL_AGENT, LABEL_INSTALLATION, LABEL_NAMESPACE, LABEL_REVISION};
+use super::observe::{self, Rollout};
+use super::settings::Settings;
+use crate::cancel::CancelToken;
+use crate::compute::{
+    AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
+    RevisionObservation, RevisionSpec,
+};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const CORE: &str = "/api/v1";
+const APPS: &str = "/apis/apps/v1";
+const NETWORKING: &str = "/apis/networking.k8s.io/v1";
+const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
+const DISCOVERY: &str = "/apis/discovery.k8s.io/v1";
+const AUTHORIZATION: &str = "/apis/authorization.k8s.io/v1";
+
+/// Every (verb, group, resource) the driver uses; preflight asks a SelfSubjectAccessReview
+/// for each.
+pub const ACCESS: &[(&str, &str, &str)] = &[
+    ("get", "", "namespaces"),
+    ("list", "", "namespaces"),
+    ("create", "", "namespaces"),
+    ("patch", "", "namespaces"),
+    ("delete", "", "namespaces"),
+    ("get", "networking.k8s.io", "networkpolicies"),
+    ("create", "networking.k8s.io", "networkpolicies"),
+    ("update", "networking.k8s.io", "networkpolicies"),
+    ("delete", "networking.k8s.io", "networkpolicies"),
+    ("list", "networking.k8s.io", "networkpolicies"),
+    ("get", "rbac.authorization.k8s.io", "rolebindings"),
+    ("get", "", "serviceaccounts"),
+    ("create", "", "serviceaccounts"),
+    ("delete", "", "serviceaccounts"),
+    ("list", "", "serviceaccounts"),
+    ("get", "", "services"),
+    ("create", "", "services"),
+    ("patch", "", "services"),
+    ("delete", "", "services"),
+    ("list", "", "services"),
+    ("get", "", "persistentvolumeclaims"),
+    ("create", "", "persistentvolumeclaims"),
+    ("delete", "", "persistentvolumeclaims"),
+    ("list", "", "persistentvolumeclaims"),
+    ("get", "apps", "deployments"),
+    ("create", "apps", "deployments"),
+    ("update", "apps", "deployments"),
+    ("patch", "apps", "deployments"),
+    ("delete", "apps", "deployments"),
+    ("list", "apps", "deployments"),
+    ("list", "apps", "replicasets"),
+    ("list", "", "pods"),
+    ("list", "discovery.k8s.io", "endpointslices"),
+];
+
+/// The Kubernetes Compute Driver.
+pub struct KubernetesDriver {
+    client: Client,
+    settings: Settings,
+    /// Kubernetes namespace names by Namespace id: a Namespace's name never changes, so one
+    /// lookup per process is enough.
+    namespaces: Mutex<HashMap<String, String>>,
+}
+
+/// A request failure as a Compute error: 403 names the resource, everything else follows
+/// `KubeError::into_compute`.
+fn fail(e: KubeError, resource: &str) -> ComputeError {
+    if *e.kind() == KubeErrorKind::Forbidden {
+        let code = format!(
+            "KUBERNETES_FORBIDDEN_{}",
+            resource.to_ascii_uppercase().replace('.', "_")
+        );
+        return ComputeError::permanent(&code, "kubernetes", e.status()).with_reason("Forbidden");
+    }
+    e.into_compute("KUBERNETES_BAD_REQUEST")
+}
+
+fn not_owned() -> ComputeError {
+    ComputeError::permanent("KUBERNETES_OBJECT_NOT_OWNED", "kubernetes", None)
+}
+
+/// Pods still terminating after a stop: pending, without spending attempts.
+fn draining() -> ComputeError {
+    ComputeError::transient("kubernetes_pods_terminating", None).with_reason("PodsTerminating")
+}
+
+fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn selector(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl KubernetesDriver {
+    pub fn new(client: Client, settings: Settings) -> KubernetesDriver {
+        KubernetesDriver {
+            client,
+            settings,
+            namespaces: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// API requests sent so far (benchmarks).
+    pub fn request_count(&self) -> u64 {
+        self.client.request_count()
+    }
+
+    /// The Kubernetes namespace a Namespace spec names.
+    fn namespace_name(&self, spec: &NamespaceSpec) -> String {
+        spec.existing_namespace.clone().unwrap_or_else(|| {
+            names::namespace_name(&self.settings.namespace_prefix, &spec.namespace_id)
+        })
+    }
+
+    /// The Kubernetes namespace of a Namespace id, found by its ownership labels (adopted
+    /// namespaces keep their own names).
+    fn namespace_of(
+        &self,
+        installation_id: &str,
+        namespace_id: &str,
+        cancel: &CancelToken,
+    ) -> Result<String, ComputeError> {
+        if let Some(name) = self.namespaces.lock().get(namespace_id) {
+            return Ok(name.clone());
+        }
+        let labels = selector(&[
+            (LABEL_INSTALLATION, names::label_value(installation_id)),
+            (LABEL_NAMESPACE, names::label_value(namespace_id)),
+        ]);
+        let found = self
+            .client
+            .list(&format!("{CORE}/namespaces"), Some(&labels), cancel)
+            .map_err(|e| fail(e, "namespaces"))?;
+        match found.as_slice() {
+            [one] if !observe::terminating(one) => {
+                let name = name_of(one).to_string();
+                self.namespaces
+                    .lock()
+                    .insert(namespace_id.to_string(), name.clone());
+                Ok(name)
+            }
+            _ => Err(ComputeError::retryable(
+                "kubernetes_namespace_missing",
+                None,
+            )),
+        }
+    }
+
+    /// Creates `desired` in `collection` unless an object of that name exists; an existing
+    /// object must be owned. Returns the object as stored.
+    fn create_absent(
+        &self,
+        collection: &str,
+        desired: &Value,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<Value, ComputeError> {
+        let path = format!("{collection}/{}", name_of(desired));
+        let current = match self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, resource))?
+        {
+            Some(current) => current,
+            None => match self.client.create(collection, desired, cancel) {
+                Ok(created) => return Ok(created),
+                Err(e) if *e.kind() == KubeErrorKind::AlreadyExists => self
+                    .client
+                    .get(&path, cancel)
+                    .map_err(|e| fail(e, resource))?
+                    .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?,
+                Err(e) => return Err(self.terminating_or(e, resource)),
+            },
+        };
+        if !owned(&current, installation_id) {
+            return Err(not_owned());
+        }
+        Ok(current)
+    }
+
+    /// Like `create_absent`, then replaces an owned object whose stamp differs from
+    /// `desired`'s; a concurrent change (409 `Conflict`) is re-read and retried once.
+    fn converge(
+        &self,
+        collection: &str,
+        desired: &Value,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<Value, ComputeError> {
+        let path = format!("{collection}/{}", name_of(desired));
+        let mut current =
+            self.create_absent(collection, desired, installation_id, resource, cancel)?;
+        for _ in 0..2 {
+            if stamped(&current) == stamped(desired) {
+                return Ok(current);
+            }
+            let mut replacement = desired.clone();
+            replacement["metadata"]["resourceVersion"] =
+                current["metadata"]["resourceVersion"].clone();
+            match self.client.replace(&path, &replacement, cancel) {
+                Ok(replaced) => return Ok(replaced),
+                Err(e) if *e.kind() == KubeErrorKind::Conflict => {
+                    current = self
+                        .client
+                        .get(&path, cancel)
+                        .map_err(|e| fail(e, resource))?
+                        .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?;
+                    if !owned(&current, installation_id) {
+                        return Err(not_owned());
+                    }
+                }
+                Err(e) => return Err(fail(e, resource)),
+            }
+        }
+        Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
+    }
+
+    /// A terminating namespace refuses creates: pending, not failing.
+    fn terminating_or(&self, e: KubeError, resource: &str) -> ComputeError {
+        if *e.kind() == KubeErrorKind::NamespaceTerminating {
+            return ComputeError::transient("kubernetes_namespace_terminating", e.status())
+                .with_reason("NamespaceTerminating");
+        }
+        fail(e, resource)
+    }
+
+    /// Deletes an owned object; absent is done. Answers whether it existed.
+    fn delete_owned(
+        &self,
+        path: &str,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
+        let Some(current) = self
+            .client
+            .get(path, cancel)
+            .map_err(|e| fail(e, resource))?
+        else {
+            return Ok(false);
+        };
+        if !owned(&current, installation_id) {
+            return Err(not_owned());
+        }
+        self.client
+            .delete(path, Some("Background"), cancel)
+            .map_err(|e| fail(e, resource))?;
+        Ok(true)
+    }
+
+    fn pods(
+        &self,
+        namespace: &str,
+        labels: &str,
+        cancel: &CancelToken,
+    ) -> Result<Vec<Value>, ComputeError> {
+        self.client
+            .list(
+                &format!("{CORE}/namespaces/{namespace}/pods"),
+                Some(labels),
+                cancel,
+            )
+            .map_err(|e| fail(e, "pods"))
+    }
+
+    /// The workload path of a revision and whether it is this revision's own.
+    fn workload_path(&self, revision: &RevisionSpec, namespace: &str) -> String {
+        let name = if revision.harness_mode == "dedicated" {
+            names::revision_object_name(&revision.agent_id, revision.revision)
+        } else {
+            manifests::gateway_name(&revision.agent_id)
+        };
+        format!("{APPS}/namespaces/{namespace}/deployments/{name}")
+    }
+
+    /// The label selector of a revision's Pods.
+    fn revision_pods(revision: &RevisionSpec) -> String {
+        selector(&[
+            (LABEL_AGENT, names::label_value(&revision.agent_id)),
+            (LABEL_REVISION, names::label_value(&revision.revision_id)),
+        ])
+    }
+
+    /// Whether the workload currently runs `revision` (an embedded gateway runs one revision
+    /// at a time).
+    fn runs(workload: &Value, revision: &RevisionSpec) -> bool {
+        workload["spec"]["template"]["metadata"]["labels"][LABEL_REVISION].as_str()
+            == Some(names::label_value(&revision.revision_id).as_str())
+    }
+
+    /// Why an unready workload waits: Pods first, then its ReplicaSets' quota failures.
+    fn unready(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<RevisionObservation, ComputeError> {
+        let pods = self.pods(namespace, &Self::revision_pods(revision), cancel)?;
+        let findings = observe::pods(&pods);
+        let mut reason = findings.pending_reason;
+        if reason.is_none() && pods.is_empty() {
+            let sets = self
+                .client
+                .list(
+                    &format!("{APPS}/namespaces/{namespace}/replicasets"),
+                    Some(&Self::revision_pods(revision)),
+                    cancel,
+                )
+                .map_err(|e| fail(e, "replicasets"))?;
+            if observe::quota_exceeded(&sets) {
+                reason = Some("NAMESPACE_POD_QUOTA_EXCEEDED");
+            }
+        }
+        Ok(RevisionObservation {
+            namespace_id: revision.namespace_id.clone(),
+            agent_id: revision.agent_id.clone(),
+            revision_id: revision.revision_id.clone(),
+            ready: false,
+            pending_reason: reason.map(str::to_string),
+            runtime_failure: findings.runtime_failure,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The Agent Service, which `bind_agent` created.
+    fn service_path(agent: &AgentSpec, namespace: &str) -> String {
+        format!(
+            "{CORE}/namespaces/{namespace}/services/{}",
+            names::agent_object_name(&agent.agent_id)
+        )
+    }
+
+    /// Points the Agent Service at `revision` (or at nothing).
+    fn route(
+        &self,
+        revision: &RevisionSpec,
+        to: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let agent = manifests::agent_of(revision);
+        let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
+        let service = self.create_absent(
+            &format!("{CORE}/namespaces/{namespace}/services"),
+            &manifests::service(&agent, &namespace),
+            &agent.installation_id,
+            "services",
+            cancel,
+        )?;
+        let wanted = manifests::route_selector(&agent, to);
+        if service["spec"]["selector"] == wanted {
+            return Ok(());
+        }
+        let patch = json!({"spec": {"selector": wanted}});
+        self.client
+            .merge_patch(&Self::service_path(&agent, &namespace), &patch, cancel)
+            .map_err(|e| fail(e, "services"))?;
+        Ok(())
+    }
+
+    /// Whether the Agent Service routes `revision` and has a ready endpoint.
+    fn routed_and_ready(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<bool>, ComputeError> {
+        let agent = manifests::agent_of(revision);
+        let service = self
+            .client
+            .get(&Self::service_path(&agent, namespace), cancel)
+            .map_err(|e| fail(e, "services"))?;
+        let routed = service.is_some_and(|s| {
+            s["spec"]["selector"] == manifests::route_selector(&agent, Some(&revision.revision_id))
+        });
+        if !routed {
+            return Ok(None);
+        }
+        let slices = self
+            .client
+            .list(
+                &format!("{DISCOVERY}/namespaces/{namespace}/endpointslices"),
+                Some(&format!(
+                    "kubernetes.io/service-name={}",
+                    names::agent_object_name(&agent.agent_id)
+                )),
+                cancel,
+            )
+            .map_err(|e| fail(e, "endpointslices"))?;
+        Ok(Some(observe::has_ready_endpoint(&slices)))
+    }
+
+    /// Deletes everything the driver created inside an adopted namespace; complete once no
+    /// owned object or Pod is left.
+    fn empty_adopted(
+        &self,
+        spec: &NamespaceSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
+        let labels = selector(&[
+            (
+                LABEL_INSTALLATION,
+                names::label_value(&spec.installation_id),
+            ),
+            (LABEL_NAMESPACE, names::label_value(&spec.namespace_id)),
+        ]);
+        let mut left = false;
+        for (group, resource) in [
+            (APPS, "deployments"),
+            (CORE, "services"),
+            (CORE, "serviceaccounts"),
+            (CORE, "persistentvolumeclaims"),
+            (NETWORKING, "networkpolicies"),
+        ] {
+            let collection = format!("{group}/namespaces/{namespace}/{resource}");
+            let found = self
+                .client
+                .list(&collection, Some(&labels), cancel)
+                .map_err(|e| fail(e, resource))?;
+            for object in found.iter().filter(|o| owned(o, &spec.installation_id)) {
+                left = true;
+                self.client
+                    .delete(
+                        &format!("{collection}/{}", name_of(object)),
+                        Some("Background"),
+                        cancel,
+                    )
+                    .map_err(|e| fail(e, resource))?;
+            }
+        }
+        Ok(!left && self.pods(namespace, &labels, cancel)?.is_empty())
+    }
+
+    fn namespace_observation(spec: &NamespaceSpec, pending: Option<&str>) -> NamespaceObservation {
+        NamespaceObservation {
+            namespace_id: spec.namespace_id.clone(),
+            complete: pending.is_none(),
+            failure: None,
+            pending_reason: pending.map(str::to_string),
+        }
+    }
+}
+
+impl ComputeDriver for KubernetesDriver {
+    fn id(&self) -> &str {
+        "kubernetes"
+    }
+
+    fn implementation(&self) -> &str {
+        "kubernetes"
+    }
+
+    /// The API server answers `/version`, and a SelfSubjectAccessReview allows every verb
+    /// the driver uses; each denial is a warning `KUBERNETES_ACCESS_DENIED` naming it in the
+    /// code (`…_CREATE_DEPLOYMENTS`). Production refuses to start on any warning.
+    fn preflight(&self, cancel: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
+        let version = self
+            .client
+            .get("/version", cancel)
+            .map_err(|e| fail(e, "version"))?;
+        if version
+            .as_ref()
+            .and_then(|v| v["gitVersion"].as_str())
+            .is_none()
+        {
+            return Err(ComputeError::permanent(
+                "KUBERNETES_VERSION_UNKNOWN",
+                "kubernetes",
+                None,
+            ));
+        }
+        let mut warnings = Vec::new();
+        for (verb, group, resource) in ACCESS {
+            let review = json!({
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
+            });
+            let answer = self
+                .client
+                .post(
+                    &format!("{AUTHORIZATION}/selfsubjectaccessreviews"),
+                    &review,
+                    cancel,
+                )
+                .map_err(|e| fail(e, "selfsubjectaccessreviews"))?;
+            if answer["status"]["allowed"].as_bool() != Some(true) {
+                warnings.push(PreflightWarning {
+                    code: format!(
+                        "KUBERNETES_ACCESS_DENIED_{}_{}",
+                        verb.to_ascii_uppercase(),
+                        resource.to_ascii_uppercase()
+                    ),
+                });
+            }
+        }
+        Ok(warnings)
+    }
+
+    fn ensure_namespace(
+        &self,
+        spec: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let name = self.namespace_name(spec);
+        let path = format!("{CORE}/namespaces/{name}");
+        let adopted = spec.existing_namespace.is_some();
+        let current = match self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "namespaces"))?
+        {
+            Some(current) => current,
+            None if adopted => {
+                return Err(ComputeError::permanent(
+                    "EXISTING_NAMESPACE_NOT_FOUND",
+                    "kubernetes",
+                    Some(404),
+                ))
+            }
+            None => self.create_absent(
+                &format!("{CORE}/namespaces"),
+                &manifests::namespace(spec, &name),
+                &spec.installation_id,
+                "namespaces",
+                cancel,
+            )?,
+        };
+        if observe::terminating(&current) {
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_TERMINATING"),
+            ));
+        }
+        let labels = &current["metadata"]["labels"];
+        let ours = labels[LABEL_NAMESPACE].as_str()
+            == Some(names::label_value(&spec.namespace_id).as_str());
+        if owned(&current, &spec.installation_id) && !ours {
+            // Another Namespace of this installation holds the name.
+            return Err(ComputeError::permanent(
+                "NAMESPACE_NAME_CONFLICT",
+                "kubernetes",
+                None,
+            ));
+        }
+        if !owned(&current, &spec.installation_id) {
+            if !adopted || labels.get(LABEL_INSTALLATION).is_some() {
+                return Err(ComputeError::permanent(
+                    "NAMESPACE_NAME_CONFLICT",
+                    "kubernetes",
+                    None,
+                ));
+            }
+            // Adoption adds the ownership labels, nothing else.
+            let patch = json!({"metadata": {"labels": manifests::adoption_labels(spec)}});
+            self.client
+                .merge_patch(&path, &patch, cancel)
+                .map_err(|e| fail(e, "namespaces"))?;
+        }
+        self.namespaces
+            .lock()
+            .insert(spec.namespace_id.clone(), name.clone());
+        self.converge(
+            &format!("{NETWORKING}/namespaces/{name}/networkpolicies"),
+            &manifests::default_deny(spec, &name),
+            &spec.installation_id,
+            "networkpolicies",
+            cancel,
+        )?;
+        let binding = format!(
+            "{RBAC}/namespaces/{name}/rolebindings/{}",
+            self.settings.tenant_role_binding
+        );
+        if self
+            .client
+            .get(&binding, cancel)
+            .map_err(|e| fail(e, "rolebindings"))?
+            .is_none()
+        {
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_ROLEBINDING_PENDING"),
+            ));
+        }
+        Ok(Self::namespace_observation(spec, None))
+    }
+
+    fn delete_namespace(
+        &self,
+        spec: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let name = self.namespace_name(spec);
+        let path = format!("{CORE}/namespaces/{name}");
+        let Some(current) = self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "namespaces"))?
+        else {
+            self.namespaces.lock().remove(&spec.namespace_id);
+            return Ok(Self::namespace_observation(spec, None));
+        };
+        if spec.existing_namespace.is_some() {
+            // An adopted namespace is never deleted: only what the driver made inside it.
+            if observe::terminating(&current) || self.empty_adopted(spec, &name, cancel)? {
+                self.namespaces.lock().remove(&spec.namespace_id);
+                return Ok(Self::namespace_observation(spec, None));
+            }
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_OBJECTS_REMOVAL_PENDING"),
+            ));
+        }
+        let ours = current["metadata"]["labels"][LABEL_NAMESPACE].as_str()
+            == Some(names::label_value(&spec.namespace_id).as_str());
+        if !owned(&current, &spec.installation_id) || !ours {
+            // Not ours: nothing of this Namespace is left to delete.
+            return Ok(Self::namespace_observation(spec, None));
+        }
+        if !observe::terminating(&current) {
+            match self.client.delete(&path, Some("Background"), cancel) {
+                Ok(None) => return Ok(Self::namespace_observation(spec, None)),
+                Ok(Some(_)) => {}
+                // A second delete of a terminating namespace answers 409.
+                Err(e) if *e.kind() == KubeErrorKind::Conflict => {}
+                Err(e) => return Err(fail(e, "namespaces")),
+            }
+        }
+        Ok(Self::namespace_observation(
+            spec,
+            Some("NAMESPACE_TERMINATING"),
+        ))
+    }
+
+    /// The Agent's ServiceAccount (no automounted token) and its Service (routing nothing
+    /// until a revision activates) exist.
+    fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
+        self.create_absent(
+            &format!("{CORE}/namespaces/{namespace}/serviceaccounts"),
+            &manifests::service_account(agent, &namespace),
+            &agent.installation_id,
+            "serviceaccounts",
+            cancel,
+        )?;
+        self.create_absent(
+            &format!("{CORE}/namespaces/{namespace}/services"),
+            &manifests::service(agent, &namespace),
+            &agent.installation_id,
+            "services",
+            cancel,
+        )?;
+        Ok(())
+    }
+
+    fn prepare_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<RevisionObservation, ComputeError> {
+        let image = self
+            .settings
+            .image_for(
+                &revision.harness_id,
+                &revision.harness_version,
+                &revision.harness_mode,
+            )
+            .ok_or_else(|| {
+                ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
+            })?
+            .to_string();
+        let namespace =
+            self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        let desired = manifests::workload(revision, &namespace, &image, &self.settings)?;
+        let agent = manifests::agent_of(revision);
+        if revision.harness_mode == "dedicated" {
+            self.create_absent(
+                &format!("{CORE}/namespaces/{namespace}/persistentvolumeclaims"),
+                &manifests::harness_claim(&agent, &namespace, &self.settings),
+                &revision.installation_id,
+                "persistentvolumeclaims",
+                cancel,
+            )?;
+        }
+        let workload = self.converge(
+            &format!("{APPS}/namespaces/{namespace}/deployments"),
+            &desired,
+            &revision.installation_id,
+            "deployments",
+            cancel,
+        )?;
+        match observe::rollout(&workload) {
+            Rollout::Failed => {
+                return Err(
+                    ComputeError::permanent("REVISION_ROLLOUT_FAILED", "kubernetes", None)
+                        .with_reason("ProgressDeadlineExceeded"),
+                )
+            }
+            Rollout::Progressing => return self.unready(revision, &namespace, cancel),
+            Rollout::Complete => {}
+        }
+        // A routed revision is ready only with a ready endpoint behind the Agent Service.
+        if self.routed_and_ready(revision, &namespace, cancel)? == Some(false) {
+            return Ok(RevisionObservation {
+                namespace_id: revision.namespace_id.clone(),
+                agent_id: revision.agent_id.clone(),
+                revision_id: revision.revision_id.clone(),
+                ready: false,
+                pending_reason: None,
+                runtime_failure: None,
+                warnings: Vec::new(),
+            });
+        }
+        Ok(RevisionObservation {
+            namespace_id: revision.namespace_id.clone(),
+            agent_id: revision.agent_id.clone(),
+            revision_id: revision.revision_id.clone(),
+            ready: true,
+            pending_reason: None,
+            runtime_failure: None,
+            warnings: Vec::new(),
+        })
+    }
+
+    fn deactivate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.route(revision, None, cancel)
+    }
+
+    fn activate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.route(revision, Some(&revision.revision_id), cancel)
+    }
+
+    /// Scales the revision's workload to zero (an embedded gateway only while it runs this
+    /// revision) and is pending until its Pods are gone.
+    fn stop_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let namespace =
+            match self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel) {
+                Ok(namespace) => namespace,
+                // No namespace, no runtime.
+                Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
+                Err(e) => return Err(e),
+            };
+        let path = self.workload_path(revision, &namespace);
+        if let Some(workload) = self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "deployments"))?
+        {
+            if !owned(&workload, &revision.installation_id) {
+                return Err(not_owned());
+            }
+            if Self::runs(&workload, revision) && workload["spec"]["replicas"].as_i64() != Some(0) {
+                self.client
+                    .merge_patch(&path, &json!({"spec": {"replicas": 0}}), cancel)
+                    .map_err(|e| fail(e, "deployments"))?;
+            }
+        }
+        if self
+            .pods(&namespace, &Self::revision_pods(revision), cancel)?
+            .is_empty()
+        {
+            Ok(())
+        } else {
+            Err(draining())
+        }
+    }
+
+    /// Deletes the revision's workload (an embedded gateway only while it runs this revision).
+    fn retire_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let namespace =
+            match self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel) {
+                Ok(namespace) => namespace,
+                Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
+                Err(e) => return Err(e),
+            };
+        let path = self.workload_path(revision, &namespace);
+        let Some(workload) = self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "deployments"))?
+        else {
+            return Ok(());
+        };
+        if revision.harness_mode != "dedicated" && !Self::runs(&workload, revision) {
+            return Ok(());
+        }
+        self.delete_owned(&path, &revision.installation_id, "deployments", cancel)?;
+        Ok(())
+    }
+
+    /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
+    /// gateway and Harness claim.
+    fn delete_agent_runtime_credentials(
+        &self,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let namespace = match self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)
+        {
+            Ok(namespace) => namespace,
+            Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let object = names::agent_object_name(&agent.agent_id);
+        for (path, resource) in [
+            (
+                format!(
+                    "{APPS}/namespaces/{namespace}/deployments/{}",
+                    manifests::gateway_name(&agent.agent_id)
+                ),
+                "deployments",
+            ),
+            (
+                format!("{CORE}/namespaces/{namespace}/services/{object}"),
+                "services",
+            ),
+            (
+                format!(
+                    "{CORE}/namespaces/{namespace}/persistentvolumeclaims/{}",
+                    manifests::harness_claim_name(&agent.agent_id)
+                ),
+                "persistentvolumeclaims",
+            ),
+            (
+                format!("{CORE}/namespaces/{namespace}/serviceaccounts/{object}"),
+                "serviceaccounts",
+            ),
+        ] {
+            self.delete_owned(&path, &agent.installation_id, resource, cancel)?;
+        }
+        Ok(())
+    }
+
+    /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
+    /// first (exclusive replacement).
+    fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
+        revision.harness_mode == "dedicated"
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        self.settings.maintenance_interval
+    }
+}

@@ -1,0 +1,469 @@
+//! The objects the Kubernetes driver creates, built from specs and settings: the tenant
+//! namespace and its default-deny NetworkPolicy, the Agent's ServiceAccount, Service and
+//! Harness claim, and hardened workload Deployments.
+//!
+//! Pure functions: no requests. Every object carries the ownership labels; workloads run
+//! non-root with a read-only root filesystem, no privilege escalation, every capability
+//! dropped, the RuntimeDefault seccomp profile and no automounted token. Secret values never
+//! appear here: a Secret reaches a workload only as a `secretKeyRef`.
+
+use super::names::{
+    self, LABEL_AGENT, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_NAMESPACE, LABEL_REVISION,
+    MANAGED_BY,
+};
+use super::observe::HARNESS_CONTAINER;
+use super::settings::Settings;
+use crate::compute::{AgentSpec, ComputeError, NamespaceSpec, RevisionSpec, SecretProjection};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+/// The annotation holding the hash of what the driver last wrote, so an unchanged object is
+/// never rewritten.
+pub const SPEC_HASH: &str = "occ.spec-hash";
+/// The pod-security level every namespace the driver creates enforces.
+pub const POD_SECURITY: &str = "pod-security.kubernetes.io/enforce";
+/// The Agent Service's selector value while no revision is routed.
+pub const NO_REVISION: &str = "none";
+/// The default-deny NetworkPolicy's name.
+pub const DEFAULT_DENY: &str = "occ-default-deny";
+/// The port every harness listens on (harness image contract).
+pub const HARNESS_PORT: u16 = 8080;
+/// Where the audience-scoped projected token is mounted.
+pub const TOKEN_DIR: &str = "/var/run/secrets/occ";
+/// The largest admitted document passed to a workload.
+pub const DOCUMENT_LIMIT: usize = 256 * 1024;
+
+/// The ownership labels of every object of one installation and Namespace.
+pub fn base_labels(installation_id: &str, namespace_id: &str) -> Map<String, Value> {
+    let mut labels = Map::new();
+    labels.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
+    labels.insert(
+        LABEL_INSTALLATION.into(),
+        names::label_value(installation_id).into(),
+    );
+    labels.insert(
+        LABEL_NAMESPACE.into(),
+        names::label_value(namespace_id).into(),
+    );
+    labels
+}
+
+/// The labels of an Agent's objects.
+pub fn agent_labels(agent: &AgentSpec) -> Map<String, Value> {
+    let mut labels = base_labels(&agent.installation_id, &agent.namespace_id);
+    labels.insert(
+        LABEL_AGENT.into(),
+        names::label_value(&agent.agent_id).into(),
+    );
+    labels
+}
+
+/// The labels of a revision's Pods; the Agent Service selects on agent and revision.
+pub fn revision_labels(revision: &RevisionSpec) -> Map<String, Value> {
+    let mut labels = agent_labels(&agent_of(revision));
+    labels.insert(
+        LABEL_REVISION.into(),
+        names::label_value(&revision.revision_id).into(),
+    );
+    labels
+}
+
+/// The Agent a revision belongs to.
+pub fn agent_of(revision: &RevisionSpec) -> AgentSpec {
+    AgentSpec {
+        installation_id: revision.installation_id.clone(),
+        namespace_id: revision.namespace_id.clone(),
+        agent_id: revision.agent_id.clone(),
+        service_principal_id: revision.service_principal_id.clone(),
+    }
+}
+
+/// Whether an object carries this installation's ownership labels: the driver never
+/// modifies or deletes one that does not.
+pub fn owned(object: &Value, installation_id: &str) -> bool {
+    let labels = &object["metadata"]["labels"];
+    labels[LABEL_MANAGED_BY] == MANAGED_BY
+        && labels[LABEL_INSTALLATION].as_str() == Some(names::label_value(installation_id).as_str())
+}
+
+/// Stamps `object` with the hash of its content (labels, spec) under `SPEC_HASH`.
+pub fn stamp(mut object: Value) -> Value {
+    let digest = Sha256::digest(object.to_string().as_bytes());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    object["metadata"]["annotations"][SPEC_HASH] = hash.into();
+    object
+}
+
+/// The hash an object was stamped with.
+pub fn stamped(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"][SPEC_HASH].as_str()
+}
+
+/// A namespace the driver creates.
+pub fn namespace(spec: &NamespaceSpec, name: &str) -> Value {
+    let mut labels = base_labels(&spec.installation_id, &spec.namespace_id);
+    labels.insert(POD_SECURITY.into(), "restricted".into());
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+}
+
+/// The labels added to an adopted namespace (SPEC C3: labels only).
+pub fn adoption_labels(spec: &NamespaceSpec) -> Value {
+    Value::Object(base_labels(&spec.installation_id, &spec.namespace_id))
+}
+
+/// Default deny for ingress and egress, except DNS to the cluster's resolver (UDP and TCP
+/// 53 to `kube-system` Pods labelled `k8s-app=kube-dns`), which every runtime needs to name
+/// anything at all.
+pub fn default_deny(spec: &NamespaceSpec, namespace: &str) -> Value {
+    stamp(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": DEFAULT_DENY,
+            "namespace": namespace,
+            "labels": base_labels(&spec.installation_id, &spec.namespace_id),
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [{
+                "to": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            }],
+        },
+    }))
+}
+
+/// The Agent's dedicated ServiceAccount, named for the Agent and annotated with its service
+/// principal; it never automounts a token.
+pub fn service_account(agent: &AgentSpec, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": names::agent_object_name(&agent.agent_id),
+            "namespace": namespace,
+            "labels": agent_labels(agent),
+            "annotations": {"occ.service-principal": agent.service_principal_id},
+        },
+        "automountServiceAccountToken": false,
+    })
+}
+
+/// The Agent Service, created routing no revision.
+pub fn service(agent: &AgentSpec, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names::agent_object_name(&agent.agent_id),
+            "namespace": namespace,
+            "labels": agent_labels(agent),
+        },
+        "spec": {
+            "selector": route_selector(agent, None),
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    })
+}
+
+/// The Agent Service's selector: the Agent's Pods of `revision`, or none.
+pub fn route_selector(agent: &AgentSpec, revision: Option<&str>) -> Value {
+    json!({
+        LABEL_AGENT: names::label_value(&agent.agent_id),
+        LABEL_REVISION: revision.map_or(NO_REVISION.to_string(), names::label_value),
+    })
+}
+
+/// The Harness-only ReadWriteOnce claim of a dedicated Agent, reused by each of its revisions.
+pub fn harness_claim(agent: &AgentSpec, namespace: &str, settings: &Settings) -> Value {
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": settings.harness_claim.size}},
+    });
+    if let Some(class) = &settings.harness_claim.storage_class_name {
+        spec["storageClassName"] = class.clone().into();
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": harness_claim_name(&agent.agent_id),
+            "namespace": namespace,
+            "labels": agent_labels(agent),
+        },
+        "spec": spec,
+    })
+}
+
+pub fn harness_claim_name(agent_id: &str) -> String {
+    names::agent_object_name(&format!("{agent_id}-harness"))
+}
+
+/// The shared gateway Deployment of an embedded Agent.
+pub fn gateway_name(agent_id: &str) -> String {
+    names::agent_object_name(&format!("{agent_id}-gateway"))
+}
+
+/// The Deployment running a revision: revision-specific for a dedicated harness, the Agent's
+/// shared gateway for an embedded one. Both use the Recreate strategy (the dedicated Harness
+/// claim is ReadWriteOnce; the gateway is one per Agent).
+pub fn workload(
+    revision: &RevisionSpec,
+    namespace: &str,
+    image: &str,
+    settings: &Settings,
+) -> Result<Value, ComputeError> {
+    let dedicated = revision.harness_mode == "dedicated";
+    let agent = agent_of(revision);
+    let name = if dedicated {
+        names::revision_object_name(&revision.agent_id, revision.revision)
+    } else {
+        gateway_name(&revision.agent_id)
+    };
+    let labels = revision_labels(revision);
+    let mut selector = Map::new();
+    selector.insert(LABEL_AGENT.into(), labels[LABEL_AGENT].clone());
+    if dedicated {
+        selector.insert(LABEL_REVISION.into(), labels[LABEL_REVISION].clone());
+    }
+    let mut volumes = vec![
+        json!({"name": "tmp", "emptyDir": {}}),
+        json!({"name": "occ-token", "projected": {"sources": [{"serviceAccountToken": {
+            "audience": settings.token_audience,
+            "expirationSeconds": settings.token_expiration_seconds,
+            "path": "token",
+        }}]}}),
+    ];
+    let mut mounts = vec![
+        json!({"name": "tmp", "mountPath": "/tmp"}),
+        json!({"name": "occ-token", "mountPath": TOKEN_DIR, "readOnly": true}),
+    ];
+    if dedicated {
+        volumes.push(json!({"name": "harness", "persistentVolumeClaim": {
+            "claimName": harness_claim_name(&revision.agent_id)}}));
+        mounts.push(json!({"name": "harness", "mountPath": "/var/lib/harness"}));
+    }
+    let user = settings.run_as_user;
+    let container = json!({
+        "name": HARNESS_CONTAINER,
+        "image": image,
+        "env": env(revision, namespace)?,
+        "ports": [{"name": "http", "containerPort": HARNESS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
+        "resources": {
+            "requests": {"cpu": settings.resources.requests.cpu, "memory": settings.resources.requests.memory},
+            "limits": {"cpu": settings.resources.limits.cpu, "memory": settings.resources.limits.memory},
+        },
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": user,
+            "readOnlyRootFilesystem": true,
+            "allowPrivilegeEscalation": false,
+            "privileged": false,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "volumeMounts": mounts,
+    });
+    Ok(stamp(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels.clone()},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": names::agent_object_name(&agent.agent_id),
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": user,
+                        "runAsGroup": user,
+                        "fsGroup": user,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    })))
+}
+
+/// The harness's environment: identifiers, the admitted document, and every Secret as a
+/// `secretKeyRef` into the Agent's own namespace.
+fn env(revision: &RevisionSpec, namespace: &str) -> Result<Vec<Value>, ComputeError> {
+    let document = revision.document.to_string();
+    if document.len() > DOCUMENT_LIMIT {
+        return Err(ComputeError::permanent(
+            "REVISION_DOCUMENT_TOO_LARGE",
+            "kubernetes",
+            None,
+        ));
+    }
+    let mut env = vec![
+        json!({"name": "OCC_NAMESPACE_ID", "value": revision.namespace_id}),
+        json!({"name": "OCC_AGENT_ID", "value": revision.agent_id}),
+        json!({"name": "OCC_REVISION_ID", "value": revision.revision_id}),
+        json!({"name": "OCC_HARNESS_ID", "value": revision.harness_id}),
+        json!({"name": "OCC_HARNESS_VERSION", "value": revision.harness_version}),
+        json!({"name": "OCC_HARNESS_MODE", "value": revision.harness_mode}),
+        json!({"name": "OCC_TOKEN_FILE", "value": format!("{TOKEN_DIR}/token")}),
+        json!({"name": "OCC_AGENT_DOCUMENT", "value": document}),
+    ];
+    for secret in &revision.secrets {
+        if !is_env_name(&secret.binding) || secret.binding.starts_with("OCC_") {
+            return Err(ComputeError::permanent(
+                "SECRET_BINDING_NAME_INVALID",
+                "kubernetes",
+                None,
+            ));
+        }
+        env.push(secret_env(&secret.binding, secret, namespace)?);
+    }
+    if let Some(secret) = &revision.harness_secret {
+        env.push(secret_env("OCC_HARNESS_API_KEY", secret, namespace)?);
+    }
+    Ok(env)
+}
+
+/// One Secret as an environment variable; a backend reference outside the Agent's namespace
+/// is refused, since a Pod can only reference its own namespace's Secrets.
+fn secret_env(
+    name: &str,
+    secret: &SecretProjection,
+    namespace: &str,
+) -> Result<Value, ComputeError> {
+    let parts: Vec<&str> = secret.backend_ref.splitn(3, '/').collect();
+    match parts.as_slice() {
+        [ns, secret_name, key] if *ns == namespace => Ok(json!({
+            "name": name,
+            "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}},
+        })),
+        _ => Err(ComputeError::permanent(
+            "SECRET_REFERENCE_OUTSIDE_NAMESPACE",
+            "kubernetes",
+            None,
+        )),
+    }
+}
+
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn settings() -> Settings {
+        Settings::parse(
+            r#"{"tenantRoleBinding":"occ-tenant","tokenAudience":"occ-agent","harnesses":[
+                {"id":"codex","version":"1.0.0","mode":"dedicated","image":"registry/codex:1"}]}"#,
+        )
+        .unwrap()
+    }
+
+    fn revision() -> RevisionSpec {
+        RevisionSpec {
+            installation_id: "inst".into(),
+            namespace_id: "ns1".into(),
+            agent_id: "ag-1".into(),
+            revision_id: "rev-1".into(),
+            revision: 1,
+            service_principal_id: "sp-1".into(),
+            harness_id: "codex".into(),
+            harness_version: "1.0.0".into(),
+            harness_mode: "dedicated".into(),
+            execution_mode: "dedicated".into(),
+            document: json!({"model": "gpt"}),
+            harness_auth: Some(
+                json!({"method": "secret", "source": {"namespaceId": "ns1", "id": "key"}}),
+            ),
+            secret_bindings: json!({"TOKEN": {"namespaceId": "ns1", "id": "tok"}}),
+            secrets: vec![SecretProjection {
+                binding: "TOKEN".into(),
+                id: "tok".into(),
+                backend_ref: "occ-ns1/tok/value".into(),
+            }],
+            harness_secret: Some(SecretProjection {
+                binding: "harnessAuth".into(),
+                id: "key".into(),
+                backend_ref: "occ-ns1/openai/api-key".into(),
+            }),
+            plugin_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn workloads_are_hardened_and_reference_secrets_only() {
+        let d = workload(&revision(), "occ-ns1", "registry/codex:1", &settings()).unwrap();
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        let c = &pod["containers"][0]["securityContext"];
+        assert_eq!(c["readOnlyRootFilesystem"], true);
+        assert_eq!(c["allowPrivilegeEscalation"], false);
+        assert_eq!(c["capabilities"]["drop"], json!(["ALL"]));
+        assert!(c["runAsUser"].as_i64().unwrap() > 0);
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let token = env.iter().find(|e| e["name"] == "TOKEN").unwrap();
+        assert_eq!(
+            token["valueFrom"]["secretKeyRef"],
+            json!({"name": "tok", "key": "value"})
+        );
+        assert!(token.get("value").is_none());
+        let projected = &pod["volumes"][1]["projected"]["sources"][0]["serviceAccountToken"];
+        assert_eq!(projected["audience"], "occ-agent");
+        assert!(projected["expirationSeconds"].as_u64().unwrap() >= 600);
+        assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+        assert!(stamped(&d).is_some());
+    }
+
+    #[test]
+    fn a_secret_outside_the_agents_namespace_is_refused() {
+        let mut r = revision();
+        r.secrets[0].backend_ref = "kube-system/tok/value".into();
+        let e = workload(&r, "occ-ns1", "img", &settings()).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            &crate::compute::ComputeErrorKind::Permanent(
+                "SECRET_REFERENCE_OUTSIDE_NAMESPACE".into()
+            )
+        );
+    }
+
+    #[test]
+    fn ownership_needs_both_labels() {
+        let ns = namespace(
+            &NamespaceSpec {
+                installation_id: "inst".into(),
+                namespace_id: "ns1".into(),
+                name: "n".into(),
+                existing_namespace: None,
+            },
+            "occ-ns1",
+        );
+        assert!(owned(&ns, "inst"));
+        assert!(!owned(&ns, "other"));
+        assert!(!owned(&json!({"metadata": {}}), "inst"));
+    }
+}
