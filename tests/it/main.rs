@@ -9,6 +9,7 @@ mod docker_fake;
 mod docker_proxy;
 mod e2e;
 mod iam;
+mod kube_e2e;
 mod kube_fake;
 mod kube_fake_tests;
 mod lanes;

@@ -1,0 +1,296 @@
+//! End to end on Kubernetes: two `occ-worker run` processes with the Kubernetes Compute
+//! Driver against the API server fake over TLS (SPEC C3, N1-N5, A1, A2, R1-R9).
+//!
+//! Namespaces are created and become ready once the operator's tenant RoleBinding exists;
+//! Agents get two revisions each (dedicated and embedded), the second replacing the first;
+//! then every Agent is stopped and deleted and every Namespace deleted. At the end nothing the
+//! driver created is left in the fake, and every activated revision has exactly one
+//! activation audit.
+
+use crate::agent::create_agent;
+use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::support::{scalar, wait_for, worker_command, Env, TestDb, WorkerProcess};
+use occ_worker::compute::kubernetes::names;
+use postgres::Client;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The driver file every test here uses (the README's example, with test images).
+pub const DRIVER_FILE: &str = r#"{
+  "tenantRoleBinding": "occ-tenant",
+  "tokenAudience": "occ-agent",
+  "harnesses": [
+    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
+    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
+  ]
+}"#;
+
+/// A fresh directory for one test's kubeconfig and driver file.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "occ-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The environment of a Kubernetes worker process on `db` against `fake`.
+pub fn kube_env(db: &TestDb, fake: &KubeFake, dir: &Path, concurrency: usize) -> Env {
+    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
+    let driver = dir.join("driver.json");
+    std::fs::write(&driver, DRIVER_FILE).unwrap();
+    vec![
+        ("OCC_DATABASE_URL", db.url.clone()),
+        ("OCC_COMPUTE_DRIVER", "kubernetes".into()),
+        ("OCC_KUBERNETES_CONFIG", driver.display().to_string()),
+        ("KUBECONFIG", kubeconfig.display().to_string()),
+        ("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0".into()),
+        ("OCC_WORKER_DB_TIMEOUT_MS", "5000".into()),
+        ("OCC_WORKER_CONCURRENCY", concurrency.to_string()),
+        ("OCC_WORKER_POLL_INTERVAL_MS", "100".into()),
+    ]
+}
+
+/// The Kubernetes namespace name of a Namespace id (the default prefix).
+pub fn k8s_namespace(id: &str) -> String {
+    names::namespace_name("occ-", id)
+}
+
+/// Creates `count` Namespaces and, once the worker has created each Kubernetes namespace,
+/// the operator's tenant RoleBinding in it; returns the Namespace ids once all are ready.
+pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..count)
+        .map(|i| {
+            let v: Value = c
+                .query_one(
+                    "SELECT occ.namespace_create('admin', $1)",
+                    &[&format!("team-{i}")],
+                )
+                .unwrap()
+                .get(0);
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let mut bound = vec![false; count];
+    wait_for("tenant namespaces created", Duration::from_secs(120), || {
+        for (i, id) in ids.iter().enumerate() {
+            let name = k8s_namespace(id);
+            if !bound[i] && fake.get(&format!("/api/v1/namespaces/{name}")).is_some() {
+                fake.put_object(
+                    &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
+                    json!({
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "RoleBinding",
+                        "metadata": {"name": "occ-tenant", "namespace": name},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                        "subjects": [{"kind": "Group", "name": format!("tenant:{id}")}],
+                    }),
+                );
+                bound[i] = true;
+            }
+        }
+        bound.iter().all(|b| *b)
+    });
+    wait_for("namespaces ready", Duration::from_secs(120), || {
+        let ready: i64 = scalar(
+            c,
+            "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
+        );
+        ready == count as i64
+    });
+    for id in &ids {
+        c.execute(
+            "SELECT occ.configuration_put($1, 'cfg', '{\"model\": \"m\"}', 'admin')",
+            &[id],
+        )
+        .unwrap();
+        c.execute(
+            "SELECT occ.secret_create($1, 'key', $2, 'admin')",
+            &[id, &format!("{}/keys/api", k8s_namespace(id))],
+        )
+        .unwrap();
+    }
+    ids
+}
+
+/// Admits a deployment on the Kubernetes Compute; returns the revision id.
+pub fn deploy(c: &mut Client, ns: &str, agent: &str, harness: &str, mode: &str) -> String {
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
+            &[&ns, &agent, &harness, &mode],
+        )
+        .unwrap()
+        .get(0);
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+/// Objects the driver created that the fake still holds, by resource.
+pub fn leftovers(fake: &KubeFake) -> Vec<String> {
+    let mut left = Vec::new();
+    for kind in [
+        "namespaces",
+        "networkpolicies",
+        "serviceaccounts",
+        "services",
+        "persistentvolumeclaims",
+        "deployments",
+        "replicasets",
+        "pods",
+    ] {
+        for o in fake.objects(kind) {
+            let labels = &o["metadata"]["labels"];
+            if labels["app.kubernetes.io/managed-by"] == "occ-worker"
+                || labels.get("occ.agent").is_some()
+            {
+                left.push(format!("{kind}/{}", o["metadata"]["name"]));
+            }
+        }
+    }
+    left
+}
+
+fn all_done(c: &mut Client, prefix: &str) -> bool {
+    let open: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
+            &[&format!("{prefix}%")],
+        )
+        .unwrap()
+        .get(0);
+    open == 0
+}
+
+#[test]
+fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
+    const NAMESPACES: usize = 20;
+    const AGENTS: usize = 50;
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(50),
+        terminating_for: Duration::from_millis(200),
+        ..FakeOptions::default()
+    });
+    let dir = scratch("kube-e2e");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 4);
+    let workers: Vec<WorkerProcess> = (0..2)
+        .map(|_| WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap()))
+        .collect();
+    let mut c = db.client();
+    let namespaces = ready_namespaces(&mut c, &fake, NAMESPACES);
+
+    // Two revisions each, the second admitted once the first is active.
+    let agents: Vec<(String, String, &str, &str)> = (0..AGENTS)
+        .map(|i| {
+            let ns = namespaces[i % NAMESPACES].clone();
+            let (agent, _) = create_agent(&mut c, &ns, &format!("a{i}"));
+            let (harness, mode) = if i % 2 == 0 {
+                ("codex", "dedicated")
+            } else {
+                ("openclaw", "embedded")
+            };
+            (ns, agent, harness, mode)
+        })
+        .collect();
+    let first: Vec<String> = agents
+        .iter()
+        .map(|(ns, agent, h, m)| deploy(&mut c, ns, agent, h, m))
+        .collect();
+    wait_for("first revisions active", Duration::from_secs(240), || {
+        all_done(&mut c, "agent_revision:")
+    });
+    let active_first: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.agents a JOIN occ.agent_revisions r ON r.id = a.active_revision_id WHERE r.revision = 1",
+    );
+    assert_eq!(active_first, AGENTS as i64, "every first revision active");
+    let second: Vec<String> = agents
+        .iter()
+        .map(|(ns, agent, h, m)| deploy(&mut c, ns, agent, h, m))
+        .collect();
+    wait_for("second revisions active", Duration::from_secs(240), || {
+        all_done(&mut c, "agent_revision:")
+    });
+    for rev in &second {
+        let active: i64 = c
+            .query_one(
+                "SELECT count(*) FROM occ.agents WHERE active_revision_id = $1",
+                &[rev],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(active, 1, "revision {rev} replaced its predecessor");
+    }
+    // Exactly one activation audit per activated revision.
+    let audits: Vec<(String, i64)> = c
+        .query(
+            "SELECT resource_id, count(*) FROM occ.audit_events
+             WHERE action = 'openclaw.agents.lifecycle.activate' GROUP BY resource_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(audits.iter().all(|(_, n)| *n == 1), "{audits:?}");
+    assert_eq!(audits.len(), first.len() + second.len());
+    // The embedded Agents share one gateway; the dedicated ones have a Deployment per live
+    // revision (the first is retired).
+    let deployments = fake.objects("deployments").len();
+    assert_eq!(deployments, AGENTS, "one workload per Agent after replacement");
+
+    for (ns, agent, _, _) in &agents {
+        c.execute("SELECT occ.agent_stop($1, $2, 'admin')", &[ns, agent])
+            .unwrap();
+    }
+    wait_for("agents stopped", Duration::from_secs(240), || {
+        all_done(&mut c, "agent:")
+    });
+    let stopped: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE 'agent:%:stop:%' AND reason_code = 'AGENT_STOPPED'",
+    );
+    assert_eq!(stopped, AGENTS as i64);
+    let pods = fake
+        .objects("pods")
+        .iter()
+        .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+        .count();
+    assert_eq!(pods, 0, "a stopped Agent runs no Pod");
+
+    for (ns, agent, _, _) in &agents {
+        c.execute("SELECT occ.agent_delete($1, $2, 'admin')", &[ns, agent])
+            .unwrap();
+    }
+    wait_for("agents deleted", Duration::from_secs(240), || {
+        scalar::<i64>(&mut c, "SELECT count(*) FROM occ.agents") == 0
+    });
+    for ns in &namespaces {
+        c.execute("SELECT occ.namespace_delete('admin', $1)", &[ns])
+            .unwrap();
+    }
+    wait_for("namespaces deleted", Duration::from_secs(240), || {
+        scalar::<i64>(&mut c, "SELECT count(*) FROM occ.namespaces") == 0
+    });
+    let failed: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE state = 'failed_permanent'",
+    );
+    assert_eq!(failed, 0);
+    wait_for("nothing left in the cluster", Duration::from_secs(30), || {
+        leftovers(&fake).is_empty()
+    });
+    for w in workers {
+        w.signal("TERM");
+        let (status, stderr) = w.wait(Duration::from_secs(30));
+        assert!(status.success(), "worker exit {status:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
