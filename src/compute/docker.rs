@@ -3,21 +3,29 @@
 //!
 //! This module owns what a Namespace is on Docker (a bridge network named
 //! `occ-<installation>-<namespace>`, labelled `occ.managed-by`, `occ.installation` and
-//! `occ.namespace`, on a subnet the driver picks itself from its `SubnetPool`, never from the
-//! daemon's default pools), its deletion (every container and network labelled with the
-//! Namespace, reported pending until none is left), API version negotiation (`GET /_ping`, capped at
+//! `occ.namespace`, on a subnet of the driver's own `SubnetPool`, never from the daemon's
+//! default pools), its deletion (every container and network labelled with the Namespace,
+//! reported pending until none is left), API version negotiation (`GET /_ping`, capped at
 //! 1.41) and the mapping of Docker answers to typed `ComputeError`s. Agent deployment is
 //! refused with `HARNESS_BINDING_UNSUPPORTED`.
 //!
+//! Subnets are shared by every creator on the Engine, so the driver never picks one on its
+//! own: it reserves it in the `SubnetLedger` it is given (PostgreSQL, claim-fenced, when the
+//! reconciler calls; its process-local `MemoryLedger` otherwise) before it posts the network,
+//! and moves the reservation past subnets the daemon refuses as taken by networks the ledger
+//! does not know. Names and labels are per Namespace, so they cannot collide between
+//! Namespaces; two passes of one Namespace racing on its name meet at 409 and both accept the
+//! network only once it carries our labels.
+//!
 //! It must never touch anything it cannot prove it owns (deletion goes by labels, never by
 //! name), never block past the pass's lease (every request checks the cancel token first and
-//! is bounded by `min(30 s, cancel.remaining())`), and never log or embed Docker's response
-//! bodies: errors carry codes, classes and HTTP statuses only.
+//! is bounded by `min(30 s, cancel.remaining())`), never talk to the database other than
+//! through the ledger, and never log or embed Docker's response bodies: errors carry codes,
+//! classes and HTTP statuses only.
 
-mod subnet;
 mod unix;
 
-pub use subnet::{Ipv4Cidr, SubnetPool, SubnetPoolError};
+pub use super::subnet::{Ipv4Cidr, MemoryLedger, SubnetPool, SubnetPoolError};
 
 use super::*;
 use serde::de::DeserializeOwned;
@@ -37,8 +45,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// The URI authority; the connector ignores it and always dials the socket.
 const BASE_URL: &str = "http://docker";
-/// How many subnets one `ensure_namespace` tries when concurrent creators keep taking them.
+/// How many subnets one `ensure_namespace` posts when foreign creators keep taking them; then
+/// the pass reports `NAMESPACE_SUBNET_CONTENDED` (pending, no attempt spent).
 const SUBNET_ATTEMPTS: usize = 8;
+/// The pending reason of a pass whose every subnet was taken by foreign creators meanwhile.
+pub const SUBNET_CONTENDED: &str = "NAMESPACE_SUBNET_CONTENDED";
 
 const LABEL_MANAGED_BY: &str = "occ.managed-by";
 const LABEL_INSTALLATION: &str = "occ.installation";
@@ -54,6 +65,8 @@ pub struct DockerDriver {
     api_prefix: OnceLock<String>,
     /// Where Namespace networks get their subnets.
     subnet_pool: SubnetPool,
+    /// Reservations of `ensure_namespace` calls made without a ledger (no database).
+    local_ledger: MemoryLedger,
 }
 
 /// One answer from the daemon, body read in full (never logged).
@@ -113,8 +126,16 @@ impl NetworkInfo {
 enum Created {
     /// Created, or a network of that name already exists (409).
     Done,
-    /// The daemon refused the subnet as taken, with this status.
-    SubnetTaken(u16),
+    /// The daemon refused the subnet as taken.
+    SubnetTaken,
+}
+
+/// What became of `create_network`.
+enum Placement {
+    /// The network exists (created now, or by a concurrent pass of the same Namespace).
+    Created,
+    /// Every subnet tried was taken by networks the ledger does not know: try again later.
+    Contended,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +166,7 @@ impl DockerDriver {
             agent: ureq::Agent::with_parts(config, connector, unix::NoResolver),
             api_prefix: OnceLock::new(),
             subnet_pool: SubnetPool::default(),
+            local_ledger: MemoryLedger::default(),
         })
     }
 
@@ -263,39 +285,46 @@ impl DockerDriver {
         }
     }
 
-    /// Creates the Namespace's network on the first free subnet of the pool; `Ok` also when
-    /// it already exists (409).
+    /// Creates the Namespace's network on the subnet reserved for it in `ledger`; `Created`
+    /// also when it already exists (409).
     ///
-    /// Expected flow: list every network's subnets, pick the pool's first subnet overlapping
-    /// none of them, create. A concurrent creator may take that subnet between the list and the
-    /// create: the daemon refuses it, and the driver lists again and tries the next free one
-    /// (never one refused in this call), at most `SUBNET_ATTEMPTS` times.
-    /// Errors: a pool with no free subnet is `NAMESPACE_SUBNET_POOL_EXHAUSTED`; running out of
-    /// attempts is retryable (`docker_subnet`, with the last refusal's status).
+    /// Expected flow: reserve (the Namespace's existing reservation, else the lowest free
+    /// subnet), post. The ledger keeps our own creators apart, so a refusal means a network
+    /// the ledger does not know (another project, another installation on the Engine) holds
+    /// the subnet: list the daemon's subnets inside the pool, reserve again avoiding them and
+    /// every refused one (the reservation moves), post again, at most `SUBNET_ATTEMPTS` posts.
+    /// Guarantees: nothing is posted on a subnet the ledger did not reserve for this Namespace.
+    /// Errors: a pool with no free subnet is `NAMESPACE_SUBNET_POOL_EXHAUSTED`; an unavailable
+    /// ledger is transient (`subnet_ledger`, the reconciler reports the ledger's own error);
+    /// refusals beyond the attempts are `Contended`, never an error.
     fn create_network(
         &self,
         api: &str,
         name: &str,
         namespace: &NamespaceSpec,
+        ledger: &dyn SubnetLedger,
         cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
+    ) -> Result<Placement, ComputeError> {
+        let mut avoid: Vec<Ipv4Cidr> = Vec::new();
         let mut refused: Vec<Ipv4Cidr> = Vec::new();
-        let mut last_status = None;
         for _ in 0..SUBNET_ATTEMPTS {
-            let mut taken = self.subnets_in_use(api, cancel)?;
-            taken.extend_from_slice(&refused);
-            let subnet = self.subnet_pool.first_free(&taken).ok_or_else(|| {
-                ComputeError::permanent("NAMESPACE_SUBNET_POOL_EXHAUSTED", "docker", None)
-            })?;
+            let subnet = ledger
+                .reserve(&self.subnet_pool, &avoid)
+                .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?
+                .ok_or_else(|| {
+                    ComputeError::permanent("NAMESPACE_SUBNET_POOL_EXHAUSTED", "docker", None)
+                })?;
             match self.post_network(api, name, namespace, subnet, cancel)? {
-                Created::Done => return Ok(()),
-                Created::SubnetTaken(status) => {
+                Created::Done => return Ok(Placement::Created),
+                Created::SubnetTaken => {
                     refused.push(subnet);
-                    last_status = Some(status);
+                    avoid = self.subnets_in_use(api, cancel)?;
+                    avoid.retain(|s| s.overlaps(self.subnet_pool.network()));
+                    avoid.extend_from_slice(&refused);
                 }
             }
         }
-        Err(ComputeError::retryable("docker_subnet", last_status))
+        Ok(Placement::Contended)
     }
 
     /// `POST /networks/create` for the Namespace's bridge on `subnet`.
@@ -325,7 +354,7 @@ impl DockerDriver {
         match reply.status {
             409 => Ok(Created::Done),
             _ if reply.is_success() => Ok(Created::Done),
-            status if is_subnet_taken(&reply) => Ok(Created::SubnetTaken(status)),
+            _ if is_subnet_taken(&reply) => Ok(Created::SubnetTaken),
             status => Err(rejected(status)),
         }
     }
@@ -443,15 +472,29 @@ impl ComputeDriver for DockerDriver {
         Ok(Vec::new())
     }
 
-    /// Expected flow: inspect the network by name; create it if absent, on a free subnet of
-    /// the pool (409 = a concurrent create won); inspect again. Guarantees: `complete` only
-    /// once a network of that name carries all three of our labels; an existing network keeps
-    /// whatever subnet it has. Errors: a same-named network without our labels is
-    /// `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace) is
-    /// `EXISTING_NAMESPACE_UNSUPPORTED`; a full pool is `NAMESPACE_SUBNET_POOL_EXHAUSTED`.
+    /// Without a ledger from the caller, reservations are this driver's process-local
+    /// `MemoryLedger`: fine for one process, never for several workers.
     fn ensure_namespace(
         &self,
         namespace: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let ledger = self.local_ledger.namespace(&namespace.namespace_id);
+        self.ensure_namespace_reserving(namespace, &ledger, cancel)
+    }
+
+    /// Expected flow: inspect the network by name; if absent, create it on the subnet
+    /// reserved in `ledger` (`create_network`; 409 = a concurrent pass of this Namespace won);
+    /// inspect again. Guarantees: `complete` only once a network of that name carries all
+    /// three of our labels; an existing network keeps whatever subnet it has; no subnet is
+    /// posted without a reservation. Subnets taken by foreign networks on every try: pending
+    /// `NAMESPACE_SUBNET_CONTENDED` (never a failure). Errors: a same-named network without
+    /// our labels is `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace)
+    /// is `EXISTING_NAMESPACE_UNSUPPORTED`; a full pool is `NAMESPACE_SUBNET_POOL_EXHAUSTED`.
+    fn ensure_namespace_reserving(
+        &self,
+        namespace: &NamespaceSpec,
+        ledger: &dyn SubnetLedger,
         cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
         if namespace.existing_namespace.is_some() {
@@ -465,12 +508,21 @@ impl ComputeDriver for DockerDriver {
         let name = network_name(namespace);
         let network = match self.inspect_network(&api, &name, cancel)? {
             Some(network) => network,
-            None => {
-                self.create_network(&api, &name, namespace, cancel)?;
-                // Gone again between create and inspect: someone is deleting it; try later.
-                self.inspect_network(&api, &name, cancel)?
-                    .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))?
-            }
+            None => match self.create_network(&api, &name, namespace, ledger, cancel)? {
+                Placement::Created => {
+                    // Gone again between create and inspect: someone is deleting it; try later.
+                    self.inspect_network(&api, &name, cancel)?
+                        .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))?
+                }
+                Placement::Contended => {
+                    return Ok(NamespaceObservation {
+                        namespace_id: namespace.namespace_id.clone(),
+                        complete: false,
+                        failure: None,
+                        pending_reason: Some(SUBNET_CONTENDED.to_string()),
+                    })
+                }
+            },
         };
         if network.name != name || !is_ours(&network, namespace) {
             return Err(ComputeError::permanent(
@@ -518,6 +570,10 @@ impl ComputeDriver for DockerDriver {
         } else {
             None
         };
+        if pending_reason.is_none() {
+            // Callers with a database release their reservation with the tombstone.
+            self.local_ledger.release(id);
+        }
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
             complete: pending_reason.is_none(),

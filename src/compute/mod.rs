@@ -1,11 +1,16 @@
 //! The Compute Driver contract (SPEC C1): what a reconciler may ask of the infrastructure.
 //!
 //! This module owns the trait, the specs passed to drivers, the observations they return and
-//! the typed errors they raise. It never talks to the database. Drivers live in submodules;
-//! nothing outside `compute/` opens a socket to infrastructure.
+//! the typed errors they raise. It never talks to the database: a driver that must reserve
+//! addresses before it creates a Namespace (Docker subnets) does so through the
+//! `subnet::SubnetLedger` the reconciler hands it. Drivers live in submodules; nothing outside
+//! `compute/` opens a socket to infrastructure.
 
 pub mod docker;
 pub mod kubernetes;
+pub mod subnet;
+
+pub use subnet::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
 
 use crate::cancel::{CancelToken, Cancelled};
 use serde::Serialize;
@@ -337,6 +342,20 @@ pub trait ComputeDriver: Send + Sync {
         namespace: &NamespaceSpec,
         cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError>;
+    /// `ensure_namespace` with the claim-fenced `ledger` in which the driver reserves the
+    /// Namespace's subnet before creating anything on it; the Namespace reconciler always calls
+    /// this one. Drivers that pick no shared address themselves keep this default, which
+    /// ignores the ledger. `LedgerUnavailable` from the ledger must end the call with an error:
+    /// the reconciler reports the ledger's own error instead.
+    fn ensure_namespace_reserving(
+        &self,
+        namespace: &NamespaceSpec,
+        ledger: &dyn SubnetLedger,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let _ = ledger;
+        self.ensure_namespace(namespace, cancel)
+    }
     /// Deletes the Namespace and everything it owns; `complete` once all of it is gone.
     fn delete_namespace(
         &self,

@@ -24,6 +24,7 @@ pub mod agent;
 pub mod namespace;
 pub mod probe;
 pub mod revision;
+pub mod subnets;
 
 /// Everything a pass may use, shared by every worker thread.
 pub struct Context {

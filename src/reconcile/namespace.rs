@@ -16,15 +16,19 @@
 //!    decision; delete needs `delete` on the Namespace. Otherwise permanent
 //!    `AUTHORIZATION_DENIED`. A denial is audited (`authorization_denial`) and makes no
 //!    Compute call.
-//! 3. Renew the claim, then `ensure_namespace` / `delete_namespace` under the pass's
-//!    cancellation token. A mismatched observation is permanent `INVALID_DRIVER_OBSERVATION`.
+//! 3. Renew the claim, then `ensure_namespace_reserving` / `delete_namespace` under the pass's
+//!    cancellation token. Ensure hands the driver a `subnets::FencedSubnetLedger`: a driver
+//!    that picks a shared subnet (Docker) reserves it in `occ.docker_subnets`, claim-fenced,
+//!    before creating anything on it. A mismatched observation is permanent
+//!    `INVALID_DRIVER_OBSERVATION`.
 //! 4. Complete without failure: success `NAMESPACE_RECONCILED`. Retryable failure: retry.
 //!    Permanent failure: permanent. Otherwise pending `NAMESPACE_INCOMPLETE`, rechecked after
 //!    `min(5 s, max(500 ms, age/40))`.
 //! 5. `publish`, inside the claim-fenced finalizing transaction, locks the Namespace and, only
 //!    if it is still in the expected status: ensure success → `ready`; ensure permanent
 //!    (including exhausted attempts and `CONVERGENCE_DEADLINE_EXCEEDED`) → `failed`; delete
-//!    success → tombstone and remove every IAM binding and restriction scoped to it. It writes
+//!    success → tombstone, remove every IAM binding and restriction scoped to it and release
+//!    its subnet reservation. It writes
 //!    the lifecycle audit (`openclaw.namespaces.lifecycle.ensure` / `.delete`) or the denial.
 //!
 //! # Guarantees
@@ -32,6 +36,10 @@
 //! - No Compute call happens for a superseded, revoked or denied pass.
 //! - Lifecycle status, tombstone, IAM cleanup, audit and the queue transition commit together
 //!   or not at all: a stale claim changes nothing (Q6).
+//! - Two passes, in any processes, never reserve overlapping subnets; a pass that died
+//!   between reserving and creating leaves a reservation the next pass reuses; a subnet
+//!   contended by foreign networks is pending (`pendingReason` `NAMESPACE_SUBNET_CONTENDED`,
+//!   no attempt spent), never a failure.
 //! - A pending observation is audited once per distinct observation: a pass whose
 //!   observation equals the work's latest audit row writes neither an audit row nor attempt
 //!   evidence. The comparison reads the database, so it survives restarts.
@@ -50,10 +58,12 @@
 //!   spent) until the convergence deadline; a retryable one is retry `DEPENDENCY_UNAVAILABLE`;
 //!   a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
 //!   is not a bounded token).
-//! - A cancelled Compute call or a lost renewal returns the error: the claim is gone and
-//!   nothing is published.
+//! - A cancelled Compute call, a lost renewal or a subnet reservation that found its claim
+//!   gone returns the error: the claim is gone and nothing is published. A reservation's
+//!   database error is returned in place of the driver's answer.
 //! - Database errors return the error; the runtime turns them into a retry.
 
+use super::subnets::FencedSubnetLedger;
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
@@ -261,7 +271,14 @@ impl Reconciler for NamespaceReconciler {
         };
         let compute = &pass.ctx.compute;
         let answer = match target {
-            Target::Ready => compute.ensure_namespace(&spec, pass.cancel()),
+            Target::Ready => {
+                let ledger = FencedSubnetLedger::new(pass, &namespace.id);
+                let answer = compute.ensure_namespace_reserving(&spec, &ledger, pass.cancel());
+                if let Some(failure) = ledger.take_failure() {
+                    return Err(failure);
+                }
+                answer
+            }
             Target::Deleted => compute.delete_namespace(&spec, pass.cancel()),
         };
         let observation = match answer {
@@ -364,6 +381,7 @@ impl Reconciler for NamespaceReconciler {
         }
 
         let mut removed = None;
+        let mut released = None;
         match (target, report.outcome) {
             (Target::Ready, Outcome::Success) => {
                 tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
@@ -380,6 +398,7 @@ impl Reconciler for NamespaceReconciler {
                     )));
                 }
                 removed = Some(row.get::<_, Value>(1));
+                released = Some(row.get::<_, Vec<String>>(2));
             }
             _ => {}
         }
@@ -414,6 +433,9 @@ impl Reconciler for NamespaceReconciler {
         }
         if let Some(removed) = removed {
             details["removedPolicy"] = removed;
+        }
+        if let Some(released) = released {
+            details["releasedSubnets"] = json!(released);
         }
         if let Some(data) = &report.result_data {
             details["result"] = data.clone();

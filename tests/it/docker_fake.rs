@@ -255,7 +255,6 @@ fn api_version_is_capped_at_1_41_and_cached() {
     let fake = FakeDocker::start(vec![
         ping("1.45"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step("GET", "/v1.41/networks", 200, "[]"),
         create("\"172.16.0.0/24\"", 201, r#"{"Id":"n1"}"#),
         step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
         step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
@@ -417,8 +416,7 @@ fn other_client_errors_are_rejected_requests() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step("GET", "/v1.41/networks", 200, LISTING),
-        create("172.16.1.0/24", 400, r#"{"message":"invalid name"}"#),
+        create("172.16.0.0/24", 400, r#"{"message":"invalid name"}"#),
     ]);
     let e = fake
         .driver()
@@ -459,20 +457,22 @@ fn failing_ping_fails_preflight_as_unavailable() {
     fake.finish();
 }
 
+/// C2: the driver posts the subnet its ledger reserved without listing first; a refusal means
+/// a network the ledger does not know holds it, so the driver lists the daemon's subnets and
+/// reserves past them and past every refused one.
 #[test]
-fn a_subnet_taken_concurrently_is_skipped_for_the_next_free_one() {
+fn a_subnet_taken_by_a_foreign_network_is_skipped_for_the_next_free_one() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step("GET", "/v1.41/networks", 200, LISTING),
         // Engine 20.10 refuses an overlapping subnet with 403 ...
-        create("{\"Subnet\":\"172.16.1.0/24\"}", 403, OVERLAP),
-        // ... which the listing may not show yet: the refused subnet is not asked for again.
+        create("{\"Subnet\":\"172.16.0.0/24\"}", 403, OVERLAP),
         step("GET", "/v1.41/networks", 200, LISTING),
-        // Other daemons answer 400 with the same phrase.
-        create("{\"Subnet\":\"172.16.2.0/24\"}", 400, OVERLAP),
+        // ... other daemons answer 400 with the same phrase; the listing may not show the
+        // network yet: the refused subnet is not asked for again.
+        create("{\"Subnet\":\"172.16.1.0/24\"}", 400, OVERLAP),
         step("GET", "/v1.41/networks", 200, LISTING),
-        create("{\"Subnet\":\"172.16.3.0/24\"}", 201, r#"{"Id":"n1"}"#),
+        create("{\"Subnet\":\"172.16.2.0/24\"}", 201, r#"{"Id":"n1"}"#),
         step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
     ]);
     let observed = fake
@@ -488,6 +488,7 @@ fn subnets_come_from_the_configured_pool() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        create("{\"Subnet\":\"10.9.0.0/28\"}", 403, OVERLAP),
         step(
             "GET",
             "/v1.41/networks",
@@ -508,10 +509,11 @@ fn subnets_come_from_the_configured_pool() {
 }
 
 #[test]
-fn a_full_subnet_pool_is_exhausted_for_good_without_a_create() {
+fn a_pool_covered_by_foreign_networks_is_exhausted_for_good() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        create("10.9.0.0/24", 403, OVERLAP),
         step(
             "GET",
             "/v1.41/networks",
@@ -534,7 +536,6 @@ fn a_pool_used_up_by_refusals_is_exhausted_too() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-        step("GET", "/v1.41/networks", 200, "[]"),
         create("10.9.0.0/24", 403, OVERLAP),
         step("GET", "/v1.41/networks", 200, "[]"),
         create("10.9.1.0/24", 403, OVERLAP),
@@ -550,9 +551,16 @@ fn a_pool_used_up_by_refusals_is_exhausted_too() {
     fake.finish();
 }
 
+/// C2, N3: contention is never a failure. Eight refused subnets in one pass end it pending
+/// `NAMESPACE_SUBNET_CONTENDED` (the reconciler defers, refunding the attempt).
 #[test]
-fn endless_subnet_refusals_end_in_a_retryable_error() {
-    const SUBNETS: [&str; 8] = [
+fn endless_subnet_refusals_end_pending_as_contended_not_failed() {
+    let mut steps = vec![
+        ping("1.41"),
+        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+    ];
+    for subnet in [
+        "172.16.0.0/24",
         "172.16.1.0/24",
         "172.16.2.0/24",
         "172.16.3.0/24",
@@ -560,24 +568,20 @@ fn endless_subnet_refusals_end_in_a_retryable_error() {
         "172.16.5.0/24",
         "172.16.6.0/24",
         "172.16.7.0/24",
-        "172.16.8.0/24",
-    ];
-    let mut steps = vec![
-        ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
-    ];
-    for subnet in SUBNETS {
-        steps.push(step("GET", "/v1.41/networks", 200, LISTING));
+    ] {
         steps.push(create(subnet, 403, OVERLAP));
+        steps.push(step("GET", "/v1.41/networks", 200, LISTING));
     }
     let fake = FakeDocker::start(steps);
-    let e = fake
+    let observed = fake
         .driver()
         .ensure_namespace(&namespace(), &CancelToken::unbounded())
-        .unwrap_err();
-    assert_eq!(e.kind(), &ComputeErrorKind::Retryable, "{e}");
-    assert_eq!(e.class(), "docker_subnet");
-    assert_eq!(e.status(), Some(403));
-    assert!(!e.to_string().contains("overlaps"), "{e}");
+        .expect("contention is an observation, not an error");
+    assert!(!observed.complete);
+    assert_eq!(observed.failure, None);
+    assert_eq!(
+        observed.pending_reason.as_deref(),
+        Some("NAMESPACE_SUBNET_CONTENDED")
+    );
     fake.finish();
 }

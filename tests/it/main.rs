@@ -7,6 +7,7 @@ mod conventions;
 mod docker;
 mod docker_fake;
 mod docker_proxy;
+mod docker_subnets;
 mod e2e;
 mod iam;
 mod kube_e2e;

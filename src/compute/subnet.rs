@@ -1,11 +1,17 @@
-//! IPv4 subnet arithmetic for the Docker driver's own address pool.
+//! IPv4 subnet arithmetic for Namespace address pools, and the ledger seam through which a
+//! driver reserves a Namespace's subnet before it asks the infrastructure for it.
 //!
-//! The daemon's default address pools hold only ~31 bridge networks, so the driver gives every
-//! Namespace network an explicit subnet from a dedicated pool (`OCC_DOCKER_SUBNET_POOL`,
-//! default `172.16.0.0/16:24`: the `/24`s of `172.16.0.0/16`, outside Docker's defaults).
-//! This module owns parsing CIDRs and pools, overlap tests and the choice of the first free
-//! candidate; it is pure `std::net::Ipv4Addr` arithmetic and never talks to the daemon.
+//! The Docker daemon's default address pools hold only ~31 bridge networks, so the Docker
+//! driver gives every Namespace network an explicit subnet from a dedicated pool
+//! (`OCC_DOCKER_SUBNET_POOL`, default `172.16.0.0/16:24`: the `/24`s of `172.16.0.0/16`,
+//! outside Docker's defaults). This module owns parsing CIDRs and pools, overlap tests, the
+//! choice of the first free candidate, the `SubnetLedger` contract (implemented over
+//! PostgreSQL, claim-fenced, by `reconcile::subnets`) and `MemoryLedger`, the process-local
+//! ledger of a driver used without a database. It is pure `std::net::Ipv4Addr` arithmetic
+//! and bookkeeping: it never talks to the daemon and never to the database.
 
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -132,6 +138,21 @@ impl SubnetPool {
         })
     }
 
+    /// The pool's whole network (`172.16.0.0/16` of `172.16.0.0/16:24`).
+    pub fn network(&self) -> Ipv4Cidr {
+        self.pool
+    }
+
+    /// The prefix length of every subnet of the pool (`24` of `172.16.0.0/16:24`).
+    pub fn subnet_prefix(&self) -> u8 {
+        self.subnet_prefix
+    }
+
+    /// Whether `subnet` is exactly one of the pool's subnets.
+    pub fn contains(&self, subnet: Ipv4Cidr) -> bool {
+        subnet.prefix == self.subnet_prefix && self.pool.overlaps(subnet)
+    }
+
     /// How many subnets the pool holds.
     pub fn capacity(&self) -> u32 {
         1 << (self.subnet_prefix - self.pool.prefix)
@@ -191,6 +212,85 @@ impl FromStr for SubnetPool {
 impl fmt::Display for SubnetPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.pool, self.subnet_prefix)
+    }
+}
+
+/// Why a `SubnetLedger` could not answer. The ledger's owner keeps the underlying error (a
+/// lost claim, a database failure) and reports it itself; the driver only stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerUnavailable;
+
+/// Where a driver reserves one Namespace's subnet before it creates anything on it, so that
+/// two creators, in one process or many, never aim at the same subnet.
+///
+/// A ledger serves exactly one Namespace. Reservations are idempotent: asking again returns
+/// the Namespace's current reservation, so a pass that crashed between reserving and creating
+/// reuses it. A reservation lives until the Namespace is gone (the tombstone releases it).
+pub trait SubnetLedger {
+    /// Reserves a subnet of `pool` for the Namespace and returns it: its current reservation
+    /// if that is one of `pool`'s subnets and overlaps nothing in `avoid`; otherwise the lowest
+    /// subnet of `pool` overlapping neither another Namespace's reservation nor anything in
+    /// `avoid` (the reservation moves there). `Ok(None)`: no such subnet, the pool is
+    /// exhausted.
+    fn reserve(
+        &self,
+        pool: &SubnetPool,
+        avoid: &[Ipv4Cidr],
+    ) -> Result<Option<Ipv4Cidr>, LedgerUnavailable>;
+}
+
+/// The reservations of one process, by Namespace id: the ledger of a driver used without a
+/// database (driver tests, tools). Workers never use it: with two processes it cannot keep
+/// them apart.
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    reserved: Mutex<HashMap<String, Ipv4Cidr>>,
+}
+
+impl MemoryLedger {
+    /// The ledger of one Namespace.
+    pub fn namespace<'a>(&'a self, namespace_id: &'a str) -> MemoryNamespaceLedger<'a> {
+        MemoryNamespaceLedger {
+            ledger: self,
+            namespace_id,
+        }
+    }
+
+    /// Releases the Namespace's reservation, if any.
+    pub fn release(&self, namespace_id: &str) {
+        self.reserved.lock().remove(namespace_id);
+    }
+}
+
+/// `MemoryLedger`'s view of one Namespace.
+pub struct MemoryNamespaceLedger<'a> {
+    ledger: &'a MemoryLedger,
+    namespace_id: &'a str,
+}
+
+impl SubnetLedger for MemoryNamespaceLedger<'_> {
+    fn reserve(
+        &self,
+        pool: &SubnetPool,
+        avoid: &[Ipv4Cidr],
+    ) -> Result<Option<Ipv4Cidr>, LedgerUnavailable> {
+        let mut reserved = self.ledger.reserved.lock();
+        if let Some(current) = reserved.get(self.namespace_id) {
+            if pool.contains(*current) && !avoid.iter().any(|a| a.overlaps(*current)) {
+                return Ok(Some(*current));
+            }
+        }
+        let mut taken: Vec<Ipv4Cidr> = reserved
+            .iter()
+            .filter(|(id, _)| id.as_str() != self.namespace_id)
+            .map(|(_, subnet)| *subnet)
+            .collect();
+        taken.extend_from_slice(avoid);
+        let chosen = pool.first_free(&taken);
+        if let Some(subnet) = chosen {
+            reserved.insert(self.namespace_id.to_string(), subnet);
+        }
+        Ok(chosen)
     }
 }
 
@@ -308,5 +408,42 @@ mod tests {
             SubnetPool::default().first_free(&[cidr("172.0.0.0/8")]),
             None
         );
+    }
+
+    #[test]
+    fn memory_reservations_are_kept_moved_and_released() {
+        let pool: SubnetPool = "10.9.0.0/22:24".parse().unwrap();
+        let ledger = MemoryLedger::default();
+        let a = ledger.namespace("a");
+        let b = ledger.namespace("b");
+        assert_eq!(a.reserve(&pool, &[]), Ok(Some(cidr("10.9.0.0/24"))));
+        // Asking again reuses the reservation; another Namespace gets another subnet.
+        assert_eq!(a.reserve(&pool, &[]), Ok(Some(cidr("10.9.0.0/24"))));
+        assert_eq!(b.reserve(&pool, &[]), Ok(Some(cidr("10.9.1.0/24"))));
+        // A reservation overlapping something to avoid moves past it and past b's.
+        assert_eq!(
+            a.reserve(&pool, &[cidr("10.9.0.128/25")]),
+            Ok(Some(cidr("10.9.2.0/24")))
+        );
+        // A reservation outside a changed pool moves into it.
+        let other: SubnetPool = "10.10.0.0/23:24".parse().unwrap();
+        assert_eq!(b.reserve(&other, &[]), Ok(Some(cidr("10.10.0.0/24"))));
+        ledger.release("a");
+        assert_eq!(
+            ledger.namespace("c").reserve(&pool, &[]),
+            Ok(Some(cidr("10.9.0.0/24")))
+        );
+        let tiny: SubnetPool = "10.10.0.0/24:24".parse().unwrap();
+        assert_eq!(ledger.namespace("d").reserve(&tiny, &[]), Ok(None));
+    }
+
+    #[test]
+    fn pools_know_their_own_subnets() {
+        let pool: SubnetPool = "10.9.0.0/22:24".parse().unwrap();
+        assert_eq!(pool.network(), cidr("10.9.0.0/22"));
+        assert_eq!(pool.subnet_prefix(), 24);
+        assert!(pool.contains(cidr("10.9.3.0/24")));
+        assert!(!pool.contains(cidr("10.9.4.0/24")));
+        assert!(!pool.contains(cidr("10.9.0.0/25")));
     }
 }

@@ -1,0 +1,493 @@
+//! Namespace subnets on the real Docker Engine (SPEC C2, N3, N4, Q4): reservations in
+//! `occ.docker_subnets` keep concurrent creators in several worker processes off each other's
+//! subnets, a reservation left by a dead pass is reused, a foreign network inside the pool is
+//! skipped, and deletion frees every reservation and network.
+//!
+//! Each test uses its own pool range (10.215-10.217), which no other test on the Engine uses,
+//! and its own Installation id or Namespace labels, so the networks it counts are its own.
+//! Without an Engine the tests skip with a notice (`docker::docker_available`), and fail under
+//! `OCC_REQUIRE_DOCKER=1`.
+
+use crate::docker::docker_available;
+use crate::support::{scalar, wait_for, worker_command, worker_env, TestDb, WorkerProcess};
+use occ_worker::compute::docker::{DockerDriver, SubnetPool};
+use occ_worker::events::Events;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::{Operation, QueueOptions};
+use occ_worker::reconcile::namespace::NamespaceReconciler;
+use occ_worker::reconcile::{Context, Registry};
+use occ_worker::runtime::{RuntimeOptions, Worker};
+use postgres::Client;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How many Namespaces the three-process test creates unless `OCC_TEST_SUBNET_NAMESPACES`
+/// says otherwise. The issue's 600 took 99 s to create and 167 s to delete on the project's
+/// 2-core machine under other builds (271 s in all), too long for every run; 200 keeps 24
+/// creators contending for the pool. `OCC_TEST_SUBNET_NAMESPACES=600 scripts/test
+/// docker_subnets` runs the full count.
+const DEFAULT_NAMESPACES: usize = 200;
+
+/// Runs the `docker` CLI; panics with its stderr on failure.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run the docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One network as the `docker` CLI sees it.
+#[derive(Debug)]
+struct Network {
+    name: String,
+    namespace: String,
+    subnets: Vec<String>,
+}
+
+/// Every network carrying `label` (`key=value`), inspected in one call.
+fn networks_labelled(label: &str) -> Vec<Network> {
+    let ids = docker(&["network", "ls", "-q", "--filter", &format!("label={label}")]);
+    let ids: Vec<&str> = ids.lines().filter(|l| !l.is_empty()).collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let mut args = vec![
+        "network",
+        "inspect",
+        "--format",
+        r#"{{.Name}} {{index .Labels "occ.namespace"}}{{range .IPAM.Config}} {{.Subnet}}{{end}}"#,
+    ];
+    args.extend(ids);
+    docker(&args)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let mut fields = line.split_whitespace().map(str::to_string);
+            Network {
+                name: fields.next().expect("name"),
+                namespace: fields.next().expect("namespace label"),
+                subnets: fields.collect(),
+            }
+        })
+        .collect()
+}
+
+/// The subnets of one network by name, `None` when it does not exist.
+fn network_subnets(name: &str) -> Option<Vec<String>> {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "--format",
+            "{{range .IPAM.Config}}{{.Subnet}} {{end}}",
+            name,
+        ])
+        .output()
+        .expect("docker CLI");
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// Every reservation, by Namespace id.
+fn reservations(c: &mut Client) -> HashMap<String, String> {
+    c.query(
+        "SELECT namespace_id, subnet::text FROM occ.docker_subnets",
+        &[],
+    )
+    .expect("reservations")
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+fn admit(c: &mut impl postgres::GenericClient, name: &str) -> String {
+    let ns: Value = c
+        .query_one("SELECT occ.namespace_create('admin', $1)", &[&name])
+        .expect("admit")
+        .get(0);
+    ns["id"].as_str().expect("namespace id").to_string()
+}
+
+fn count_where(c: &mut Client, sql: &str, ids: &[String]) -> i64 {
+    c.query_one(sql, &[&ids]).expect(sql).get(0)
+}
+
+/// The attempt evidence of every work of `ids` that is not one successful first attempt.
+fn attempts_beyond_one_success(c: &mut Client, ids: &[String], target: &str) -> Vec<String> {
+    c.query(
+        "SELECT w.idempotency_key || ' ' || w.state || ' ' || w.attempt_count || ' '
+                || coalesce(string_agg(a.outcome || ':' || a.code, ',' ORDER BY a.id), '')
+         FROM occ.work w LEFT JOIN occ.work_attempts a ON a.work_id = w.id
+         WHERE w.namespace_id = ANY($1) AND w.namespace_target = $2
+         GROUP BY w.id
+         HAVING w.state <> 'succeeded' OR w.attempt_count <> 1 OR count(a.id) <> 1
+             OR bool_or(a.outcome <> 'succeeded')",
+        &[&ids, &target],
+    )
+    .expect("attempts")
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// An in-process worker with the real Namespace reconciler and Docker driver on `pool`.
+struct InProcess {
+    stop: occ_worker::runtime::StopHandle,
+    running: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl InProcess {
+    fn start(db: &TestDb, pool: &str) -> InProcess {
+        let pool: SubnetPool = pool.parse().expect("pool");
+        let ctx = Arc::new(Context {
+            pool: db.pool(8),
+            compute: Arc::new(
+                DockerDriver::new("unix:///var/run/docker.sock")
+                    .expect("driver")
+                    .with_subnet_pool(pool),
+            ),
+            installation_id: "inst".into(),
+            queue: QueueOptions::new(Duration::from_secs(10), 5),
+            convergence_timeout: Duration::from_secs(120),
+            events: Events::discard(),
+            metrics: Metrics::new(),
+        });
+        let r = Arc::new(NamespaceReconciler);
+        let registry = Registry::new()
+            .with(Operation::NamespaceEnsure, r.clone())
+            .with(Operation::NamespaceDelete, r);
+        let worker = Worker::new(
+            ctx,
+            registry,
+            RuntimeOptions {
+                concurrency: 2,
+                poll_interval: Duration::from_millis(50),
+                shutdown_grace: Duration::from_secs(5),
+                listen_url: Some(db.url.clone()),
+                db_timeout: Duration::from_secs(5),
+            },
+        );
+        let stop = worker.stop_handle();
+        InProcess {
+            stop,
+            running: Some(std::thread::spawn(move || worker.run())),
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(running) = self.running.take() {
+            running.join().expect("worker thread").expect("worker run");
+        }
+    }
+}
+
+fn status(c: &mut Client, id: &str) -> Option<String> {
+    c.query_opt("SELECT status FROM occ.namespaces WHERE id = $1", &[&id])
+        .expect("status")
+        .map(|r| r.get(0))
+}
+
+// C2, N3, N4, Q4: three `occ-worker run` processes at concurrency 8 drain the creation of
+// `OCC_TEST_SUBNET_NAMESPACES` (default 200, see `DEFAULT_NAMESPACES`) Namespaces on one pool: every one ends `ready`
+// on its first attempt with no deferral or retry, owns exactly one network whose subnet is its
+// reservation, and no two share a subnet; deleting them releases every reservation and
+// removes every network.
+#[test]
+fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() {
+    if !docker_available() {
+        return;
+    }
+    let total: usize = std::env::var("OCC_TEST_SUBNET_NAMESPACES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_NAMESPACES);
+    let pool: SubnetPool = "10.215.0.0/16:26".parse().unwrap();
+    assert!(total <= pool.capacity() as usize, "the pool holds them all");
+    let installation = format!("sub{}", std::process::id());
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.execute("SELECT occ.bootstrap($1, 'admin')", &[&installation])
+        .expect("bootstrap");
+    let label = format!("occ.installation={installation}");
+    let mut ids = Vec::with_capacity(total);
+    {
+        let mut tx = c.transaction().unwrap();
+        for i in 0..total {
+            ids.push(admit(&mut tx, &format!("sub-{i}")));
+        }
+        tx.commit().unwrap();
+    }
+
+    let mut env = worker_env(&db.url);
+    env.push(("OCC_WORKER_CONCURRENCY", "8".into()));
+    env.push(("OCC_DOCKER_SUBNET_POOL", pool.to_string()));
+    // A generous lease: on a loaded 2-core machine a starved heartbeat must not show up as
+    // LEASE_EXPIRED evidence, which this test counts.
+    env.push(("OCC_WORKER_LEASE_MS", "20000".into()));
+    let started = Instant::now();
+    let workers: Vec<WorkerProcess> = (0..3)
+        .map(|_| WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn")))
+        .collect();
+    wait_for(
+        &format!("{total} ready Namespaces"),
+        Duration::from_secs(600),
+        || {
+            count_where(
+                &mut c,
+                "SELECT count(*) FROM occ.namespaces WHERE id = ANY($1) AND status <> 'provisioning'",
+                &ids,
+            ) == total as i64
+        },
+    );
+    let created_in = started.elapsed();
+    eprintln!("docker_subnets: {total} Namespaces ready in {created_in:?} (3 processes x 8)");
+
+    let not_ready = count_where(
+        &mut c,
+        "SELECT count(*) FROM occ.namespaces WHERE id = ANY($1) AND status <> 'ready'",
+        &ids,
+    );
+    assert_eq!(not_ready, 0, "every Namespace is ready");
+    let extra = attempts_beyond_one_success(&mut c, &ids, "ready");
+    assert!(
+        extra.is_empty(),
+        "works beyond one first-attempt success: {extra:?}"
+    );
+    let contended: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE details->>'pendingReason' = 'NAMESPACE_SUBNET_CONTENDED'",
+    );
+    assert_eq!(contended, 0);
+    let busy: HashSet<i32> = workers
+        .iter()
+        .filter(|w| w.events().iter().any(|e| e["event"] == "worker.completed"))
+        .map(WorkerProcess::pid)
+        .collect();
+    assert_eq!(busy.len(), 3, "all three processes created Namespaces");
+
+    let reserved = reservations(&mut c);
+    assert_eq!(reserved.len(), total, "one reservation per Namespace");
+    let networks = networks_labelled(&label);
+    assert_eq!(networks.len(), total, "one network per Namespace");
+    let mut seen = HashSet::new();
+    for network in &networks {
+        assert_eq!(
+            network.name,
+            format!("occ-{installation}-{}", network.namespace)
+        );
+        assert_eq!(network.subnets.len(), 1, "{network:?}");
+        let subnet = &network.subnets[0];
+        let cidr = occ_worker::compute::Ipv4Cidr::parse(subnet).expect("IPv4 subnet");
+        assert!(pool.contains(cidr), "{subnet} is one of the pool's subnets");
+        assert!(seen.insert(subnet.clone()), "{subnet} is used twice");
+        assert_eq!(
+            reserved.get(&network.namespace),
+            Some(subnet),
+            "the network sits on its reservation"
+        );
+    }
+
+    let started = Instant::now();
+    {
+        let mut tx = c.transaction().unwrap();
+        for id in &ids {
+            tx.execute("SELECT occ.namespace_delete('admin', $1)", &[id])
+                .expect("delete");
+        }
+        tx.commit().unwrap();
+    }
+    wait_for(
+        &format!("{total} tombstones"),
+        Duration::from_secs(600),
+        || {
+            count_where(
+                &mut c,
+                "SELECT count(*) FROM occ.namespaces_all WHERE id = ANY($1) AND deleted_at IS NOT NULL",
+                &ids,
+            ) == total as i64
+        },
+    );
+    eprintln!(
+        "docker_subnets: {total} Namespaces deleted in {:?}",
+        started.elapsed()
+    );
+    let extra = attempts_beyond_one_success(&mut c, &ids, "deleted");
+    assert!(
+        extra
+            .iter()
+            .all(|e| !e.contains("retry") && !e.contains("failed")),
+        "{extra:?}"
+    );
+    assert_eq!(reservations(&mut c).len(), 0, "every reservation released");
+    assert!(
+        networks_labelled(&label).is_empty(),
+        "every network removed"
+    );
+    for w in &workers {
+        w.signal("TERM");
+    }
+    for w in workers {
+        let (status, stderr) = w.wait(Duration::from_secs(30));
+        assert!(status.success(), "exit {status:?}: {stderr}");
+    }
+}
+
+// C2, N3: a pass that died between reserving and creating (simulated: a reservation row, no
+// network) leaves a reservation the next pass reuses, although it is not the pool's lowest
+// free subnet; deletion removes the network and releases the reservation, leaking nothing.
+#[test]
+fn c2_a_reservation_left_by_a_dead_pass_is_reused_and_released() {
+    if !docker_available() {
+        return;
+    }
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let id = admit(&mut c, &format!("dead-{}", std::process::id()));
+    let network = format!("occ-inst-{id}");
+    assert_eq!(network_subnets(&network), None);
+    // What the killed pass committed before its POST.
+    c.execute(
+        "INSERT INTO occ.docker_subnets (namespace_id, pool, subnet)
+         VALUES ($1, '10.216.0.0/24', '10.216.0.128/26')",
+        &[&id],
+    )
+    .expect("reservation of the dead pass");
+
+    let worker = InProcess::start(&db, "10.216.0.0/24:26");
+    wait_for("the Namespace to settle", Duration::from_secs(60), || {
+        status(&mut c, &id).as_deref() != Some("provisioning")
+    });
+    assert_eq!(status(&mut c, &id).as_deref(), Some("ready"));
+    assert_eq!(
+        network_subnets(&network),
+        Some(vec!["10.216.0.128/26".to_string()]),
+        "the network sits on the reused reservation"
+    );
+    assert_eq!(
+        reservations(&mut c),
+        HashMap::from([(id.clone(), "10.216.0.128/26".to_string())]),
+        "the reservation was reused, not moved or doubled"
+    );
+    let ids = vec![id.clone()];
+    assert_eq!(
+        attempts_beyond_one_success(&mut c, &ids, "ready"),
+        Vec::<String>::new()
+    );
+
+    c.execute("SELECT occ.namespace_delete('admin', $1)", &[&id])
+        .expect("delete");
+    wait_for("the tombstone", Duration::from_secs(60), || {
+        count_where(
+            &mut c,
+            "SELECT count(*) FROM occ.namespaces_all WHERE id = ANY($1) AND deleted_at IS NOT NULL",
+            &ids,
+        ) == 1
+    });
+    drop(worker);
+    assert_eq!(network_subnets(&network), None, "the network is gone");
+    assert!(
+        reservations(&mut c).is_empty(),
+        "the reservation is released"
+    );
+    let released: Value = c
+        .query_one(
+            "SELECT details->'releasedSubnets' FROM occ.audit_events
+             WHERE namespace_id = $1 AND action = 'openclaw.namespaces.lifecycle.delete'
+               AND reason_code = 'NAMESPACE_RECONCILED'",
+            &[&id],
+        )
+        .expect("delete audit")
+        .get(0);
+    assert_eq!(released, serde_json::json!(["10.216.0.128/26"]));
+}
+
+/// Removes a network when dropped, whatever the test did.
+struct ForeignNetwork(String);
+
+impl Drop for ForeignNetwork {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
+
+// C2: a network someone else created inside the pool (no labels, unknown to the ledger) holds
+// the pool's lowest subnet: the driver's post is refused, it lists the daemon's subnets and
+// places the Namespaces elsewhere in the same pass (first attempt, no deferral). The foreign
+// network is never reused, relabelled or removed.
+#[test]
+fn c2_a_foreign_network_inside_the_pool_is_skipped_not_reused() {
+    if !docker_available() {
+        return;
+    }
+    let foreign = ForeignNetwork(format!("occ-it-foreign-{}", std::process::id()));
+    docker(&["network", "create", "--subnet", "10.217.0.0/26", &foreign.0]);
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let ids: Vec<String> = (0..2)
+        .map(|i| admit(&mut c, &format!("fg{i}-{}", std::process::id())))
+        .collect();
+
+    let worker = InProcess::start(&db, "10.217.0.0/24:26");
+    wait_for("both Namespaces to settle", Duration::from_secs(60), || {
+        ids.iter()
+            .all(|id| status(&mut c, id).as_deref() != Some("provisioning"))
+    });
+    let mut used = HashSet::new();
+    for id in &ids {
+        assert_eq!(status(&mut c, id).as_deref(), Some("ready"));
+        let subnets = network_subnets(&format!("occ-inst-{id}")).expect("network");
+        assert_eq!(subnets.len(), 1);
+        assert_ne!(
+            subnets[0], "10.217.0.0/26",
+            "the foreign subnet is not reused"
+        );
+        assert!(subnets[0].starts_with("10.217.0."), "{subnets:?}");
+        assert!(used.insert(subnets[0].clone()), "distinct subnets");
+        assert_eq!(reservations(&mut c).get(id), Some(&subnets[0]));
+    }
+    assert_eq!(
+        attempts_beyond_one_success(&mut c, &ids, "ready"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        network_subnets(&foreign.0),
+        Some(vec!["10.217.0.0/26".to_string()]),
+        "the foreign network is untouched"
+    );
+
+    for id in &ids {
+        c.execute("SELECT occ.namespace_delete('admin', $1)", &[id])
+            .expect("delete");
+    }
+    wait_for("both tombstones", Duration::from_secs(60), || {
+        count_where(
+            &mut c,
+            "SELECT count(*) FROM occ.namespaces_all WHERE id = ANY($1) AND deleted_at IS NOT NULL",
+            &ids,
+        ) == 2
+    });
+    drop(worker);
+    assert!(reservations(&mut c).is_empty());
+    assert!(
+        network_subnets(&foreign.0).is_some(),
+        "deletion goes by labels"
+    );
+}
