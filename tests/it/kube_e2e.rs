@@ -78,11 +78,14 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
         })
         .collect();
     let mut bound = vec![false; count];
-    wait_for("tenant namespaces created", Duration::from_secs(120), || {
-        for (i, id) in ids.iter().enumerate() {
-            let name = k8s_namespace(id);
-            if !bound[i] && fake.get(&format!("/api/v1/namespaces/{name}")).is_some() {
-                fake.put_object(
+    wait_for(
+        "tenant namespaces created",
+        Duration::from_secs(120),
+        || {
+            for (i, id) in ids.iter().enumerate() {
+                let name = k8s_namespace(id);
+                if !bound[i] && fake.get(&format!("/api/v1/namespaces/{name}")).is_some() {
+                    fake.put_object(
                     &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
                     json!({
                         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -92,11 +95,12 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
                         "subjects": [{"kind": "Group", "name": format!("tenant:{id}")}],
                     }),
                 );
-                bound[i] = true;
+                    bound[i] = true;
+                }
             }
-        }
-        bound.iter().all(|b| *b)
-    });
+            bound.iter().all(|b| *b)
+        },
+    );
     wait_for("namespaces ready", Duration::from_secs(120), || {
         let ready: i64 = scalar(
             c,
@@ -244,7 +248,10 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
     // The embedded Agents share one gateway; the dedicated ones have a Deployment per live
     // revision (the first is retired).
     let deployments = fake.objects("deployments").len();
-    assert_eq!(deployments, AGENTS, "one workload per Agent after replacement");
+    assert_eq!(
+        deployments, AGENTS,
+        "one workload per Agent after replacement"
+    );
 
     for (ns, agent, _, _) in &agents {
         c.execute("SELECT occ.agent_stop($1, $2, 'admin')", &[ns, agent])
@@ -284,9 +291,11 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
         "SELECT count(*) FROM occ.work WHERE state = 'failed_permanent'",
     );
     assert_eq!(failed, 0);
-    wait_for("nothing left in the cluster", Duration::from_secs(30), || {
-        leftovers(&fake).is_empty()
-    });
+    wait_for(
+        "nothing left in the cluster",
+        Duration::from_secs(30),
+        || leftovers(&fake).is_empty(),
+    );
     for w in workers {
         w.signal("TERM");
         let (status, stderr) = w.wait(Duration::from_secs(30));
