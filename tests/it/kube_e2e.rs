@@ -303,3 +303,119 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Runs `occ-worker check --json` with `env`; (exit code, stdout, stderr).
+fn check(env: &Env) -> (Option<i32>, String, String) {
+    let out = worker_command(&["check", "--json"], env)
+        .output()
+        .expect("run occ-worker check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn production(mut env: Env) -> Env {
+    env.push(("OCC_WORKER_MODE", "production".into()));
+    env.push(("OCC_WORKER_LEASE_MS", "5000".into()));
+    env.push(("OCC_WORKER_MAX_ATTEMPTS", "5".into()));
+    env
+}
+
+#[test]
+fn c3_check_asks_the_api_server_and_production_refuses_a_denied_verb() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("kube-check");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+
+    let (code, stdout, stderr) = check(&production(env.clone()));
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(out["computeDriver"], "kubernetes");
+    let reviews = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews"))
+        .count();
+    assert_eq!(
+        reviews,
+        occ_worker::compute::kubernetes::driver::ACCESS.len(),
+        "one review per verb the driver uses"
+    );
+
+    fake.deny_access("create", "deployments");
+    let (code, _, stderr) = check(&production(env.clone()));
+    assert_ne!(code, Some(0));
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"),
+        "{stderr}"
+    );
+    // Development mode starts, and says so as a preflight warning.
+    let (code, stdout, stderr) = check(&env);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn c3_bad_driver_configuration_stops_start_up_naming_it() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("kube-config");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+    let set = |name: &'static str, value: String| -> Env {
+        let mut e: Env = env.iter().filter(|(k, _)| *k != name).cloned().collect();
+        e.push((name, value));
+        e
+    };
+    let bad_settings = dir.join("bad.json");
+    std::fs::write(
+        &bad_settings,
+        r#"{"tenantRoleBinding":"t","tokenAudience":"a","tokenExpirationSeconds":60,"harnesses":[]}"#,
+    )
+    .unwrap();
+    let exec = dir.join("exec-kubeconfig");
+    std::fs::write(
+        &exec,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: {}\n    certificate-authority-data: eA==\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let without_file: Env = env
+        .iter()
+        .filter(|(k, _)| *k != "OCC_KUBERNETES_CONFIG")
+        .cloned()
+        .collect();
+    let cases: Vec<(&str, Env, &str)> = vec![
+        ("no driver file", without_file, "OCC_KUBERNETES_CONFIG"),
+        (
+            "token lifetime too short",
+            set("OCC_KUBERNETES_CONFIG", bad_settings.display().to_string()),
+            "tokenExpirationSeconds",
+        ),
+        (
+            "exec plugin",
+            set("KUBECONFIG", exec.display().to_string()),
+            "exec",
+        ),
+    ];
+    for (what, env, needle) in cases {
+        let (code, _, stderr) = check(&env);
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: {stderr}");
+        assert!(stderr.contains(needle), "{what}: {stderr}");
+    }
+    assert!(
+        fake.requests().is_empty(),
+        "a refused start-up sends the API server nothing"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
