@@ -25,11 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How many Namespaces the three-process test creates unless `OCC_TEST_SUBNET_NAMESPACES`
-/// says otherwise. The 600 took 99 s to create and 167 s to delete on the project's
-/// 2-core machine under other builds (271 s in all), too long for every run; 200 keeps 24
-/// creators contending for the pool. `OCC_TEST_SUBNET_NAMESPACES=600 scripts/test
-/// docker_subnets` runs the full count.
-const DEFAULT_NAMESPACES: usize = 200;
+/// says otherwise: the 600, which took 99 s to create and 167 s to delete on the
+/// project's 2-core machine under other builds. A smaller count (`OCC_TEST_SUBNET_NAMESPACES=60
+/// scripts/test docker_subnets`) is for quick local runs.
+const DEFAULT_NAMESPACES: usize = 600;
 
 /// Runs the `docker` CLI; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
@@ -204,7 +203,7 @@ fn status(c: &mut Client, id: &str) -> Option<String> {
 }
 
 // C2, N3, N4, Q4: three `occ-worker run` processes at concurrency 8 drain the creation of
-// `OCC_TEST_SUBNET_NAMESPACES` (default 200, see `DEFAULT_NAMESPACES`) Namespaces on one pool: every one ends `ready`
+// `OCC_TEST_SUBNET_NAMESPACES` (default 600, see `DEFAULT_NAMESPACES`) Namespaces on one pool: every one ends `ready`
 // on its first attempt with no deferral or retry, owns exactly one network whose subnet is its
 // reservation, and no two share a subnet; deleting them releases every reservation and
 // removes every network.
