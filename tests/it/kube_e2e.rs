@@ -419,3 +419,83 @@ fn c3_bad_driver_configuration_stops_start_up_naming_it() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The driver as `run` builds it, against `fake`.
+fn driver_for(fake: &KubeFake, dir: &Path) -> occ_worker::compute::kubernetes::KubernetesDriver {
+    use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
+    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
+    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
+    occ_worker::compute::kubernetes::KubernetesDriver::new(
+        Client::new(conn).expect("client"),
+        Settings::parse(DRIVER_FILE).expect("settings"),
+    )
+}
+
+#[test]
+fn c3_a_stopped_workload_prepared_again_runs_again() {
+    // A refused candidate's stop scales its Deployment to zero without changing what the
+    // driver stamped; when the refusal is lifted (R9) the next preparation must scale it back
+    // up, and a workload with no replica is never ready.
+    use occ_worker::cancel::CancelToken;
+    use occ_worker::compute::{AgentSpec, ComputeDriver, NamespaceSpec, RevisionSpec};
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(20),
+        ..FakeOptions::default()
+    });
+    let dir = scratch("kube-rescale");
+    let driver = driver_for(&fake, &dir);
+    let cancel = CancelToken::unbounded();
+    let ns = NamespaceSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        name: "team".into(),
+        existing_namespace: None,
+    };
+    driver.ensure_namespace(&ns, &cancel).unwrap();
+    let agent = AgentSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        agent_id: "ag-1".into(),
+        service_principal_id: "sp-1".into(),
+    };
+    driver.bind_agent(&agent, &cancel).unwrap();
+    let revision = RevisionSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        agent_id: "ag-1".into(),
+        revision_id: "rev-1".into(),
+        revision: 1,
+        service_principal_id: "sp-1".into(),
+        harness_id: "codex".into(),
+        harness_version: "1.0.0".into(),
+        harness_mode: "dedicated".into(),
+        execution_mode: "dedicated".into(),
+        document: json!({}),
+        harness_auth: None,
+        secret_bindings: json!({}),
+        secrets: vec![],
+        harness_secret: None,
+        plugin_ids: vec![],
+    };
+    let ready = |what: &str| {
+        wait_for(what, Duration::from_secs(20), || {
+            driver.prepare_revision(&revision, &cancel).unwrap().ready
+        })
+    };
+    ready("first rollout");
+    wait_for("stopped", Duration::from_secs(20), || {
+        driver.stop_revision(&revision, &cancel).is_ok()
+    });
+    let first = driver.prepare_revision(&revision, &cancel).unwrap();
+    assert!(!first.ready, "a workload scaled to zero is not ready");
+    let path = "/apis/apps/v1/namespaces/occ-ns-1/deployments";
+    let deployment = fake
+        .objects("deployments")
+        .into_iter()
+        .find(|d| d["metadata"]["namespace"] == "occ-ns-1")
+        .unwrap_or_else(|| panic!("no deployment under {path}"));
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    ready("rollout after the stop");
+    let _ = std::fs::remove_dir_all(dir);
+}

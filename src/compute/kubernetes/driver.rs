@@ -716,13 +716,25 @@ impl ComputeDriver for KubernetesDriver {
                 cancel,
             )?;
         }
-        let workload = self.converge(
+        let mut workload = self.converge(
             &format!("{APPS}/namespaces/{namespace}/deployments"),
             &desired,
             &revision.installation_id,
             "deployments",
             cancel,
         )?;
+        // A stop scaled it to zero without changing its stamp (a refused candidate whose
+        // refusal was lifted, a gateway stopped with its Agent): it runs again.
+        if workload["spec"]["replicas"].as_i64() != Some(1) {
+            workload = self
+                .client
+                .merge_patch(
+                    &self.workload_path(revision, &namespace),
+                    &json!({"spec": {"replicas": 1}}),
+                    cancel,
+                )
+                .map_err(|e| fail(e, "deployments"))?;
+        }
         match observe::rollout(&workload) {
             Rollout::Failed => {
                 return Err(

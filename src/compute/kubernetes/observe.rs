@@ -48,7 +48,9 @@ pub fn rollout(deployment: &Value) -> Rollout {
     }
     let desired = deployment["spec"]["replicas"].as_i64().unwrap_or(1);
     let updated = count(status, "updatedReplicas");
-    if updated < desired
+    // A workload scaled to zero serves nothing: never complete.
+    if desired < 1
+        || updated < desired
         || count(status, "replicas") > updated
         || count(status, "availableReplicas") < updated
     {
@@ -180,6 +182,9 @@ mod tests {
         let failed = json!({"observedGeneration": 1, "conditions": [
             {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]});
         assert_eq!(rollout(&deployment(1, failed)), Rollout::Failed);
+        let mut scaled = deployment(1, json!({"observedGeneration": 1}));
+        scaled["spec"]["replicas"] = json!(0);
+        assert_eq!(rollout(&scaled), Rollout::Progressing);
     }
 
     #[test]
