@@ -11,6 +11,7 @@ mod e2e;
 mod iam;
 mod kube_fake;
 mod kube_fake_tests;
+mod kubernetes;
 mod lanes;
 mod migrate;
 mod namespace;
