@@ -821,6 +821,54 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
         .is_some());
 }
 
+#[test]
+fn r11_maintenance_reobserves_the_active_revision_without_writing() {
+    let settings = SETTINGS.replacen('{', r#"{"maintenanceIntervalSeconds": 1, "#, 1);
+    let w = agent_world_with(FakeOptions::default(), &settings);
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let reconcile = rkey(&rev);
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        work(c, &reconcile).0 == "succeeded"
+    });
+    assert_eq!(
+        work(&mut c, &reconcile).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    w.kube.fake.clear_requests();
+    let maintained = |c: &mut Sql| -> Vec<(String, Option<String>)> {
+        c.query(
+            "SELECT state, reason_code FROM occ.work WHERE idempotency_key LIKE $1 AND state = 'succeeded'",
+            &[&format!("agent_revision:{rev}:maintenance:%")],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    };
+    run_until(&w.db, w.kube.driver.clone(), |c| !maintained(c).is_empty());
+    assert_eq!(
+        maintained(&mut c)[0],
+        (
+            "succeeded".to_string(),
+            Some("REVISION_ALREADY_ACTIVE".to_string())
+        )
+    );
+    // It read the workload and the Service's endpoints, and changed nothing.
+    assert!(
+        w.kube.writes().is_empty(),
+        "{:?}",
+        methods(&w.kube.writes())
+    );
+    assert!(w
+        .kube
+        .fake
+        .requests()
+        .iter()
+        .any(|r| r.path.contains("/endpointslices")));
+    assert_eq!(active(&mut c, &w.agent), Some(rev));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pending and held codes (R5)
 // ---------------------------------------------------------------------------------------------
@@ -1277,6 +1325,92 @@ fn r9_a_revoked_actors_dedicated_candidate_is_only_stopped_never_prepared() {
     );
     assert!(agent_objects(&w, "deployments").is_empty());
     assert!(agent_objects(&w, "persistentvolumeclaims").is_empty());
+}
+
+/// (verb, API group, resource) of a recorded request, as RBAC names it.
+fn access_of(r: &Recorded) -> (String, String, String) {
+    let path = r.path.split('?').next().unwrap();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, rest) = match segments[0] {
+        "api" => ("", &segments[2..]),
+        _ => (segments[1], &segments[3..]),
+    };
+    let (resource, named) = match rest {
+        ["namespaces", _, resource, tail @ ..] => (*resource, !tail.is_empty()),
+        [resource, tail @ ..] => (*resource, !tail.is_empty()),
+        [] => panic!("{path}"),
+    };
+    let verb = match (r.method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("{m} {path}"),
+    };
+    (verb.into(), group.into(), resource.into())
+}
+
+#[test]
+fn w8_preflight_reviews_every_access_the_driver_uses() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    deployed(&w);
+    deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    crate::agent::stop(&mut c, &w.agent, "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
+        .unwrap();
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    // Namespaces: adopt, converge a changed policy, empty and release; create and delete.
+    let kube = &w.kube;
+    kube.fake.put_object(
+        &format!("{CORE}/namespaces"),
+        json!({"metadata": {"name": "legacy"}}),
+    );
+    let adopted = ns_spec("ns2", Some("legacy"));
+    kube.driver.ensure_namespace(&adopted, &cancel()).unwrap();
+    let collection = "/apis/networking.k8s.io/v1/namespaces/legacy/networkpolicies";
+    let mut policy = kube
+        .fake
+        .get(&format!("{collection}/occ-default-deny"))
+        .unwrap();
+    policy["metadata"]["annotations"]["occ.spec-hash"] = json!("edited");
+    kube.fake.put_object(collection, policy);
+    kube.driver.ensure_namespace(&adopted, &cancel()).unwrap();
+    wait_for(
+        "the adopted namespace emptied",
+        Duration::from_secs(10),
+        || {
+            kube.driver
+                .delete_namespace(&adopted, &cancel())
+                .unwrap()
+                .complete
+        },
+    );
+    let own = ns_spec("ns3", None);
+    kube.driver.ensure_namespace(&own, &cancel()).unwrap();
+    wait_for("the namespace deleted", Duration::from_secs(10), || {
+        kube.driver
+            .delete_namespace(&own, &cancel())
+            .unwrap()
+            .complete
+    });
+
+    let reviewed: Vec<(String, String, String)> = occ_worker::compute::kubernetes::driver::ACCESS
+        .iter()
+        .map(|(v, g, r)| (v.to_string(), g.to_string(), r.to_string()))
+        .collect();
+    let mut used: Vec<(String, String, String)> =
+        kube.fake.requests().iter().map(access_of).collect();
+    used.sort();
+    used.dedup();
+    let unreviewed: Vec<_> = used.iter().filter(|a| !reviewed.contains(a)).collect();
+    assert!(unreviewed.is_empty(), "{unreviewed:?}");
+    assert!(used.len() >= 25, "{used:?}");
 }
 
 #[test]
