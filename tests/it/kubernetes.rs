@@ -7,7 +7,7 @@
 //! fake's controllers poll with deadlines, never fixed sleeps.
 
 use crate::agent::{active, audits, create_agent, evidence, work};
-use crate::agent_driver::{quiet, run_until};
+use crate::agent_driver::{quiet, run_until, run_with, Opts};
 use crate::kube_fake::{
     Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
 };
@@ -696,7 +696,14 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
         2
     );
     assert_eq!(work(&mut c, &rkey(&r2)).3, 1, "deferrals refund attempts");
-    let _ = r1;
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired);
 }
 
 #[test]
@@ -916,7 +923,36 @@ fn r5_an_unknown_termination_message_stays_pending() {
     );
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).unwrap();
     assert_eq!(d["spec"]["replicas"], 1);
-    let _ = rev;
+    assert!(!evidence(&mut w.db.client(), &rkey(&rev))
+        .iter()
+        .any(|e| e.starts_with("failed")));
+}
+
+#[test]
+fn r5_an_unknown_runtime_failure_is_kept_as_evidence_for_the_deadline() {
+    let w = agent_world();
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldFailure("MYSTERY_CODE".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let opts = Opts {
+        convergence: Duration::from_secs(3),
+        ..Opts::default()
+    };
+    run_with(&w.db, w.kube.driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    let data = data.expect("result data");
+    assert_eq!(data["timeoutMs"], 3000);
+    assert_eq!(data["runtimeFailure"]["code"], "MYSTERY_CODE");
+    assert_eq!(data["runtimeFailure"]["container"], "harness");
 }
 
 #[test]
