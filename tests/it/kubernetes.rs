@@ -788,6 +788,14 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
     let w = agent_world();
     let mut c = w.db.client();
     deployed(&w);
+    // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
+    let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &rkey(&r2)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
     c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
         .unwrap();
     run_until(&w.db, w.kube.driver.clone(), |c| {
