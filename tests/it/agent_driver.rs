@@ -1,5 +1,5 @@
 //! A scripted Compute Driver for Agent and revision tests, and the harness that drives a real
-//! `runtime::Worker` with it until the queue is quiet.
+//! `runtime::Worker` with it (or with any other Compute Driver) until the queue is quiet.
 //!
 //! Every call is recorded as (method, revision or agent id). Answers come from per-method,
 //! per-target scripts (default: success, ready); a hook runs inside each call so a test can
@@ -10,7 +10,8 @@ use occ_worker::cancel::CancelToken;
 use occ_worker::compute::*;
 use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
-use occ_worker::queue::QueueOptions;
+use occ_worker::queue::{Operation, QueueOptions};
+use occ_worker::reconcile::namespace::NamespaceReconciler;
 use occ_worker::reconcile::{revision::agent_registry, Context, Registry};
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use parking_lot::Mutex;
@@ -339,11 +340,13 @@ impl ComputeDriver for ScriptedDriver {
     }
 }
 
-/// Runs a real worker with `driver` until `done` holds (checked by bounded DB polling), then
-/// stops it through its `StopHandle`. Panics if `done` never holds within `timeout`.
+/// Runs a real worker with `driver` (the scripted one, or any other `ComputeDriver`, e.g. the
+/// Kubernetes driver against the fake API server) until `done` holds (checked by bounded DB
+/// polling), then stops it through its `StopHandle`. Panics if `done` never holds within
+/// `timeout`. The worker runs the Namespace, Agent and revision reconcilers.
 pub fn run_until(
     db: &TestDb,
-    driver: Arc<ScriptedDriver>,
+    driver: Arc<dyn ComputeDriver>,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
     run_with(db, driver, Opts::default(), done)
@@ -374,7 +377,7 @@ impl Default for Opts {
 
 pub fn run_with(
     db: &TestDb,
-    driver: Arc<ScriptedDriver>,
+    driver: Arc<dyn ComputeDriver>,
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
@@ -384,7 +387,7 @@ pub fn run_with(
 /// `run_with` on the database at `url` (a child worker process has no `TestDb` of its own).
 pub fn run_on(
     url: &str,
-    driver: Arc<ScriptedDriver>,
+    driver: Arc<dyn ComputeDriver>,
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
@@ -411,7 +414,7 @@ pub fn run_on(
         });
         let worker = Worker::new(
             ctx,
-            agent_registry(Registry::new()),
+            agent_registry(namespace_registry()),
             RuntimeOptions {
                 concurrency,
                 poll_interval: Duration::from_millis(25),
@@ -443,6 +446,14 @@ pub fn run_on(
         ok,
         "the queue did not reach the expected state within {timeout:?}"
     );
+}
+
+/// The Namespace lifecycle reconcilers, so a run also drives ensure and delete work.
+fn namespace_registry() -> Registry {
+    let namespace = Arc::new(NamespaceReconciler);
+    Registry::new()
+        .with(Operation::NamespaceEnsure, namespace.clone())
+        .with(Operation::NamespaceDelete, namespace)
 }
 
 /// Whether no work is queued or claimed.

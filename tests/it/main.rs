@@ -13,6 +13,7 @@ mod iam;
 mod kube_e2e;
 mod kube_fake;
 mod kube_fake_tests;
+mod kubernetes;
 mod lanes;
 mod migrate;
 mod namespace;

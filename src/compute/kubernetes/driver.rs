@@ -145,7 +145,8 @@ impl KubernetesDriver {
     }
 
     /// The Kubernetes namespace of a Namespace id, found by its ownership labels (adopted
-    /// namespaces keep their own names).
+    /// namespaces keep their own names). A terminating namespace is a transient error (the
+    /// caller waits, pending), a missing one retryable (`kubernetes_namespace_missing`).
     fn namespace_of(
         &self,
         installation_id: &str,
@@ -171,6 +172,11 @@ impl KubernetesDriver {
                     .insert(namespace_id.to_string(), name.clone());
                 Ok(name)
             }
+            // Being deleted: pending, as a create inside it would be (SPEC C3).
+            [_] => Err(
+                ComputeError::transient("kubernetes_namespace_terminating", None)
+                    .with_reason("NamespaceTerminating"),
+            ),
             _ => Err(ComputeError::retryable(
                 "kubernetes_namespace_missing",
                 None,

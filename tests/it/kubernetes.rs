@@ -1,0 +1,1468 @@
+//! The Kubernetes Compute Driver (SPEC C1, C3) against the TLS API server fake, built exactly
+//! as production builds it (kubeconfig → `Connection` → `Client` → `KubernetesDriver` with
+//! parsed settings). Namespace and Agent lifecycles run through a real worker and PostgreSQL
+//! (N2-N5, A1, A2, R2-R10); connection, error-mapping and cancellation cases call the driver
+//! directly. Every test asserts the outcome (work state and reason code, or the driver's
+//! typed answer) and, where it matters, the exact requests the fake received; waits on the
+//! fake's controllers poll with deadlines, never fixed sleeps.
+
+use crate::agent::{active, audits, create_agent, evidence, work};
+use crate::agent_driver::{quiet, run_until, run_with, Opts};
+use crate::kube_fake::{
+    Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
+};
+use crate::support::{insert_namespace, wait_for, TestDb};
+use occ_worker::cancel::{CancelToken, LossCause};
+use occ_worker::compute::kubernetes::client::Client;
+use occ_worker::compute::kubernetes::connection;
+use occ_worker::compute::kubernetes::settings::Settings;
+use occ_worker::compute::kubernetes::KubernetesDriver;
+use occ_worker::compute::{
+    AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec,
+};
+use postgres::Client as Sql;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SETTINGS: &str = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
+  "harnesses": [
+    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.example/codex:1.0.0"},
+    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}]}"#;
+const CORE: &str = "/api/v1";
+const APPS: &str = "/apis/apps/v1";
+/// The Kubernetes namespace of the agent fixture's Namespace `ns1`.
+const NS1: &str = "occ-ns1";
+/// A Secret value that lives only in the fake cluster: no request may ever carry it.
+const SECRET_VALUE: &str = "sk-live-never-leaves-the-cluster";
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "occ-kube-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The fake cluster, a driver connected to it, and the kubeconfig's directory.
+struct Kube {
+    fake: KubeFake,
+    driver: Arc<KubernetesDriver>,
+    dir: TempDir,
+}
+
+/// The driver as production builds it, from a kubeconfig file.
+fn driver_from(kubeconfig: &Path, settings: &str) -> KubernetesDriver {
+    let conn = connection::from_kubeconfig(kubeconfig, None).expect("kubeconfig");
+    let client = Client::new(conn).expect("client");
+    KubernetesDriver::new(client, Settings::parse(settings).expect("settings"))
+}
+
+impl Kube {
+    fn start() -> Kube {
+        Kube::with(FakeOptions::default(), SETTINGS)
+    }
+
+    fn with(opts: FakeOptions, settings: &str) -> Kube {
+        let fake = KubeFake::start(opts);
+        let dir = TempDir::new();
+        let kubeconfig = fake.write_kubeconfig(&dir.0, KubeconfigAuth::Token);
+        let driver = Arc::new(driver_from(&kubeconfig, settings));
+        Kube { fake, driver, dir }
+    }
+
+    /// The operator-provisioned tenant RoleBinding in `namespace`.
+    fn seed_rolebinding(&self, namespace: &str) {
+        self.fake.put_object(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "occ-tenant", "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "Group", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}],
+            }),
+        );
+    }
+
+    /// Requests that change something.
+    fn writes(&self) -> Vec<Recorded> {
+        self.fake
+            .requests()
+            .into_iter()
+            .filter(|r| matches!(r.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"))
+            .collect()
+    }
+}
+
+fn cancel() -> CancelToken {
+    CancelToken::new(Instant::now() + Duration::from_secs(30))
+}
+
+fn ns_spec(id: &str, existing: Option<&str>) -> NamespaceSpec {
+    NamespaceSpec {
+        installation_id: "inst".into(),
+        namespace_id: id.into(),
+        name: id.into(),
+        existing_namespace: existing.map(str::to_string),
+    }
+}
+
+fn permanent(e: &ComputeError) -> &str {
+    match e.kind() {
+        ComputeErrorKind::Permanent(code) => code,
+        other => panic!("not permanent: {other:?} ({e})"),
+    }
+}
+
+fn methods(requests: &[Recorded]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+        .collect()
+}
+
+fn labels(object: &Value) -> &Value {
+    &object["metadata"]["labels"]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespaces (N3, N4, C3)
+// ---------------------------------------------------------------------------------------------
+
+/// Admits a Namespace as `actor`; returns its id.
+fn admit_namespace(c: &mut Sql, actor: &str, name: &str, existing: Option<&str>) -> String {
+    let v: Value = c
+        .query_one(
+            "SELECT occ.namespace_create($1, $2, $3)",
+            &[&actor, &name, &existing],
+        )
+        .unwrap()
+        .get(0);
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn namespace_status(c: &mut Sql, id: &str) -> String {
+    c.query_one(
+        "SELECT status FROM occ.namespaces_all WHERE id = $1",
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn tombstoned(c: &mut Sql, id: &str) -> bool {
+    c.query_one(
+        "SELECT deleted_at IS NOT NULL FROM occ.namespaces_all WHERE id = $1",
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Whether the work's lifecycle audit trail names `pending_reason`.
+fn audited_pending(c: &mut Sql, key: &str, pending_reason: &str) -> bool {
+    c.query_one(
+        "SELECT count(*) FROM occ.audit_events e JOIN occ.work w ON e.work_id = w.id
+         WHERE w.idempotency_key = $1 AND e.details::text LIKE '%' || $2 || '%'",
+        &[&key, &pending_reason],
+    )
+    .map(|r| r.get::<_, i64>(0) > 0)
+    .unwrap_or(false)
+}
+
+#[test]
+fn n3_ensure_creates_a_restricted_namespace_and_waits_for_the_tenant_rolebinding() {
+    let kube = Kube::start();
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let id = admit_namespace(&mut c, "admin", "team", None);
+    let key = format!("namespace:{id}:ensure");
+    let name = format!("occ-{id}");
+
+    run_until(&db, kube.driver.clone(), |c| {
+        audited_pending(c, &key, "NAMESPACE_ROLEBINDING_PENDING")
+    });
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_ne!(state, "succeeded");
+    assert_eq!(code, None);
+    assert!(evidence(&mut c, &key).contains(&"deferred:NAMESPACE_INCOMPLETE".to_string()));
+    assert_eq!(namespace_status(&mut c, &id), "provisioning");
+
+    let namespace = kube.fake.get(&format!("{CORE}/namespaces/{name}")).unwrap();
+    let l = labels(&namespace);
+    assert_eq!(l["app.kubernetes.io/managed-by"], "occ-worker");
+    assert_eq!(l["occ.installation"], "inst");
+    assert_eq!(l["occ.namespace"], id.as_str());
+    assert_eq!(l["pod-security.kubernetes.io/enforce"], "restricted");
+    let policy = kube
+        .fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{name}/networkpolicies/occ-default-deny"
+        ))
+        .expect("default-deny NetworkPolicy");
+    assert_eq!(policy["spec"]["podSelector"], json!({}));
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    assert_eq!(policy["spec"]["ingress"], json!([]));
+
+    kube.seed_rolebinding(&name);
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("NAMESPACE_RECONCILED"))
+    );
+    assert_eq!(namespace_status(&mut c, &id), "ready");
+    // Exactly one namespace and one policy were ever created.
+    let creates: Vec<String> = methods(&kube.writes());
+    assert_eq!(
+        creates,
+        vec![
+            format!("POST {CORE}/namespaces 201"),
+            format!("POST /apis/networking.k8s.io/v1/namespaces/{name}/networkpolicies 201"),
+        ],
+        "{creates:?}"
+    );
+
+    // Idempotent: another ensure writes nothing.
+    kube.fake.clear_requests();
+    let o = kube
+        .driver
+        .ensure_namespace(&ns_spec(&id, None), &cancel())
+        .unwrap();
+    assert!(o.complete && o.pending_reason.is_none(), "{o:?}");
+    assert!(kube.writes().is_empty(), "{:?}", methods(&kube.writes()));
+    assert!(!kube.fake.requests().is_empty());
+}
+
+#[test]
+fn c3_an_adopted_namespace_gets_labels_only_and_is_never_deleted() {
+    let kube = Kube::start();
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    kube.fake.put_object(
+        &format!("{CORE}/namespaces"),
+        json!({"metadata": {"name": "legacy", "labels": {"team": "payments"}}}),
+    );
+    // Something of the tenant's own, which the driver must leave alone.
+    kube.fake.put_object(
+        &format!("{CORE}/namespaces/legacy/services"),
+        json!({"metadata": {"name": "theirs"}, "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}),
+    );
+    kube.seed_rolebinding("legacy");
+    let id = admit_namespace(&mut c, "admin", "adopted", Some("legacy"));
+    let key = format!("namespace:{id}:ensure");
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("NAMESPACE_RECONCILED"))
+    );
+    let writes = kube.writes();
+    assert_eq!(writes[0].method, "PATCH");
+    assert_eq!(writes[0].path, format!("{CORE}/namespaces/legacy"));
+    // Labels only: no pod-security level, no other field.
+    assert_eq!(
+        writes[0].body,
+        Some(json!({"metadata": {"labels": {
+            "app.kubernetes.io/managed-by": "occ-worker",
+            "occ.installation": "inst",
+            "occ.namespace": id,
+        }}}))
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.method == "POST" && w.path == format!("{CORE}/namespaces")),
+        "{:?}",
+        methods(&writes)
+    );
+    let namespace = kube.fake.get(&format!("{CORE}/namespaces/legacy")).unwrap();
+    assert_eq!(labels(&namespace)["team"], "payments");
+    assert_eq!(labels(&namespace)["occ.namespace"], id.as_str());
+
+    // Delete removes only what the driver created inside, never the namespace.
+    c.query_one("SELECT occ.namespace_delete('admin', $1)", &[&id])
+        .unwrap();
+    kube.fake.clear_requests();
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:delete"));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("NAMESPACE_RECONCILED"))
+    );
+    assert!(tombstoned(&mut c, &id));
+    let deletes: Vec<String> = kube
+        .writes()
+        .iter()
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect();
+    assert_eq!(
+        deletes,
+        vec!["DELETE /apis/networking.k8s.io/v1/namespaces/legacy/networkpolicies/occ-default-deny?propagationPolicy=Background"],
+    );
+    assert!(kube
+        .fake
+        .get(&format!("{CORE}/namespaces/legacy"))
+        .is_some());
+    assert!(kube
+        .fake
+        .get(&format!("{CORE}/namespaces/legacy/services/theirs"))
+        .is_some());
+}
+
+#[test]
+fn c3_a_namespace_owned_by_someone_else_is_a_name_conflict_and_untouched() {
+    let kube = Kube::start();
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let id = admit_namespace(&mut c, "admin", "team", None);
+    let name = format!("occ-{id}");
+    kube.fake.put_object(
+        &format!("{CORE}/namespaces"),
+        json!({"metadata": {"name": name, "labels": {"owner": "someone-else"}}}),
+    );
+    let before = kube.fake.get(&format!("{CORE}/namespaces/{name}")).unwrap();
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:ensure"));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("NAMESPACE_NAME_CONFLICT"))
+    );
+    assert_eq!(namespace_status(&mut c, &id), "failed");
+    let e = kube
+        .driver
+        .ensure_namespace(&ns_spec(&id, None), &cancel())
+        .unwrap_err();
+    assert_eq!(permanent(&e), "NAMESPACE_NAME_CONFLICT");
+    assert!(kube.writes().is_empty(), "{:?}", methods(&kube.writes()));
+    assert_eq!(
+        kube.fake.get(&format!("{CORE}/namespaces/{name}")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn n4_delete_is_pending_while_the_namespace_terminates_and_complete_at_404() {
+    let kube = Kube::with(
+        FakeOptions {
+            terminating_for: Duration::from_millis(1500),
+            ..FakeOptions::default()
+        },
+        SETTINGS,
+    );
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let id = admit_namespace(&mut c, "admin", "team", None);
+    let name = format!("occ-{id}");
+    kube.seed_rolebinding(&name);
+    run_until(&db, kube.driver.clone(), quiet);
+    assert_eq!(namespace_status(&mut c, &id), "ready");
+
+    c.query_one("SELECT occ.namespace_delete('admin', $1)", &[&id])
+        .unwrap();
+    let key = format!("namespace:{id}:delete");
+    kube.fake.clear_requests();
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("NAMESPACE_RECONCILED"))
+    );
+    assert!(audited_pending(&mut c, &key, "NAMESPACE_TERMINATING"));
+    assert!(evidence(&mut c, &key).contains(&"deferred:NAMESPACE_INCOMPLETE".to_string()));
+    assert!(tombstoned(&mut c, &id));
+    let path = format!("{CORE}/namespaces/{name}");
+    let requests = kube.fake.requests();
+    let on_namespace: Vec<String> = requests
+        .iter()
+        .filter(|r| r.path.split('?').next() == Some(path.as_str()))
+        .map(|r| format!("{} {}", r.method, r.status))
+        .collect();
+    // One DELETE; GETs see it Terminating (200) until it is gone (404).
+    assert_eq!(on_namespace.first().map(String::as_str), Some("GET 200"));
+    assert_eq!(on_namespace[1], "DELETE 200");
+    assert!(on_namespace[2..on_namespace.len() - 1]
+        .iter()
+        .all(|r| r == "GET 200"));
+    assert!(on_namespace.len() > 3, "{on_namespace:?}");
+    assert_eq!(on_namespace.last().map(String::as_str), Some("GET 404"));
+}
+
+#[test]
+fn c3_a_create_inside_a_terminating_namespace_is_pending_not_failed() {
+    let kube = Kube::with(
+        FakeOptions {
+            terminating_for: Duration::from_secs(60),
+            ..FakeOptions::default()
+        },
+        SETTINGS,
+    );
+    let spec = ns_spec("ns1", None);
+    kube.seed_rolebinding(NS1);
+    assert!(
+        kube.driver
+            .ensure_namespace(&spec, &cancel())
+            .unwrap()
+            .complete
+    );
+    let o = kube.driver.delete_namespace(&spec, &cancel()).unwrap();
+    assert_eq!(o.pending_reason.as_deref(), Some("NAMESPACE_TERMINATING"));
+    let agent = AgentSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns1".into(),
+        agent_id: "bot".into(),
+        service_principal_id: "bot-sp".into(),
+    };
+    // The driver that knows the namespace: its create is refused as NamespaceTerminating.
+    let e = kube.driver.bind_agent(&agent, &cancel()).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(kube
+        .fake
+        .requests()
+        .iter()
+        .any(|r| r.method == "POST" && r.status == 403));
+    // A freshly started driver finds the namespace terminating: pending as well.
+    let kubeconfig = kube
+        .fake
+        .write_kubeconfig(&kube.dir.0, KubeconfigAuth::Token);
+    let fresh = driver_from(&kubeconfig, SETTINGS);
+    let e = fresh.bind_agent(&agent, &cancel()).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    // And ensure during termination waits too.
+    let o = fresh.ensure_namespace(&spec, &cancel()).unwrap();
+    assert_eq!(o.pending_reason.as_deref(), Some("NAMESPACE_TERMINATING"));
+    assert!(!o.complete);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents end to end (R2-R10, A1, A2)
+// ---------------------------------------------------------------------------------------------
+
+/// A ready Namespace `ns1` (its Kubernetes namespace `occ-ns1` ensured by the driver, with
+/// the tenant RoleBinding and the Secrets `keys` and `tokens`), a Configuration `cfg`, the
+/// Secrets `key` (harness API key) and `tok` (a binding), and an Agent `bot`.
+struct AgentWorld {
+    kube: Kube,
+    db: TestDb,
+    agent: String,
+}
+
+fn agent_world() -> AgentWorld {
+    agent_world_with(FakeOptions::default(), SETTINGS)
+}
+
+fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
+    let kube = Kube::with(opts, settings);
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "ready");
+    let (agent, principal) = create_agent(&mut c, "ns1", "bot");
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ($1, 'agent-operator', 'resource', 'ns1', 'secret', 'tok')",
+        &[&principal],
+    )
+    .unwrap();
+    c.batch_execute(&format!(
+        "SELECT occ.configuration_put('ns1', 'cfg', '{{\"model\": \"m\"}}', 'admin');
+         SELECT occ.secret_create('ns1', 'key', '{NS1}/keys/api', 'admin');
+         SELECT occ.secret_create('ns1', 'tok', '{NS1}/tokens/value', 'admin');"
+    ))
+    .unwrap();
+    kube.seed_rolebinding(NS1);
+    let o = kube
+        .driver
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .unwrap();
+    assert!(o.complete, "{o:?}");
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    for (name, key) in [("keys", "api"), ("tokens", "value")] {
+        kube.fake.put_object(
+            &format!("{CORE}/namespaces/{NS1}/secrets"),
+            json!({"metadata": {"name": name}, "data": {key: b64(SECRET_VALUE)}}),
+        );
+    }
+    kube.fake.clear_requests();
+    AgentWorld { kube, db, agent }
+}
+
+/// Admits a deployment on the Kubernetes Compute; returns the revision id.
+fn deploy_kube(c: &mut Sql, agent: &str, harness: &str, mode: &str, actor: &str) -> String {
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
+            &[&agent, &actor, &harness, &mode],
+        )
+        .unwrap()
+        .get(0);
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+fn rkey(rev: &str) -> String {
+    format!("agent_revision:{rev}:reconcile")
+}
+
+fn deployment(w: &AgentWorld, name: &str) -> Option<Value> {
+    w.kube
+        .fake
+        .get(&format!("{APPS}/namespaces/{NS1}/deployments/{name}"))
+}
+
+/// Objects of `kind` that carry the Agent's label.
+fn agent_objects(w: &AgentWorld, kind: &str) -> Vec<Value> {
+    w.kube
+        .fake
+        .objects(kind)
+        .into_iter()
+        .filter(|o| labels(o)["occ.agent"] == w.agent.as_str())
+        .collect()
+}
+
+fn service_selector(w: &AgentWorld) -> Value {
+    w.kube
+        .fake
+        .get(&format!(
+            "{CORE}/namespaces/{NS1}/services/agent-{}",
+            w.agent
+        ))
+        .expect("Agent Service")["spec"]["selector"]
+        .clone()
+}
+
+/// Deploys a dedicated codex revision and runs it to activation.
+fn deployed(w: &AgentWorld) -> String {
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    rev
+}
+
+fn env_var<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("env {name}"))
+}
+
+#[test]
+fn r6_a_dedicated_revision_runs_hardened_with_secret_references_only_and_activates() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let rev = deployed(&w);
+    assert_eq!(active(&mut c, &w.agent), Some(rev.clone()));
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        1
+    );
+
+    let sa = w
+        .kube
+        .fake
+        .get(&format!(
+            "{CORE}/namespaces/{NS1}/serviceaccounts/agent-{}",
+            w.agent
+        ))
+        .expect("ServiceAccount");
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    assert_eq!(agent_objects(&w, "persistentvolumeclaims").len(), 1);
+    assert_eq!(
+        service_selector(&w),
+        json!({"occ.agent": w.agent, "occ.revision": rev})
+    );
+
+    let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("revision Deployment");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["serviceAccountName"], format!("agent-{}", w.agent));
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "registry.example/codex:1.0.0");
+    let sc = &container["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert!(sc["runAsUser"].as_i64().unwrap() > 0);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        env_var(container, "TOKEN"),
+        &json!({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tokens", "key": "value"}}})
+    );
+    assert_eq!(
+        env_var(container, "OCC_HARNESS_API_KEY"),
+        &json!({"name": "OCC_HARNESS_API_KEY", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api"}}})
+    );
+    let projected = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["projected"]["sources"][0]["serviceAccountToken"].as_object())
+        .expect("projected token");
+    assert_eq!(projected["audience"], "occ-agent");
+
+    // No request reads a Secret or carries its value, in any encoding.
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE);
+    for r in w.kube.fake.requests() {
+        assert!(!r.path.contains("/secrets"), "{} {}", r.method, r.path);
+        let body = r.body.map(|b| b.to_string()).unwrap_or_default();
+        assert!(
+            !body.contains(SECRET_VALUE) && !body.contains(&encoded),
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+}
+
+#[test]
+fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let r1 = deployed(&w);
+    w.kube.fake.clear_requests();
+    let r2 = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&r2));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    assert_eq!(active(&mut c, &w.agent), Some(r2.clone()));
+    // The stop waited for the first revision's Pods (pending, attempts refunded).
+    assert!(
+        evidence(&mut c, &rkey(&r2)).contains(&"deferred:DEPENDENCY_UNAVAILABLE".to_string()),
+        "{:?}",
+        evidence(&mut c, &rkey(&r2))
+    );
+    let first = format!("{APPS}/namespaces/{NS1}/deployments/agent-{}-r1", w.agent);
+    let writes = w.kube.writes();
+    let at = |pred: &dyn Fn(&Recorded) -> bool| writes.iter().position(pred);
+    let scaled = at(&|r| {
+        r.method == "PATCH" && r.path == first && r.body == Some(json!({"spec": {"replicas": 0}}))
+    })
+    .expect("the first revision scaled to zero");
+    let created = at(&|r| {
+        r.method == "POST"
+            && r.path.ends_with("/deployments")
+            && r.body.as_ref().unwrap()["metadata"]["name"] == format!("agent-{}-r2", w.agent)
+    })
+    .expect("the second revision created");
+    let retired = at(&|r| r.method == "DELETE" && r.path.starts_with(&first))
+        .expect("the first revision retired");
+    assert!(
+        scaled < created && created < retired,
+        "{:?}",
+        methods(&writes)
+    );
+    assert!(deployment(&w, &format!("agent-{}-r1", w.agent)).is_none());
+    assert_eq!(
+        service_selector(&w),
+        json!({"occ.agent": w.agent, "occ.revision": r2})
+    );
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
+        2
+    );
+    assert_eq!(work(&mut c, &rkey(&r2)).3, 1, "deferrals refund attempts");
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired);
+}
+
+#[test]
+fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let r1 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &rkey(&r1)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    let gateway = format!("agent-{}-gateway", w.agent);
+    let d = deployment(&w, &gateway).expect("gateway");
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"]["occ.revision"],
+        r1.as_str()
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/openclaw:1.0.0"
+    );
+    assert_eq!(agent_objects(&w, "deployments").len(), 1);
+    assert!(agent_objects(&w, "persistentvolumeclaims").is_empty());
+
+    let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &rkey(&r2)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    // The same gateway now runs the second revision; retiring the first kept it.
+    let d = deployment(&w, &gateway).expect("gateway kept");
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"]["occ.revision"],
+        r2.as_str()
+    );
+    assert_eq!(agent_objects(&w, "deployments").len(), 1);
+    assert_eq!(
+        service_selector(&w),
+        json!({"occ.agent": w.agent, "occ.revision": r2})
+    );
+    assert_eq!(active(&mut c, &w.agent), Some(r2));
+}
+
+#[test]
+fn a1_stop_scales_to_zero_and_completes_once_the_pods_are_gone() {
+    let w = agent_world_with(
+        FakeOptions {
+            pod_termination: Duration::from_millis(800),
+            ..FakeOptions::default()
+        },
+        SETTINGS,
+    );
+    let mut c = w.db.client();
+    deployed(&w);
+    w.kube.fake.clear_requests();
+    let key = crate::agent::stop(&mut c, &w.agent, "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("AGENT_STOPPED"))
+    );
+    assert!(evidence(&mut c, &key).contains(&"deferred:DEPENDENCY_UNAVAILABLE".to_string()));
+    assert_eq!(active(&mut c, &w.agent), None);
+    let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("kept, scaled down");
+    assert_eq!(d["spec"]["replicas"], 0);
+    assert!(agent_objects(&w, "pods").is_empty());
+    let scale_downs = w
+        .kube
+        .writes()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .count();
+    assert_eq!(scale_downs, 1, "{:?}", methods(&w.kube.writes()));
+}
+
+#[test]
+fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    deployed(&w);
+    // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
+    let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &rkey(&r2)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
+    c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
+        .unwrap();
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        c.query_one("SELECT count(*) FROM occ.agents WHERE id = $1", &[&w.agent])
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+    });
+    let deleted = audits(&mut c, "openclaw.agents.lifecycle.delete");
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    for kind in [
+        "deployments",
+        "services",
+        "serviceaccounts",
+        "persistentvolumeclaims",
+    ] {
+        assert!(
+            agent_objects(&w, kind).is_empty(),
+            "{kind}: {:?}",
+            agent_objects(&w, kind)
+        );
+    }
+    wait_for("the Agent's pods to go", Duration::from_secs(10), || {
+        agent_objects(&w, "pods").is_empty() && agent_objects(&w, "replicasets").is_empty()
+    });
+    // The Namespace's own objects stay.
+    assert!(w
+        .kube
+        .fake
+        .get(&format!("{CORE}/namespaces/{NS1}"))
+        .is_some());
+    assert!(w
+        .kube
+        .fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{NS1}/networkpolicies/occ-default-deny"
+        ))
+        .is_some());
+}
+
+#[test]
+fn r11_maintenance_reobserves_the_active_revision_without_writing() {
+    let settings = SETTINGS.replacen('{', r#"{"maintenanceIntervalSeconds": 1, "#, 1);
+    let w = agent_world_with(FakeOptions::default(), &settings);
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let reconcile = rkey(&rev);
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        work(c, &reconcile).0 == "succeeded"
+    });
+    assert_eq!(
+        work(&mut c, &reconcile).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    w.kube.fake.clear_requests();
+    let maintained = |c: &mut Sql| -> Vec<(String, Option<String>)> {
+        c.query(
+            "SELECT state, reason_code FROM occ.work WHERE idempotency_key LIKE $1 AND state = 'succeeded'",
+            &[&format!("agent_revision:{rev}:maintenance:%")],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    };
+    run_until(&w.db, w.kube.driver.clone(), |c| !maintained(c).is_empty());
+    assert_eq!(
+        maintained(&mut c)[0],
+        (
+            "succeeded".to_string(),
+            Some("REVISION_ALREADY_ACTIVE".to_string())
+        )
+    );
+    // It read the workload and the Service's endpoints, and changed nothing.
+    assert!(
+        w.kube.writes().is_empty(),
+        "{:?}",
+        methods(&w.kube.writes())
+    );
+    assert!(w
+        .kube
+        .fake
+        .requests()
+        .iter()
+        .any(|r| r.path.contains("/endpointslices")));
+    assert_eq!(active(&mut c, &w.agent), Some(rev));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending and held codes (R5)
+// ---------------------------------------------------------------------------------------------
+
+/// Deploys a dedicated revision whose Pods behave as `behaviour`, runs until its evidence
+/// holds `expected`, and checks it is still pending; returns the revision id.
+fn pending_with(behaviour: PodBehaviour, expected: &str) -> (AgentWorld, String) {
+    let w = agent_world();
+    w.kube
+        .fake
+        .set_deployment_behaviour(NS1, &format!("agent-{}-r1", w.agent), behaviour.clone());
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let wanted = format!("deferred:{expected}");
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        evidence(c, &rkey(&rev)).contains(&wanted)
+    });
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!((state.as_str(), code), ("queued", None), "{behaviour:?}");
+    assert_eq!(attempts, 0, "deferrals refund attempts");
+    assert_eq!(active(&mut c, &w.agent), None);
+    (w, rev)
+}
+
+#[test]
+fn r5_unschedulable_pods_defer_as_revision_unschedulable() {
+    pending_with(PodBehaviour::Unschedulable, "REVISION_UNSCHEDULABLE");
+}
+
+#[test]
+fn r5_image_pull_failures_defer_as_revision_image_pull_failed() {
+    pending_with(PodBehaviour::ImagePullBackOff, "REVISION_IMAGE_PULL_FAILED");
+}
+
+#[test]
+fn r5_an_exhausted_pod_quota_defers_as_namespace_pod_quota_exceeded() {
+    pending_with(PodBehaviour::QuotaExceeded, "NAMESPACE_POD_QUOTA_EXCEEDED");
+}
+
+#[test]
+fn r5_an_unknown_termination_message_stays_pending() {
+    let (w, rev) = pending_with(
+        PodBehaviour::HeldFailure("MYSTERY_CODE".into()),
+        "REVISION_INCOMPLETE",
+    );
+    let d = deployment(&w, &format!("agent-{}-r1", w.agent)).unwrap();
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert!(!evidence(&mut w.db.client(), &rkey(&rev))
+        .iter()
+        .any(|e| e.starts_with("failed")));
+}
+
+#[test]
+fn r5_an_unknown_runtime_failure_is_kept_as_evidence_for_the_deadline() {
+    let w = agent_world();
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldFailure("MYSTERY_CODE".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let opts = Opts {
+        convergence: Duration::from_secs(3),
+        ..Opts::default()
+    };
+    run_with(&w.db, w.kube.driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    let data = data.expect("result data");
+    assert_eq!(data["timeoutMs"], 3000);
+    assert_eq!(data["runtimeFailure"]["code"], "MYSTERY_CODE");
+    assert_eq!(data["runtimeFailure"]["container"], "harness");
+}
+
+#[test]
+fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
+    let w = agent_world();
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldFailure("AUTHENTICATION_FAILED".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
+    );
+    assert_eq!(active(&mut c, &w.agent), None);
+    // Kept for diagnosis: never scaled down or deleted.
+    assert_eq!(deployment(&w, &name).unwrap()["spec"]["replicas"], 1);
+    let touched: Vec<String> = w
+        .kube
+        .writes()
+        .iter()
+        .filter(|r| r.path.contains(&name))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(touched.is_empty(), "{touched:?}");
+}
+
+#[test]
+fn r5_a_harness_without_an_image_is_harness_image_unavailable() {
+    let settings = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
+      "harnesses": [{"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}]}"#;
+    let w = agent_world_with(FakeOptions::default(), settings);
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
+    );
+    assert!(agent_objects(&w, "deployments").is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error mappings (C3, R10)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn c3_a_429_is_retried_within_the_call_after_retry_after() {
+    let kube = Kube::start();
+    kube.seed_rolebinding(NS1);
+    let path = format!("{CORE}/namespaces/{NS1}");
+    kube.fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: path.clone(),
+        times: 1,
+        action: Action::TooMany {
+            retry_after_secs: 1,
+        },
+    });
+    let started = Instant::now();
+    let o = kube
+        .driver
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .unwrap();
+    assert!(o.complete, "{o:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let first: Vec<u16> = kube
+        .fake
+        .requests()
+        .iter()
+        .take(2)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(first, vec![429, 404]);
+}
+
+#[test]
+fn r10_a_503_defers_as_dependency_unavailable_and_refunds_the_attempt() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
+        times: 1,
+        action: Action::Status(503),
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    assert_eq!(
+        evidence(&mut c, &rkey(&rev)).first().map(String::as_str),
+        Some("deferred:DEPENDENCY_UNAVAILABLE")
+    );
+    assert_eq!(attempts, 1, "the 503 pass spent no attempt");
+    assert!(w.kube.fake.requests().iter().any(|r| r.status == 503));
+}
+
+#[test]
+fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
+        times: 10,
+        action: Action::Status(403),
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        (
+            "failed_permanent",
+            Some("KUBERNETES_FORBIDDEN_SERVICEACCOUNTS")
+        )
+    );
+    let forbidden = w
+        .kube
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.status == 403)
+        .count();
+    assert_eq!(forbidden, 1, "a permanent refusal is not retried");
+}
+
+#[test]
+fn r10_a_422_is_permanent() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
+        times: 10,
+        action: Action::Status(422),
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("KUBERNETES_INVALID_REQUEST"))
+    );
+    assert_eq!(
+        w.kube
+            .fake
+            .requests()
+            .iter()
+            .filter(|r| r.status == 422)
+            .count(),
+        1
+    );
+    assert_eq!(active(&mut c, &w.agent), None);
+}
+
+#[test]
+fn c3_a_409_conflict_on_replace_is_reread_and_retried() {
+    let kube = Kube::start();
+    kube.seed_rolebinding(NS1);
+    let spec = ns_spec("ns1", None);
+    assert!(
+        kube.driver
+            .ensure_namespace(&spec, &cancel())
+            .unwrap()
+            .complete
+    );
+    // Someone changed the policy: the driver converges it back with a replace.
+    let collection = format!("/apis/networking.k8s.io/v1/namespaces/{NS1}/networkpolicies");
+    let path = format!("{collection}/occ-default-deny");
+    let mut policy = kube.fake.get(&path).unwrap();
+    policy["metadata"]["annotations"]["occ.spec-hash"] = json!("edited");
+    policy["spec"]["ingress"] = json!([{}]);
+    kube.fake.put_object(&collection, policy);
+    kube.fake.clear_requests();
+    kube.fake.inject(Inject {
+        method: Some("PUT"),
+        path_prefix: path.clone(),
+        times: 1,
+        action: Action::Status(409),
+    });
+    assert!(
+        kube.driver
+            .ensure_namespace(&spec, &cancel())
+            .unwrap()
+            .complete
+    );
+    let on_policy: Vec<String> = kube
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path == path)
+        .map(|r| format!("{} {}", r.method, r.status))
+        .collect();
+    assert_eq!(on_policy, vec!["GET 200", "PUT 409", "GET 200", "PUT 200"]);
+    assert_eq!(kube.fake.get(&path).unwrap()["spec"]["ingress"], json!([]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS and credentials (C3 connection)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn c3_a_server_certificate_from_another_ca_is_refused_before_any_request() {
+    use base64::Engine;
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = TempDir::new();
+    let path = fake.write_kubeconfig(&dir.0, KubeconfigAuth::Token);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(&b64(&fake.ca_pem()), &b64(&KubeFake::other_ca_pem()));
+    std::fs::write(&path, text).unwrap();
+    let driver = driver_from(&path, SETTINGS);
+    let e = driver
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(driver.preflight(&cancel()).unwrap_err().is_transient());
+    assert!(
+        fake.requests().is_empty(),
+        "{:?}",
+        methods(&fake.requests())
+    );
+}
+
+#[test]
+fn c3_client_certificate_kubeconfigs_authenticate() {
+    for auth in [
+        KubeconfigAuth::ClientCertData,
+        KubeconfigAuth::ClientCertFiles,
+    ] {
+        let fake = KubeFake::start(FakeOptions::default());
+        let dir = TempDir::new();
+        let driver = driver_from(&fake.write_kubeconfig(&dir.0, auth.clone()), SETTINGS);
+        assert_eq!(driver.preflight(&cancel()).unwrap(), vec![], "{auth:?}");
+        let o = driver
+            .ensure_namespace(&ns_spec("ns1", None), &cancel())
+            .unwrap();
+        assert_eq!(
+            o.pending_reason.as_deref(),
+            Some("NAMESPACE_ROLEBINDING_PENDING")
+        );
+        assert!(fake.requests().iter().all(|r| r.status != 401), "{auth:?}");
+    }
+}
+
+#[test]
+fn c3_a_rotated_token_file_is_reread_after_a_401_within_the_same_call() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = TempDir::new();
+    let token = dir.0.join("token");
+    let driver = driver_from(
+        &fake.write_kubeconfig(&dir.0, KubeconfigAuth::TokenFile(token.clone())),
+        SETTINGS,
+    );
+    let spec = ns_spec("ns1", None);
+    driver.ensure_namespace(&spec, &cancel()).unwrap();
+    let rotated = fake.rotate_token();
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), rotated);
+    fake.clear_requests();
+    let o = driver.ensure_namespace(&spec, &cancel()).unwrap();
+    assert_eq!(
+        o.pending_reason.as_deref(),
+        Some("NAMESPACE_ROLEBINDING_PENDING")
+    );
+    let requests = fake.requests();
+    assert_eq!(
+        (requests[0].status, requests[1].status),
+        (401, 200),
+        "{:?}",
+        methods(&requests)
+    );
+    assert_eq!(requests[0].path, requests[1].path);
+    assert_eq!(requests.iter().filter(|r| r.status == 401).count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation (C1)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn c1_a_cancelled_token_makes_no_request() {
+    let kube = Kube::start();
+    let token = cancel();
+    token.cancel(LossCause::RenewalRefused);
+    let e = kube
+        .driver
+        .ensure_namespace(&ns_spec("ns1", None), &token)
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        &ComputeErrorKind::Cancelled(occ_worker::cancel::Cancelled(LossCause::RenewalRefused))
+    );
+    assert!(kube.fake.requests().is_empty());
+}
+
+#[test]
+fn c1_a_stalled_request_ends_within_the_lease_as_a_cancellation() {
+    let kube = Kube::start();
+    kube.fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}"),
+        times: 1,
+        action: Action::Stall,
+    });
+    let started = Instant::now();
+    let token = CancelToken::new(Instant::now() + Duration::from_secs(2));
+    let e = kube
+        .driver
+        .ensure_namespace(&ns_spec("ns1", None), &token)
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(1900) && elapsed < Duration::from_secs(4),
+        "{elapsed:?}"
+    );
+    assert_eq!(
+        e.kind(),
+        &ComputeErrorKind::Cancelled(occ_worker::cancel::Cancelled(LossCause::LeaseLapsed))
+    );
+    assert_eq!(methods(&kube.fake.requests()).len(), 1);
+    assert_eq!(kube.fake.requests()[0].status, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Revoked actors (N5, R2) and preflight (W8)
+// ---------------------------------------------------------------------------------------------
+
+/// A user with `installation-admin`, revoked after it admitted `work`.
+fn revoke_after(c: &mut Sql, admit: impl FnOnce(&mut Sql) -> Vec<String>) -> Vec<String> {
+    c.batch_execute(
+        "INSERT INTO occ.identities (id, kind) VALUES ('ops', 'user');
+         INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind) VALUES ('ops', 'installation-admin', 'installation');",
+    )
+    .unwrap();
+    let keys = admit(c);
+    c.query_one("SELECT occ.identity_revoke('admin', 'ops')", &[])
+        .unwrap();
+    keys
+}
+
+#[test]
+fn n5_r2_a_revoked_actor_reaches_no_api_server() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let keys = revoke_after(&mut c, |c| {
+        let rev = deploy_kube(c, &w.agent, "openclaw", "embedded", "ops");
+        let ns = admit_namespace(c, "ops", "later", None);
+        vec![rkey(&rev), format!("namespace:{ns}:ensure")]
+    });
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    for key in keys {
+        let (state, code, _, _) = work(&mut c, &key);
+        assert_eq!(
+            (state.as_str(), code.as_deref()),
+            ("failed_permanent", Some("ACTOR_REVOKED")),
+            "{key}"
+        );
+    }
+    assert!(
+        w.kube.fake.requests().is_empty(),
+        "{:?}",
+        methods(&w.kube.fake.requests())
+    );
+}
+
+#[test]
+fn r9_a_revoked_actors_dedicated_candidate_is_only_stopped_never_prepared() {
+    // Seed 004 6206-6236: with exclusive replacement an earlier pass may have stopped the
+    // predecessors and started the candidate, so a refused dedicated candidate is stopped
+    // (bind, then stop) even on its first pass. Nothing of the revision itself is written.
+    let w = agent_world();
+    let mut c = w.db.client();
+    let keys = revoke_after(&mut c, |c| {
+        vec![rkey(&deploy_kube(c, &w.agent, "codex", "dedicated", "ops"))]
+    });
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &keys[0]);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("ACTOR_REVOKED"))
+    );
+    let writes: Vec<String> = w
+        .kube
+        .writes()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            format!("POST {CORE}/namespaces/{NS1}/serviceaccounts"),
+            format!("POST {CORE}/namespaces/{NS1}/services"),
+        ]
+    );
+    assert!(agent_objects(&w, "deployments").is_empty());
+    assert!(agent_objects(&w, "persistentvolumeclaims").is_empty());
+}
+
+/// (verb, API group, resource) of a recorded request, as RBAC names it.
+fn access_of(r: &Recorded) -> (String, String, String) {
+    let path = r.path.split('?').next().unwrap();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, rest) = match segments[0] {
+        "api" => ("", &segments[2..]),
+        _ => (segments[1], &segments[3..]),
+    };
+    let (resource, named) = match rest {
+        ["namespaces", _, resource, tail @ ..] => (*resource, !tail.is_empty()),
+        [resource, tail @ ..] => (*resource, !tail.is_empty()),
+        [] => panic!("{path}"),
+    };
+    let verb = match (r.method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("{m} {path}"),
+    };
+    (verb.into(), group.into(), resource.into())
+}
+
+#[test]
+fn w8_preflight_reviews_every_access_the_driver_uses() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    deployed(&w);
+    deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    crate::agent::stop(&mut c, &w.agent, "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
+        .unwrap();
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    // Namespaces: adopt, converge a changed policy, empty and release; create and delete.
+    let kube = &w.kube;
+    kube.fake.put_object(
+        &format!("{CORE}/namespaces"),
+        json!({"metadata": {"name": "legacy"}}),
+    );
+    let adopted = ns_spec("ns2", Some("legacy"));
+    kube.driver.ensure_namespace(&adopted, &cancel()).unwrap();
+    let collection = "/apis/networking.k8s.io/v1/namespaces/legacy/networkpolicies";
+    let mut policy = kube
+        .fake
+        .get(&format!("{collection}/occ-default-deny"))
+        .unwrap();
+    policy["metadata"]["annotations"]["occ.spec-hash"] = json!("edited");
+    kube.fake.put_object(collection, policy);
+    kube.driver.ensure_namespace(&adopted, &cancel()).unwrap();
+    wait_for(
+        "the adopted namespace emptied",
+        Duration::from_secs(10),
+        || {
+            kube.driver
+                .delete_namespace(&adopted, &cancel())
+                .unwrap()
+                .complete
+        },
+    );
+    let own = ns_spec("ns3", None);
+    kube.driver.ensure_namespace(&own, &cancel()).unwrap();
+    wait_for("the namespace deleted", Duration::from_secs(10), || {
+        kube.driver
+            .delete_namespace(&own, &cancel())
+            .unwrap()
+            .complete
+    });
+
+    let reviewed: Vec<(String, String, String)> = occ_worker::compute::kubernetes::driver::ACCESS
+        .iter()
+        .map(|(v, g, r)| (v.to_string(), g.to_string(), r.to_string()))
+        .collect();
+    let mut used: Vec<(String, String, String)> =
+        kube.fake.requests().iter().map(access_of).collect();
+    used.sort();
+    used.dedup();
+    let unreviewed: Vec<_> = used.iter().filter(|a| !reviewed.contains(a)).collect();
+    assert!(unreviewed.is_empty(), "{unreviewed:?}");
+    assert!(used.len() >= 25, "{used:?}");
+}
+
+#[test]
+fn w8_preflight_warns_about_each_denied_access() {
+    let kube = Kube::start();
+    assert_eq!(kube.driver.preflight(&cancel()).unwrap(), vec![]);
+    kube.fake.deny_access("create", "deployments");
+    let warnings = kube.driver.preflight(&cancel()).unwrap();
+    let codes: Vec<&str> = warnings.iter().map(|w| w.code.as_str()).collect();
+    assert_eq!(codes, vec!["KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"]);
+}
