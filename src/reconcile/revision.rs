@@ -298,7 +298,7 @@ impl RevisionReconciler {
     /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
     /// (seed 004 6180-6212). Beside an active revision a non-exclusive (embedded) candidate is
     /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
-    /// prepared has nothing to stop. An exclusive candidate is always stopped.
+    /// prepared has nothing to stop.
     fn refuse(
         &self,
         pass: &Pass<'_>,
@@ -316,8 +316,14 @@ impl RevisionReconciler {
         }
         let spec = l.revision.spec(&pass.ctx.installation_id);
         let driver = pass.ctx.compute.clone();
-        if !driver.requires_stopped_predecessors(&spec)
-            && (l.agent.active_revision_id.is_some() || !(prepared || l.attempts > 0))
+        // A candidate no pass of this work reached Compute for has no runtime: a refusal
+        // decided before its first preparation makes no Compute call (SPEC R2), exclusive or
+        // not. Seed 004 (6206-6236) stops an exclusive candidate even then; SPEC R2 is explicit
+        // and wins, and a pass that died mid-preparation leaves LEASE_EXPIRED evidence, so such
+        // a candidate still counts as prepared.
+        if !(prepared || l.attempts > 0)
+            || (!driver.requires_stopped_predecessors(&spec)
+                && l.agent.active_revision_id.is_some())
         {
             return Ok(refusal);
         }
