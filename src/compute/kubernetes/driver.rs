@@ -111,6 +111,19 @@ fn draining() -> ComputeError {
     ComputeError::transient("kubernetes_pods_terminating", None).with_reason("PodsTerminating")
 }
 
+/// An observation of `revision` with nothing to report but readiness.
+fn observation(revision: &RevisionSpec, ready: bool) -> RevisionObservation {
+    RevisionObservation {
+        namespace_id: revision.namespace_id.clone(),
+        agent_id: revision.agent_id.clone(),
+        revision_id: revision.revision_id.clone(),
+        ready,
+        pending_reason: None,
+        runtime_failure: None,
+        warnings: Vec::new(),
+    }
+}
+
 fn name_of(object: &Value) -> &str {
     object["metadata"]["name"].as_str().unwrap_or_default()
 }
@@ -181,6 +194,20 @@ impl KubernetesDriver {
                 "kubernetes_namespace_missing",
                 None,
             )),
+        }
+    }
+
+    /// `namespace_of`, with a missing namespace as `None`: nothing can run there.
+    fn runtime_namespace(
+        &self,
+        installation_id: &str,
+        namespace_id: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<String>, ComputeError> {
+        match self.namespace_of(installation_id, namespace_id, cancel) {
+            Ok(namespace) => Ok(Some(namespace)),
+            Err(e) if e.class() == "kubernetes_namespace_missing" => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -352,13 +379,9 @@ impl KubernetesDriver {
             }
         }
         Ok(RevisionObservation {
-            namespace_id: revision.namespace_id.clone(),
-            agent_id: revision.agent_id.clone(),
-            revision_id: revision.revision_id.clone(),
-            ready: false,
             pending_reason: reason.map(str::to_string),
             runtime_failure: findings.runtime_failure,
-            warnings: Vec::new(),
+            ..observation(revision, false)
         })
     }
 
@@ -752,26 +775,8 @@ impl ComputeDriver for KubernetesDriver {
             Rollout::Complete => {}
         }
         // A routed revision is ready only with a ready endpoint behind the Agent Service.
-        if self.routed_and_ready(revision, &namespace, cancel)? == Some(false) {
-            return Ok(RevisionObservation {
-                namespace_id: revision.namespace_id.clone(),
-                agent_id: revision.agent_id.clone(),
-                revision_id: revision.revision_id.clone(),
-                ready: false,
-                pending_reason: None,
-                runtime_failure: None,
-                warnings: Vec::new(),
-            });
-        }
-        Ok(RevisionObservation {
-            namespace_id: revision.namespace_id.clone(),
-            agent_id: revision.agent_id.clone(),
-            revision_id: revision.revision_id.clone(),
-            ready: true,
-            pending_reason: None,
-            runtime_failure: None,
-            warnings: Vec::new(),
-        })
+        let endpoint = self.routed_and_ready(revision, &namespace, cancel)?;
+        Ok(observation(revision, endpoint != Some(false)))
     }
 
     fn deactivate_revision(
@@ -797,13 +802,12 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        let namespace =
-            match self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel) {
-                Ok(namespace) => namespace,
-                // No namespace, no runtime.
-                Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
-                Err(e) => return Err(e),
-            };
+        // No namespace, no runtime.
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
         let path = self.workload_path(revision, &namespace);
         if let Some(workload) = self
             .client
@@ -835,12 +839,12 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        let namespace =
-            match self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel) {
-                Ok(namespace) => namespace,
-                Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
-                Err(e) => return Err(e),
-            };
+        // No namespace, no runtime.
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
         let path = self.workload_path(revision, &namespace);
         let Some(workload) = self
             .client
@@ -863,11 +867,11 @@ impl ComputeDriver for KubernetesDriver {
         agent: &AgentSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        let namespace = match self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)
-        {
-            Ok(namespace) => namespace,
-            Err(e) if e.class() == "kubernetes_namespace_missing" => return Ok(()),
-            Err(e) => return Err(e),
+        // No namespace, nothing of the Agent's left.
+        let Some(namespace) =
+            self.runtime_namespace(&agent.installation_id, &agent.namespace_id, cancel)?
+        else {
+            return Ok(());
         };
         let object = names::agent_object_name(&agent.agent_id);
         for (path, resource) in [
