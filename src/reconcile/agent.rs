@@ -8,6 +8,7 @@ use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
+use crate::queue::Operation;
 use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -257,12 +258,13 @@ pub fn readiness_recheck(age: Duration) -> Duration {
     (age / 40).clamp(Duration::from_millis(500), Duration::from_secs(5))
 }
 
-/// Renews the claim, then runs one Compute call (W2), timed as `effect` (`deploy`, `stop`,
-/// `retire`, `credentials`; W6). A cancelled call loses the pass; every other error is
+/// Renews the claim, then runs one Compute call (W2) at `step` (`bind`, `prepare`,
+/// `deactivate`, `activate`, `stop`, `retire`, `credentials`), timed as its effect (`deploy`
+/// for the three deployment steps; W6). A cancelled call loses the pass; every other error is
 /// returned for the reconciler to classify.
 pub fn effect<T>(
     pass: &Pass<'_>,
-    label: &'static str,
+    step: &'static str,
     call: impl FnOnce(&CancelToken) -> Result<T, ComputeError>,
 ) -> Result<Result<T, ComputeError>, PassError> {
     pass.before_effect()?;
@@ -271,7 +273,10 @@ pub fn effect<T>(
     pass.ctx
         .metrics
         .effect_duration
-        .with_label_values(&[label])
+        .with_label_values(&[match step {
+            "prepare" | "deactivate" | "activate" => "deploy",
+            other => other,
+        }])
         .observe(started.elapsed().as_secs_f64());
     match out {
         Err(e) if matches!(e.kind(), ComputeErrorKind::Cancelled(_)) => Err(e.into()),
@@ -279,12 +284,30 @@ pub fn effect<T>(
     }
 }
 
-/// What a Compute failure becomes (R10): a transient dependency defers without spending an
-/// attempt, a retryable error retries as `DEPENDENCY_UNAVAILABLE`, a refusal is permanent
-/// with the driver's code.
+/// The recheck of a draining stop: 1 s, growing with the work's age to 5 s (SPEC Z5).
+pub fn stop_yield_recheck(age: Duration) -> Duration {
+    (age / 40).clamp(Duration::from_secs(1), Duration::from_secs(5))
+}
+
+/// What a Compute failure becomes. A draining stop yields: pending `AGENT_STOP_YIELDED`
+/// without spending the attempt and exempt from the deadline (SPEC Z5). A transient dependency
+/// failure of revision work waits within the convergence deadline without spending attempts
+/// (R10); Namespace, Agent stop and delete work have no deadline to bound such a wait, so they
+/// keep their attempt budget and retry `DEPENDENCY_UNAVAILABLE` (seed 004 403-411, 2696-2700,
+/// 2903-2907). A refusal is permanent with the driver's code.
 pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
-    match e.kind() {
-        ComputeErrorKind::TransientDependency => {
+    let revision_work = matches!(
+        pass.claim.operation,
+        Operation::RevisionReconcile | Operation::RevisionMaintenance
+    );
+    let report = match e.kind() {
+        ComputeErrorKind::Draining => {
+            let mut report = Report::pending("AGENT_STOP_YIELDED", stop_yield_recheck(pass.age()));
+            report.deadline_exempt = true;
+            report.record_evidence = false;
+            report
+        }
+        ComputeErrorKind::TransientDependency if revision_work => {
             let mut report =
                 Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()));
             report.dependency_failure = true;
@@ -292,15 +315,17 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
         }
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
         _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
-    }
+    };
+    report.with_compute_error(e)
 }
 
-/// Runs an effect and returns its report from the enclosing function when it fails.
+/// Runs an effect and returns its report, naming the step, from the enclosing function when
+/// it fails.
 macro_rules! try_effect {
-    ($pass:expr, $label:expr, $call:expr) => {
-        match $crate::reconcile::agent::effect($pass, $label, $call)? {
+    ($pass:expr, $step:expr, $call:expr) => {
+        match $crate::reconcile::agent::effect($pass, $step, $call)? {
             Ok(v) => v,
-            Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass)),
+            Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass).at($step)),
         }
     };
 }

@@ -61,6 +61,17 @@ impl Outcome {
     }
 }
 
+/// Where a pass failed, retried or deferred, for its `worker.pass-error` line: the step
+/// (`prepare`, `activate`, `stop`, …) and, after a Compute error, its class, HTTP status and
+/// provider reason. Never provider free text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    pub step: Option<&'static str>,
+    pub class: Option<&'static str>,
+    pub status: Option<u16>,
+    pub reason: Option<String>,
+}
+
 /// What happened in a pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
@@ -74,8 +85,13 @@ pub struct Report {
     /// The pass is pending on a failing dependency: past the deadline the work fails naming
     /// it, not the deadline (seed 004 5779-5790).
     pub dependency_failure: bool,
+    /// The pending outcome is a wait the convergence deadline does not bound: a draining stop
+    /// (SPEC Z5) and any deferral of Agent stop or delete work (seed 004 403-411).
+    pub deadline_exempt: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
+    /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
+    pub failure: Failure,
     /// Reconciler-private facts for `publish` (audit details). Never published as is.
     pub detail: Value,
     /// The reconciler already published this outcome in its own claim-fenced transaction and
@@ -94,7 +110,9 @@ impl Report {
             refusal: None,
             runtime_failure: None,
             dependency_failure: false,
+            deadline_exempt: false,
             record_evidence: true,
+            failure: Failure::default(),
             detail: Value::Null,
             already_published: false,
         }
@@ -118,6 +136,23 @@ impl Report {
 
     pub fn with_detail(mut self, detail: Value) -> Report {
         self.detail = detail;
+        self
+    }
+
+    /// Names the step the pass stopped at (keeps an earlier one).
+    pub fn at(mut self, step: &'static str) -> Report {
+        self.failure.step.get_or_insert(step);
+        self
+    }
+
+    /// Records the Compute error behind this report: class, status and one-word reason.
+    pub fn with_compute_error(mut self, e: &ComputeError) -> Report {
+        self.failure.class = Some(e.class());
+        self.failure.status = e.status();
+        self.failure.reason = e
+            .reason()
+            .filter(|r| r.len() <= 64 && r.chars().all(|c| c.is_ascii_alphabetic()))
+            .map(String::from);
         self
     }
 
@@ -410,21 +445,20 @@ pub fn resolve(
     age: Duration,
     convergence_timeout: Duration,
 ) -> Report {
+    let deadline_applies = report.refusal.is_none() && !report.deadline_exempt;
     match report.outcome {
         // A refused candidate whose stop is still pending keeps waiting past the deadline:
         // the work never ends with the refused candidate running (R9). Its failure is
         // published once the stop succeeds.
         Outcome::Pending { .. }
-            if age >= convergence_timeout
-                && report.refusal.is_none()
-                && report.dependency_failure =>
+            if age >= convergence_timeout && deadline_applies && report.dependency_failure =>
         {
             Report {
                 outcome: Outcome::Permanent,
                 ..report
             }
         }
-        Outcome::Pending { .. } if age >= convergence_timeout && report.refusal.is_none() => {
+        Outcome::Pending { .. } if age >= convergence_timeout && deadline_applies => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
             if let Some(failure) = &report.runtime_failure {
                 data["runtimeFailure"] = json!(failure);
@@ -535,6 +569,21 @@ mod tests {
     fn a_pending_refused_candidate_stop_outlives_the_deadline() {
         let mut report = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", Duration::from_secs(1));
         report.refusal = Some("AUTHORIZATION_DENIED".into());
+        let r = resolve(
+            report.clone(),
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r, report);
+    }
+
+    #[test]
+    fn a_draining_stop_outlives_the_deadline() {
+        // SPEC Z5 (seed 004 2701-2732): a stop yield is exempt from the deadline.
+        let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));
+        report.deadline_exempt = true;
         let r = resolve(
             report.clone(),
             1,

@@ -46,9 +46,8 @@
 //!
 //! # Errors
 //!
-//! - A transient Compute dependency failure is pending `DEPENDENCY_UNAVAILABLE` (no attempt
-//!   spent) until the convergence deadline; a retryable one is retry `DEPENDENCY_UNAVAILABLE`;
-//!   a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
+//! - A transient or retryable Compute failure is retry `DEPENDENCY_UNAVAILABLE`, spending the
+//!   attempt (Namespace work keeps its attempt budget, seed 004 403-411); a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
 //!   is not a bounded token).
 //! - A cancelled Compute call or a lost renewal returns the error: the claim is gone and
 //!   nothing is published.
@@ -264,24 +263,29 @@ impl Reconciler for NamespaceReconciler {
             Target::Ready => compute.ensure_namespace(&spec, pass.cancel()),
             Target::Deleted => compute.delete_namespace(&spec, pass.cancel()),
         };
+        let step = match target {
+            Target::Ready => "ensure",
+            Target::Deleted => "delete",
+        };
         let observation = match answer {
             Ok(observation) => observation,
+            // Namespace work has no convergence deadline to bound a wait on a failing
+            // dependency: it keeps its attempt budget (seed 004 403-411, 2488-2493).
             Err(e) => {
-                return match e.kind() {
-                    ComputeErrorKind::TransientDependency => Ok(Report::pending(
-                        "DEPENDENCY_UNAVAILABLE",
-                        recheck_delay(pass.age()),
-                    )),
-                    ComputeErrorKind::Retryable => Ok(Report::retry("DEPENDENCY_UNAVAILABLE")),
+                let report = match e.kind() {
+                    ComputeErrorKind::Cancelled(_) => return Err(e.into()),
                     ComputeErrorKind::Permanent(code) => {
-                        Ok(Report::permanent(if compute::is_code(code) {
+                        Report::permanent(if compute::is_code(code) {
                             code
                         } else {
                             "COMPUTE_REFUSED"
-                        }))
+                        })
                     }
-                    ComputeErrorKind::Cancelled(_) => Err(e.into()),
+                    ComputeErrorKind::TransientDependency
+                    | ComputeErrorKind::Retryable
+                    | ComputeErrorKind::Draining => Report::retry("DEPENDENCY_UNAVAILABLE"),
                 };
+                return Ok(report.at(step).with_compute_error(&e));
             }
         };
         if !compute::valid_namespace_observation(&observation, &namespace.id) {

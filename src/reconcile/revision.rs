@@ -28,7 +28,8 @@ use super::agent::{
 };
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, RevisionSpec,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeErrorKind,
+    RevisionSpec,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -407,7 +408,7 @@ impl RevisionReconciler {
         // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
         if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
             return Ok(match (already_active, maintenance) {
-                (false, _) => compute_report(&e, pass),
+                (false, _) => compute_report(&e, pass).at("bind"),
                 (true, true) => Report::permanent("COMPUTE_BINDING_INCOMPLETE"),
                 (true, false) => {
                     Report::pending("COMPUTE_BINDING_INCOMPLETE", readiness_recheck(pass.age()))
@@ -422,12 +423,19 @@ impl RevisionReconciler {
                 .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
             {
                 let earlier = earlier.spec(&pass.ctx.installation_id);
-                try_effect!(pass, "stop", |c| driver.stop_revision(&earlier, c));
+                if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
+                    let mut report = compute_report(&e, pass).at("stop");
+                    if matches!(e.kind(), ComputeErrorKind::Draining) {
+                        // An exclusive predecessor still draining (SPEC Z5).
+                        report.code = "PREDECESSOR_STOP_YIELDED".into();
+                    }
+                    return Ok(report);
+                }
             }
         }
         let result = match self.observe(pass, &l, &spec)? {
             Observed::Ready(result) => result,
-            Observed::Ended(report) => return Ok(report),
+            Observed::Ended(report) => return Ok(*report),
         };
         self.activate(pass, &l, &spec, already_active, result)
     }
@@ -445,20 +453,20 @@ impl RevisionReconciler {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         let driver = pass.ctx.compute.clone();
         let refused = |report: Report| -> Result<Observed, PassError> {
-            Ok(Observed::Ended(if maintenance {
+            Ok(Observed::Ended(Box::new(if maintenance {
                 report
             } else {
                 self.refuse(pass, l, report, true)?
-            }))
+            })))
         };
-        let observation = match effect(pass, "deploy", |c| driver.prepare_revision(spec, c))? {
+        let observation = match effect(pass, "prepare", |c| driver.prepare_revision(spec, c))? {
             Ok(o) => o,
             Err(e) => {
-                let report = compute_report(&e, pass);
+                let report = compute_report(&e, pass).at("prepare");
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
                 } else {
-                    Ok(Observed::Ended(report))
+                    Ok(Observed::Ended(Box::new(report)))
                 };
             }
         };
@@ -482,17 +490,17 @@ impl RevisionReconciler {
                 // A failed model probe keeps its evidence (seed 004 5773-5777).
                 report.result_data = Some(json!({"runtimeFailure": failure}));
             }
-            return Ok(Observed::Ended(report));
+            return Ok(Observed::Ended(Box::new(report)));
         }
         let code = revision_pending_code(observation.pending_reason.as_deref());
         if maintenance {
             // A failed observation fails this claim; it never retires the running revision,
             // and the next bucket is enqueued on publish.
-            return Ok(Observed::Ended(Report::permanent(code)));
+            return Ok(Observed::Ended(Box::new(Report::permanent(code))));
         }
         let mut pending = Report::pending(code, readiness_recheck(pass.age()));
         pending.runtime_failure = failure;
-        Ok(Observed::Ended(pending))
+        Ok(Observed::Ended(Box::new(pending)))
     }
 
     /// R6/R7: publish the active pointer (compare-and-set, fenced), then switch the route and
@@ -530,7 +538,7 @@ impl RevisionReconciler {
             // Before the first pointer commit of a dedicated Agent its route serves nothing
             // (seed 004 `deactivateRevision`, 5186-5190).
             if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
-                try_effect!(pass, "deploy", |c| driver.deactivate_revision(spec, c));
+                try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }
             let expected = agent.active_revision_id.clone();
             let won = pass.fenced(|tx| {
@@ -546,7 +554,7 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        try_effect!(pass, "deploy", |c| driver.activate_revision(spec, c));
+        try_effect!(pass, "activate", |c| driver.activate_revision(spec, c));
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
@@ -565,7 +573,7 @@ enum Observed {
     /// Ready, with the plugin-warning result data.
     Ready(Option<Value>),
     /// The pass ends with this report.
-    Ended(Report),
+    Ended(Box<Report>),
 }
 
 fn first_denial<const N: usize>(

@@ -2,7 +2,7 @@
 //! and the scripted driver, asserting work state, codes, audit rows, the active pointer and
 //! the exact Compute calls.
 
-use crate::agent_driver::{quiet, run_until, ScriptedDriver};
+use crate::agent_driver::{quiet, run_until, run_with, Opts, ScriptedDriver};
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::compute::ComputeError;
 use postgres::Client;
@@ -702,7 +702,9 @@ fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes(
 }
 
 #[test]
-fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
+fn a1_a_transient_compute_failure_retries_the_stop_spending_an_attempt() {
+    // Changed from a refunded deferral: Agent stop keeps its attempt budget on a transient
+    // dependency failure (seed 004 403-411, 2696-2700).
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
     let rev = deployed(&f, &driver);
@@ -716,9 +718,93 @@ fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
     run_until(&f.db, driver.clone(), quiet);
     let (_, code, _, attempts) = work(&mut c, &key);
     assert_eq!(code.as_deref(), Some("AGENT_STOPPED"));
-    assert_eq!(attempts, 1);
+    assert_eq!(attempts, 2);
+    assert_eq!(
+        evidence(&mut c, &key),
+        vec!["retry:DEPENDENCY_UNAVAILABLE", "succeeded:AGENT_STOPPED"]
+    );
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
     assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn a1_a_stop_failing_transiently_fails_at_the_attempt_limit_not_the_deadline() {
+    // Seed 004 403-411, 2696-2700: no convergence deadline bounds a stop, its attempts do.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::transient("scripted", Some(503)),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
+    );
+    assert_eq!(active(&mut c, &f.agent).as_deref(), Some(rev.as_str()));
+}
+
+#[test]
+fn a1_a_draining_stop_yields_without_spending_attempts_past_the_deadline() {
+    // SPEC Z5 (seed 004 2686-2692, 3085-3092): a draining stop is pending
+    // `AGENT_STOP_YIELDED`, refunds its attempt, records no evidence and outlives the
+    // convergence deadline.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..6 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::draining("kubernetes_pods_terminating"),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    let opts = Opts {
+        convergence: std::time::Duration::ZERO,
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("succeeded", Some("AGENT_STOPPED"), 1)
+    );
+    assert_eq!(evidence(&mut c, &key), vec!["succeeded:AGENT_STOPPED"]);
+    assert_eq!(driver.calls_of("stop_revision").len(), 7);
+}
+
+#[test]
+fn a2_a_delete_failing_transiently_fails_at_the_attempt_limit() {
+    // Seed 004 403-411, 2903-2907: Agent deletion keeps its attempt budget.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "retire_revision",
+            &rev,
+            ComputeError::transient("scripted", Some(503)),
+        );
+    }
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let key = format!("agent:{}:delete", f.agent);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
+    );
 }
 
 /// Waits until another session is blocked on a lock.

@@ -675,26 +675,46 @@ fn n3_permanent_failure_fails_the_work_and_the_namespace() {
 }
 
 #[test]
-fn n3_transient_dependency_defers_without_spending_the_attempt() {
+fn n3_transient_dependency_retries_spending_the_attempt() {
+    // Changed from a refunded deferral: Namespace work keeps its attempt budget on a transient
+    // dependency failure (seed 004 403-411, 2488-2493).
     let h = Harness::new();
     let ns = h.create("admin", "team-a");
     h.driver
         .ensure_namespace
-        .then_err(3, ComputeError::transient("test", Some(503)));
-    for _ in 0..3 {
+        .then_err(2, ComputeError::transient("test", Some(503)));
+    for attempt in 1..=2 {
         let r = h.pass().unwrap();
         assert_eq!(r.code, "DEPENDENCY_UNAVAILABLE");
-        assert!(matches!(r.outcome, reconcile::Outcome::Pending { .. }));
+        assert_eq!(r.outcome, reconcile::Outcome::Retry);
         assert_eq!(
             h.work(&ensure_key(&ns)),
-            ("queued".into(), None, 0),
-            "attempt refunded"
+            ("queued".into(), None, attempt),
+            "attempt spent"
         );
     }
     assert_eq!(h.status(&ns), "provisioning");
     assert_eq!(h.pass().unwrap().code, "NAMESPACE_RECONCILED");
-    assert_eq!(h.work(&ensure_key(&ns)).2, 1);
-    assert_eq!(h.driver.calls().len(), 4);
+    assert_eq!(h.work(&ensure_key(&ns)).2, 3);
+    assert_eq!(h.driver.calls().len(), 3);
+
+    // At the attempt limit the creation fails and so does its Namespace.
+    let ns = h.create("admin", "team-b");
+    h.driver
+        .ensure_namespace
+        .then_err(3, ComputeError::transient("test", Some(503)));
+    for _ in 0..3 {
+        assert_eq!(h.pass().unwrap().code, "DEPENDENCY_UNAVAILABLE");
+    }
+    assert_eq!(
+        h.work(&ensure_key(&ns)),
+        (
+            "failed_permanent".into(),
+            Some("DEPENDENCY_UNAVAILABLE".into()),
+            3
+        )
+    );
+    assert_eq!(h.status(&ns), "failed");
 }
 
 #[test]
@@ -796,12 +816,18 @@ fn q12_pending_past_the_convergence_deadline_fails_the_namespace() {
         )]
     );
 
+    // Changed: a transient failure spends an attempt and the deadline does not apply to it
+    // (seed 004 403-411, 6830-6834 applies the deadline to pending outcomes only).
     let ns = h.create("admin", "team-b");
     h.driver
         .ensure_namespace
         .then_err(1, ComputeError::transient("test", None));
-    assert_eq!(h.pass().unwrap().code, "CONVERGENCE_DEADLINE_EXCEEDED");
-    assert_eq!(h.status(&ns), "failed");
+    let r = h.pass().unwrap();
+    assert_eq!(
+        (r.code.as_str(), r.outcome),
+        ("DEPENDENCY_UNAVAILABLE", reconcile::Outcome::Retry)
+    );
+    assert_eq!(h.status(&ns), "provisioning");
 }
 
 #[test]
