@@ -84,6 +84,14 @@ impl RevisionRow {
             .unwrap_or_default()
     }
 
+    /// Whether this revision names `agent` as its owner: same Namespace, Agent and service
+    /// principal.
+    pub fn owned_by_agent(&self, agent: &AgentRow) -> bool {
+        self.namespace_id == agent.namespace_id
+            && self.agent_id == agent.id
+            && self.service_principal_id == agent.service_principal_id
+    }
+
     /// Whether this revision belongs to the Compute Driver the worker runs.
     pub fn owned_by(&self, pass: &Pass<'_>) -> bool {
         self.compute_id == pass.ctx.compute.id()
@@ -357,8 +365,9 @@ fn claim_agent(pass: &Pass<'_>) -> Result<String, PassError> {
 /// stopped revision is a no-op; the work lane serializes it with the Agent's revisions.
 ///
 /// Errors: `INVALID_AGENT_OWNER`, `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`,
-/// `INVALID_ACTIVE_REVISION`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow
-/// R10 (`DEPENDENCY_UNAVAILABLE`).
+/// `INVALID_ACTIVE_REVISION`, `INVALID_REVISION_OWNER`, `COMPUTE_DRIVER_MISMATCH` fail for good;
+/// a transient or retryable Compute failure retries `DEPENDENCY_UNAVAILABLE` within the attempt
+/// budget; a draining stop yields (`AGENT_STOP_YIELDED`).
 pub struct AgentStop;
 
 impl Reconciler for AgentStop {
@@ -415,11 +424,10 @@ impl Reconciler for AgentStop {
                 && r.admitted_before_work
                 && !r.retired
         }));
-        if cleanup
-            .iter()
-            .any(|r| r.service_principal_id != agent.service_principal_id)
-        {
-            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        // A revision naming another owner is a broken row, not a missing Agent (seed 004
+        // 2617-2631).
+        if cleanup.iter().any(|r| !r.owned_by_agent(&agent)) {
+            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
         }
         let driver = pass.ctx.compute.clone();
         // The Agent's own objects come back before its runtimes are stopped (seed 004 2633).
@@ -498,8 +506,9 @@ impl Reconciler for AgentStop {
 /// Assumptions: idempotent — `retire_revision` and `delete_agent_runtime_credentials` tolerate
 /// having run already.
 ///
-/// Errors: `INVALID_AGENT_OWNER` (the Agent is not being deleted), `ACTOR_REVOKED`,
-/// `AUTHORIZATION_DENIED`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow R10.
+/// Errors: `INVALID_AGENT_OWNER` (the Agent is gone), `INVALID_AGENT_STATE` (not `deleting` and
+/// `stopped`), `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`, `INVALID_REVISION_OWNER`,
+/// `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures retry within the attempt budget.
 pub struct AgentDelete;
 
 impl Reconciler for AgentDelete {
@@ -513,8 +522,10 @@ impl Reconciler for AgentDelete {
             };
             (agent, iam::load(&mut *db)?)
         };
-        if agent.status != "deleting" {
-            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
+        // this work cannot act on (seed 004 2769-2777).
+        if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
+            return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
         let request = Request::new(
             &pass.claim.actor_id,
@@ -528,6 +539,9 @@ impl Reconciler for AgentDelete {
             let mut db = pass.db()?;
             load_revisions(&mut *db, &ns, &agent_id, None, pass.claim.id)?
         };
+        if revisions.iter().any(|r| !r.owned_by_agent(&agent)) {
+            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+        }
         if revisions.iter().any(|r| !r.owned_by(pass)) {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }

@@ -310,6 +310,82 @@ fn a1_stop_refuses_a_pointer_to_another_agents_revision() {
     assert!(driver.calls().is_empty());
 }
 
+/// Rewrites a revision's service principal, bypassing the triggers and foreign keys that keep
+/// a sound database from ever holding this.
+fn break_revision_owner(c: &mut Client, rev: &str, principal: &str) {
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET service_principal_id = $2 WHERE id = $1",
+        &[&rev, &principal],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+}
+
+#[test]
+fn a1_stop_refuses_a_revision_of_another_owner() {
+    // Seed 004 2617-2631: `INVALID_REVISION_OWNER`, not `INVALID_AGENT_OWNER`.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let (_, other_principal) = create_agent(&mut c, "ns1", "other");
+    break_revision_owner(&mut c, &rev, &other_principal);
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
+    );
+    assert!(driver.calls().is_empty());
+}
+
+#[test]
+fn a2_delete_of_an_agent_no_longer_deleting_is_an_invalid_state() {
+    // Seed 004 2769-2777: `INVALID_AGENT_STATE`, not `INVALID_AGENT_OWNER`.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agents SET status = 'active' WHERE id = $1",
+        &[&f.agent],
+    )
+    .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_AGENT_STATE"))
+    );
+    assert!(driver.calls().is_empty());
+}
+
+#[test]
+fn a2_delete_refuses_a_revision_of_another_owner() {
+    // Seed 004 2783-2797.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let (_, other_principal) = create_agent(&mut c, "ns1", "other");
+    break_revision_owner(&mut c, &rev, &other_principal);
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
+    );
+    assert!(driver.calls().is_empty());
+}
+
 fn count(c: &mut Client, sql: &str, agent: &str) -> i64 {
     c.query_one(sql, &[&agent]).unwrap().get(0)
 }
