@@ -256,6 +256,31 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
     )
 }
 
+/// The `authorization_denial` audit of a refused Agent action (`openclaw.agents.stop`,
+/// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
+/// (seed 004 3156-3186, 6798-6823).
+pub fn denial_audit(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    action: &str,
+    agent_id: &str,
+    report: &Report,
+) -> Result<(), PassError> {
+    audit(
+        tx,
+        pass,
+        Audit {
+            denial: true,
+            action,
+            resource_kind: "agent",
+            resource_id: agent_id,
+            outcome: "denied",
+            reason_code: Some(&report.code),
+            details: report.detail.clone(),
+        },
+    )
+}
+
 /// Whether the report is a refusal to audit as an `authorization_denial`.
 pub fn is_denial(report: &Report) -> bool {
     report.outcome == Outcome::Permanent && report.detail.get("denial").is_some()
@@ -471,11 +496,22 @@ impl Reconciler for AgentStop {
         if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
             return Ok(());
         }
+        if is_denial(report) {
+            return denial_audit(tx, pass, "openclaw.agents.stop", &agent_id, report);
+        }
+        // Seed 004 3128-3151: the outcome and its code, naming the stopped revision.
+        let mut details = json!({
+            "computeDriverId": pass.ctx.compute.id(),
+            "reasonCode": report.code,
+        });
+        if let Some(stopped) = report.detail.get("stopped") {
+            details["revisionId"] = stopped.clone();
+        }
         audit(
             tx,
             pass,
             Audit {
-                denial: is_denial(report),
+                denial: false,
                 action: "openclaw.agents.lifecycle.stop",
                 resource_kind: "agent",
                 resource_id: &agent_id,
@@ -485,7 +521,7 @@ impl Reconciler for AgentStop {
                     "failure"
                 },
                 reason_code: Some(&report.code),
-                details: report.detail.clone(),
+                details,
             },
         )
     }
@@ -602,17 +638,24 @@ impl Reconciler for AgentDelete {
             return Ok(());
         }
         let agent_id = claim_agent(pass)?;
+        if is_denial(report) {
+            return denial_audit(tx, pass, "openclaw.agents.delete", &agent_id, report);
+        }
+        // Seed 004 3022-3044: a failed deletion records its code only.
         audit(
             tx,
             pass,
             Audit {
-                denial: is_denial(report),
+                denial: false,
                 action: "openclaw.agents.lifecycle.delete",
                 resource_kind: "agent",
                 resource_id: &agent_id,
                 outcome: "failure",
                 reason_code: Some(&report.code),
-                details: report.detail.clone(),
+                details: json!({
+                    "computeDriverId": pass.ctx.compute.id(),
+                    "reasonCode": report.code,
+                }),
             },
         )
     }

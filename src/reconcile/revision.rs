@@ -23,8 +23,8 @@
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
 use super::agent::{
-    audit, compute_report, deny, effect, is_denial, load_agent, load_revisions, readiness_recheck,
-    try_effect, AgentRow, Audit, RevisionRow,
+    audit, compute_report, denial_audit, deny, effect, is_denial, load_agent, load_revisions,
+    readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
 use super::{Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
@@ -641,19 +641,11 @@ impl Reconciler for RevisionReconciler {
                     details: report.detail.clone(),
                 },
             )?,
-            (Outcome::Permanent, _) if !maintenance || is_denial(report) => audit(
-                tx,
-                pass,
-                Audit {
-                    denial: is_denial(report),
-                    action: "openclaw.agents.deploy",
-                    resource_kind: "agent_revision",
-                    resource_id: revision_id,
-                    outcome: "failure",
-                    reason_code: Some(&report.code),
-                    details: report.detail.clone(),
-                },
-            )?,
+            // Only a denial is audited on failure; the work row's code and the status view say
+            // the rest (seed 004 5916-5922, 6798-6823).
+            (Outcome::Permanent, _) if is_denial(report) => {
+                denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report)?
+            }
             _ => {}
         }
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.

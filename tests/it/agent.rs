@@ -223,8 +223,13 @@ fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
         ("failed_permanent", Some("ACTOR_REVOKED"))
     );
     assert!(driver.calls().is_empty());
-    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
-    assert_eq!(a[0].0, "authorization_denial");
+    // Changed: the denial is `openclaw.agents.stop`, no lifecycle event (seed 004 3156-3186).
+    assert!(audits(&mut c, "openclaw.agents.lifecycle.stop").is_empty());
+    let a = audits(&mut c, "openclaw.agents.stop");
+    assert_eq!(
+        (a[0].0.as_str(), a[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
+    );
     assert!(active(&mut c, &f.agent).is_some());
 }
 
@@ -247,7 +252,8 @@ fn a1_stop_denied_by_a_restriction_is_audited_and_makes_no_call() {
         Some("AUTHORIZATION_DENIED")
     );
     assert!(driver.calls().is_empty());
-    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    // Changed: the denial's action is `openclaw.agents.stop` (seed 004 3156-3186).
+    let a = audits(&mut c, "openclaw.agents.stop");
     assert_eq!(
         (a[0].0.as_str(), a[0].1.as_str()),
         ("authorization_denial", "denied")
@@ -568,9 +574,12 @@ fn a2_delete_by_a_denied_actor_fails_and_keeps_the_agent() {
         Some("AUTHORIZATION_DENIED")
     );
     assert!(driver.calls().is_empty());
+    // Changed: the denial's action is `openclaw.agents.delete` (seed 004 3156-3186).
+    assert!(audits(&mut c, "openclaw.agents.lifecycle.delete").is_empty());
+    let a = audits(&mut c, "openclaw.agents.delete");
     assert_eq!(
-        audits(&mut c, "openclaw.agents.lifecycle.delete")[0].0,
-        "authorization_denial"
+        (a[0].0.as_str(), a[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
     );
 }
 
