@@ -15,6 +15,7 @@ use std::time::Duration;
 
 const AGENT_LOAD: &str = include_str!("../../sql/queries/agent_load.sql");
 const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_load.sql");
+const AGENT_LOCK: &str = include_str!("../../sql/queries/agent_lock.sql");
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
 const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
 
@@ -474,10 +475,42 @@ impl Reconciler for AgentStop {
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         }
+        let principal = &agent.service_principal_id;
         Ok(match active {
-            Some(a) => Report::success("AGENT_STOPPED").with_detail(json!({"stopped": a.id})),
-            None => Report::success("AGENT_ALREADY_STOPPED"),
+            Some(a) => Report::success("AGENT_STOPPED")
+                .with_detail(json!({"stopped": a.id, "servicePrincipalId": principal})),
+            None => Report::success("AGENT_ALREADY_STOPPED")
+                .with_detail(json!({"servicePrincipalId": principal})),
         })
+    }
+
+    /// A later deployment may have asked for `running` again while the last stop ran: the
+    /// stop is then `STOP_SUPERSEDED` and the active pointer it would have cleared stays
+    /// (seed 004 3061-3070).
+    fn settle(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        mut report: Report,
+    ) -> Result<Report, PassError> {
+        let Some(principal) = report.detail.get("servicePrincipalId").cloned() else {
+            return Ok(report);
+        };
+        if report.outcome != Outcome::Success {
+            return Ok(report);
+        }
+        let agent_id = claim_agent(pass)?;
+        let row = tx.query_opt(AGENT_LOCK, &[&pass.claim.namespace_id, &agent_id])?;
+        let Some(row) = row.filter(|r| principal.as_str() == Some(r.get::<_, &str>(1))) else {
+            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        };
+        if row.get::<_, &str>(0) != "stopped" {
+            report.code = "STOP_SUPERSEDED".into();
+            if let Some(detail) = report.detail.as_object_mut() {
+                detail.remove("stopped");
+            }
+        }
+        Ok(report)
     }
 
     fn publish(

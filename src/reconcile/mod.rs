@@ -383,6 +383,18 @@ pub trait Reconciler: Send + Sync {
     /// Observes, reauthorizes and acts; says what happened.
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError>;
 
+    /// Inside the fenced finalizing transaction, before `publish`: a last look at the rows the
+    /// outcome depends on, under lock, which may rewrite the resolved report (an Agent stop a
+    /// later deployment superseded while it ran). By default the report stands.
+    fn settle(
+        &self,
+        _tx: &mut postgres::Transaction<'_>,
+        _pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        Ok(report)
+    }
+
     /// Inside the fenced finalizing transaction: writes the lifecycle state and audit evidence
     /// that go with the resolved `report`. The queue transition follows in the same
     /// transaction.
@@ -495,6 +507,7 @@ pub fn finalize(
         return Ok(resolved);
     }
     pass.fenced(|tx| {
+        let resolved = reconciler.settle(tx, pass, resolved)?;
         reconciler.publish(tx, pass, &resolved)?;
         let claim = pass.claim;
         match resolved.outcome {
@@ -520,9 +533,8 @@ pub fn finalize(
                 resolved.refusal.as_deref(),
             )?,
         }
-        Ok(())
-    })?;
-    Ok(resolved)
+        Ok(resolved)
+    })
 }
 
 #[cfg(test)]

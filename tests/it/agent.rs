@@ -207,6 +207,35 @@ fn a1_stop_is_superseded_by_a_later_deployment() {
 }
 
 #[test]
+fn a1_a_deployment_admitted_during_the_last_stop_supersedes_it_and_keeps_the_pointer() {
+    // Seed 004 3061-3070: the finalizer rereads the Agent under lock; desired `running` again
+    // means `STOP_SUPERSEDED`, and the active pointer is not cleared.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        if method == "stop_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.agents SET desired_runtime_state = 'running' WHERE id = $1",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(work(&mut c, &key).1.as_deref(), Some("STOP_SUPERSEDED"));
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    assert_eq!(a[0].2.as_deref(), Some("STOP_SUPERSEDED"));
+}
+
+#[test]
 fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
