@@ -67,7 +67,7 @@ impl Outcome {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Failure {
     pub step: Option<&'static str>,
-    pub class: Option<&'static str>,
+    pub class: Option<String>,
     pub status: Option<u16>,
     pub reason: Option<String>,
 }
@@ -147,7 +147,7 @@ impl Report {
 
     /// Records the Compute error behind this report: class, status and one-word reason.
     pub fn with_compute_error(mut self, e: &ComputeError) -> Report {
-        self.failure.class = Some(e.class());
+        self.failure.class = Some(e.class().to_string());
         self.failure.status = e.status();
         self.failure.reason = e
             .reason()

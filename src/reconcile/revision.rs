@@ -485,7 +485,7 @@ impl RevisionReconciler {
         }
         let failure = observation.runtime_failure;
         if let Some(held) = failure.as_ref().and_then(held_runtime_failure) {
-            let mut report = Report::permanent(held);
+            let mut report = Report::permanent(held).at("prepare");
             if held == "RUNTIME_MODEL_PROBE_FAILED" {
                 // A failed model probe keeps its evidence (seed 004 5773-5777).
                 report.result_data = Some(json!({"runtimeFailure": failure}));
@@ -498,7 +498,7 @@ impl RevisionReconciler {
             // and the next bucket is enqueued on publish.
             return Ok(Observed::Ended(Box::new(Report::permanent(code))));
         }
-        let mut pending = Report::pending(code, readiness_recheck(pass.age()));
+        let mut pending = Report::pending(code, readiness_recheck(pass.age())).at("prepare");
         pending.runtime_failure = failure;
         Ok(Observed::Ended(Box::new(pending)))
     }

@@ -2,7 +2,7 @@
 //! and the scripted driver, asserting work state, codes, audit rows, the active pointer and
 //! the exact Compute calls.
 
-use crate::agent_driver::{quiet, run_until, run_with, Opts, ScriptedDriver};
+use crate::agent_driver::{quiet, run_captured, run_until, run_with, Opts, ScriptedDriver};
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::compute::ComputeError;
 use postgres::Client;
@@ -863,6 +863,56 @@ fn a1_a_stop_failing_transiently_fails_at_the_attempt_limit_not_the_deadline() {
         ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
     );
     assert_eq!(active(&mut c, &f.agent).as_deref(), Some(rev.as_str()));
+}
+
+#[test]
+fn w7_completed_separates_classification_from_the_queue_decision_and_pass_errors_name_the_step() {
+    // Seed 004 801-822, 869-879, 3113-3125: `result` is the classification, `outcome` the
+    // queue's decision (`permanent` at the attempt limit); `workId` is the work's key. Every
+    // retried pass emits one `worker.pass-error` naming the step and the Compute error.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::retryable("scripted", Some(503)).with_reason("ServiceUnavailable"),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    let events = run_captured(&f.db, driver.clone(), Opts::default(), quiet);
+    let completed: Vec<_> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["workId"] == key.as_str())
+        .collect();
+    assert_eq!(completed.len(), 5, "{completed:?}");
+    for (i, e) in completed.iter().enumerate() {
+        assert_eq!(e["result"], "retry");
+        let expected = if i == 4 { "permanent" } else { "retry" };
+        assert_eq!(e["outcome"], expected, "{e}");
+        assert_eq!(e["code"], "DEPENDENCY_UNAVAILABLE");
+    }
+    let errors: Vec<_> = events
+        .named("worker.pass-error")
+        .into_iter()
+        .filter(|e| e["workId"] == key.as_str())
+        .collect();
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    for e in &errors {
+        assert_eq!(
+            (&e["step"], &e["class"], &e["status"], &e["reason"]),
+            (
+                &json!("stop"),
+                &json!("scripted"),
+                &json!(503),
+                &json!("ServiceUnavailable")
+            ),
+            "{e}"
+        );
+    }
 }
 
 #[test]

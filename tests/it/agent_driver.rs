@@ -381,12 +381,36 @@ pub fn run_with(
     run_on(&db.url, driver, opts, done)
 }
 
+/// `run_with`, capturing the worker's event lines.
+pub fn run_captured(
+    db: &TestDb,
+    driver: Arc<ScriptedDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) -> crate::support::Captured {
+    let captured = crate::support::Captured::default();
+    run_events(&db.url, driver, opts, done, || {
+        Events::to(Box::new(captured.clone()))
+    });
+    captured
+}
+
 /// `run_with` on the database at `url` (a child worker process has no `TestDb` of its own).
 pub fn run_on(
     url: &str,
     driver: Arc<ScriptedDriver>,
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    run_events(url, driver, opts, done, Events::discard)
+}
+
+fn run_events(
+    url: &str,
+    driver: Arc<ScriptedDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+    events: impl Fn() -> Events,
 ) {
     let Opts {
         concurrency,
@@ -406,7 +430,7 @@ pub fn run_on(
             installation_id: "inst".into(),
             queue,
             convergence_timeout: convergence,
-            events: Events::discard(),
+            events: events(),
             metrics: Metrics::new(),
         });
         let worker = Worker::new(
