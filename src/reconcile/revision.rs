@@ -67,6 +67,21 @@ pub fn harness_approved(id: &str, version: &str) -> bool {
         .any(|(h, prefixes)| *h == id && prefixes.iter().any(|p| version.starts_with(p)))
 }
 
+/// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
+pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
+
+/// The recheck after a refused candidate's failed stop (seed 004 218-239, 6379-6388): the
+/// readiness cadence doubled for each earlier failed stop of this work (counted from its
+/// evidence, so a restart keeps the backoff) up to 5 minutes, and at least four times as long
+/// as the stop took, so a blocked stop holds at most a fifth of a worker thread.
+pub fn refused_stop_recheck(age: Duration, earlier: i64, stop_took: Duration) -> Duration {
+    let doublings = earlier.clamp(0, 20) as u32;
+    let backoff = readiness_recheck(age)
+        .saturating_mul(1 << doublings)
+        .min(REFUSED_STOP_RECHECK_MAX);
+    backoff.max(stop_took.saturating_mul(4))
+}
+
 /// The reconcile and maintenance work of an AgentRevision.
 pub struct RevisionReconciler;
 
@@ -323,23 +338,23 @@ impl RevisionReconciler {
             return Ok(refusal);
         }
         let agent = l.agent.spec(&pass.ctx.installation_id);
+        let started = std::time::Instant::now();
         let stopped = match effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
             Ok(()) => effect(pass, "stop", |c| driver.stop_revision(&spec, c))?,
             Err(e) => Err(e),
         };
+        let stop_took = started.elapsed();
         match stopped {
             Ok(()) => {
                 refusal.refusal = Some(refusal.code.clone());
                 refusal.detail["refusedCandidateStopped"] = json!(true);
                 Ok(refusal)
             }
-            Err(_) => {
-                let n = l.refused_stop_attempts.clamp(0, 6) as u32;
-                let backoff = Duration::from_secs(1) * 2u32.pow(n);
-                let mut pending = Report::pending(
-                    "REFUSED_CANDIDATE_STOP_PENDING",
-                    backoff.min(Duration::from_secs(60)),
-                );
+            Err(e) => {
+                let recheck = refused_stop_recheck(pass.age(), l.refused_stop_attempts, stop_took);
+                let mut pending = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", recheck)
+                    .at("stop")
+                    .with_compute_error(&e);
                 // The deferral records its evidence with the refusal (`queue::work_defer`).
                 pending.refusal = Some(refusal.code.clone());
                 Ok(pending)
@@ -694,4 +709,43 @@ pub fn agent_registry(registry: super::Registry) -> super::Registry {
         .with(Operation::AgentDelete, Arc::new(super::agent::AgentDelete))
         .with(Operation::RevisionReconcile, revision.clone())
         .with(Operation::RevisionMaintenance, revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_stop_recheck_doubles_from_the_readiness_cadence_up_to_five_minutes() {
+        // Seed 004 218-239, 6379-6388.
+        let age = Duration::ZERO;
+        let none = Duration::ZERO;
+        assert_eq!(
+            refused_stop_recheck(age, 0, none),
+            Duration::from_millis(500)
+        );
+        assert_eq!(refused_stop_recheck(age, 1, none), Duration::from_secs(1));
+        assert_eq!(refused_stop_recheck(age, 3, none), Duration::from_secs(4));
+        assert_eq!(
+            refused_stop_recheck(age, 12, none),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            refused_stop_recheck(age, 1_000, none),
+            Duration::from_secs(300)
+        );
+        // The readiness cadence grows with the work's age.
+        assert_eq!(
+            refused_stop_recheck(Duration::from_secs(200), 1, none),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn a_refused_stop_waits_four_times_as_long_as_the_stop_took() {
+        assert_eq!(
+            refused_stop_recheck(Duration::ZERO, 0, Duration::from_secs(90)),
+            Duration::from_secs(360)
+        );
+    }
 }

@@ -552,6 +552,44 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
 }
 
 #[test]
+fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
+    // Seed 004 218-239, 6379-6388: a stop that took 1 s is rechecked no sooner than 4 s later
+    // (the old backoff waited 1 s).
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    driver.on_call(|method, _| {
+        if method == "stop_revision" {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    let k = key(&rev);
+    run_with(&f.db, driver.clone(), Opts::default(), |c| {
+        evidence(c, &k).len() == 1
+    });
+    let wait: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work
+             WHERE idempotency_key = $1",
+            &[&k],
+        )
+        .unwrap()
+        .get(0);
+    assert!(wait >= 4.0, "rechecked after {wait} s");
+    assert_eq!(
+        evidence(&mut c, &k),
+        vec!["deferred:REFUSED_CANDIDATE_STOP_PENDING"]
+    );
+}
+
+#[test]
 fn r8_exclusive_replacement_stops_predecessors_before_prepare() {
     let f = fixture();
     let mut c = f.db.client();
