@@ -552,6 +552,73 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
 }
 
 #[test]
+fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resumes_the_stop() {
+    // Seed 004 6285-6305, 6317-6329: lease recovery keeps the stored refusal and refunds the
+    // attempt; the recovered pass stops the candidate and never prepares it again.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let url = f.db.url.clone();
+    let stops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = stops.clone();
+    driver.on_call(move |method, _| {
+        // The second stop's pass loses its claim (a crash after the stop, before publishing).
+        if method == "stop_revision" && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1
+        {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.work SET lease_expires_at = clock_timestamp() WHERE state = 'claimed'",
+                &[],
+            )
+            .unwrap();
+        }
+    });
+    run(&f, &driver);
+    let k = key(&rev);
+    let (state, code, _, _) = work(&mut c, &k);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
+    );
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    assert_eq!(driver.calls_of("stop_revision").len(), 3);
+    assert_eq!(
+        evidence(&mut c, &k),
+        vec![
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "lease_expired:LEASE_EXPIRED",
+            "failed:INVALID_DRIVER_OBSERVATION"
+        ]
+    );
+    let (refusals, attempts): (Vec<Option<String>>, Vec<i32>) = c
+        .query(
+            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 ORDER BY a.id",
+            &[&k],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, Option<String>>(0), r.get::<_, i32>(1)))
+        .unzip();
+    assert!(refusals
+        .iter()
+        .all(|r| r.as_deref() == Some("INVALID_DRIVER_OBSERVATION")));
+    assert_eq!(
+        attempts,
+        vec![1, 1, 1],
+        "every attempt was refunded but the last"
+    );
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
 fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
     // Seed 004 218-239, 6379-6388: a stop that took 1 s is rechecked no sooner than 4 s later
     // (the old backoff waited 1 s).
