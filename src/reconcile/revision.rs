@@ -362,6 +362,17 @@ impl RevisionReconciler {
         }
     }
 
+    /// The permanent report that publishes a stored refusal once its candidate is stopped
+    /// (seed 004 `storedRefusalResult`).
+    fn stored_refusal(&self, pass: &Pass<'_>, refusal: &str) -> Report {
+        let report = Report::permanent(refusal);
+        if refusal == "CONVERGENCE_DEADLINE_EXCEEDED" {
+            let timeout = pass.ctx.convergence_timeout.as_millis() as u64;
+            return report.with_result(json!({ "timeoutMs": timeout }));
+        }
+        report
+    }
+
     fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
             return Ok(Report::permanent("INVALID_REVISION_OWNER"));
@@ -370,12 +381,17 @@ impl RevisionReconciler {
         if let Some(refused) = self.check(pass, &l)? {
             return self.refuse(pass, &l, refused, false);
         }
-        if let Some(stored) = l
-            .stored_refusal
-            .as_deref()
-            .filter(|r| !REDECIDED_REFUSALS.contains(r))
-        {
-            return self.refuse(pass, &l, Report::permanent(stored), true);
+        if let Some(stored) = l.stored_refusal.as_deref() {
+            if !REDECIDED_REFUSALS.contains(&stored) {
+                return self.refuse(pass, &l, self.stored_refusal(pass, stored), true);
+            }
+            // A re-decided refusal that no longer stands lifts the wait, but past the deadline
+            // the candidate cannot converge any more: preparing it again would only restart it.
+            // The wait stops it and publishes the deadline instead (seed 004 4299-4309).
+            if pass.age() >= pass.ctx.convergence_timeout {
+                let deadline = self.stored_refusal(pass, "CONVERGENCE_DEADLINE_EXCEEDED");
+                return self.refuse(pass, &l, deadline, true);
+            }
         }
         let (agent, revision) = (&l.agent, &l.revision);
         if maintenance {

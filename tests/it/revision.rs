@@ -619,6 +619,52 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
 }
 
 #[test]
+fn r9_past_the_deadline_a_lifted_refusal_stops_the_candidate_instead_of_preparing_it() {
+    // Seed 004 4299-4309: `deploy` granted again while the refused candidate's stop waited; past
+    // the convergence deadline the wait stops the candidate and publishes the deadline.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Pending("REVISION_INCOMPLETE")]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        if method == "prepare_revision" {
+            c.execute(
+                "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+                 VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)",
+                &[&agent],
+            )
+            .unwrap();
+        }
+        if method == "stop_revision" {
+            c.execute("DELETE FROM occ.iam_restrictions", &[]).unwrap();
+        }
+    });
+    let opts = Opts {
+        convergence: Duration::from_millis(600),
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    assert_eq!(data, Some(json!({"timeoutMs": 600})));
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
 fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
     // Seed 004 218-239, 6379-6388: a stop that took 1 s is rechecked no sooner than 4 s later
     // (the old backoff waited 1 s).
