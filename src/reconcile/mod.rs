@@ -90,6 +90,10 @@ pub struct Report {
     pub deadline_exempt: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
+    /// A maintenance pass refused before any effect (R2 and ownership checks): the revision
+    /// cannot run again without a new deployment, so no next bucket is enqueued (seed 004
+    /// 4559-4561). Other maintenance failures keep the chain (R11, SPEC Z2).
+    pub ends_maintenance: bool,
     /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
     pub failure: Failure,
     /// Reconciler-private facts for `publish` (audit details). Never published as is.
@@ -112,6 +116,7 @@ impl Report {
             dependency_failure: false,
             deadline_exempt: false,
             record_evidence: true,
+            ends_maintenance: false,
             failure: Failure::default(),
             detail: Value::Null,
             already_published: false,

@@ -375,11 +375,14 @@ impl RevisionReconciler {
 
     fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
-            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+            let mut report = Report::permanent("INVALID_REVISION_OWNER");
+            report.ends_maintenance = true;
+            return Ok(report);
         };
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
-        if let Some(refused) = self.check(pass, &l)? {
-            return self.refuse(pass, &l, refused, false);
+        if let Some(mut refused) = self.check(pass, &l)? {
+            refused.ends_maintenance = true;
+            return self.refuse(pass, &l, refused.at("check"), false);
         }
         if let Some(stored) = l.stored_refusal.as_deref() {
             if !REDECIDED_REFUSALS.contains(&stored) {
@@ -408,7 +411,9 @@ impl RevisionReconciler {
             }
         }
         if agent.active_revision_id.is_some() && l.previous.is_none() {
-            return Ok(Report::permanent("INVALID_ACTIVE_REVISION"));
+            let mut report = Report::permanent("INVALID_ACTIVE_REVISION");
+            report.ends_maintenance = true;
+            return Ok(report);
         }
         let driver = pass.ctx.compute.clone();
         let spec = revision.spec(&pass.ctx.installation_id);
@@ -685,6 +690,7 @@ impl Reconciler for RevisionReconciler {
             report.code.as_str(),
             "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE"
         ) || (maintenance
+            && !report.ends_maintenance
             && report.code != "REVISION_MAINTENANCE_SUPERSEDED"
             && report.code != "REVISION_SUPERSEDED");
         if let (true, true, Some(interval)) = (

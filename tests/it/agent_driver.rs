@@ -389,9 +389,10 @@ pub fn run_captured(
     done: impl Fn(&mut postgres::Client) -> bool,
 ) -> crate::support::Captured {
     let captured = crate::support::Captured::default();
-    run_events(&db.url, driver, opts, done, || {
+    let ok = run_events(&db.url, driver, opts, done, || {
         Events::to(Box::new(captured.clone()))
     });
+    assert_reached(ok, opts.timeout);
     captured
 }
 
@@ -402,7 +403,8 @@ pub fn run_on(
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
-    run_events(url, driver, opts, done, Events::discard)
+    let ok = run_events(url, driver, opts, done, Events::discard);
+    assert_reached(ok, opts.timeout);
 }
 
 fn run_events(
@@ -411,7 +413,7 @@ fn run_events(
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
     events: impl Fn() -> Events,
-) {
+) -> bool {
     let Opts {
         concurrency,
         timeout,
@@ -463,6 +465,19 @@ fn run_events(
     for (_, handle) in running {
         handle.join().expect("worker thread").expect("worker run");
     }
+    ok
+}
+
+/// Runs a worker for `time`, whatever happens (to show that nothing more happens).
+pub fn run_for(db: &TestDb, driver: Arc<ScriptedDriver>, time: Duration) {
+    let opts = Opts {
+        timeout: time,
+        ..Opts::default()
+    };
+    run_events(&db.url, driver, opts, |_| false, Events::discard);
+}
+
+fn assert_reached(ok: bool, timeout: Duration) {
     assert!(
         ok,
         "the queue did not reach the expected state within {timeout:?}"

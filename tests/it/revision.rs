@@ -5,7 +5,7 @@ use crate::agent::{
     active, audits, create_agent, deploy, evidence, fixture, stop, user, work, Fixture,
 };
 use crate::agent_driver::{
-    quiet, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
+    quiet, run_for, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
 };
 use crate::support::{insert_namespace, scalar, wait_for, TestDb, WorkerProcess};
 use occ_worker::compute::ComputeError;
@@ -662,6 +662,61 @@ fn r9_past_the_deadline_a_lifted_refusal_stops_the_candidate_instead_of_preparin
     assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
     assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r11_a_refused_maintenance_pass_ends_the_chain_with_one_denial() {
+    // Seed 004 4287-4291, 4559-4561: a maintenance claim refused by authorization fails and
+    // enqueues no further bucket, so the denial is audited once, not once per bucket.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(200)),
+        ..ScriptedDriver::default()
+    });
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        // Revoke `deploy` as the deployment activates its revision.
+        if method == "activate_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+                 VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)
+                 ON CONFLICT DO NOTHING",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    let failed = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    run_until(&f.db, driver.clone(), |c| failed(c) == 1);
+    // Give a wrongly enqueued next bucket the time to run.
+    run_for(&f.db, driver.clone(), Duration::from_millis(800));
+    let rows = c
+        .query(
+            "SELECT state, reason_code FROM occ.work WHERE operation = 'revision_maintenance' ORDER BY id",
+            &[],
+        )
+        .unwrap();
+    let states: Vec<(String, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        states,
+        vec![(
+            "failed_permanent".into(),
+            Some("AUTHORIZATION_DENIED".into())
+        )]
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+    assert_eq!(audits(&mut c, "openclaw.agents.deploy").len(), 1);
 }
 
 #[test]
