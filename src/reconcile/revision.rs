@@ -422,7 +422,24 @@ impl RevisionReconciler {
         if agent.desired_runtime_state == "stopped" {
             try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
-            return Ok(Report::success("REVISION_STOPPED"));
+            // Once this work published its candidate it owns retiring every predecessor, even
+            // after a stop cleared the pointer; a different active revision means it never
+            // published, and that revision's stop work stays responsible (seed 004 4332-4342).
+            let published = agent.active_revision_id.is_none()
+                || agent.active_revision_id.as_deref() == Some(revision.id.as_str());
+            if !published {
+                return Ok(Report::success("REVISION_STOPPED"));
+            }
+            for earlier in l
+                .all
+                .iter()
+                .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
+            {
+                let earlier = earlier.spec(&pass.ctx.installation_id);
+                try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
+            }
+            return Ok(Report::success("REVISION_STOPPED")
+                .with_detail(json!({"retiredBefore": revision.revision})));
         }
         // R4 (and R8's successor): a newer admitted revision that needs its predecessors
         // stopped, or a newer active one, supersedes this one without a Compute call.
@@ -662,6 +679,11 @@ impl Reconciler for RevisionReconciler {
                             }),
                         },
                     )?;
+                }
+            }
+            (Outcome::Success, "REVISION_STOPPED") => {
+                if let Some(number) = report.detail["retiredBefore"].as_i64() {
+                    tx.execute(RETIRE_EARLIER, &[agent_id, &(number as i32)])?;
                 }
             }
             (Outcome::Success, "REVISION_SUPERSEDED") => audit(

@@ -720,6 +720,38 @@ fn r11_a_refused_maintenance_pass_ends_the_chain_with_one_denial() {
 }
 
 #[test]
+fn r3_a_stopped_agents_candidate_retires_earlier_revisions() {
+    // Seed 004 4332-4342: with no other active revision, the stopped Agent's candidate owns
+    // retiring its predecessors.
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    stop(&mut c, &f.agent, "admin");
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), None);
+    let r2 = deploy(&mut c, &f.agent);
+    stop(&mut c, &f.agent, "admin");
+    driver.calls.lock().clear();
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&r2)).1.as_deref(),
+        Some("REVISION_STOPPED")
+    );
+    assert_eq!(driver.calls_of("retire_revision"), vec![r1.clone()]);
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired);
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
 fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
     // Seed 004 218-239, 6379-6388: a stop that took 1 s is rechecked no sooner than 4 s later
     // (the old backoff waited 1 s).
