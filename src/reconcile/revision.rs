@@ -40,6 +40,7 @@ const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
+const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
@@ -56,16 +57,6 @@ const REDECIDED_REFUSALS: &[&str] = &[
     "SERVICE_ACCOUNT_BACKEND_MISMATCH",
     "BACKEND_UNAVAILABLE",
 ];
-
-/// Approved Harnesses and the version prefixes this worker runs (R2).
-pub const APPROVED_HARNESSES: &[(&str, &[&str])] = &[("codex", &["1."]), ("openclaw", &["1."])];
-
-/// Whether a Harness id and version are approved.
-pub fn harness_approved(id: &str, version: &str) -> bool {
-    APPROVED_HARNESSES
-        .iter()
-        .any(|(h, prefixes)| *h == id && prefixes.iter().any(|p| version.starts_with(p)))
-}
 
 /// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
 pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
@@ -164,7 +155,17 @@ impl RevisionReconciler {
         {
             return Ok(Some(Report::permanent("INVALID_ADMITTED_REVISION")));
         }
-        if !harness_approved(&revision.harness_id, &revision.harness_version) {
+        // The catalog's exact version for this Harness and mode, decided again every pass
+        // (seed 004 4234-4241): a version approved after admission refuses this revision.
+        let approved: Option<String> = {
+            let mut db = pass.db()?;
+            db.query_opt(
+                HARNESS_APPROVED,
+                &[&revision.harness_id, &revision.harness_mode],
+            )?
+            .map(|r| r.get(0))
+        };
+        if approved.as_deref() != Some(revision.harness_version.as_str()) {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
         }
         if !revision.owned_by(pass) {

@@ -660,7 +660,7 @@ fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
     assert_eq!(v["generation"], json!(2));
 }
 
-fn cli(db: &TestDb, args: &[&str]) -> Value {
+pub fn cli(db: &TestDb, args: &[&str]) -> Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
         .args(["--json", "--database-url", &db.url])
         .args(args)

@@ -162,20 +162,84 @@ fn r2_namespace_not_ready() {
 
 #[test]
 fn r2_harness_descriptor_mismatch() {
+    // Changed: admission now refuses a version the catalog does not approve, so the worker's
+    // mismatch comes from a catalog change after admission (seed 004 4234-4241). The approved
+    // version is exact: `1.0.0` no longer passes once `1.0.1` is approved (no `1.` prefix).
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted', '{}', '[]', '9.0.0')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
-    assert_refused(
-        &f,
-        v["revisionId"].as_str().unwrap(),
-        "HARNESS_DESCRIPTOR_MISMATCH",
+    for version in ["9.0.0", "1.0.5"] {
+        let e = c
+            .query_one(
+                "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted', '{}', '[]', $2)",
+                &[&f.agent, &version],
+            )
+            .unwrap_err();
+        assert!(
+            e.as_db_error()
+                .unwrap()
+                .message()
+                .contains("not the approved version 1.0.0"),
+            "{e}"
+        );
+    }
+    let rev = deploy(&mut c, &f.agent);
+    let approved = crate::agent::cli(
+        &f.db,
+        &[
+            "admin",
+            "harness",
+            "approve",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--version",
+            "1.0.1",
+            "--actor",
+            "admin",
+        ],
     );
+    assert_eq!(approved["previousVersion"], "1.0.0");
+    let listed = crate::agent::cli(&f.db, &["admin", "harness", "list"]);
+    assert!(listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["id"] == "codex" && h["mode"] == "dedicated" && h["version"] == "1.0.1"));
+    assert_eq!(
+        audits(&mut c, "openclaw.harnesses.approve").len(),
+        1,
+        "the approval is audited"
+    );
+    assert_refused(&f, &rev, "HARNESS_DESCRIPTOR_MISMATCH");
+    // A revision admitted under the newly approved version deploys.
+    let rev = deploy(&mut c, &f.agent);
+    run(&f, &Arc::new(ScriptedDriver::new()));
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn r2_only_installation_administrators_approve_harness_versions() {
+    let f = fixture();
+    let mut c = f.db.client();
+    user(&mut c, "bob", "namespace-admin");
+    let e = c
+        .query_one(
+            "SELECT occ.harness_approve('bob', 'codex', 'dedicated', '2.0.0')",
+            &[],
+        )
+        .unwrap_err();
+    assert!(
+        e.as_db_error()
+            .unwrap()
+            .message()
+            .contains("may not approve Harness versions"),
+        "{e}"
+    );
+    let version: String = scalar(
+        &mut c,
+        "SELECT version FROM occ.approved_harnesses WHERE harness_id = 'codex' AND mode = 'dedicated'",
+    );
+    assert_eq!(version, "1.0.0");
 }
 
 #[test]
