@@ -4,7 +4,7 @@
 //! These reconcilers never write lifecycle state outside a claim-fenced transaction and never
 //! call Compute before the actor has been reauthorized against the current IAM policy.
 
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
@@ -240,7 +240,7 @@ pub fn audit(
 
 /// Decides `request` against `policy`; `Some(report)` when it is refused: `ACTOR_REVOKED`
 /// when the principal is the actor and no longer exists, else `AUTHORIZATION_DENIED`. The
-/// report's detail carries the request and decision for the denial audit.
+/// report's facts carry the request and decision for the denial audit.
 pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
     let decision = policy.authorize(&request);
     if decision.allowed {
@@ -251,22 +251,24 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
     } else {
         "AUTHORIZATION_DENIED"
     };
-    Some(
-        Report::permanent(code)
-            .with_detail(json!({"denial": {"request": request, "decision": decision}})),
-    )
+    Some(Report::permanent(code).with_facts(Facts::Denied(Denial { request, decision })))
 }
 
 /// The `authorization_denial` audit of a refused Agent action (`openclaw.agents.stop`,
 /// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
-/// (seed 004 3156-3186, 6798-6823).
+/// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
 pub fn denial_audit(
     tx: &mut postgres::Transaction<'_>,
     pass: &Pass<'_>,
     action: &str,
     agent_id: &str,
     report: &Report,
+    denial: &Denial,
 ) -> Result<(), PassError> {
+    let mut details = denial.details();
+    if report.refusal.is_some() {
+        details["refusedCandidateStopped"] = json!(true);
+    }
     audit(
         tx,
         pass,
@@ -277,14 +279,9 @@ pub fn denial_audit(
             resource_id: agent_id,
             outcome: "denied",
             reason_code: Some(&report.code),
-            details: report.detail.clone(),
+            details,
         },
     )
-}
-
-/// Whether the report is a refusal to audit as an `authorization_denial`.
-pub fn is_denial(report: &Report) -> bool {
-    report.outcome == Outcome::Permanent && report.detail.get("denial").is_some()
 }
 
 /// The pending recheck of a convergence observation: `min(5 s, max(500 ms, age/40))` (R5).
@@ -475,13 +472,16 @@ impl Reconciler for AgentStop {
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         }
-        let principal = &agent.service_principal_id;
-        Ok(match active {
-            Some(a) => Report::success("AGENT_STOPPED")
-                .with_detail(json!({"stopped": a.id, "servicePrincipalId": principal})),
-            None => Report::success("AGENT_ALREADY_STOPPED")
-                .with_detail(json!({"servicePrincipalId": principal})),
-        })
+        let facts = StopFacts {
+            stopped: active.map(|a| a.id.clone()),
+            service_principal_id: agent.service_principal_id.clone(),
+        };
+        let code = if active.is_some() {
+            "AGENT_STOPPED"
+        } else {
+            "AGENT_ALREADY_STOPPED"
+        };
+        Ok(Report::success(code).with_facts(Facts::Stop(facts)))
     }
 
     /// A later deployment may have asked for `running` again while the last stop ran: the
@@ -493,22 +493,18 @@ impl Reconciler for AgentStop {
         pass: &Pass<'_>,
         mut report: Report,
     ) -> Result<Report, PassError> {
-        let Some(principal) = report.detail.get("servicePrincipalId").cloned() else {
+        let Facts::Stop(facts) = &mut report.facts else {
             return Ok(report);
         };
-        if report.outcome != Outcome::Success {
-            return Ok(report);
-        }
         let agent_id = claim_agent(pass)?;
         let row = tx.query_opt(AGENT_LOCK, &[&pass.claim.namespace_id, &agent_id])?;
-        let Some(row) = row.filter(|r| principal.as_str() == Some(r.get::<_, &str>(1))) else {
+        let principal = facts.service_principal_id.as_str();
+        let Some(row) = row.filter(|r| r.get::<_, &str>(1) == principal) else {
             return Ok(Report::permanent("INVALID_AGENT_OWNER"));
         };
         if row.get::<_, &str>(0) != "stopped" {
             report.code = "STOP_SUPERSEDED".into();
-            if let Some(detail) = report.detail.as_object_mut() {
-                detail.remove("stopped");
-            }
+            facts.stopped = None;
         }
         Ok(report)
     }
@@ -520,7 +516,15 @@ impl Reconciler for AgentStop {
         report: &Report,
     ) -> Result<(), PassError> {
         let agent_id = claim_agent(pass)?;
-        if let Some(stopped) = report.detail.get("stopped").and_then(Value::as_str) {
+        let stopped = match &report.facts {
+            Facts::Denied(denial) => {
+                return denial_audit(tx, pass, "openclaw.agents.stop", &agent_id, report, denial)
+            }
+            Facts::Stop(facts) => facts.stopped.as_deref(),
+            Facts::Plain => None,
+            other => return Err(other.foreign("Agent stop")),
+        };
+        if let Some(stopped) = stopped {
             tx.execute(
                 CLEAR_ACTIVE,
                 &[&pass.claim.namespace_id, &agent_id, &stopped],
@@ -529,16 +533,13 @@ impl Reconciler for AgentStop {
         if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
             return Ok(());
         }
-        if is_denial(report) {
-            return denial_audit(tx, pass, "openclaw.agents.stop", &agent_id, report);
-        }
         // Seed 004 3128-3151: the outcome and its code, naming the stopped revision.
         let mut details = json!({
             "computeDriverId": pass.ctx.compute.id(),
             "reasonCode": report.code,
         });
-        if let Some(stopped) = report.detail.get("stopped") {
-            details["revisionId"] = stopped.clone();
+        if let Some(stopped) = stopped {
+            details["revisionId"] = json!(stopped);
         }
         audit(
             tx,
@@ -558,6 +559,14 @@ impl Reconciler for AgentStop {
             },
         )
     }
+}
+
+/// What an Agent stop did: the active revision it stopped (whose pointer the finalizer
+/// compare-and-clears) and the service principal the Agent had (A1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopFacts {
+    pub stopped: Option<String>,
+    pub service_principal_id: String,
 }
 
 /// Agent delete (SPEC A2).
@@ -656,7 +665,7 @@ impl Reconciler for AgentDelete {
             }
             Ok(())
         })?;
-        let mut report = Report::success("AGENT_DELETED").with_detail(details);
+        let mut report = Report::success("AGENT_DELETED");
         report.already_published = true;
         Ok(report)
     }
@@ -671,8 +680,19 @@ impl Reconciler for AgentDelete {
             return Ok(());
         }
         let agent_id = claim_agent(pass)?;
-        if is_denial(report) {
-            return denial_audit(tx, pass, "openclaw.agents.delete", &agent_id, report);
+        match &report.facts {
+            Facts::Denied(denial) => {
+                return denial_audit(
+                    tx,
+                    pass,
+                    "openclaw.agents.delete",
+                    &agent_id,
+                    report,
+                    denial,
+                )
+            }
+            Facts::Plain => {}
+            other => return Err(other.foreign("Agent delete")),
         }
         // Seed 004 3022-3044: a failed deletion records its code only.
         audit(

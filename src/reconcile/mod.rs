@@ -11,6 +11,7 @@ use crate::cancel::{CancelToken, Cancelled, LossCause};
 use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind, RuntimeFailure};
 use crate::db::{DbError, Pool, PooledClient};
 use crate::events::Events;
+use crate::iam::{Decision, Request};
 use crate::metrics::Metrics;
 use crate::queue::{self, Claim, Operation, QueueError, QueueOptions};
 use parking_lot::Mutex;
@@ -61,6 +62,48 @@ impl Outcome {
     }
 }
 
+/// An IAM refusal (N5, R2, A1, A2): the request and its decision, audited as an
+/// `authorization_denial`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub request: Request,
+    pub decision: Decision,
+}
+
+impl Denial {
+    /// The request and the decision.
+    pub fn evidence(&self) -> Value {
+        json!({"request": self.request, "decision": self.decision})
+    }
+
+    /// The refusal's audit details, as an Agent denial records them.
+    pub fn details(&self) -> Value {
+        json!({ "denial": self.evidence() })
+    }
+}
+
+/// What a pass did, typed per reconciler (STYLE 10): its `publish` matches on it, so a new
+/// fact that is not published does not compile. Every report built outside a reconciler (a
+/// Compute failure, a retried database error) is `Plain`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Facts {
+    /// Nothing beyond the outcome and its code.
+    #[default]
+    Plain,
+    /// Refused by IAM before any effect.
+    Denied(Denial),
+    Namespace(namespace::NamespaceFacts),
+    Stop(agent::StopFacts),
+    Revision(revision::RevisionFacts),
+}
+
+impl Facts {
+    /// The broken invariant of a report carrying another reconciler's facts.
+    pub fn foreign(&self, reconciler: &str) -> PassError {
+        PassError::Invariant(format!("the {reconciler} reconciler was handed {self:?}"))
+    }
+}
+
 /// Where a pass failed, retried or deferred, for its `worker.pass-error` line: the step
 /// (`prepare`, `activate`, `stop`, …) and, after a Compute error, its class, HTTP status and
 /// provider reason. Never provider free text.
@@ -90,14 +133,11 @@ pub struct Report {
     pub deadline_exempt: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
-    /// A maintenance pass refused before any effect (R2 and ownership checks): the revision
-    /// cannot run again without a new deployment, so no next bucket is enqueued (seed 004
-    /// 4559-4561). Other maintenance failures keep the chain (R11, SPEC Z2).
-    pub ends_maintenance: bool,
     /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
     pub failure: Failure,
-    /// Reconciler-private facts for `publish` (audit details). Never published as is.
-    pub detail: Value,
+    /// What the pass did, typed per reconciler, for its own `settle` and `publish`; policy
+    /// never reads it.
+    pub facts: Facts,
     /// The reconciler already published this outcome in its own claim-fenced transaction and
     /// the work row no longer exists (an Agent deletion removes its own work, A2): `finalize`
     /// resolves the report but writes nothing and makes no queue transition. Only a successful
@@ -116,9 +156,8 @@ impl Report {
             dependency_failure: false,
             deadline_exempt: false,
             record_evidence: true,
-            ends_maintenance: false,
             failure: Failure::default(),
-            detail: Value::Null,
+            facts: Facts::Plain,
             already_published: false,
         }
     }
@@ -139,8 +178,8 @@ impl Report {
         Report::new(Outcome::Permanent, code)
     }
 
-    pub fn with_detail(mut self, detail: Value) -> Report {
-        self.detail = detail;
+    pub fn with_facts(mut self, facts: Facts) -> Report {
+        self.facts = facts;
         self
     }
 

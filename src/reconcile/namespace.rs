@@ -53,7 +53,7 @@
 //!   nothing is published.
 //! - Database errors return the error; the runtime turns them into a retry.
 
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
 use crate::iam::{self, Action, Request, Resource};
@@ -137,9 +137,13 @@ pub fn recheck_delay(age: Duration) -> Duration {
 /// The reconciler of `Operation::NamespaceEnsure` and `Operation::NamespaceDelete`.
 pub struct NamespaceReconciler;
 
-/// The `Report::detail` this reconciler hands to `publish`.
-fn denial_detail(request: &Request, decision: &iam::Decision) -> Value {
-    json!({"denial": {"request": request, "decision": decision}})
+/// What a Namespace pass did, for its `publish` (N2-N4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceFacts {
+    /// The Namespace no longer has the status this work acts on: nothing to publish.
+    Superseded,
+    /// The driver's observation, as its lifecycle audit details.
+    Observed(Value),
 }
 
 impl NamespaceReconciler {
@@ -162,7 +166,11 @@ impl NamespaceReconciler {
             Target::Deleted => exact(Action::Delete),
         };
         let deny = |code: &str, request: &Request, decision: &iam::Decision| {
-            Some(Report::permanent(code).with_detail(denial_detail(request, decision)))
+            let denial = Denial {
+                request: request.clone(),
+                decision: decision.clone(),
+            };
+            Some(Report::permanent(code).with_facts(Facts::Denied(denial)))
         };
         let decision = policy.authorize(&primary);
         if !policy.identity_exists(actor) {
@@ -236,7 +244,10 @@ impl Reconciler for NamespaceReconciler {
             let mut client = pass.db()?;
             let namespace = match load(&mut *client, &claim.namespace_id)? {
                 Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
-                _ => return Ok(Report::success("SUPERSEDED_TARGET")),
+                _ => {
+                    return Ok(Report::success("SUPERSEDED_TARGET")
+                        .with_facts(Facts::Namespace(NamespaceFacts::Superseded)))
+                }
             };
             let policy = iam::load(&mut *client)?;
             if let Some(denial) = self.authorize(
@@ -316,133 +327,173 @@ impl Reconciler for NamespaceReconciler {
                 report.record_evidence = false;
             }
         }
-        Ok(report.with_detail(json!({ "observation": details })))
+        Ok(report.with_facts(Facts::Namespace(NamespaceFacts::Observed(details))))
     }
 
+    /// The seed's finalize steps (seed 004 6826-6900): only while the Namespace still has the
+    /// status this work acts on, the lifecycle transition, then one audit: the denial, or the
+    /// observation (a pending one once per distinct observation).
     fn publish(
         &self,
         tx: &mut postgres::Transaction<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
-        let claim = pass.claim;
-        let target = Target::of(claim.operation)?;
-        if report.code == "SUPERSEDED_TARGET" {
-            return Ok(());
-        }
-        let current = tx.query_opt(LOCK, &[&claim.namespace_id])?;
-        let still_expected = current.is_some_and(|row| {
-            let status: String = row.get(0);
-            let tombstoned: bool = row.get(1);
-            !tombstoned && status == target.expected()
-        });
-        if !still_expected {
-            return Ok(());
-        }
-        let ns = claim.namespace_id.as_str();
-        let installation_id = pass.ctx.installation_id.as_str();
-
-        if let Some(denial) = report.detail.get("denial") {
-            let mut details = denial.clone();
-            details["workKey"] = json!(claim.key);
-            if target == Target::Ready && report.outcome == Outcome::Permanent {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
-            }
-            audit_append(
-                tx,
-                &AuditEvent {
-                    installation_id,
-                    namespace_id: Some(ns),
-                    kind: "authorization_denial",
-                    actor_id: &claim.actor_id,
-                    action: target.denial_action(),
-                    resource_kind: "namespace",
-                    resource_id: ns,
-                    outcome: "denied",
-                    reason_code: Some(&report.code),
-                    work_id: claim.id,
-                    details: &details,
-                },
-            )?;
-            return Ok(());
-        }
-
-        let mut removed = None;
-        match (target, report.outcome) {
-            (Target::Ready, Outcome::Success) => {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
-            }
-            (Target::Ready, Outcome::Permanent) => {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
-            }
-            (Target::Deleted, Outcome::Success) => {
-                let row = tx.query_one(TOMBSTONE, &[&ns])?;
-                let tombstoned: bool = row.get(0);
-                if !tombstoned {
-                    return Err(PassError::Invariant(format!(
-                        "Namespace {ns} was locked as deleting but not tombstoned"
-                    )));
-                }
-                removed = Some(row.get::<_, Value>(1));
-            }
-            _ => {}
-        }
-
-        let observation = report.detail.get("observation");
-        let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
-        if observation.is_none() && !terminal {
-            // A dependency failure without an observation: the attempt evidence says enough.
-            return Ok(());
-        }
-        let mut details = match observation {
-            Some(o) => o.clone(),
-            None => json!({
-                "computeDriverId": pass.ctx.compute.id(),
-                "complete": false,
-                "failure": null,
-                "convergencePending": false,
-            }),
+        let target = Target::of(pass.claim.operation)?;
+        let observation = match &report.facts {
+            Facts::Namespace(NamespaceFacts::Superseded) => return Ok(()),
+            Facts::Namespace(NamespaceFacts::Observed(details)) => Some(details),
+            Facts::Denied(_) | Facts::Plain => None,
+            other => return Err(other.foreign("Namespace")),
         };
-        let pending = matches!(report.outcome, Outcome::Pending { .. });
-        details["convergencePending"] = json!(pending);
-        if pending
-            && already_audited(
-                tx,
-                claim.id,
-                target.lifecycle_action(),
-                &report.code,
-                &details,
-            )?
-        {
+        if !still_expected(tx, &pass.claim.namespace_id, target)? {
             return Ok(());
         }
-        if let Some(removed) = removed {
-            details["removedPolicy"] = removed;
+        let removed = transition(tx, &pass.claim.namespace_id, target, report)?;
+        match &report.facts {
+            Facts::Denied(denial) => audit_denial(tx, pass, target, report, denial),
+            _ => audit_observation(tx, pass, target, report, observation, removed),
         }
-        if let Some(data) = &report.result_data {
-            details["result"] = data.clone();
-        }
-        audit_append(
-            tx,
-            &AuditEvent {
-                installation_id,
-                namespace_id: Some(ns),
-                kind: "mutation",
-                actor_id: &claim.actor_id,
-                action: target.lifecycle_action(),
-                resource_kind: "namespace",
-                resource_id: ns,
-                outcome: match report.outcome {
-                    Outcome::Success | Outcome::Pending { .. } => "success",
-                    Outcome::Retry | Outcome::Permanent => "failure",
-                },
-                reason_code: Some(&report.code),
-                work_id: claim.id,
-                details: &details,
-            },
-        )?;
-        Ok(())
     }
+}
+
+/// Whether the Namespace, locked, still has the status this work acts on.
+fn still_expected(
+    tx: &mut postgres::Transaction<'_>,
+    ns: &str,
+    target: Target,
+) -> Result<bool, PassError> {
+    Ok(tx.query_opt(LOCK, &[&ns])?.is_some_and(|row| {
+        let status: String = row.get(0);
+        let tombstoned: bool = row.get(1);
+        !tombstoned && status == target.expected()
+    }))
+}
+
+/// The lifecycle transition of a terminal outcome: ready or failed for an ensure, tombstone
+/// and policy removal for a delete. Returns the removed policy of a tombstoned Namespace.
+fn transition(
+    tx: &mut postgres::Transaction<'_>,
+    ns: &str,
+    target: Target,
+    report: &Report,
+) -> Result<Option<Value>, PassError> {
+    match (target, report.outcome) {
+        (Target::Ready, Outcome::Success) => {
+            tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
+        }
+        (Target::Ready, Outcome::Permanent) => {
+            tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
+        }
+        (Target::Deleted, Outcome::Success) => {
+            let row = tx.query_one(TOMBSTONE, &[&ns])?;
+            let tombstoned: bool = row.get(0);
+            if !tombstoned {
+                return Err(PassError::Invariant(format!(
+                    "Namespace {ns} was locked as deleting but not tombstoned"
+                )));
+            }
+            return Ok(Some(row.get::<_, Value>(1)));
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// The `authorization_denial` audit of a refused ensure or delete (N5).
+fn audit_denial(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    target: Target,
+    report: &Report,
+    denial: &Denial,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let mut details = denial.evidence();
+    details["workKey"] = json!(claim.key);
+    audit_append(
+        tx,
+        &AuditEvent {
+            installation_id: &pass.ctx.installation_id,
+            namespace_id: Some(&claim.namespace_id),
+            kind: "authorization_denial",
+            actor_id: &claim.actor_id,
+            action: target.denial_action(),
+            resource_kind: "namespace",
+            resource_id: &claim.namespace_id,
+            outcome: "denied",
+            reason_code: Some(&report.code),
+            work_id: claim.id,
+            details: &details,
+        },
+    )?;
+    Ok(())
+}
+
+/// The lifecycle audit of an observation (N3, N4): every terminal outcome, and a pending one
+/// once per distinct observation. A dependency failure without an observation says enough in
+/// its attempt evidence.
+fn audit_observation(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    target: Target,
+    report: &Report,
+    observation: Option<&Value>,
+    removed: Option<Value>,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+    if observation.is_none() && !terminal {
+        return Ok(());
+    }
+    let mut details = match observation {
+        Some(o) => o.clone(),
+        None => json!({
+            "computeDriverId": pass.ctx.compute.id(),
+            "complete": false,
+            "failure": null,
+            "convergencePending": false,
+        }),
+    };
+    let pending = matches!(report.outcome, Outcome::Pending { .. });
+    details["convergencePending"] = json!(pending);
+    if pending
+        && already_audited(
+            tx,
+            claim.id,
+            target.lifecycle_action(),
+            &report.code,
+            &details,
+        )?
+    {
+        return Ok(());
+    }
+    if let Some(removed) = removed {
+        details["removedPolicy"] = removed;
+    }
+    if let Some(data) = &report.result_data {
+        details["result"] = data.clone();
+    }
+    audit_append(
+        tx,
+        &AuditEvent {
+            installation_id: &pass.ctx.installation_id,
+            namespace_id: Some(&claim.namespace_id),
+            kind: "mutation",
+            actor_id: &claim.actor_id,
+            action: target.lifecycle_action(),
+            resource_kind: "namespace",
+            resource_id: &claim.namespace_id,
+            outcome: match report.outcome {
+                Outcome::Success | Outcome::Pending { .. } => "success",
+                Outcome::Retry | Outcome::Permanent => "failure",
+            },
+            reason_code: Some(&report.code),
+            work_id: claim.id,
+            details: &details,
+        },
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

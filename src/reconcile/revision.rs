@@ -23,10 +23,10 @@
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
 use super::agent::{
-    audit, compute_report, denial_audit, deny, effect, is_denial, load_agent, load_revisions,
+    audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
     readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
     held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeErrorKind,
     RevisionSpec,
@@ -347,8 +347,8 @@ impl RevisionReconciler {
         let stop_took = started.elapsed();
         match stopped {
             Ok(()) => {
+                // The stored refusal marks the candidate stopped (`agent::denial_audit`).
                 refusal.refusal = Some(refusal.code.clone());
-                refusal.detail["refusedCandidateStopped"] = json!(true);
                 Ok(refusal)
             }
             Err(e) => {
@@ -376,14 +376,14 @@ impl RevisionReconciler {
 
     fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
-            let mut report = Report::permanent("INVALID_REVISION_OWNER");
-            report.ends_maintenance = true;
-            return Ok(report);
+            return Ok(refused("INVALID_REVISION_OWNER"));
         };
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
-        if let Some(mut refused) = self.check(pass, &l)? {
-            refused.ends_maintenance = true;
-            return self.refuse(pass, &l, refused.at("check"), false);
+        if let Some(mut refusal) = self.check(pass, &l)? {
+            if refusal.facts == Facts::Plain {
+                refusal.facts = Facts::Revision(RevisionFacts::Refused);
+            }
+            return self.refuse(pass, &l, refusal.at("check"), false);
         }
         if let Some(stored) = l.stored_refusal.as_deref() {
             if !REDECIDED_REFUSALS.contains(&stored) {
@@ -403,18 +403,18 @@ impl RevisionReconciler {
             if l.reconcile_state.as_deref() == Some("failed_permanent")
                 || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED")
             {
-                return Ok(Report::permanent("REVISION_SUPERSEDED"));
+                return Ok(Report::permanent("REVISION_SUPERSEDED")
+                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
             }
             if agent.active_revision_id.as_deref() != Some(revision.id.as_str())
                 || agent.desired_runtime_state != "running"
             {
-                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED"));
+                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
+                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
             }
         }
         if agent.active_revision_id.is_some() && l.previous.is_none() {
-            let mut report = Report::permanent("INVALID_ACTIVE_REVISION");
-            report.ends_maintenance = true;
-            return Ok(report);
+            return Ok(refused("INVALID_ACTIVE_REVISION"));
         }
         let driver = pass.ctx.compute.clone();
         let spec = revision.spec(&pass.ctx.installation_id);
@@ -429,7 +429,13 @@ impl RevisionReconciler {
             let published = agent.active_revision_id.is_none()
                 || agent.active_revision_id.as_deref() == Some(revision.id.as_str());
             if !published {
-                return Ok(Report::success("REVISION_STOPPED"));
+                return Ok(
+                    Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
+                        RevisionFacts::Stopped {
+                            retired_before: None,
+                        },
+                    )),
+                );
             }
             for earlier in l
                 .all
@@ -439,8 +445,13 @@ impl RevisionReconciler {
                 let earlier = earlier.spec(&pass.ctx.installation_id);
                 try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
             }
-            return Ok(Report::success("REVISION_STOPPED")
-                .with_detail(json!({"retiredBefore": revision.revision})));
+            return Ok(
+                Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
+                    RevisionFacts::Stopped {
+                        retired_before: Some(revision.revision),
+                    },
+                )),
+            );
         }
         // R4 (and R8's successor): a newer admitted revision that needs its predecessors
         // stopped, or a newer active one, supersedes this one without a Compute call.
@@ -454,8 +465,11 @@ impl RevisionReconciler {
             .as_ref()
             .filter(|p| p.revision > revision.revision);
         if let Some(by) = newer_active.or(successor) {
-            return Ok(Report::success("REVISION_SUPERSEDED")
-                .with_detail(json!({"supersededBy": by.id, "supersededByRevision": by.revision})));
+            let facts = RevisionFacts::Superseded {
+                by: by.id.clone(),
+                by_revision: by.revision,
+            };
+            return Ok(Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)));
         }
         let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
         // The Agent's own objects before any preparation (seed 004 4498-4510): for the active
@@ -613,13 +627,40 @@ impl RevisionReconciler {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
-        let mut report = Report::success(code).with_detail(json!({
-            "revision": revision.revision,
-            "previous": agent.active_revision_id,
-        }));
+        let mut report =
+            Report::success(code).with_facts(Facts::Revision(RevisionFacts::Activated {
+                revision: revision.revision,
+                previous: agent.active_revision_id.clone(),
+            }));
         report.result_data = result;
         Ok(report)
     }
+}
+
+/// What a revision pass did, for its `publish` (R3-R7, R11).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevisionFacts {
+    /// R6/R7: the pointer names this revision; earlier revisions are retired and the activation
+    /// audited once; a maintenance chain starts or continues.
+    Activated {
+        revision: i32,
+        previous: Option<String>,
+    },
+    /// R4: a newer revision supersedes this one (audited).
+    Superseded { by: String, by_revision: i32 },
+    /// R3: stopped; revisions numbered below `retired_before` were retired, when this work had
+    /// published its candidate (seed 004 4332-4342).
+    Stopped { retired_before: Option<i32> },
+    /// Maintenance of a revision that no longer runs, or of a failed deployment.
+    ChainEnded,
+    /// Refused before any effect (R2, ownership): the revision cannot run again without a new
+    /// deployment, so a maintenance chain ends (seed 004 4559-4561).
+    Refused,
+}
+
+/// A refusal before any effect that ends a maintenance chain.
+fn refused(code: &str) -> Report {
+    Report::permanent(code).with_facts(Facts::Revision(RevisionFacts::Refused))
 }
 
 /// What preparing a revision came to.
@@ -654,14 +695,16 @@ impl Reconciler for RevisionReconciler {
             return Ok(());
         };
         let maintenance = claim.operation == Operation::RevisionMaintenance;
-        match (report.outcome, report.code.as_str()) {
-            (Outcome::Success, "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE") => {
-                let number = report.detail["revision"].as_i64().unwrap_or(0) as i32;
-                tx.execute(RETIRE_EARLIER, &[agent_id, &number])?;
+        // Whether this outcome ends the revision's maintenance chain, and whether it starts
+        // one whatever the work (an activation).
+        let (ends_chain, activated) = match &report.facts {
+            Facts::Revision(RevisionFacts::Activated { revision, previous }) => {
+                tx.execute(RETIRE_EARLIER, &[agent_id, revision])?;
                 // Exactly one activation audit per revision, even when the claim was lost
                 // between the pointer compare-and-set and the completion (R6, R7).
                 let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
                 if !audited {
+                    let warnings = report.result_data.as_ref().map(|d| d["warnings"].clone());
                     audit(
                         tx,
                         pass,
@@ -674,48 +717,53 @@ impl Reconciler for RevisionReconciler {
                             reason_code: Some("REVISION_ACTIVATED"),
                             details: json!({
                                 "agentId": agent_id,
-                                "revision": number,
-                                "previous": report.detail["previous"],
-                                "warnings": report.result_data.as_ref().map(|d| d["warnings"].clone()),
+                                "revision": revision,
+                                "previous": previous,
+                                "warnings": warnings,
                             }),
                         },
                     )?;
                 }
+                (false, true)
             }
-            (Outcome::Success, "REVISION_STOPPED") => {
-                if let Some(number) = report.detail["retiredBefore"].as_i64() {
-                    tx.execute(RETIRE_EARLIER, &[agent_id, &(number as i32)])?;
+            Facts::Revision(RevisionFacts::Superseded { by, by_revision }) => {
+                audit(
+                    tx,
+                    pass,
+                    Audit {
+                        denial: false,
+                        action: "openclaw.agents.lifecycle.supersede",
+                        resource_kind: "agent_revision",
+                        resource_id: revision_id,
+                        outcome: "success",
+                        reason_code: Some("REVISION_SUPERSEDED"),
+                        details: json!({"supersededBy": by, "supersededByRevision": by_revision}),
+                    },
+                )?;
+                (true, false)
+            }
+            Facts::Revision(RevisionFacts::Stopped { retired_before }) => {
+                if let Some(number) = retired_before {
+                    tx.execute(RETIRE_EARLIER, &[agent_id, number])?;
                 }
+                (true, false)
             }
-            (Outcome::Success, "REVISION_SUPERSEDED") => audit(
-                tx,
-                pass,
-                Audit {
-                    denial: false,
-                    action: "openclaw.agents.lifecycle.supersede",
-                    resource_kind: "agent_revision",
-                    resource_id: revision_id,
-                    outcome: "success",
-                    reason_code: Some("REVISION_SUPERSEDED"),
-                    details: report.detail.clone(),
-                },
-            )?,
+            Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             // Only a denial is audited on failure; the work row's code and the status view say
-            // the rest (seed 004 5916-5922, 6798-6823).
-            (Outcome::Permanent, _) if is_denial(report) => {
-                denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report)?
+            // the rest (seed 004 5916-5922, 6798-6823). A refusal ends a maintenance chain
+            // (seed 004 4559-4561).
+            Facts::Denied(denial) => {
+                if report.outcome == Outcome::Permanent {
+                    denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report, denial)?;
+                }
+                (true, false)
             }
-            _ => {}
-        }
+            Facts::Plain => (false, false),
+            other => return Err(other.foreign("AgentRevision")),
+        };
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.
         let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
-        let keeps_running = matches!(
-            report.code.as_str(),
-            "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE"
-        ) || (maintenance
-            && !report.ends_maintenance
-            && report.code != "REVISION_MAINTENANCE_SUPERSEDED"
-            && report.code != "REVISION_SUPERSEDED");
+        let keeps_running = activated || (maintenance && !ends_chain);
         if let (true, true, Some(interval)) = (
             terminal,
             keeps_running,
