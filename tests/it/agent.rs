@@ -2,7 +2,7 @@
 //! and the scripted driver, asserting work state, codes, audit rows, the active pointer and
 //! the exact Compute calls.
 
-use crate::agent_driver::{quiet, run_captured, run_until, run_with, Opts, ScriptedDriver};
+use crate::scripted::{quiet, run_captured, run_until, run_with, Opts, ScriptedDriver};
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::compute::ComputeError;
 use postgres::Client;

@@ -4,7 +4,7 @@
 use crate::agent::{
     active, audits, create_agent, deploy, evidence, fixture, stop, user, work, Fixture,
 };
-use crate::agent_driver::{
+use crate::scripted::{
     quiet, run_for, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
 };
 use crate::support::{insert_namespace, scalar, wait_for, TestDb, WorkerProcess};
