@@ -1,21 +1,40 @@
 -- Stale-claim recovery (Q10), one statement: expired claims return to the queue with
--- LEASE_EXPIRED evidence or fail at their final attempt; queued rows whose attempts are
+-- LEASE_EXPIRED evidence or fail at their final attempt, except a stored refused-candidate wait,
+-- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement.
 -- $1 max attempts.
-WITH expired AS (
+WITH stale AS (
+    -- A refused candidate waiting on its stop (R9) keeps that wait: its latest evidence is a
+    -- stop wait (or an earlier recovery of one) carrying the refusal.
+    SELECT w.id,
+           (SELECT a.refusal FROM occ.work_attempts a
+            WHERE a.work_id = w.id
+              AND a.code IN ('REFUSED_CANDIDATE_STOP_PENDING', 'LEASE_EXPIRED')
+              AND a.id = (SELECT max(b.id) FROM occ.work_attempts b WHERE b.work_id = w.id)
+           ) AS refusal
+    FROM occ.work w
+    WHERE w.state = 'claimed' AND w.lease_expires_at <= clock_timestamp()
+    FOR UPDATE OF w SKIP LOCKED
+), expired AS (
+    -- A stored wait refunds the attempt and never fails here: the work must not end with its
+    -- refused candidate running (seed 004 6285-6305, 6317-6329).
     UPDATE occ.work w
-    SET state = CASE WHEN w.attempt_count >= $1 THEN 'failed_permanent' ELSE 'queued' END,
-        reason_code = CASE WHEN w.attempt_count >= $1 THEN 'LEASE_EXPIRED' END,
-        completed_at = CASE WHEN w.attempt_count >= $1 THEN clock_timestamp() END,
+    SET state = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+                     THEN 'failed_permanent' ELSE 'queued' END,
+        reason_code = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+                           THEN 'LEASE_EXPIRED' END,
+        completed_at = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+                            THEN clock_timestamp() END,
+        attempt_count = CASE WHEN s.refusal IS NULL THEN w.attempt_count
+                             ELSE greatest(w.attempt_count - 1, 0) END,
         available_at = clock_timestamp(),
         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
         updated_at = clock_timestamp()
-    WHERE w.id IN (SELECT id FROM occ.work
-                   WHERE state = 'claimed' AND lease_expires_at <= clock_timestamp()
-                   FOR UPDATE SKIP LOCKED)
+    FROM stale s
+    WHERE w.id = s.id
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code
+              w.reason_code, s.refusal
 ), exhausted AS (
     UPDATE occ.work w
     SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
@@ -24,13 +43,14 @@ WITH expired AS (
                    WHERE state = 'queued' AND attempt_count >= $1
                    FOR UPDATE SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code
+              w.reason_code, NULL::text AS refusal
 ), changed AS (
     SELECT * FROM expired UNION ALL SELECT * FROM exhausted
 ), evidence AS (
-    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
-    SELECT id, attempt_count, coalesce(reason_code, 'LEASE_EXPIRED'),
-           CASE state WHEN 'queued' THEN 'lease_expired' ELSE 'failed' END
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
+    SELECT id, CASE WHEN refusal IS NULL THEN attempt_count ELSE attempt_count + 1 END,
+           coalesce(reason_code, 'LEASE_EXPIRED'),
+           CASE state WHEN 'queued' THEN 'lease_expired' ELSE 'failed' END, refusal
     FROM changed
 ), failed_namespaces AS (
     UPDATE occ.namespaces_all n

@@ -39,9 +39,31 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 1000)]
         limit: i32,
     },
+    /// The approved-Harness catalog: one exact version per Harness and mode (R2).
+    #[command(subcommand)]
+    Harness(HarnessCommand),
     /// Agents, Configurations and Secrets (`admin_agent.rs`).
     #[command(flatten)]
     AgentAdmin(super::admin_agent::AgentAdmin),
+}
+
+#[derive(Subcommand)]
+pub enum HarnessCommand {
+    /// List the approved Harness versions.
+    List,
+    /// Approve the one version of a Harness in a mode (installation administrators; audited).
+    /// Revisions admitted under another version are refused from their next pass on.
+    Approve {
+        /// The Harness id (`codex`, `openclaw`).
+        id: String,
+        #[arg(long, value_enum)]
+        mode: super::admin_agent::Mode,
+        /// The exact version, e.g. `1.2.0`.
+        #[arg(long)]
+        version: String,
+        #[arg(long)]
+        actor: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -235,6 +257,20 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             "revoke",
             "SELECT occ.binding_revoke($1, $2, $3, $4)",
             &[&b.actor, &b.principal, &b.role, &b.scope],
+        ),
+        AdminCommand::Harness(HarnessCommand::List) => {
+            call(globals, "harness list", "SELECT occ.harness_list()", &[])
+        }
+        AdminCommand::Harness(HarnessCommand::Approve {
+            id,
+            mode,
+            version,
+            actor,
+        }) => call(
+            globals,
+            "harness approve",
+            "SELECT occ.harness_approve($1, $2, $3, $4)",
+            &[&actor, &id, &mode.as_str(), &version],
         ),
         AdminCommand::Namespace(cmd) => namespace(globals, cmd),
         AdminCommand::Work(cmd) => work(globals, cmd),

@@ -34,6 +34,15 @@ pub enum Mode {
     Embedded,
 }
 
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Dedicated => "dedicated",
+            Mode::Embedded => "embedded",
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct DeployArgs {
     namespace: String,
@@ -156,10 +165,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 Harness::Codex => "codex",
                 Harness::Openclaw => "openclaw",
             };
-            let mode = match a.mode {
-                Mode::Dedicated => "dedicated",
-                Mode::Embedded => "embedded",
-            };
+            let mode = a.mode.as_str();
             call(
                 globals,
                 "agent deploy",

@@ -211,6 +211,10 @@ pub enum ComputeErrorKind {
     TransientDependency,
     /// An error that may succeed on retry within the attempt budget.
     Retryable,
+    /// A stop whose runtime is still draining (Pods terminating, SPEC Z5): the worker ends the
+    /// pass pending with a stop-yield code, refunds the attempt and is exempt from the
+    /// convergence deadline. Never a failure.
+    Draining,
     /// The driver refuses the request for good, with a stable code.
     Permanent(String),
     /// The pass was cancelled at an HTTP boundary.
@@ -244,6 +248,16 @@ impl ComputeError {
             kind: ComputeErrorKind::Retryable,
             class,
             status,
+            reason: None,
+        }
+    }
+
+    /// A stop still draining (SPEC Z5).
+    pub fn draining(class: &'static str) -> ComputeError {
+        ComputeError {
+            kind: ComputeErrorKind::Draining,
+            class,
+            status: None,
             reason: None,
         }
     }
@@ -311,6 +325,7 @@ impl fmt::Display for ComputeError {
         match &self.kind {
             ComputeErrorKind::TransientDependency => write!(f, "compute dependency unavailable")?,
             ComputeErrorKind::Retryable => write!(f, "compute request failed")?,
+            ComputeErrorKind::Draining => write!(f, "compute stop still draining")?,
             ComputeErrorKind::Permanent(code) => write!(f, "compute refused: {code}")?,
             ComputeErrorKind::Cancelled(c) => write!(f, "{c}")?,
         }

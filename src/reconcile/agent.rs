@@ -4,16 +4,18 @@
 //! These reconcilers never write lifecycle state outside a claim-fenced transaction and never
 //! call Compute before the actor has been reauthorized against the current IAM policy.
 
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
+use crate::queue::Operation;
 use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const AGENT_LOAD: &str = include_str!("../../sql/queries/agent_load.sql");
 const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_load.sql");
+const AGENT_LOCK: &str = include_str!("../../sql/queries/agent_lock.sql");
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
 const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
 
@@ -81,6 +83,14 @@ impl RevisionRow {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Whether this revision names `agent` as its owner: same Namespace, Agent and service
+    /// principal.
+    pub fn owned_by_agent(&self, agent: &AgentRow) -> bool {
+        self.namespace_id == agent.namespace_id
+            && self.agent_id == agent.id
+            && self.service_principal_id == agent.service_principal_id
     }
 
     /// Whether this revision belongs to the Compute Driver the worker runs.
@@ -230,7 +240,7 @@ pub fn audit(
 
 /// Decides `request` against `policy`; `Some(report)` when it is refused: `ACTOR_REVOKED`
 /// when the principal is the actor and no longer exists, else `AUTHORIZATION_DENIED`. The
-/// report's detail carries the request and decision for the denial audit.
+/// report's facts carry the request and decision for the denial audit.
 pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
     let decision = policy.authorize(&request);
     if decision.allowed {
@@ -241,15 +251,37 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
     } else {
         "AUTHORIZATION_DENIED"
     };
-    Some(
-        Report::permanent(code)
-            .with_detail(json!({"denial": {"request": request, "decision": decision}})),
-    )
+    Some(Report::permanent(code).with_facts(Facts::Denied(Denial { request, decision })))
 }
 
-/// Whether the report is a refusal to audit as an `authorization_denial`.
-pub fn is_denial(report: &Report) -> bool {
-    report.outcome == Outcome::Permanent && report.detail.get("denial").is_some()
+/// The `authorization_denial` audit of a refused Agent action (`openclaw.agents.stop`,
+/// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
+/// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
+pub fn denial_audit(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    action: &str,
+    agent_id: &str,
+    report: &Report,
+    denial: &Denial,
+) -> Result<(), PassError> {
+    let mut details = denial.details();
+    if report.refusal.is_some() {
+        details["refusedCandidateStopped"] = json!(true);
+    }
+    audit(
+        tx,
+        pass,
+        Audit {
+            denial: true,
+            action,
+            resource_kind: "agent",
+            resource_id: agent_id,
+            outcome: "denied",
+            reason_code: Some(&report.code),
+            details,
+        },
+    )
 }
 
 /// The pending recheck of a convergence observation: `min(5 s, max(500 ms, age/40))` (R5).
@@ -257,12 +289,13 @@ pub fn readiness_recheck(age: Duration) -> Duration {
     (age / 40).clamp(Duration::from_millis(500), Duration::from_secs(5))
 }
 
-/// Renews the claim, then runs one Compute call (W2), timed as `effect` (`deploy`, `stop`,
-/// `retire`, `credentials`; W6). A cancelled call loses the pass; every other error is
+/// Renews the claim, then runs one Compute call (W2) at `step` (`bind`, `prepare`,
+/// `deactivate`, `activate`, `stop`, `retire`, `credentials`), timed as its effect (`deploy`
+/// for the three deployment steps; W6). A cancelled call loses the pass; every other error is
 /// returned for the reconciler to classify.
 pub fn effect<T>(
     pass: &Pass<'_>,
-    label: &'static str,
+    step: &'static str,
     call: impl FnOnce(&CancelToken) -> Result<T, ComputeError>,
 ) -> Result<Result<T, ComputeError>, PassError> {
     pass.before_effect()?;
@@ -271,7 +304,10 @@ pub fn effect<T>(
     pass.ctx
         .metrics
         .effect_duration
-        .with_label_values(&[label])
+        .with_label_values(&[match step {
+            "prepare" | "deactivate" | "activate" => "deploy",
+            other => other,
+        }])
         .observe(started.elapsed().as_secs_f64());
     match out {
         Err(e) if matches!(e.kind(), ComputeErrorKind::Cancelled(_)) => Err(e.into()),
@@ -279,12 +315,30 @@ pub fn effect<T>(
     }
 }
 
-/// What a Compute failure becomes (R10): a transient dependency defers without spending an
-/// attempt, a retryable error retries as `DEPENDENCY_UNAVAILABLE`, a refusal is permanent
-/// with the driver's code.
+/// The recheck of a draining stop: 1 s, growing with the work's age to 5 s (SPEC Z5).
+pub fn stop_yield_recheck(age: Duration) -> Duration {
+    (age / 40).clamp(Duration::from_secs(1), Duration::from_secs(5))
+}
+
+/// What a Compute failure becomes. A draining stop yields: pending `AGENT_STOP_YIELDED`
+/// without spending the attempt and exempt from the deadline (SPEC Z5). A transient dependency
+/// failure of revision work waits within the convergence deadline without spending attempts
+/// (R10); Namespace, Agent stop and delete work have no deadline to bound such a wait, so they
+/// keep their attempt budget and retry `DEPENDENCY_UNAVAILABLE` (seed 004 403-411, 2696-2700,
+/// 2903-2907). A refusal is permanent with the driver's code.
 pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
-    match e.kind() {
-        ComputeErrorKind::TransientDependency => {
+    let revision_work = matches!(
+        pass.claim.operation,
+        Operation::RevisionReconcile | Operation::RevisionMaintenance
+    );
+    let report = match e.kind() {
+        ComputeErrorKind::Draining => {
+            let mut report = Report::pending("AGENT_STOP_YIELDED", stop_yield_recheck(pass.age()));
+            report.deadline_exempt = true;
+            report.record_evidence = false;
+            report
+        }
+        ComputeErrorKind::TransientDependency if revision_work => {
             let mut report =
                 Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()));
             report.dependency_failure = true;
@@ -292,15 +346,17 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
         }
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
         _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
-    }
+    };
+    report.with_compute_error(e)
 }
 
-/// Runs an effect and returns its report from the enclosing function when it fails.
+/// Runs an effect and returns its report, naming the step, from the enclosing function when
+/// it fails.
 macro_rules! try_effect {
-    ($pass:expr, $label:expr, $call:expr) => {
-        match $crate::reconcile::agent::effect($pass, $label, $call)? {
+    ($pass:expr, $step:expr, $call:expr) => {
+        match $crate::reconcile::agent::effect($pass, $step, $call)? {
             Ok(v) => v,
-            Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass)),
+            Err(e) => return Ok($crate::reconcile::agent::compute_report(&e, $pass).at($step)),
         }
     };
 }
@@ -332,8 +388,9 @@ fn claim_agent(pass: &Pass<'_>) -> Result<String, PassError> {
 /// stopped revision is a no-op; the work lane serializes it with the Agent's revisions.
 ///
 /// Errors: `INVALID_AGENT_OWNER`, `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`,
-/// `INVALID_ACTIVE_REVISION`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow
-/// R10 (`DEPENDENCY_UNAVAILABLE`).
+/// `INVALID_ACTIVE_REVISION`, `INVALID_REVISION_OWNER`, `COMPUTE_DRIVER_MISMATCH` fail for good;
+/// a transient or retryable Compute failure retries `DEPENDENCY_UNAVAILABLE` within the attempt
+/// budget; a draining stop yields (`AGENT_STOP_YIELDED`).
 pub struct AgentStop;
 
 impl Reconciler for AgentStop {
@@ -390,11 +447,10 @@ impl Reconciler for AgentStop {
                 && r.admitted_before_work
                 && !r.retired
         }));
-        if cleanup
-            .iter()
-            .any(|r| r.service_principal_id != agent.service_principal_id)
-        {
-            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        // A revision naming another owner is a broken row, not a missing Agent (seed 004
+        // 2617-2631).
+        if cleanup.iter().any(|r| !r.owned_by_agent(&agent)) {
+            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
         }
         let driver = pass.ctx.compute.clone();
         // The Agent's own objects come back before its runtimes are stopped (seed 004 2633).
@@ -416,10 +472,41 @@ impl Reconciler for AgentStop {
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         }
-        Ok(match active {
-            Some(a) => Report::success("AGENT_STOPPED").with_detail(json!({"stopped": a.id})),
-            None => Report::success("AGENT_ALREADY_STOPPED"),
-        })
+        let facts = StopFacts {
+            stopped: active.map(|a| a.id.clone()),
+            service_principal_id: agent.service_principal_id.clone(),
+        };
+        let code = if active.is_some() {
+            "AGENT_STOPPED"
+        } else {
+            "AGENT_ALREADY_STOPPED"
+        };
+        Ok(Report::success(code).with_facts(Facts::Stop(facts)))
+    }
+
+    /// A later deployment may have asked for `running` again while the last stop ran: the
+    /// stop is then `STOP_SUPERSEDED` and the active pointer it would have cleared stays
+    /// (seed 004 3061-3070).
+    fn settle(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        mut report: Report,
+    ) -> Result<Report, PassError> {
+        let Facts::Stop(facts) = &mut report.facts else {
+            return Ok(report);
+        };
+        let agent_id = claim_agent(pass)?;
+        let row = tx.query_opt(AGENT_LOCK, &[&pass.claim.namespace_id, &agent_id])?;
+        let principal = facts.service_principal_id.as_str();
+        let Some(row) = row.filter(|r| r.get::<_, &str>(1) == principal) else {
+            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        };
+        if row.get::<_, &str>(0) != "stopped" {
+            report.code = "STOP_SUPERSEDED".into();
+            facts.stopped = None;
+        }
+        Ok(report)
     }
 
     fn publish(
@@ -429,7 +516,15 @@ impl Reconciler for AgentStop {
         report: &Report,
     ) -> Result<(), PassError> {
         let agent_id = claim_agent(pass)?;
-        if let Some(stopped) = report.detail.get("stopped").and_then(Value::as_str) {
+        let stopped = match &report.facts {
+            Facts::Denied(denial) => {
+                return denial_audit(tx, pass, "openclaw.agents.stop", &agent_id, report, denial)
+            }
+            Facts::Stop(facts) => facts.stopped.as_deref(),
+            Facts::Plain => None,
+            other => return Err(other.foreign("Agent stop")),
+        };
+        if let Some(stopped) = stopped {
             tx.execute(
                 CLEAR_ACTIVE,
                 &[&pass.claim.namespace_id, &agent_id, &stopped],
@@ -438,11 +533,19 @@ impl Reconciler for AgentStop {
         if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
             return Ok(());
         }
+        // Seed 004 3128-3151: the outcome and its code, naming the stopped revision.
+        let mut details = json!({
+            "computeDriverId": pass.ctx.compute.id(),
+            "reasonCode": report.code,
+        });
+        if let Some(stopped) = stopped {
+            details["revisionId"] = json!(stopped);
+        }
         audit(
             tx,
             pass,
             Audit {
-                denial: is_denial(report),
+                denial: false,
                 action: "openclaw.agents.lifecycle.stop",
                 resource_kind: "agent",
                 resource_id: &agent_id,
@@ -452,10 +555,18 @@ impl Reconciler for AgentStop {
                     "failure"
                 },
                 reason_code: Some(&report.code),
-                details: report.detail.clone(),
+                details,
             },
         )
     }
+}
+
+/// What an Agent stop did: the active revision it stopped (whose pointer the finalizer
+/// compare-and-clears) and the service principal the Agent had (A1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopFacts {
+    pub stopped: Option<String>,
+    pub service_principal_id: String,
 }
 
 /// Agent delete (SPEC A2).
@@ -473,8 +584,9 @@ impl Reconciler for AgentStop {
 /// Assumptions: idempotent — `retire_revision` and `delete_agent_runtime_credentials` tolerate
 /// having run already.
 ///
-/// Errors: `INVALID_AGENT_OWNER` (the Agent is not being deleted), `ACTOR_REVOKED`,
-/// `AUTHORIZATION_DENIED`, `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures follow R10.
+/// Errors: `INVALID_AGENT_OWNER` (the Agent is gone), `INVALID_AGENT_STATE` (not `deleting` and
+/// `stopped`), `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`, `INVALID_REVISION_OWNER`,
+/// `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures retry within the attempt budget.
 pub struct AgentDelete;
 
 impl Reconciler for AgentDelete {
@@ -488,8 +600,10 @@ impl Reconciler for AgentDelete {
             };
             (agent, iam::load(&mut *db)?)
         };
-        if agent.status != "deleting" {
-            return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+        // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
+        // this work cannot act on (seed 004 2769-2777).
+        if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
+            return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
         let request = Request::new(
             &pass.claim.actor_id,
@@ -503,6 +617,9 @@ impl Reconciler for AgentDelete {
             let mut db = pass.db()?;
             load_revisions(&mut *db, &ns, &agent_id, None, pass.claim.id)?
         };
+        if revisions.iter().any(|r| !r.owned_by_agent(&agent)) {
+            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+        }
         if revisions.iter().any(|r| !r.owned_by(pass)) {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }
@@ -548,7 +665,7 @@ impl Reconciler for AgentDelete {
             }
             Ok(())
         })?;
-        let mut report = Report::success("AGENT_DELETED").with_detail(details);
+        let mut report = Report::success("AGENT_DELETED");
         report.already_published = true;
         Ok(report)
     }
@@ -563,17 +680,35 @@ impl Reconciler for AgentDelete {
             return Ok(());
         }
         let agent_id = claim_agent(pass)?;
+        match &report.facts {
+            Facts::Denied(denial) => {
+                return denial_audit(
+                    tx,
+                    pass,
+                    "openclaw.agents.delete",
+                    &agent_id,
+                    report,
+                    denial,
+                )
+            }
+            Facts::Plain => {}
+            other => return Err(other.foreign("Agent delete")),
+        }
+        // Seed 004 3022-3044: a failed deletion records its code only.
         audit(
             tx,
             pass,
             Audit {
-                denial: is_denial(report),
+                denial: false,
                 action: "openclaw.agents.lifecycle.delete",
                 resource_kind: "agent",
                 resource_id: &agent_id,
                 outcome: "failure",
                 reason_code: Some(&report.code),
-                details: report.detail.clone(),
+                details: json!({
+                    "computeDriverId": pass.ctx.compute.id(),
+                    "reasonCode": report.code,
+                }),
             },
         )
     }

@@ -11,6 +11,7 @@ use crate::cancel::{CancelToken, Cancelled, LossCause};
 use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind, RuntimeFailure};
 use crate::db::{DbError, Pool, PooledClient};
 use crate::events::Events;
+use crate::iam::{Decision, Request};
 use crate::metrics::Metrics;
 use crate::queue::{self, Claim, Operation, QueueError, QueueOptions};
 use parking_lot::Mutex;
@@ -62,6 +63,59 @@ impl Outcome {
     }
 }
 
+/// An IAM refusal (N5, R2, A1, A2): the request and its decision, audited as an
+/// `authorization_denial`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub request: Request,
+    pub decision: Decision,
+}
+
+impl Denial {
+    /// The request and the decision.
+    pub fn evidence(&self) -> Value {
+        json!({"request": self.request, "decision": self.decision})
+    }
+
+    /// The refusal's audit details, as an Agent denial records them.
+    pub fn details(&self) -> Value {
+        json!({ "denial": self.evidence() })
+    }
+}
+
+/// What a pass did, typed per reconciler (STYLE 10): its `publish` matches on it, so a new
+/// fact that is not published does not compile. Every report built outside a reconciler (a
+/// Compute failure, a retried database error) is `Plain`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Facts {
+    /// Nothing beyond the outcome and its code.
+    #[default]
+    Plain,
+    /// Refused by IAM before any effect.
+    Denied(Denial),
+    Namespace(namespace::NamespaceFacts),
+    Stop(agent::StopFacts),
+    Revision(revision::RevisionFacts),
+}
+
+impl Facts {
+    /// The broken invariant of a report carrying another reconciler's facts.
+    pub fn foreign(&self, reconciler: &str) -> PassError {
+        PassError::Invariant(format!("the {reconciler} reconciler was handed {self:?}"))
+    }
+}
+
+/// Where a pass failed, retried or deferred, for its `worker.pass-error` line: the step
+/// (`prepare`, `activate`, `stop`, …) and, after a Compute error, its class, HTTP status and
+/// provider reason. Never provider free text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    pub step: Option<&'static str>,
+    pub class: Option<String>,
+    pub status: Option<u16>,
+    pub reason: Option<String>,
+}
+
 /// What happened in a pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
@@ -75,10 +129,16 @@ pub struct Report {
     /// The pass is pending on a failing dependency: past the deadline the work fails naming
     /// it, not the deadline (seed 004 5779-5790).
     pub dependency_failure: bool,
+    /// The pending outcome is a wait the convergence deadline does not bound: a draining stop
+    /// (SPEC Z5) and any deferral of Agent stop or delete work (seed 004 403-411).
+    pub deadline_exempt: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
-    /// Reconciler-private facts for `publish` (audit details). Never published as is.
-    pub detail: Value,
+    /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
+    pub failure: Failure,
+    /// What the pass did, typed per reconciler, for its own `settle` and `publish`; policy
+    /// never reads it.
+    pub facts: Facts,
     /// The reconciler already published this outcome in its own claim-fenced transaction and
     /// the work row no longer exists (an Agent deletion removes its own work, A2): `finalize`
     /// resolves the report but writes nothing and makes no queue transition. Only a successful
@@ -95,8 +155,10 @@ impl Report {
             refusal: None,
             runtime_failure: None,
             dependency_failure: false,
+            deadline_exempt: false,
             record_evidence: true,
-            detail: Value::Null,
+            failure: Failure::default(),
+            facts: Facts::Plain,
             already_published: false,
         }
     }
@@ -117,8 +179,25 @@ impl Report {
         Report::new(Outcome::Permanent, code)
     }
 
-    pub fn with_detail(mut self, detail: Value) -> Report {
-        self.detail = detail;
+    pub fn with_facts(mut self, facts: Facts) -> Report {
+        self.facts = facts;
+        self
+    }
+
+    /// Names the step the pass stopped at (keeps an earlier one).
+    pub fn at(mut self, step: &'static str) -> Report {
+        self.failure.step.get_or_insert(step);
+        self
+    }
+
+    /// Records the Compute error behind this report: class, status and one-word reason.
+    pub fn with_compute_error(mut self, e: &ComputeError) -> Report {
+        self.failure.class = Some(e.class().to_string());
+        self.failure.status = e.status();
+        self.failure.reason = e
+            .reason()
+            .filter(|r| r.len() <= 64 && r.chars().all(|c| c.is_ascii_alphabetic()))
+            .map(String::from);
         self
     }
 
@@ -349,6 +428,18 @@ pub trait Reconciler: Send + Sync {
     /// Observes, reauthorizes and acts; says what happened.
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError>;
 
+    /// Inside the fenced finalizing transaction, before `publish`: a last look at the rows the
+    /// outcome depends on, under lock, which may rewrite the resolved report (an Agent stop a
+    /// later deployment superseded while it ran). By default the report stands.
+    fn settle(
+        &self,
+        _tx: &mut postgres::Transaction<'_>,
+        _pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        Ok(report)
+    }
+
     /// Inside the fenced finalizing transaction: writes the lifecycle state and audit evidence
     /// that go with the resolved `report`. The queue transition follows in the same
     /// transaction.
@@ -411,21 +502,20 @@ pub fn resolve(
     age: Duration,
     convergence_timeout: Duration,
 ) -> Report {
+    let deadline_applies = report.refusal.is_none() && !report.deadline_exempt;
     match report.outcome {
         // A refused candidate whose stop is still pending keeps waiting past the deadline:
         // the work never ends with the refused candidate running (R9). Its failure is
         // published once the stop succeeds.
         Outcome::Pending { .. }
-            if age >= convergence_timeout
-                && report.refusal.is_none()
-                && report.dependency_failure =>
+            if age >= convergence_timeout && deadline_applies && report.dependency_failure =>
         {
             Report {
                 outcome: Outcome::Permanent,
                 ..report
             }
         }
-        Outcome::Pending { .. } if age >= convergence_timeout && report.refusal.is_none() => {
+        Outcome::Pending { .. } if age >= convergence_timeout && deadline_applies => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
             if let Some(failure) = &report.runtime_failure {
                 data["runtimeFailure"] = json!(failure);
@@ -462,6 +552,7 @@ pub fn finalize(
         return Ok(resolved);
     }
     pass.fenced(|tx| {
+        let resolved = reconciler.settle(tx, pass, resolved)?;
         reconciler.publish(tx, pass, &resolved)?;
         let claim = pass.claim;
         match resolved.outcome {
@@ -487,9 +578,8 @@ pub fn finalize(
                 resolved.refusal.as_deref(),
             )?,
         }
-        Ok(())
-    })?;
-    Ok(resolved)
+        Ok(resolved)
+    })
 }
 
 #[cfg(test)]
@@ -536,6 +626,21 @@ mod tests {
     fn a_pending_refused_candidate_stop_outlives_the_deadline() {
         let mut report = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", Duration::from_secs(1));
         report.refusal = Some("AUTHORIZATION_DENIED".into());
+        let r = resolve(
+            report.clone(),
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r, report);
+    }
+
+    #[test]
+    fn a_draining_stop_outlives_the_deadline() {
+        // SPEC Z5 (seed 004 2701-2732): a stop yield is exempt from the deadline.
+        let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));
+        report.deadline_exempt = true;
         let r = resolve(
             report.clone(),
             1,

@@ -54,9 +54,8 @@
 //!
 //! # Errors
 //!
-//! - A transient Compute dependency failure is pending `DEPENDENCY_UNAVAILABLE` (no attempt
-//!   spent) until the convergence deadline; a retryable one is retry `DEPENDENCY_UNAVAILABLE`;
-//!   a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
+//! - A transient or retryable Compute failure is retry `DEPENDENCY_UNAVAILABLE`, spending the
+//!   attempt (Namespace work keeps its attempt budget, seed 004 403-411); a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
 //!   is not a bounded token).
 //! - A cancelled Compute call, a lost renewal or a subnet reservation that found its claim
 //!   gone returns the error: the claim is gone and nothing is published. A reservation's
@@ -64,7 +63,7 @@
 //! - Database errors return the error; the runtime turns them into a retry.
 
 use super::subnets::FencedSubnetLedger;
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
 use crate::iam::{self, Action, Request, Resource};
@@ -148,9 +147,13 @@ pub fn recheck_delay(age: Duration) -> Duration {
 /// The reconciler of `Operation::NamespaceEnsure` and `Operation::NamespaceDelete`.
 pub struct NamespaceReconciler;
 
-/// The `Report::detail` this reconciler hands to `publish`.
-fn denial_detail(request: &Request, decision: &iam::Decision) -> Value {
-    json!({"denial": {"request": request, "decision": decision}})
+/// What a Namespace pass did, for its `publish` (N2-N4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceFacts {
+    /// The Namespace no longer has the status this work acts on: nothing to publish.
+    Superseded,
+    /// The driver's observation, as its lifecycle audit details.
+    Observed(Value),
 }
 
 impl NamespaceReconciler {
@@ -173,7 +176,11 @@ impl NamespaceReconciler {
             Target::Deleted => exact(Action::Delete),
         };
         let deny = |code: &str, request: &Request, decision: &iam::Decision| {
-            Some(Report::permanent(code).with_detail(denial_detail(request, decision)))
+            let denial = Denial {
+                request: request.clone(),
+                decision: decision.clone(),
+            };
+            Some(Report::permanent(code).with_facts(Facts::Denied(denial)))
         };
         let decision = policy.authorize(&primary);
         if !policy.identity_exists(actor) {
@@ -247,7 +254,10 @@ impl Reconciler for NamespaceReconciler {
             let mut client = pass.db()?;
             let namespace = match load(&mut *client, &claim.namespace_id)? {
                 Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
-                _ => return Ok(Report::success("SUPERSEDED_TARGET")),
+                _ => {
+                    return Ok(Report::success("SUPERSEDED_TARGET")
+                        .with_facts(Facts::Namespace(NamespaceFacts::Superseded)))
+                }
             };
             let policy = iam::load(&mut *client)?;
             if let Some(denial) = self.authorize(
@@ -281,24 +291,29 @@ impl Reconciler for NamespaceReconciler {
             }
             Target::Deleted => compute.delete_namespace(&spec, pass.cancel()),
         };
+        let step = match target {
+            Target::Ready => "ensure",
+            Target::Deleted => "delete",
+        };
         let observation = match answer {
             Ok(observation) => observation,
+            // Namespace work has no convergence deadline to bound a wait on a failing
+            // dependency: it keeps its attempt budget (seed 004 403-411, 2488-2493).
             Err(e) => {
-                return match e.kind() {
-                    ComputeErrorKind::TransientDependency => Ok(Report::pending(
-                        "DEPENDENCY_UNAVAILABLE",
-                        recheck_delay(pass.age()),
-                    )),
-                    ComputeErrorKind::Retryable => Ok(Report::retry("DEPENDENCY_UNAVAILABLE")),
+                let report = match e.kind() {
+                    ComputeErrorKind::Cancelled(_) => return Err(e.into()),
                     ComputeErrorKind::Permanent(code) => {
-                        Ok(Report::permanent(if compute::is_code(code) {
+                        Report::permanent(if compute::is_code(code) {
                             code
                         } else {
                             "COMPUTE_REFUSED"
-                        }))
+                        })
                     }
-                    ComputeErrorKind::Cancelled(_) => Err(e.into()),
+                    ComputeErrorKind::TransientDependency
+                    | ComputeErrorKind::Retryable
+                    | ComputeErrorKind::Draining => Report::retry("DEPENDENCY_UNAVAILABLE"),
                 };
+                return Ok(report.at(step).with_compute_error(&e));
             }
         };
         if !compute::valid_namespace_observation(&observation, &namespace.id) {
@@ -329,138 +344,184 @@ impl Reconciler for NamespaceReconciler {
                 report.record_evidence = false;
             }
         }
-        Ok(report.with_detail(json!({ "observation": details })))
+        Ok(report.with_facts(Facts::Namespace(NamespaceFacts::Observed(details))))
     }
 
+    /// The seed's finalize steps (seed 004 6826-6900): only while the Namespace still has the
+    /// status this work acts on, the lifecycle transition, then one audit: the denial, or the
+    /// observation (a pending one once per distinct observation).
     fn publish(
         &self,
         tx: &mut postgres::Transaction<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
-        let claim = pass.claim;
-        let target = Target::of(claim.operation)?;
-        if report.code == "SUPERSEDED_TARGET" {
-            return Ok(());
-        }
-        let current = tx.query_opt(LOCK, &[&claim.namespace_id])?;
-        let still_expected = current.is_some_and(|row| {
-            let status: String = row.get(0);
-            let tombstoned: bool = row.get(1);
-            !tombstoned && status == target.expected()
-        });
-        if !still_expected {
-            return Ok(());
-        }
-        let ns = claim.namespace_id.as_str();
-        let installation_id = pass.ctx.installation_id.as_str();
-
-        if let Some(denial) = report.detail.get("denial") {
-            let mut details = denial.clone();
-            details["workKey"] = json!(claim.key);
-            if target == Target::Ready && report.outcome == Outcome::Permanent {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
-            }
-            audit_append(
-                tx,
-                &AuditEvent {
-                    installation_id,
-                    namespace_id: Some(ns),
-                    kind: "authorization_denial",
-                    actor_id: &claim.actor_id,
-                    action: target.denial_action(),
-                    resource_kind: "namespace",
-                    resource_id: ns,
-                    outcome: "denied",
-                    reason_code: Some(&report.code),
-                    work_id: claim.id,
-                    details: &details,
-                },
-            )?;
-            return Ok(());
-        }
-
-        let mut removed = None;
-        let mut released = None;
-        match (target, report.outcome) {
-            (Target::Ready, Outcome::Success) => {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
-            }
-            (Target::Ready, Outcome::Permanent) => {
-                tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
-            }
-            (Target::Deleted, Outcome::Success) => {
-                let row = tx.query_one(TOMBSTONE, &[&ns])?;
-                let tombstoned: bool = row.get(0);
-                if !tombstoned {
-                    return Err(PassError::Invariant(format!(
-                        "Namespace {ns} was locked as deleting but not tombstoned"
-                    )));
-                }
-                removed = Some(row.get::<_, Value>(1));
-                released = Some(row.get::<_, Vec<String>>(2));
-            }
-            _ => {}
-        }
-
-        let observation = report.detail.get("observation");
-        let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
-        if observation.is_none() && !terminal {
-            // A dependency failure without an observation: the attempt evidence says enough.
-            return Ok(());
-        }
-        let mut details = match observation {
-            Some(o) => o.clone(),
-            None => json!({
-                "computeDriverId": pass.ctx.compute.id(),
-                "complete": false,
-                "failure": null,
-                "convergencePending": false,
-            }),
+        let target = Target::of(pass.claim.operation)?;
+        let observation = match &report.facts {
+            Facts::Namespace(NamespaceFacts::Superseded) => return Ok(()),
+            Facts::Namespace(NamespaceFacts::Observed(details)) => Some(details),
+            Facts::Denied(_) | Facts::Plain => None,
+            other => return Err(other.foreign("Namespace")),
         };
-        let pending = matches!(report.outcome, Outcome::Pending { .. });
-        details["convergencePending"] = json!(pending);
-        if pending
-            && already_audited(
-                tx,
-                claim.id,
-                target.lifecycle_action(),
-                &report.code,
-                &details,
-            )?
-        {
+        if !still_expected(tx, &pass.claim.namespace_id, target)? {
             return Ok(());
         }
-        if let Some(removed) = removed {
-            details["removedPolicy"] = removed;
+        let removed = transition(tx, &pass.claim.namespace_id, target, report)?;
+        match &report.facts {
+            Facts::Denied(denial) => audit_denial(tx, pass, target, report, denial),
+            _ => audit_observation(tx, pass, target, report, observation, removed),
         }
-        if let Some(released) = released {
-            details["releasedSubnets"] = json!(released);
-        }
-        if let Some(data) = &report.result_data {
-            details["result"] = data.clone();
-        }
-        audit_append(
-            tx,
-            &AuditEvent {
-                installation_id,
-                namespace_id: Some(ns),
-                kind: "mutation",
-                actor_id: &claim.actor_id,
-                action: target.lifecycle_action(),
-                resource_kind: "namespace",
-                resource_id: ns,
-                outcome: match report.outcome {
-                    Outcome::Success | Outcome::Pending { .. } => "success",
-                    Outcome::Retry | Outcome::Permanent => "failure",
-                },
-                reason_code: Some(&report.code),
-                work_id: claim.id,
-                details: &details,
-            },
-        )?;
-        Ok(())
     }
+}
+
+/// What a tombstoned Namespace gave up.
+struct Released {
+    policy: Value,
+    subnets: Vec<String>,
+}
+
+/// Whether the Namespace, locked, still has the status this work acts on.
+fn still_expected(
+    tx: &mut postgres::Transaction<'_>,
+    ns: &str,
+    target: Target,
+) -> Result<bool, PassError> {
+    Ok(tx.query_opt(LOCK, &[&ns])?.is_some_and(|row| {
+        let status: String = row.get(0);
+        let tombstoned: bool = row.get(1);
+        !tombstoned && status == target.expected()
+    }))
+}
+
+/// The lifecycle transition of a terminal outcome: ready or failed for an ensure, tombstone
+/// and policy removal for a delete. Returns what a tombstoned Namespace gave up: its removed
+/// policy and its released subnet reservations.
+fn transition(
+    tx: &mut postgres::Transaction<'_>,
+    ns: &str,
+    target: Target,
+    report: &Report,
+) -> Result<Option<Released>, PassError> {
+    match (target, report.outcome) {
+        (Target::Ready, Outcome::Success) => {
+            tx.execute(TRANSITION, &[&ns, &"provisioning", &"ready"])?;
+        }
+        (Target::Ready, Outcome::Permanent) => {
+            tx.execute(TRANSITION, &[&ns, &"provisioning", &"failed"])?;
+        }
+        (Target::Deleted, Outcome::Success) => {
+            let row = tx.query_one(TOMBSTONE, &[&ns])?;
+            let tombstoned: bool = row.get(0);
+            if !tombstoned {
+                return Err(PassError::Invariant(format!(
+                    "Namespace {ns} was locked as deleting but not tombstoned"
+                )));
+            }
+            return Ok(Some(Released {
+                policy: row.get(1),
+                subnets: row.get(2),
+            }));
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// The `authorization_denial` audit of a refused ensure or delete (N5).
+fn audit_denial(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    target: Target,
+    report: &Report,
+    denial: &Denial,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let mut details = denial.evidence();
+    details["workKey"] = json!(claim.key);
+    audit_append(
+        tx,
+        &AuditEvent {
+            installation_id: &pass.ctx.installation_id,
+            namespace_id: Some(&claim.namespace_id),
+            kind: "authorization_denial",
+            actor_id: &claim.actor_id,
+            action: target.denial_action(),
+            resource_kind: "namespace",
+            resource_id: &claim.namespace_id,
+            outcome: "denied",
+            reason_code: Some(&report.code),
+            work_id: claim.id,
+            details: &details,
+        },
+    )?;
+    Ok(())
+}
+
+/// The lifecycle audit of an observation (N3, N4): every terminal outcome, and a pending one
+/// once per distinct observation. A dependency failure without an observation says enough in
+/// its attempt evidence.
+fn audit_observation(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    target: Target,
+    report: &Report,
+    observation: Option<&Value>,
+    removed: Option<Released>,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+    if observation.is_none() && !terminal {
+        return Ok(());
+    }
+    let mut details = match observation {
+        Some(o) => o.clone(),
+        None => json!({
+            "computeDriverId": pass.ctx.compute.id(),
+            "complete": false,
+            "failure": null,
+            "convergencePending": false,
+        }),
+    };
+    let pending = matches!(report.outcome, Outcome::Pending { .. });
+    details["convergencePending"] = json!(pending);
+    if pending
+        && already_audited(
+            tx,
+            claim.id,
+            target.lifecycle_action(),
+            &report.code,
+            &details,
+        )?
+    {
+        return Ok(());
+    }
+    if let Some(removed) = removed {
+        details["removedPolicy"] = removed.policy;
+        details["releasedSubnets"] = json!(removed.subnets);
+    }
+    if let Some(data) = &report.result_data {
+        details["result"] = data.clone();
+    }
+    audit_append(
+        tx,
+        &AuditEvent {
+            installation_id: &pass.ctx.installation_id,
+            namespace_id: Some(&claim.namespace_id),
+            kind: "mutation",
+            actor_id: &claim.actor_id,
+            action: target.lifecycle_action(),
+            resource_kind: "namespace",
+            resource_id: &claim.namespace_id,
+            outcome: match report.outcome {
+                Outcome::Success | Outcome::Pending { .. } => "success",
+                Outcome::Retry | Outcome::Permanent => "failure",
+            },
+            reason_code: Some(&report.code),
+            work_id: claim.id,
+            details: &details,
+        },
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,12 +23,13 @@
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
 use super::agent::{
-    audit, compute_report, deny, effect, is_denial, load_agent, load_revisions, readiness_recheck,
-    try_effect, AgentRow, Audit, RevisionRow,
+    audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
+    readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
-use super::{Outcome, Pass, PassError, Reconciler, Report};
+use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, RevisionSpec,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeErrorKind,
+    RevisionSpec,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -39,6 +40,7 @@ const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
+const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
@@ -56,14 +58,19 @@ const REDECIDED_REFUSALS: &[&str] = &[
     "BACKEND_UNAVAILABLE",
 ];
 
-/// Approved Harnesses and the version prefixes this worker runs (R2).
-pub const APPROVED_HARNESSES: &[(&str, &[&str])] = &[("codex", &["1."]), ("openclaw", &["1."])];
+/// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
+pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
 
-/// Whether a Harness id and version are approved.
-pub fn harness_approved(id: &str, version: &str) -> bool {
-    APPROVED_HARNESSES
-        .iter()
-        .any(|(h, prefixes)| *h == id && prefixes.iter().any(|p| version.starts_with(p)))
+/// The recheck after a refused candidate's failed stop (seed 004 218-239, 6379-6388): the
+/// readiness cadence doubled for each earlier failed stop of this work (counted from its
+/// evidence, so a restart keeps the backoff) up to 5 minutes, and at least four times as long
+/// as the stop took, so a blocked stop holds at most a fifth of a worker thread.
+pub fn refused_stop_recheck(age: Duration, earlier: i64, stop_took: Duration) -> Duration {
+    let doublings = earlier.clamp(0, 20) as u32;
+    let backoff = readiness_recheck(age)
+        .saturating_mul(1 << doublings)
+        .min(REFUSED_STOP_RECHECK_MAX);
+    backoff.max(stop_took.saturating_mul(4))
 }
 
 /// The reconcile and maintenance work of an AgentRevision.
@@ -148,7 +155,17 @@ impl RevisionReconciler {
         {
             return Ok(Some(Report::permanent("INVALID_ADMITTED_REVISION")));
         }
-        if !harness_approved(&revision.harness_id, &revision.harness_version) {
+        // The catalog's exact version for this Harness and mode, decided again every pass
+        // (seed 004 4234-4241): a version approved after admission refuses this revision.
+        let approved: Option<String> = {
+            let mut db = pass.db()?;
+            db.query_opt(
+                HARNESS_APPROVED,
+                &[&revision.harness_id, &revision.harness_mode],
+            )?
+            .map(|r| r.get(0))
+        };
+        if approved.as_deref() != Some(revision.harness_version.as_str()) {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
         }
         if !revision.owned_by(pass) {
@@ -328,23 +345,23 @@ impl RevisionReconciler {
             return Ok(refusal);
         }
         let agent = l.agent.spec(&pass.ctx.installation_id);
+        let started = std::time::Instant::now();
         let stopped = match effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
             Ok(()) => effect(pass, "stop", |c| driver.stop_revision(&spec, c))?,
             Err(e) => Err(e),
         };
+        let stop_took = started.elapsed();
         match stopped {
             Ok(()) => {
+                // The stored refusal marks the candidate stopped (`agent::denial_audit`).
                 refusal.refusal = Some(refusal.code.clone());
-                refusal.detail["refusedCandidateStopped"] = json!(true);
                 Ok(refusal)
             }
-            Err(_) => {
-                let n = l.refused_stop_attempts.clamp(0, 6) as u32;
-                let backoff = Duration::from_secs(1) * 2u32.pow(n);
-                let mut pending = Report::pending(
-                    "REFUSED_CANDIDATE_STOP_PENDING",
-                    backoff.min(Duration::from_secs(60)),
-                );
+            Err(e) => {
+                let recheck = refused_stop_recheck(pass.age(), l.refused_stop_attempts, stop_took);
+                let mut pending = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", recheck)
+                    .at("stop")
+                    .with_compute_error(&e);
                 // The deferral records its evidence with the refusal (`queue::work_defer`).
                 pending.refusal = Some(refusal.code.clone());
                 Ok(pending)
@@ -352,20 +369,39 @@ impl RevisionReconciler {
         }
     }
 
+    /// The permanent report that publishes a stored refusal once its candidate is stopped
+    /// (seed 004 `storedRefusalResult`).
+    fn stored_refusal(&self, pass: &Pass<'_>, refusal: &str) -> Report {
+        let report = Report::permanent(refusal);
+        if refusal == "CONVERGENCE_DEADLINE_EXCEEDED" {
+            let timeout = pass.ctx.convergence_timeout.as_millis() as u64;
+            return report.with_result(json!({ "timeoutMs": timeout }));
+        }
+        report
+    }
+
     fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
-            return Ok(Report::permanent("INVALID_REVISION_OWNER"));
+            return Ok(refused("INVALID_REVISION_OWNER"));
         };
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
-        if let Some(refused) = self.check(pass, &l)? {
-            return self.refuse(pass, &l, refused, false);
+        if let Some(mut refusal) = self.check(pass, &l)? {
+            if refusal.facts == Facts::Plain {
+                refusal.facts = Facts::Revision(RevisionFacts::Refused);
+            }
+            return self.refuse(pass, &l, refusal.at("check"), false);
         }
-        if let Some(stored) = l
-            .stored_refusal
-            .as_deref()
-            .filter(|r| !REDECIDED_REFUSALS.contains(r))
-        {
-            return self.refuse(pass, &l, Report::permanent(stored), true);
+        if let Some(stored) = l.stored_refusal.as_deref() {
+            if !REDECIDED_REFUSALS.contains(&stored) {
+                return self.refuse(pass, &l, self.stored_refusal(pass, stored), true);
+            }
+            // A re-decided refusal that no longer stands lifts the wait, but past the deadline
+            // the candidate cannot converge any more: preparing it again would only restart it.
+            // The wait stops it and publishes the deadline instead (seed 004 4299-4309).
+            if pass.age() >= pass.ctx.convergence_timeout {
+                let deadline = self.stored_refusal(pass, "CONVERGENCE_DEADLINE_EXCEEDED");
+                return self.refuse(pass, &l, deadline, true);
+            }
         }
         let (agent, revision) = (&l.agent, &l.revision);
         if maintenance {
@@ -373,16 +409,18 @@ impl RevisionReconciler {
             if l.reconcile_state.as_deref() == Some("failed_permanent")
                 || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED")
             {
-                return Ok(Report::permanent("REVISION_SUPERSEDED"));
+                return Ok(Report::permanent("REVISION_SUPERSEDED")
+                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
             }
             if agent.active_revision_id.as_deref() != Some(revision.id.as_str())
                 || agent.desired_runtime_state != "running"
             {
-                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED"));
+                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
+                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
             }
         }
         if agent.active_revision_id.is_some() && l.previous.is_none() {
-            return Ok(Report::permanent("INVALID_ACTIVE_REVISION"));
+            return Ok(refused("INVALID_ACTIVE_REVISION"));
         }
         let driver = pass.ctx.compute.clone();
         let spec = revision.spec(&pass.ctx.installation_id);
@@ -391,7 +429,35 @@ impl RevisionReconciler {
         if agent.desired_runtime_state == "stopped" {
             try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
-            return Ok(Report::success("REVISION_STOPPED"));
+            // Once this work published its candidate it owns retiring every predecessor, even
+            // after a stop cleared the pointer; a different active revision means it never
+            // published, and that revision's stop work stays responsible (seed 004 4332-4342).
+            let published = agent.active_revision_id.is_none()
+                || agent.active_revision_id.as_deref() == Some(revision.id.as_str());
+            if !published {
+                return Ok(
+                    Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
+                        RevisionFacts::Stopped {
+                            retired_before: None,
+                        },
+                    )),
+                );
+            }
+            for earlier in l
+                .all
+                .iter()
+                .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
+            {
+                let earlier = earlier.spec(&pass.ctx.installation_id);
+                try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
+            }
+            return Ok(
+                Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
+                    RevisionFacts::Stopped {
+                        retired_before: Some(revision.revision),
+                    },
+                )),
+            );
         }
         // R4 (and R8's successor): a newer admitted revision that needs its predecessors
         // stopped, or a newer active one, supersedes this one without a Compute call.
@@ -405,15 +471,18 @@ impl RevisionReconciler {
             .as_ref()
             .filter(|p| p.revision > revision.revision);
         if let Some(by) = newer_active.or(successor) {
-            return Ok(Report::success("REVISION_SUPERSEDED")
-                .with_detail(json!({"supersededBy": by.id, "supersededByRevision": by.revision})));
+            let facts = RevisionFacts::Superseded {
+                by: by.id.clone(),
+                by_revision: by.revision,
+            };
+            return Ok(Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)));
         }
         let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
         // The Agent's own objects before any preparation (seed 004 4498-4510): for the active
         // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
         if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
             return Ok(match (already_active, maintenance) {
-                (false, _) => compute_report(&e, pass),
+                (false, _) => compute_report(&e, pass).at("bind"),
                 (true, true) => Report::permanent("COMPUTE_BINDING_INCOMPLETE"),
                 (true, false) => {
                     Report::pending("COMPUTE_BINDING_INCOMPLETE", readiness_recheck(pass.age()))
@@ -428,12 +497,19 @@ impl RevisionReconciler {
                 .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
             {
                 let earlier = earlier.spec(&pass.ctx.installation_id);
-                try_effect!(pass, "stop", |c| driver.stop_revision(&earlier, c));
+                if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
+                    let mut report = compute_report(&e, pass).at("stop");
+                    if matches!(e.kind(), ComputeErrorKind::Draining) {
+                        // An exclusive predecessor still draining (SPEC Z5).
+                        report.code = "PREDECESSOR_STOP_YIELDED".into();
+                    }
+                    return Ok(report);
+                }
             }
         }
         let result = match self.observe(pass, &l, &spec)? {
             Observed::Ready(result) => result,
-            Observed::Ended(report) => return Ok(report),
+            Observed::Ended(report) => return Ok(*report),
         };
         self.activate(pass, &l, &spec, already_active, result)
     }
@@ -451,20 +527,20 @@ impl RevisionReconciler {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         let driver = pass.ctx.compute.clone();
         let refused = |report: Report| -> Result<Observed, PassError> {
-            Ok(Observed::Ended(if maintenance {
+            Ok(Observed::Ended(Box::new(if maintenance {
                 report
             } else {
                 self.refuse(pass, l, report, true)?
-            }))
+            })))
         };
-        let observation = match effect(pass, "deploy", |c| driver.prepare_revision(spec, c))? {
+        let observation = match effect(pass, "prepare", |c| driver.prepare_revision(spec, c))? {
             Ok(o) => o,
             Err(e) => {
-                let report = compute_report(&e, pass);
+                let report = compute_report(&e, pass).at("prepare");
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
                 } else {
-                    Ok(Observed::Ended(report))
+                    Ok(Observed::Ended(Box::new(report)))
                 };
             }
         };
@@ -483,22 +559,22 @@ impl RevisionReconciler {
         }
         let failure = observation.runtime_failure;
         if let Some(held) = failure.as_ref().and_then(held_runtime_failure) {
-            let mut report = Report::permanent(held);
+            let mut report = Report::permanent(held).at("prepare");
             if held == "RUNTIME_MODEL_PROBE_FAILED" {
                 // A failed model probe keeps its evidence (seed 004 5773-5777).
                 report.result_data = Some(json!({"runtimeFailure": failure}));
             }
-            return Ok(Observed::Ended(report));
+            return Ok(Observed::Ended(Box::new(report)));
         }
         let code = revision_pending_code(observation.pending_reason.as_deref());
         if maintenance {
             // A failed observation fails this claim; it never retires the running revision,
             // and the next bucket is enqueued on publish.
-            return Ok(Observed::Ended(Report::permanent(code)));
+            return Ok(Observed::Ended(Box::new(Report::permanent(code))));
         }
-        let mut pending = Report::pending(code, readiness_recheck(pass.age()));
+        let mut pending = Report::pending(code, readiness_recheck(pass.age())).at("prepare");
         pending.runtime_failure = failure;
-        Ok(Observed::Ended(pending))
+        Ok(Observed::Ended(Box::new(pending)))
     }
 
     /// R6/R7: publish the active pointer (compare-and-set, fenced), then switch the route and
@@ -536,7 +612,7 @@ impl RevisionReconciler {
             // Before the first pointer commit of a dedicated Agent its route serves nothing
             // (seed 004 `deactivateRevision`, 5186-5190).
             if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
-                try_effect!(pass, "deploy", |c| driver.deactivate_revision(spec, c));
+                try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }
             let expected = agent.active_revision_id.clone();
             let won = pass.fenced(|tx| {
@@ -552,18 +628,45 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        try_effect!(pass, "deploy", |c| driver.activate_revision(spec, c));
+        try_effect!(pass, "activate", |c| driver.activate_revision(spec, c));
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
-        let mut report = Report::success(code).with_detail(json!({
-            "revision": revision.revision,
-            "previous": agent.active_revision_id,
-        }));
+        let mut report =
+            Report::success(code).with_facts(Facts::Revision(RevisionFacts::Activated {
+                revision: revision.revision,
+                previous: agent.active_revision_id.clone(),
+            }));
         report.result_data = result;
         Ok(report)
     }
+}
+
+/// What a revision pass did, for its `publish` (R3-R7, R11).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RevisionFacts {
+    /// R6/R7: the pointer names this revision; earlier revisions are retired and the activation
+    /// audited once; a maintenance chain starts or continues.
+    Activated {
+        revision: i32,
+        previous: Option<String>,
+    },
+    /// R4: a newer revision supersedes this one (audited).
+    Superseded { by: String, by_revision: i32 },
+    /// R3: stopped; revisions numbered below `retired_before` were retired, when this work had
+    /// published its candidate (seed 004 4332-4342).
+    Stopped { retired_before: Option<i32> },
+    /// Maintenance of a revision that no longer runs, or of a failed deployment.
+    ChainEnded,
+    /// Refused before any effect (R2, ownership): the revision cannot run again without a new
+    /// deployment, so a maintenance chain ends (seed 004 4559-4561).
+    Refused,
+}
+
+/// A refusal before any effect that ends a maintenance chain.
+fn refused(code: &str) -> Report {
+    Report::permanent(code).with_facts(Facts::Revision(RevisionFacts::Refused))
 }
 
 /// What preparing a revision came to.
@@ -571,7 +674,7 @@ enum Observed {
     /// Ready, with the plugin-warning result data.
     Ready(Option<Value>),
     /// The pass ends with this report.
-    Ended(Report),
+    Ended(Box<Report>),
 }
 
 fn first_denial<const N: usize>(
@@ -598,14 +701,16 @@ impl Reconciler for RevisionReconciler {
             return Ok(());
         };
         let maintenance = claim.operation == Operation::RevisionMaintenance;
-        match (report.outcome, report.code.as_str()) {
-            (Outcome::Success, "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE") => {
-                let number = report.detail["revision"].as_i64().unwrap_or(0) as i32;
-                tx.execute(RETIRE_EARLIER, &[agent_id, &number])?;
+        // Whether this outcome ends the revision's maintenance chain, and whether it starts
+        // one whatever the work (an activation).
+        let (ends_chain, activated) = match &report.facts {
+            Facts::Revision(RevisionFacts::Activated { revision, previous }) => {
+                tx.execute(RETIRE_EARLIER, &[agent_id, revision])?;
                 // Exactly one activation audit per revision, even when the claim was lost
                 // between the pointer compare-and-set and the completion (R6, R7).
                 let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
                 if !audited {
+                    let warnings = report.result_data.as_ref().map(|d| d["warnings"].clone());
                     audit(
                         tx,
                         pass,
@@ -618,50 +723,53 @@ impl Reconciler for RevisionReconciler {
                             reason_code: Some("REVISION_ACTIVATED"),
                             details: json!({
                                 "agentId": agent_id,
-                                "revision": number,
-                                "previous": report.detail["previous"],
-                                "warnings": report.result_data.as_ref().map(|d| d["warnings"].clone()),
+                                "revision": revision,
+                                "previous": previous,
+                                "warnings": warnings,
                             }),
                         },
                     )?;
                 }
+                (false, true)
             }
-            (Outcome::Success, "REVISION_SUPERSEDED") => audit(
-                tx,
-                pass,
-                Audit {
-                    denial: false,
-                    action: "openclaw.agents.lifecycle.supersede",
-                    resource_kind: "agent_revision",
-                    resource_id: revision_id,
-                    outcome: "success",
-                    reason_code: Some("REVISION_SUPERSEDED"),
-                    details: report.detail.clone(),
-                },
-            )?,
-            (Outcome::Permanent, _) if !maintenance || is_denial(report) => audit(
-                tx,
-                pass,
-                Audit {
-                    denial: is_denial(report),
-                    action: "openclaw.agents.deploy",
-                    resource_kind: "agent_revision",
-                    resource_id: revision_id,
-                    outcome: "failure",
-                    reason_code: Some(&report.code),
-                    details: report.detail.clone(),
-                },
-            )?,
-            _ => {}
-        }
+            Facts::Revision(RevisionFacts::Superseded { by, by_revision }) => {
+                audit(
+                    tx,
+                    pass,
+                    Audit {
+                        denial: false,
+                        action: "openclaw.agents.lifecycle.supersede",
+                        resource_kind: "agent_revision",
+                        resource_id: revision_id,
+                        outcome: "success",
+                        reason_code: Some("REVISION_SUPERSEDED"),
+                        details: json!({"supersededBy": by, "supersededByRevision": by_revision}),
+                    },
+                )?;
+                (true, false)
+            }
+            Facts::Revision(RevisionFacts::Stopped { retired_before }) => {
+                if let Some(number) = retired_before {
+                    tx.execute(RETIRE_EARLIER, &[agent_id, number])?;
+                }
+                (true, false)
+            }
+            Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
+            // Only a denial is audited on failure; the work row's code and the status view say
+            // the rest (seed 004 5916-5922, 6798-6823). A refusal ends a maintenance chain
+            // (seed 004 4559-4561).
+            Facts::Denied(denial) => {
+                if report.outcome == Outcome::Permanent {
+                    denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report, denial)?;
+                }
+                (true, false)
+            }
+            Facts::Plain => (false, false),
+            other => return Err(other.foreign("AgentRevision")),
+        };
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.
         let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
-        let keeps_running = matches!(
-            report.code.as_str(),
-            "REVISION_ACTIVATED" | "REVISION_ALREADY_ACTIVE"
-        ) || (maintenance
-            && report.code != "REVISION_MAINTENANCE_SUPERSEDED"
-            && report.code != "REVISION_SUPERSEDED");
+        let keeps_running = activated || (maintenance && !ends_chain);
         if let (true, true, Some(interval)) = (
             terminal,
             keeps_running,
@@ -700,4 +808,43 @@ pub fn agent_registry(registry: super::Registry) -> super::Registry {
         .with(Operation::AgentDelete, Arc::new(super::agent::AgentDelete))
         .with(Operation::RevisionReconcile, revision.clone())
         .with(Operation::RevisionMaintenance, revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_stop_recheck_doubles_from_the_readiness_cadence_up_to_five_minutes() {
+        // Seed 004 218-239, 6379-6388.
+        let age = Duration::ZERO;
+        let none = Duration::ZERO;
+        assert_eq!(
+            refused_stop_recheck(age, 0, none),
+            Duration::from_millis(500)
+        );
+        assert_eq!(refused_stop_recheck(age, 1, none), Duration::from_secs(1));
+        assert_eq!(refused_stop_recheck(age, 3, none), Duration::from_secs(4));
+        assert_eq!(
+            refused_stop_recheck(age, 12, none),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            refused_stop_recheck(age, 1_000, none),
+            Duration::from_secs(300)
+        );
+        // The readiness cadence grows with the work's age.
+        assert_eq!(
+            refused_stop_recheck(Duration::from_secs(200), 1, none),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn a_refused_stop_waits_four_times_as_long_as_the_stop_took() {
+        assert_eq!(
+            refused_stop_recheck(Duration::ZERO, 0, Duration::from_secs(90)),
+            Duration::from_secs(360)
+        );
+    }
 }

@@ -12,7 +12,7 @@ mod lease;
 use crate::cancel::LossCause;
 use crate::db::DbError;
 use crate::queue::{self, Claim};
-use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Registry, Report};
+use crate::reconcile::{self, Context, LeaseState, Outcome, Pass, PassError, Registry, Report};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use postgres::fallible_iterator::FallibleIterator;
@@ -332,6 +332,26 @@ fn error_class(e: &PassError) -> String {
     }
 }
 
+/// The `worker.pass-error` line of a pass that failed, retried or deferred: the step it stopped
+/// at and, after a Compute error, its class, HTTP status and one-word provider reason; never
+/// provider text.
+fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::Value {
+    let mut fields = work.clone();
+    fields["outcome"] = json!(report.outcome.as_str());
+    fields["code"] = json!(report.code);
+    fields["step"] = json!(report.failure.step.unwrap_or("reconcile"));
+    if let Some(class) = &report.failure.class {
+        fields["class"] = json!(class);
+    }
+    if let Some(status) = report.failure.status {
+        fields["status"] = json!(status);
+    }
+    if let Some(reason) = &report.failure.reason {
+        fields["reason"] = json!(reason);
+    }
+    fields
+}
+
 /// Runs one pass on a worker thread: lease thread, reconcile, finalize, events, metrics.
 fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
     let Job { claim, lease } = job;
@@ -350,29 +370,35 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
         ctx,
         lease: &lease,
     };
+    // `classified` is what the reconciler said; the finalized report carries the queue's
+    // decision (they differ at the attempt limit and the deadline, seed 004 801-822).
     let result = reconciler
         .reconcile(&pass)
         .or_else(|e| {
             if e.is_claim_loss() {
                 Err(e)
             } else {
-                ctx.events.emit(
-                    "worker.pass-error",
-                    json!({"workId": claim.id, "key": claim.key, "class": error_class(&e)}),
-                );
-                Ok(Report::retry("DEPENDENCY_UNAVAILABLE"))
+                let mut report = Report::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
+                report.failure.class = Some(error_class(&e));
+                if let PassError::Compute(e) = &e {
+                    report = report.with_compute_error(e);
+                }
+                Ok(report)
             }
         })
-        .and_then(|report| reconcile::finalize(&pass, &*reconciler, report));
+        .and_then(|report| {
+            let classified = report.outcome;
+            reconcile::finalize(&pass, &*reconciler, report).map(|r| (classified, r))
+        });
     drop(heartbeat);
     let elapsed = started.elapsed();
     ctx.metrics
         .pass_duration
         .with_label_values(&[operation])
         .observe(elapsed.as_secs_f64());
+    // Every pass event names its work by its key (seed 004 869-879).
     let mut fields = json!({
-        "workId": claim.id,
-        "key": claim.key,
+        "workId": claim.key,
         "attempt": claim.attempt,
         "operation": operation,
         "namespaceId": claim.namespace_id,
@@ -380,13 +406,17 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
         "revisionId": claim.revision_id,
     });
     match result {
-        Ok(report) => {
+        Ok((classified, report)) => {
             let outcome = report.outcome.as_str();
             ctx.metrics
                 .passes
                 .with_label_values(&[operation, outcome])
                 .inc();
-            fields["result"] = json!(outcome);
+            if report.outcome != Outcome::Success {
+                ctx.events
+                    .emit("worker.pass-error", pass_error_fields(&fields, &report));
+            }
+            fields["result"] = json!(classified.as_str());
             fields["outcome"] = json!(outcome);
             fields["code"] = json!(report.code);
             fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});

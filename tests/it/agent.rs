@@ -2,7 +2,7 @@
 //! and the scripted driver, asserting work state, codes, audit rows, the active pointer and
 //! the exact Compute calls.
 
-use crate::agent_driver::{quiet, run_until, ScriptedDriver};
+use crate::scripted::{quiet, run_captured, run_until, run_with, Opts, ScriptedDriver};
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::compute::ComputeError;
 use postgres::Client;
@@ -207,6 +207,35 @@ fn a1_stop_is_superseded_by_a_later_deployment() {
 }
 
 #[test]
+fn a1_a_deployment_admitted_during_the_last_stop_supersedes_it_and_keeps_the_pointer() {
+    // Seed 004 3061-3070: the finalizer rereads the Agent under lock; desired `running` again
+    // means `STOP_SUPERSEDED`, and the active pointer is not cleared.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        if method == "stop_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.agents SET desired_runtime_state = 'running' WHERE id = $1",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(work(&mut c, &key).1.as_deref(), Some("STOP_SUPERSEDED"));
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    assert_eq!(a[0].2.as_deref(), Some("STOP_SUPERSEDED"));
+}
+
+#[test]
 fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
@@ -223,8 +252,13 @@ fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
         ("failed_permanent", Some("ACTOR_REVOKED"))
     );
     assert!(driver.calls().is_empty());
-    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
-    assert_eq!(a[0].0, "authorization_denial");
+    // Changed: the denial is `openclaw.agents.stop`, no lifecycle event (seed 004 3156-3186).
+    assert!(audits(&mut c, "openclaw.agents.lifecycle.stop").is_empty());
+    let a = audits(&mut c, "openclaw.agents.stop");
+    assert_eq!(
+        (a[0].0.as_str(), a[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
+    );
     assert!(active(&mut c, &f.agent).is_some());
 }
 
@@ -247,7 +281,8 @@ fn a1_stop_denied_by_a_restriction_is_audited_and_makes_no_call() {
         Some("AUTHORIZATION_DENIED")
     );
     assert!(driver.calls().is_empty());
-    let a = audits(&mut c, "openclaw.agents.lifecycle.stop");
+    // Changed: the denial's action is `openclaw.agents.stop` (seed 004 3156-3186).
+    let a = audits(&mut c, "openclaw.agents.stop");
     assert_eq!(
         (a[0].0.as_str(), a[0].1.as_str()),
         ("authorization_denial", "denied")
@@ -306,6 +341,82 @@ fn a1_stop_refuses_a_pointer_to_another_agents_revision() {
     assert_eq!(
         work(&mut c, &key).1.as_deref(),
         Some("INVALID_ACTIVE_REVISION")
+    );
+    assert!(driver.calls().is_empty());
+}
+
+/// Rewrites a revision's service principal, bypassing the triggers and foreign keys that keep
+/// a sound database from ever holding this.
+fn break_revision_owner(c: &mut Client, rev: &str, principal: &str) {
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET service_principal_id = $2 WHERE id = $1",
+        &[&rev, &principal],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+}
+
+#[test]
+fn a1_stop_refuses_a_revision_of_another_owner() {
+    // Seed 004 2617-2631: `INVALID_REVISION_OWNER`, not `INVALID_AGENT_OWNER`.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let (_, other_principal) = create_agent(&mut c, "ns1", "other");
+    break_revision_owner(&mut c, &rev, &other_principal);
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
+    );
+    assert!(driver.calls().is_empty());
+}
+
+#[test]
+fn a2_delete_of_an_agent_no_longer_deleting_is_an_invalid_state() {
+    // Seed 004 2769-2777: `INVALID_AGENT_STATE`, not `INVALID_AGENT_OWNER`.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agents SET status = 'active' WHERE id = $1",
+        &[&f.agent],
+    )
+    .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_AGENT_STATE"))
+    );
+    assert!(driver.calls().is_empty());
+}
+
+#[test]
+fn a2_delete_refuses_a_revision_of_another_owner() {
+    // Seed 004 2783-2797.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let (_, other_principal) = create_agent(&mut c, "ns1", "other");
+    break_revision_owner(&mut c, &rev, &other_principal);
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
     );
     assert!(driver.calls().is_empty());
 }
@@ -492,9 +603,12 @@ fn a2_delete_by_a_denied_actor_fails_and_keeps_the_agent() {
         Some("AUTHORIZATION_DENIED")
     );
     assert!(driver.calls().is_empty());
+    // Changed: the denial's action is `openclaw.agents.delete` (seed 004 3156-3186).
+    assert!(audits(&mut c, "openclaw.agents.lifecycle.delete").is_empty());
+    let a = audits(&mut c, "openclaw.agents.delete");
     assert_eq!(
-        audits(&mut c, "openclaw.agents.lifecycle.delete")[0].0,
-        "authorization_denial"
+        (a[0].0.as_str(), a[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
     );
 }
 
@@ -546,7 +660,7 @@ fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
     assert_eq!(v["generation"], json!(2));
 }
 
-fn cli(db: &TestDb, args: &[&str]) -> Value {
+pub fn cli(db: &TestDb, args: &[&str]) -> Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
         .args(["--json", "--database-url", &db.url])
         .args(args)
@@ -702,7 +816,9 @@ fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes(
 }
 
 #[test]
-fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
+fn a1_a_transient_compute_failure_retries_the_stop_spending_an_attempt() {
+    // Changed from a refunded deferral: Agent stop keeps its attempt budget on a transient
+    // dependency failure (seed 004 403-411, 2696-2700).
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
     let rev = deployed(&f, &driver);
@@ -716,9 +832,143 @@ fn a1_a_transient_compute_failure_defers_the_stop_without_spending_attempts() {
     run_until(&f.db, driver.clone(), quiet);
     let (_, code, _, attempts) = work(&mut c, &key);
     assert_eq!(code.as_deref(), Some("AGENT_STOPPED"));
-    assert_eq!(attempts, 1);
+    assert_eq!(attempts, 2);
+    assert_eq!(
+        evidence(&mut c, &key),
+        vec!["retry:DEPENDENCY_UNAVAILABLE", "succeeded:AGENT_STOPPED"]
+    );
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
     assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn a1_a_stop_failing_transiently_fails_at_the_attempt_limit_not_the_deadline() {
+    // Seed 004 403-411, 2696-2700: no convergence deadline bounds a stop, its attempts do.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::transient("scripted", Some(503)),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_until(&f.db, driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
+    );
+    assert_eq!(active(&mut c, &f.agent).as_deref(), Some(rev.as_str()));
+}
+
+#[test]
+fn w7_completed_separates_classification_from_the_queue_decision_and_pass_errors_name_the_step() {
+    // Seed 004 801-822, 869-879, 3113-3125: `result` is the classification, `outcome` the
+    // queue's decision (`permanent` at the attempt limit); `workId` is the work's key. Every
+    // retried pass emits one `worker.pass-error` naming the step and the Compute error.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::retryable("scripted", Some(503)).with_reason("ServiceUnavailable"),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    let events = run_captured(&f.db, driver.clone(), Opts::default(), quiet);
+    let completed: Vec<_> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["workId"] == key.as_str())
+        .collect();
+    assert_eq!(completed.len(), 5, "{completed:?}");
+    for (i, e) in completed.iter().enumerate() {
+        assert_eq!(e["result"], "retry");
+        let expected = if i == 4 { "permanent" } else { "retry" };
+        assert_eq!(e["outcome"], expected, "{e}");
+        assert_eq!(e["code"], "DEPENDENCY_UNAVAILABLE");
+    }
+    let errors: Vec<_> = events
+        .named("worker.pass-error")
+        .into_iter()
+        .filter(|e| e["workId"] == key.as_str())
+        .collect();
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    for e in &errors {
+        assert_eq!(
+            (&e["step"], &e["class"], &e["status"], &e["reason"]),
+            (
+                &json!("stop"),
+                &json!("scripted"),
+                &json!(503),
+                &json!("ServiceUnavailable")
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a1_a_draining_stop_yields_without_spending_attempts_past_the_deadline() {
+    // SPEC Z5 (seed 004 2686-2692, 3085-3092): a draining stop is pending
+    // `AGENT_STOP_YIELDED`, refunds its attempt, records no evidence and outlives the
+    // convergence deadline.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..6 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::draining("kubernetes_pods_terminating"),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    let opts = Opts {
+        convergence: std::time::Duration::ZERO,
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("succeeded", Some("AGENT_STOPPED"), 1)
+    );
+    assert_eq!(evidence(&mut c, &key), vec!["succeeded:AGENT_STOPPED"]);
+    assert_eq!(driver.calls_of("stop_revision").len(), 7);
+}
+
+#[test]
+fn a2_a_delete_failing_transiently_fails_at_the_attempt_limit() {
+    // Seed 004 403-411, 2903-2907: Agent deletion keeps its attempt budget.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..5 {
+        driver.fail(
+            "retire_revision",
+            &rev,
+            ComputeError::transient("scripted", Some(503)),
+        );
+    }
+    let mut c = f.db.client();
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
+        .unwrap();
+    run_until(&f.db, driver.clone(), quiet);
+    let key = format!("agent:{}:delete", f.agent);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
+    );
 }
 
 /// Waits until another session is blocked on a lock.

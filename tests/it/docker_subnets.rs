@@ -212,6 +212,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
     if !docker_available() {
         return;
     }
+    let _heavy = crate::support::docker_heavy();
     let total: usize = std::env::var("OCC_TEST_SUBNET_NAMESPACES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -224,6 +225,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
     c.execute("SELECT occ.bootstrap($1, 'admin')", &[&installation])
         .expect("bootstrap");
     let label = format!("occ.installation={installation}");
+    let _leftovers = crate::support::DockerLeftovers(vec![label.clone()]);
     let mut ids = Vec::with_capacity(total);
     {
         let mut tx = c.transaction().unwrap();
@@ -263,10 +265,40 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
         &ids,
     );
     assert_eq!(not_ready, 0, "every Namespace is ready");
+    // No retry is caused by subnet contention. On a loaded 2-core machine the daemon itself
+    // can take longer than a request may wait (it serializes network creation): such a pass
+    // says `worker.pass-error` with class `docker_unavailable` and is retried within the
+    // attempt budget (seed 004 403-411). Every pass error must be that, never a subnet class.
+    let pass_errors: Vec<Value> = workers
+        .iter()
+        .flat_map(WorkerProcess::events)
+        .filter(|e| e["event"] == "worker.pass-error")
+        .collect();
+    let other: Vec<&Value> = pass_errors
+        .iter()
+        .filter(|e| e["class"] != "docker_unavailable")
+        .collect();
+    assert!(
+        other.is_empty(),
+        "passes failed for another cause than a daemon that did not answer: {other:?}"
+    );
     let extra = attempts_beyond_one_success(&mut c, &ids, "ready");
     assert!(
-        extra.is_empty(),
-        "works beyond one first-attempt success: {extra:?}"
+        extra.iter().all(|w| w.contains(" succeeded ")
+            && w.split(' ').last().is_some_and(|evidence| evidence
+                .split(',')
+                .all(|e| e == "retry:DEPENDENCY_UNAVAILABLE"
+                    || e == "succeeded:NAMESPACE_RECONCILED"))),
+        "works beyond one first-attempt success that are not daemon time-outs: {extra:?}"
+    );
+    assert_eq!(
+        extra.len() > 0,
+        !pass_errors.is_empty(),
+        "every extra attempt has its pass error"
+    );
+    eprintln!(
+        "docker_subnets: {} of {total} creations retried after the daemon did not answer in time",
+        extra.len()
     );
     let contended: i64 = scalar(
         &mut c,
@@ -328,11 +360,20 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
     );
     let extra = attempts_beyond_one_success(&mut c, &ids, "deleted");
     assert!(
-        extra
-            .iter()
-            .all(|e| !e.contains("retry") && !e.contains("failed")),
+        extra.iter().all(|e| !e.contains("failed")
+            && (!e.contains("retry")
+                || !e
+                    .replace("retry:DEPENDENCY_UNAVAILABLE", "")
+                    .contains("retry"))),
         "{extra:?}"
     );
+    let other: Vec<Value> = workers
+        .iter()
+        .flat_map(WorkerProcess::events)
+        .filter(|e| e["event"] == "worker.pass-error" && e["class"] != "docker_unavailable")
+        .filter(|e| e["outcome"] != "pending")
+        .collect();
+    assert!(other.is_empty(), "{other:?}");
     assert_eq!(reservations(&mut c).len(), 0, "every reservation released");
     assert!(
         networks_labelled(&label).is_empty(),

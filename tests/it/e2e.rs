@@ -88,6 +88,7 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
     if !docker_available() {
         return;
     }
+    let _heavy = crate::support::docker_heavy();
     let db = TestDb::bootstrapped();
     cli(
         &db,
@@ -123,6 +124,9 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
         );
         ids.push(id);
     }
+    let _leftovers = crate::support::DockerLeftovers(
+        ids.iter().map(|id| format!("occ.namespace={id}")).collect(),
+    );
     let worker = Running(
         Command::new(BIN)
             .arg("run")

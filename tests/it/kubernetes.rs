@@ -7,10 +7,10 @@
 //! fake's controllers poll with deadlines, never fixed sleeps.
 
 use crate::agent::{active, audits, create_agent, evidence, work};
-use crate::agent_driver::{quiet, run_until, run_with, Opts};
 use crate::kube_fake::{
     Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
 };
+use crate::scripted::{quiet, run_until, run_with, Opts};
 use crate::support::{insert_namespace, wait_for, TestDb};
 use occ_worker::cancel::{CancelToken, LossCause};
 use occ_worker::compute::kubernetes::client::Client;
@@ -660,11 +660,12 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
         ("succeeded", Some("REVISION_ACTIVATED"))
     );
     assert_eq!(active(&mut c, &w.agent), Some(r2.clone()));
-    // The stop waited for the first revision's Pods (pending, attempts refunded).
+    // The stop waited for the first revision's Pods: a draining stop yields without spending
+    // an attempt and records no evidence (SPEC Z5); the Pods were listed again until gone.
+    assert_eq!(work(&mut c, &rkey(&r2)).3, 1, "attempt refunded");
     assert!(
-        evidence(&mut c, &rkey(&r2)).contains(&"deferred:DEPENDENCY_UNAVAILABLE".to_string()),
-        "{:?}",
-        evidence(&mut c, &rkey(&r2))
+        pod_lists(&w) >= 2,
+        "the stop looked again for terminating Pods"
     );
     let first = format!("{APPS}/namespaces/{NS1}/deployments/agent-{}-r1", w.agent);
     let writes = w.kube.writes();
@@ -769,7 +770,16 @@ fn a1_stop_scales_to_zero_and_completes_once_the_pods_are_gone() {
         (state.as_str(), code.as_deref()),
         ("succeeded", Some("AGENT_STOPPED"))
     );
-    assert!(evidence(&mut c, &key).contains(&"deferred:DEPENDENCY_UNAVAILABLE".to_string()));
+    // Draining yields (SPEC Z5): no attempt spent, no evidence, the Pods listed until gone.
+    assert_eq!(work(&mut c, &key).3, 1, "attempt refunded");
+    assert_eq!(
+        evidence(&mut c, &key),
+        vec!["succeeded:AGENT_STOPPED".to_string()]
+    );
+    assert!(
+        pod_lists(&w) >= 2,
+        "the stop looked again for terminating Pods"
+    );
     assert_eq!(active(&mut c, &w.agent), None);
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("kept, scaled down");
     assert_eq!(d["spec"]["replicas"], 0);
@@ -1359,6 +1369,16 @@ fn r2_a_revoked_actors_dedicated_candidate_reaches_no_api_server() {
         "{:?}",
         methods(&w.kube.fake.requests())
     );
+}
+
+/// How many Pod lists the driver sent (each stop pass lists the revision's Pods).
+fn pod_lists(w: &AgentWorld) -> usize {
+    w.kube
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/pods?"))
+        .count()
 }
 
 /// (verb, API group, resource) of a recorded request, as RBAC names it.

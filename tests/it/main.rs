@@ -2,7 +2,6 @@
 //! its own database.
 
 mod agent;
-mod agent_driver;
 mod conventions;
 mod docker;
 mod docker_fake;

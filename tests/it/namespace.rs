@@ -38,7 +38,7 @@ impl Harness {
 
     fn with(max_attempts: i32, convergence_timeout: Duration) -> Harness {
         let db = TestDb::bootstrapped();
-        let driver = Arc::new(ScriptedDriver::new("scripted-1"));
+        let driver = Arc::new(ScriptedDriver::named("scripted-1"));
         let mut queue = QueueOptions::new(Duration::from_secs(30), max_attempts);
         queue.retry_base = Duration::ZERO;
         let ctx = Arc::new(Context {
@@ -378,7 +378,7 @@ fn n3_ready_observation_marks_ready_audits_and_completes_reconciled() {
         ("succeeded".into(), Some("NAMESPACE_RECONCILED".into()), 1)
     );
     assert_eq!(h.status(&ns), "ready");
-    assert_eq!(h.driver.calls(), vec![format!("ensure_namespace:{ns}")]);
+    assert_eq!(h.driver.log(), vec![format!("ensure_namespace:{ns}")]);
     let audits = h.audits(&ns);
     assert_eq!(
         h.audit_summary(&ns),
@@ -416,7 +416,7 @@ fn n2_work_for_a_namespace_no_longer_provisioning_is_superseded_without_compute(
         ("succeeded".into(), Some("SUPERSEDED_TARGET".into()), 1)
     );
     assert_eq!(h.status(&ns), "failed");
-    assert!(h.driver.calls().is_empty(), "no Compute call");
+    assert!(h.driver.log().is_empty(), "no Compute call");
     assert!(h.audits(&ns).is_empty());
 }
 
@@ -436,7 +436,7 @@ fn n5_revoked_actor_fails_permanently_with_a_denial_and_no_compute() {
         ("failed_permanent".into(), Some("ACTOR_REVOKED".into()), 1)
     );
     assert_eq!(h.status(&ns), "failed");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     let audits = h.audits(&ns);
     assert_eq!(
         h.audit_summary(&ns),
@@ -467,7 +467,7 @@ fn n2_create_permission_lost_before_the_pass_is_denied_without_compute() {
     assert_eq!(h.pass().unwrap().code, "AUTHORIZATION_DENIED");
     assert_eq!(h.work(&ensure_key(&ns)).0, "failed_permanent");
     assert_eq!(h.status(&ns), "failed");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     let audits = h.audits(&ns);
     assert_eq!(
         h.audit_summary(&ns),
@@ -501,7 +501,7 @@ fn n2_existing_namespace_needs_installation_administer_at_every_pass() {
     );
     assert_eq!(h.pass().unwrap().code, "AUTHORIZATION_DENIED");
     assert_eq!(h.status(&ns), "failed");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     let audits = h.audits(&ns);
     assert_eq!(audits[0].4["request"]["action"], "administer");
     assert_eq!(audits[0].4["decision"]["reason"], "RESTRICTED");
@@ -517,7 +517,7 @@ fn n2_restriction_on_the_exact_namespace_denies_creation() {
     ));
     assert_eq!(h.pass().unwrap().code, "AUTHORIZATION_DENIED");
     assert_eq!(h.status(&ns), "failed");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     let audits = h.audits(&ns);
     assert_eq!(audits[0].4["request"]["resource"]["id"], ns.as_str());
     assert_eq!(audits[0].4["decision"]["reason"], "RESTRICTED");
@@ -535,7 +535,7 @@ fn n3_mismatched_observation_is_invalid_and_fails_the_namespace() {
     assert_eq!(h.pass().unwrap().code, "INVALID_DRIVER_OBSERVATION");
     assert_eq!(h.work(&ensure_key(&ns)).0, "failed_permanent");
     assert_eq!(h.status(&ns), "failed");
-    assert_eq!(h.driver.calls(), vec![format!("ensure_namespace:{ns}")]);
+    assert_eq!(h.driver.log(), vec![format!("ensure_namespace:{ns}")]);
     assert_eq!(
         h.audit_summary(&ns),
         vec![row(
@@ -578,7 +578,7 @@ fn n3_retryable_failure_retries_then_fails_the_namespace_at_the_attempt_limit() 
         )
     );
     assert_eq!(h.status(&ns), "failed");
-    assert_eq!(h.driver.calls().len(), 2);
+    assert_eq!(h.driver.log().len(), 2);
     assert_eq!(
         h.audit_summary(&ns),
         vec![
@@ -675,26 +675,46 @@ fn n3_permanent_failure_fails_the_work_and_the_namespace() {
 }
 
 #[test]
-fn n3_transient_dependency_defers_without_spending_the_attempt() {
+fn n3_transient_dependency_retries_spending_the_attempt() {
+    // Changed from a refunded deferral: Namespace work keeps its attempt budget on a transient
+    // dependency failure (seed 004 403-411, 2488-2493).
     let h = Harness::new();
     let ns = h.create("admin", "team-a");
     h.driver
         .ensure_namespace
-        .then_err(3, ComputeError::transient("test", Some(503)));
-    for _ in 0..3 {
+        .then_err(2, ComputeError::transient("test", Some(503)));
+    for attempt in 1..=2 {
         let r = h.pass().unwrap();
         assert_eq!(r.code, "DEPENDENCY_UNAVAILABLE");
-        assert!(matches!(r.outcome, reconcile::Outcome::Pending { .. }));
+        assert_eq!(r.outcome, reconcile::Outcome::Retry);
         assert_eq!(
             h.work(&ensure_key(&ns)),
-            ("queued".into(), None, 0),
-            "attempt refunded"
+            ("queued".into(), None, attempt),
+            "attempt spent"
         );
     }
     assert_eq!(h.status(&ns), "provisioning");
     assert_eq!(h.pass().unwrap().code, "NAMESPACE_RECONCILED");
-    assert_eq!(h.work(&ensure_key(&ns)).2, 1);
-    assert_eq!(h.driver.calls().len(), 4);
+    assert_eq!(h.work(&ensure_key(&ns)).2, 3);
+    assert_eq!(h.driver.log().len(), 3);
+
+    // At the attempt limit the creation fails and so does its Namespace.
+    let ns = h.create("admin", "team-b");
+    h.driver
+        .ensure_namespace
+        .then_err(3, ComputeError::transient("test", Some(503)));
+    for _ in 0..3 {
+        assert_eq!(h.pass().unwrap().code, "DEPENDENCY_UNAVAILABLE");
+    }
+    assert_eq!(
+        h.work(&ensure_key(&ns)),
+        (
+            "failed_permanent".into(),
+            Some("DEPENDENCY_UNAVAILABLE".into()),
+            3
+        )
+    );
+    assert_eq!(h.status(&ns), "failed");
 }
 
 #[test]
@@ -796,12 +816,18 @@ fn q12_pending_past_the_convergence_deadline_fails_the_namespace() {
         )]
     );
 
+    // Changed: a transient failure spends an attempt and the deadline does not apply to it
+    // (seed 004 403-411, 6830-6834 applies the deadline to pending outcomes only).
     let ns = h.create("admin", "team-b");
     h.driver
         .ensure_namespace
         .then_err(1, ComputeError::transient("test", None));
-    assert_eq!(h.pass().unwrap().code, "CONVERGENCE_DEADLINE_EXCEEDED");
-    assert_eq!(h.status(&ns), "failed");
+    let r = h.pass().unwrap();
+    assert_eq!(
+        (r.code.as_str(), r.outcome),
+        ("DEPENDENCY_UNAVAILABLE", reconcile::Outcome::Retry)
+    );
+    assert_eq!(h.status(&ns), "provisioning");
 }
 
 #[test]
@@ -893,7 +919,7 @@ fn n4_delete_tombstones_removes_scoped_policy_and_audits_in_one_fenced_transacti
         h.work(&delete_key(&ns)),
         ("succeeded".into(), Some("NAMESPACE_RECONCILED".into()), 1)
     );
-    assert_eq!(h.driver.calls(), vec![format!("delete_namespace:{ns}"); 2]);
+    assert_eq!(h.driver.log(), vec![format!("delete_namespace:{ns}"); 2]);
     let tombstoned: bool = h
         .sql()
         .query_one(
@@ -975,7 +1001,7 @@ fn n4_delete_permission_lost_is_denied_without_compute() {
     assert_eq!(h.pass().unwrap().code, "AUTHORIZATION_DENIED");
     assert_eq!(h.work(&delete_key(&ns)).0, "failed_permanent");
     assert_eq!(h.status(&ns), "deleting");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     assert_eq!(
         h.delete_audit_summary(&ns),
         vec![row(
@@ -996,7 +1022,7 @@ fn n4_delete_work_for_a_namespace_no_longer_deleting_is_superseded() {
         "UPDATE occ.namespaces_all SET deleted_at = now() WHERE id = '{ns}'"
     ));
     assert_eq!(h.pass().unwrap().code, "SUPERSEDED_TARGET");
-    assert!(h.driver.calls().is_empty());
+    assert!(h.driver.log().is_empty());
     assert!(h.delete_audits(&ns).is_empty());
 }
 
@@ -1045,7 +1071,7 @@ fn w1_a_running_worker_drives_create_and_delete_to_completion() {
     stop.stop();
     thread.join().unwrap().unwrap();
     assert_eq!(
-        h.driver.calls(),
+        h.driver.log(),
         vec![
             format!("ensure_namespace:{ns}"),
             format!("delete_namespace:{ns}")

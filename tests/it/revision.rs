@@ -4,8 +4,8 @@
 use crate::agent::{
     active, audits, create_agent, deploy, evidence, fixture, stop, user, work, Fixture,
 };
-use crate::agent_driver::{
-    quiet, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
+use crate::scripted::{
+    quiet, run_for, run_on, run_until, run_with, LaneRecorder, Opts, Prepare, ScriptedDriver,
 };
 use crate::support::{insert_namespace, scalar, wait_for, TestDb, WorkerProcess};
 use occ_worker::compute::ComputeError;
@@ -45,14 +45,18 @@ fn assert_refused(f: &Fixture, rev: &str, code: &str) {
     assert!(driver.calls().is_empty(), "{:?}", driver.calls());
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(status(&mut c, rev).1.as_deref(), Some(code));
+    // Changed: only a denial is audited, on the Agent; other refusals write no failure
+    // mutation (seed 004 5916-5922, 6798-6823).
     let a = audits(&mut c, "openclaw.agents.deploy");
-    assert_eq!(a.len(), 1);
-    let kind = if code == "AUTHORIZATION_DENIED" || code == "ACTOR_REVOKED" {
-        "authorization_denial"
+    if code == "AUTHORIZATION_DENIED" || code == "ACTOR_REVOKED" {
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].0.as_str(), a[0].3.as_str()),
+            ("authorization_denial", f.agent.as_str())
+        );
     } else {
-        "mutation"
-    };
-    assert_eq!(a[0].0, kind);
+        assert!(a.is_empty(), "{a:?}");
+    }
 }
 
 /// Inserts a revision directly (admission only ever writes secret auth) and its work.
@@ -158,20 +162,84 @@ fn r2_namespace_not_ready() {
 
 #[test]
 fn r2_harness_descriptor_mismatch() {
+    // Changed: admission now refuses a version the catalog does not approve, so the worker's
+    // mismatch comes from a catalog change after admission (seed 004 4234-4241). The approved
+    // version is exact: `1.0.0` no longer passes once `1.0.1` is approved (no `1.` prefix).
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted', '{}', '[]', '9.0.0')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
-    assert_refused(
-        &f,
-        v["revisionId"].as_str().unwrap(),
-        "HARNESS_DESCRIPTOR_MISMATCH",
+    for version in ["9.0.0", "1.0.5"] {
+        let e = c
+            .query_one(
+                "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted', '{}', '[]', $2)",
+                &[&f.agent, &version],
+            )
+            .unwrap_err();
+        assert!(
+            e.as_db_error()
+                .unwrap()
+                .message()
+                .contains("not the approved version 1.0.0"),
+            "{e}"
+        );
+    }
+    let rev = deploy(&mut c, &f.agent);
+    let approved = crate::agent::cli(
+        &f.db,
+        &[
+            "admin",
+            "harness",
+            "approve",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--version",
+            "1.0.1",
+            "--actor",
+            "admin",
+        ],
     );
+    assert_eq!(approved["previousVersion"], "1.0.0");
+    let listed = crate::agent::cli(&f.db, &["admin", "harness", "list"]);
+    assert!(listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["id"] == "codex" && h["mode"] == "dedicated" && h["version"] == "1.0.1"));
+    assert_eq!(
+        audits(&mut c, "openclaw.harnesses.approve").len(),
+        1,
+        "the approval is audited"
+    );
+    assert_refused(&f, &rev, "HARNESS_DESCRIPTOR_MISMATCH");
+    // A revision admitted under the newly approved version deploys.
+    let rev = deploy(&mut c, &f.agent);
+    run(&f, &Arc::new(ScriptedDriver::new()));
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn r2_only_installation_administrators_approve_harness_versions() {
+    let f = fixture();
+    let mut c = f.db.client();
+    user(&mut c, "bob", "namespace-admin");
+    let e = c
+        .query_one(
+            "SELECT occ.harness_approve('bob', 'codex', 'dedicated', '2.0.0')",
+            &[],
+        )
+        .unwrap_err();
+    assert!(
+        e.as_db_error()
+            .unwrap()
+            .message()
+            .contains("may not approve Harness versions"),
+        "{e}"
+    );
+    let version: String = scalar(
+        &mut c,
+        "SELECT version FROM occ.approved_harnesses WHERE harness_id = 'codex' AND mode = 'dedicated'",
+    );
+    assert_eq!(version, "1.0.0");
 }
 
 #[test]
@@ -548,6 +616,244 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
 }
 
 #[test]
+fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resumes_the_stop() {
+    // Seed 004 6285-6305, 6317-6329: lease recovery keeps the stored refusal and refunds the
+    // attempt; the recovered pass stops the candidate and never prepares it again.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let url = f.db.url.clone();
+    let stops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = stops.clone();
+    driver.on_call(move |method, _| {
+        // The second stop's pass loses its claim (a crash after the stop, before publishing).
+        if method == "stop_revision" && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1
+        {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "UPDATE occ.work SET lease_expires_at = clock_timestamp() WHERE state = 'claimed'",
+                &[],
+            )
+            .unwrap();
+        }
+    });
+    run(&f, &driver);
+    let k = key(&rev);
+    let (state, code, _, _) = work(&mut c, &k);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
+    );
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    assert_eq!(driver.calls_of("stop_revision").len(), 3);
+    assert_eq!(
+        evidence(&mut c, &k),
+        vec![
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "lease_expired:LEASE_EXPIRED",
+            "failed:INVALID_DRIVER_OBSERVATION"
+        ]
+    );
+    let (refusals, attempts): (Vec<Option<String>>, Vec<i32>) = c
+        .query(
+            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 ORDER BY a.id",
+            &[&k],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, Option<String>>(0), r.get::<_, i32>(1)))
+        .unzip();
+    assert!(refusals
+        .iter()
+        .all(|r| r.as_deref() == Some("INVALID_DRIVER_OBSERVATION")));
+    assert_eq!(
+        attempts,
+        vec![1, 1, 1],
+        "every attempt was refunded but the last"
+    );
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r9_past_the_deadline_a_lifted_refusal_stops_the_candidate_instead_of_preparing_it() {
+    // Seed 004 4299-4309: `deploy` granted again while the refused candidate's stop waited; past
+    // the convergence deadline the wait stops the candidate and publishes the deadline.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Pending("REVISION_INCOMPLETE")]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        if method == "prepare_revision" {
+            c.execute(
+                "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+                 VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)",
+                &[&agent],
+            )
+            .unwrap();
+        }
+        if method == "stop_revision" {
+            c.execute("DELETE FROM occ.iam_restrictions", &[]).unwrap();
+        }
+    });
+    let opts = Opts {
+        convergence: Duration::from_millis(600),
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    assert_eq!(data, Some(json!({"timeoutMs": 600})));
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(), rev]);
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r11_a_refused_maintenance_pass_ends_the_chain_with_one_denial() {
+    // Seed 004 4287-4291, 4559-4561: a maintenance claim refused by authorization fails and
+    // enqueues no further bucket, so the denial is audited once, not once per bucket.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(200)),
+        ..ScriptedDriver::default()
+    });
+    let url = f.db.url.clone();
+    let agent = f.agent.clone();
+    driver.on_call(move |method, _| {
+        // Revoke `deploy` as the deployment activates its revision.
+        if method == "activate_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+                 VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)
+                 ON CONFLICT DO NOTHING",
+                &[&agent],
+            )
+            .unwrap();
+        }
+    });
+    let failed = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    run_until(&f.db, driver.clone(), |c| failed(c) == 1);
+    // Give a wrongly enqueued next bucket the time to run.
+    run_for(&f.db, driver.clone(), Duration::from_millis(800));
+    let rows = c
+        .query(
+            "SELECT state, reason_code FROM occ.work WHERE operation = 'revision_maintenance' ORDER BY id",
+            &[],
+        )
+        .unwrap();
+    let states: Vec<(String, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        states,
+        vec![(
+            "failed_permanent".into(),
+            Some("AUTHORIZATION_DENIED".into())
+        )]
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+    assert_eq!(audits(&mut c, "openclaw.agents.deploy").len(), 1);
+}
+
+#[test]
+fn r3_a_stopped_agents_candidate_retires_earlier_revisions() {
+    // Seed 004 4332-4342: with no other active revision, the stopped Agent's candidate owns
+    // retiring its predecessors.
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    stop(&mut c, &f.agent, "admin");
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), None);
+    let r2 = deploy(&mut c, &f.agent);
+    stop(&mut c, &f.agent, "admin");
+    driver.calls.lock().clear();
+    run(&f, &driver);
+    assert_eq!(
+        work(&mut c, &key(&r2)).1.as_deref(),
+        Some("REVISION_STOPPED")
+    );
+    assert_eq!(driver.calls_of("retire_revision"), vec![r1.clone()]);
+    let retired: bool = c
+        .query_one(
+            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+            &[&r1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(retired);
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
+    // Seed 004 218-239, 6379-6388: a stop that took 1 s is rechecked no sooner than 4 s later
+    // (the old backoff waited 1 s).
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    driver.on_call(|method, _| {
+        if method == "stop_revision" {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    let k = key(&rev);
+    run_with(&f.db, driver.clone(), Opts::default(), |c| {
+        evidence(c, &k).len() == 1
+    });
+    let wait: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work
+             WHERE idempotency_key = $1",
+            &[&k],
+        )
+        .unwrap()
+        .get(0);
+    assert!(wait >= 4.0, "rechecked after {wait} s");
+    assert_eq!(
+        evidence(&mut c, &k),
+        vec!["deferred:REFUSED_CANDIDATE_STOP_PENDING"]
+    );
+}
+
+#[test]
 fn r8_exclusive_replacement_stops_predecessors_before_prepare() {
     let f = fixture();
     let mut c = f.db.client();
@@ -907,7 +1213,11 @@ fn r9_authorization_revoked_mid_deployment_stops_the_candidate_before_failing() 
     );
     let a = audits(&mut c, "openclaw.agents.deploy");
     assert_eq!(a.len(), 1);
-    assert_eq!(a[0].0, "authorization_denial");
+    // The deploy denial's resource is the Agent (seed 004 6798-6823).
+    assert_eq!(
+        (a[0].0.as_str(), a[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
+    );
     assert_eq!(active(&mut c, &f.agent), None);
 }
 

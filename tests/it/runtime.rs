@@ -418,7 +418,8 @@ fn sigterm_interrupts_a_pass_longer_than_the_grace_and_another_process_resumes_i
         .filter(|e| e["event"] == "worker.pass-interrupted")
         .collect();
     assert_eq!(interrupted.len(), 1, "{events:?}");
-    assert_eq!(interrupted[0]["workId"], id);
+    // Changed: pass events name the work by its key (seed 004 869-879).
+    assert_eq!(interrupted[0]["workId"], "namespace:ns1:ensure");
     assert_ne!(state_of(&mut c, "namespace:ns1:ensure").0, "succeeded");
 
     let second = WorkerProcess::start("probe", &env("10"));

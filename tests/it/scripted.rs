@@ -1,21 +1,29 @@
-//! A scripted Compute Driver for integration tests (kube-rs' scripted fake API server, in
-//! spirit): every method answers from its own queue of scripted steps, falls back to a
-//! default answer when its script is empty, and records every call (`method:ids`) so tests
-//! assert the exact conversation, including "radio silence" (no call at all).
+//! The one scripted Compute Driver of the integration tests (kube-rs' scripted fake API
+//! server, in spirit), and the harness that drives a real `runtime::Worker` with it until the
+//! queue is quiet.
 //!
-//! Steps are closures over the request, so an answer can name the exact Namespace or revision
-//! asked about; each step may carry a latency that honours the pass's cancellation token.
+//! Like the real drivers it honours the pass's cancellation token: a cancelled call sends
+//! nothing (it is not recorded) and a scripted latency is cut short. Every call is recorded as
+//! (method, target id), so tests assert the exact conversation, including "radio silence" (no
+//! call at all). Namespace methods answer from per-method `Script`s of closures over the
+//! request; revision and Agent methods answer from per-target scripts (default: success,
+//! ready); a hook runs inside each call so a test can change the database mid-effect (races).
 
 #![allow(dead_code)] // Shared by test modules that each use a subset.
 
+use crate::support::TestDb;
 use occ_worker::cancel::CancelToken;
-use occ_worker::compute::{
-    AgentSpec, ComputeDriver, ComputeError, FailureClass, NamespaceObservation, NamespaceSpec,
-    PreflightWarning, RevisionObservation, RevisionSpec,
-};
+use occ_worker::compute::*;
+use occ_worker::events::Events;
+use occ_worker::metrics::Metrics;
+use occ_worker::queue::{Operation, QueueOptions};
+use occ_worker::reconcile::namespace::NamespaceReconciler;
+use occ_worker::reconcile::{revision::agent_registry, Context, Registry};
+use occ_worker::runtime::{RuntimeOptions, Worker};
 use parking_lot::Mutex;
-use std::collections::VecDeque;
-use std::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 type Answer<A, T> = Box<dyn FnOnce(&A) -> Result<T, ComputeError> + Send>;
 type DefaultAnswer<A, T> = Box<dyn Fn(&A) -> Result<T, ComputeError> + Send + Sync>;
@@ -107,58 +115,145 @@ pub fn ns_observation(
     }
 }
 
-/// The driver. Defaults: preflight clean, Namespaces complete at once, revisions ready, every
+/// One scripted answer of `prepare_revision`.
+#[derive(Clone, Debug)]
+pub enum Prepare {
+    Ready,
+    ReadyWithWarning(&'static str, &'static str),
+    Pending(&'static str),
+    RuntimeFailure(&'static str),
+    /// An observation naming another revision.
+    Mismatched,
+    Fail(ComputeError),
+}
+
+pub type Hook = Box<dyn Fn(&str, &str) + Send + Sync>;
+
+/// The driver. Defaults: id `scripted`, Namespaces complete at once, revisions ready, every
 /// other effect succeeds.
 pub struct ScriptedDriver {
-    id: String,
-    calls: Mutex<Vec<String>>,
-    pub preflight: Script<(), Vec<PreflightWarning>>,
+    pub id: String,
+    pub calls: Mutex<Vec<(String, String)>>,
     pub ensure_namespace: Script<NamespaceSpec, NamespaceObservation>,
     pub delete_namespace: Script<NamespaceSpec, NamespaceObservation>,
-    pub prepare_revision: Script<RevisionSpec, RevisionObservation>,
-    pub deactivate_revision: Script<RevisionSpec, ()>,
-    pub bind_agent: Script<AgentSpec, ()>,
-    pub activate_revision: Script<RevisionSpec, ()>,
-    pub stop_revision: Script<RevisionSpec, ()>,
-    pub retire_revision: Script<RevisionSpec, ()>,
-    pub delete_agent_runtime_credentials: Script<AgentSpec, ()>,
-    pub stopped_predecessors: Mutex<bool>,
-    pub maintenance: Mutex<Option<Duration>>,
+    pub prepare: Mutex<HashMap<String, VecDeque<Prepare>>>,
+    /// (method, target) → scripted failures, consumed in order; empty means success.
+    pub failures: Mutex<HashMap<(String, String), VecDeque<ComputeError>>>,
+    pub hook: Mutex<Option<Hook>>,
+    pub exclusive: bool,
+    pub maintenance: Option<Duration>,
+    pub latency: Duration,
+    pub inflight: Mutex<HashMap<String, usize>>,
+    /// Calls that ran while another call for the same Agent was in flight (lane violations).
+    pub overlaps: std::sync::atomic::AtomicUsize,
+    /// A database that records every call and overlapping calls per Agent in
+    /// `public.occ_driver_calls` / `public.occ_driver_overlaps`, so lane exclusion is checked
+    /// across worker processes (see `LaneRecorder`).
+    pub lane_db: Option<String>,
+}
+
+/// The cross-process lane recorder: one connection per worker thread.
+pub struct LaneRecorder;
+
+impl LaneRecorder {
+    /// Creates the recorder tables in the database at `url` (idempotent).
+    pub fn setup(url: &str) {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        c.batch_execute(
+            "CREATE TABLE IF NOT EXISTS public.occ_driver_inflight (agent text PRIMARY KEY, n integer NOT NULL);
+             CREATE TABLE IF NOT EXISTS public.occ_driver_calls (pid integer NOT NULL, agent text NOT NULL, method text NOT NULL);
+             CREATE TABLE IF NOT EXISTS public.occ_driver_overlaps (pid integer NOT NULL, agent text NOT NULL, method text NOT NULL);",
+        )
+        .expect("lane recorder tables");
+    }
+
+    fn with<T>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
+        thread_local! {
+            static CLIENT: std::cell::RefCell<Option<postgres::Client>> = const { std::cell::RefCell::new(None) };
+        }
+        CLIENT.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let client = slot.get_or_insert_with(|| {
+                postgres::Client::connect(url, postgres::NoTls).expect("lane recorder connect")
+            });
+            f(client)
+        })
+    }
+
+    /// Enters the Agent's lane: records the call, and an overlap if another call is in flight.
+    fn enter(url: &str, agent: &str, method: &str) {
+        let pid = std::process::id() as i32;
+        LaneRecorder::with(url, |c| {
+            let n: i32 = c
+                .query_one(
+                    "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
+                     INSERT INTO public.occ_driver_inflight AS i (agent, n) VALUES ($2, 1)
+                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n",
+                    &[&pid, &agent, &method],
+                )
+                .expect("lane enter")
+                .get(0);
+            if n > 1 {
+                c.execute(
+                    "INSERT INTO public.occ_driver_overlaps (pid, agent, method) VALUES ($1, $2, $3)",
+                    &[&pid, &agent, &method],
+                )
+                .expect("lane overlap");
+            }
+        })
+    }
+
+    fn leave(url: &str, agent: &str) {
+        LaneRecorder::with(url, |c| {
+            c.execute(
+                "UPDATE public.occ_driver_inflight SET n = n - 1 WHERE agent = $1",
+                &[&agent],
+            )
+            .expect("lane leave");
+        })
+    }
+}
+
+impl Default for ScriptedDriver {
+    fn default() -> ScriptedDriver {
+        ScriptedDriver {
+            id: "scripted".into(),
+            calls: Mutex::default(),
+            ensure_namespace: Script::new(|s| Ok(ns_observation(s, true, None, None))),
+            delete_namespace: Script::new(|s| Ok(ns_observation(s, true, None, None))),
+            prepare: Mutex::default(),
+            failures: Mutex::default(),
+            hook: Mutex::default(),
+            exclusive: false,
+            maintenance: None,
+            latency: Duration::ZERO,
+            inflight: Mutex::default(),
+            overlaps: Default::default(),
+            lane_db: None,
+        }
+    }
 }
 
 impl ScriptedDriver {
-    pub fn new(id: &str) -> ScriptedDriver {
+    pub fn new() -> ScriptedDriver {
+        ScriptedDriver::default()
+    }
+
+    /// A driver with its own id (revisions pinned to another Compute are refused).
+    pub fn named(id: &str) -> ScriptedDriver {
         ScriptedDriver {
             id: id.into(),
-            calls: Mutex::new(Vec::new()),
-            preflight: Script::new(|_| Ok(Vec::new())),
-            ensure_namespace: Script::new(|s| Ok(ns_observation(s, true, None, None))),
-            delete_namespace: Script::new(|s| Ok(ns_observation(s, true, None, None))),
-            prepare_revision: Script::new(|r: &RevisionSpec| {
-                Ok(RevisionObservation {
-                    namespace_id: r.namespace_id.clone(),
-                    agent_id: r.agent_id.clone(),
-                    revision_id: r.revision_id.clone(),
-                    ready: true,
-                    pending_reason: None,
-                    runtime_failure: None,
-                    warnings: Vec::new(),
-                })
-            }),
-            deactivate_revision: Script::new(|_| Ok(())),
-            bind_agent: Script::new(|_| Ok(())),
-            activate_revision: Script::new(|_| Ok(())),
-            stop_revision: Script::new(|_| Ok(())),
-            retire_revision: Script::new(|_| Ok(())),
-            delete_agent_runtime_credentials: Script::new(|_| Ok(())),
-            stopped_predecessors: Mutex::new(false),
-            maintenance: Mutex::new(None),
+            ..ScriptedDriver::default()
         }
     }
 
-    /// Every call so far, in order, as `method:ids`.
-    pub fn calls(&self) -> Vec<String> {
-        self.calls.lock().clone()
+    /// Every call so far as `method:target`.
+    pub fn log(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .iter()
+            .map(|(m, t)| format!("{m}:{t}"))
+            .collect()
     }
 
     /// Forgets the recorded calls.
@@ -166,16 +261,89 @@ impl ScriptedDriver {
         self.calls.lock().clear();
     }
 
-    fn record(&self, call: String) {
-        self.calls.lock().push(call);
+    pub fn script_prepare(&self, revision: &str, steps: Vec<Prepare>) {
+        self.prepare
+            .lock()
+            .entry(revision.into())
+            .or_default()
+            .extend(steps);
     }
-}
 
-fn revision_call(method: &str, r: &RevisionSpec) -> String {
-    format!(
-        "{method}:{}/{}/{}",
-        r.namespace_id, r.agent_id, r.revision_id
-    )
+    pub fn fail(&self, method: &str, target: &str, error: ComputeError) {
+        self.failures
+            .lock()
+            .entry((method.into(), target.into()))
+            .or_default()
+            .push_back(error);
+    }
+
+    pub fn on_call(&self, hook: impl Fn(&str, &str) + Send + Sync + 'static) {
+        *self.hook.lock() = Some(Box::new(hook));
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<(String, String)> {
+        self.calls.lock().clone()
+    }
+
+    /// The calls of one method, by target.
+    pub fn calls_of(&self, method: &str) -> Vec<String> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
+    fn record_for(
+        &self,
+        agent: &str,
+        method: &str,
+        target: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        // A cancelled pass sends nothing (the real drivers check before each request).
+        cancel.check()?;
+        {
+            let mut inflight = self.inflight.lock();
+            let n = inflight.entry(agent.to_string()).or_default();
+            if *n > 0 {
+                self.overlaps
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            *n += 1;
+        }
+        if let Some(url) = &self.lane_db {
+            LaneRecorder::enter(url, agent, method);
+        }
+        let out = self.record(method, target, cancel);
+        if let Some(url) = &self.lane_db {
+            LaneRecorder::leave(url, agent);
+        }
+        *self.inflight.lock().entry(agent.to_string()).or_default() -= 1;
+        out
+    }
+
+    fn record(&self, method: &str, target: &str, cancel: &CancelToken) -> Result<(), ComputeError> {
+        cancel.check()?;
+        self.calls.lock().push((method.into(), target.into()));
+        if !self.latency.is_zero() {
+            cancel.sleep(self.latency)?;
+        }
+        if let Some(hook) = &*self.hook.lock() {
+            hook(method, target);
+        }
+        match self
+            .failures
+            .lock()
+            .get_mut(&(method.to_string(), target.to_string()))
+            .and_then(|q| q.pop_front())
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl ComputeDriver for ScriptedDriver {
@@ -188,8 +356,8 @@ impl ComputeDriver for ScriptedDriver {
     }
 
     fn preflight(&self, cancel: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
-        self.record("preflight".into());
-        self.preflight.answer(&(), cancel)
+        self.record("preflight", "", cancel)?;
+        Ok(vec![])
     }
 
     fn ensure_namespace(
@@ -197,7 +365,7 @@ impl ComputeDriver for ScriptedDriver {
         namespace: &NamespaceSpec,
         cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
-        self.record(format!("ensure_namespace:{}", namespace.namespace_id));
+        self.record("ensure_namespace", &namespace.namespace_id, cancel)?;
         self.ensure_namespace.answer(namespace, cancel)
     }
 
@@ -206,7 +374,7 @@ impl ComputeDriver for ScriptedDriver {
         namespace: &NamespaceSpec,
         cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
-        self.record(format!("delete_namespace:{}", namespace.namespace_id));
+        self.record("delete_namespace", &namespace.namespace_id, cancel)?;
         self.delete_namespace.answer(namespace, cancel)
     }
 
@@ -215,8 +383,45 @@ impl ComputeDriver for ScriptedDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
-        self.record(revision_call("prepare_revision", revision));
-        self.prepare_revision.answer(revision, cancel)
+        self.record_for(
+            &revision.agent_id,
+            "prepare_revision",
+            &revision.revision_id,
+            cancel,
+        )?;
+        let step = self
+            .prepare
+            .lock()
+            .get_mut(&revision.revision_id)
+            .and_then(|q| q.pop_front())
+            .unwrap_or(Prepare::Ready);
+        let mut o = RevisionObservation {
+            namespace_id: revision.namespace_id.clone(),
+            agent_id: revision.agent_id.clone(),
+            revision_id: revision.revision_id.clone(),
+            ready: true,
+            pending_reason: None,
+            runtime_failure: None,
+            warnings: vec![],
+        };
+        match step {
+            Prepare::Ready => {}
+            Prepare::ReadyWithWarning(code, plugin) => o.warnings.push(PluginWarning {
+                code: code.into(),
+                plugin_id: plugin.into(),
+            }),
+            Prepare::Pending(code) => {
+                o.ready = false;
+                o.pending_reason = Some(code.into());
+            }
+            Prepare::RuntimeFailure(code) => {
+                o.ready = false;
+                o.runtime_failure = Some(RuntimeFailure::new(code));
+            }
+            Prepare::Mismatched => o.revision_id = "someone-else".into(),
+            Prepare::Fail(e) => return Err(e),
+        }
+        Ok(o)
     }
 
     fn deactivate_revision(
@@ -224,16 +429,12 @@ impl ComputeDriver for ScriptedDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.record(revision_call("deactivate_revision", revision));
-        self.deactivate_revision.answer(revision, cancel)
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "deactivate_revision", target, cancel)
     }
 
     fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
-        self.record(format!(
-            "bind_agent:{}/{}",
-            agent.namespace_id, agent.agent_id
-        ));
-        self.bind_agent.answer(agent, cancel)
+        self.record_for(&agent.agent_id, "bind_agent", &agent.agent_id, cancel)
     }
 
     fn activate_revision(
@@ -241,8 +442,8 @@ impl ComputeDriver for ScriptedDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.record(revision_call("activate_revision", revision));
-        self.activate_revision.answer(revision, cancel)
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "activate_revision", target, cancel)
     }
 
     fn stop_revision(
@@ -250,8 +451,8 @@ impl ComputeDriver for ScriptedDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.record(revision_call("stop_revision", revision));
-        self.stop_revision.answer(revision, cancel)
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "stop_revision", target, cancel)
     }
 
     fn retire_revision(
@@ -259,8 +460,8 @@ impl ComputeDriver for ScriptedDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.record(revision_call("retire_revision", revision));
-        self.retire_revision.answer(revision, cancel)
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "retire_revision", target, cancel)
     }
 
     fn delete_agent_runtime_credentials(
@@ -268,18 +469,211 @@ impl ComputeDriver for ScriptedDriver {
         agent: &AgentSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.record(format!(
-            "delete_agent_runtime_credentials:{}/{}",
-            agent.namespace_id, agent.agent_id
-        ));
-        self.delete_agent_runtime_credentials.answer(agent, cancel)
+        let id = &agent.agent_id;
+        self.record_for(id, "delete_agent_runtime_credentials", id, cancel)
     }
 
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
-        *self.stopped_predecessors.lock()
+        self.exclusive
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {
-        *self.maintenance.lock()
+        self.maintenance
     }
+}
+
+/// Runs a real worker with `driver` (the scripted one, or any other `ComputeDriver`, e.g. the
+/// Kubernetes driver against the fake API server) until `done` holds (checked by bounded DB
+/// polling), then stops it through its `StopHandle`. Panics if `done` never holds within
+/// `timeout`. The worker runs the Namespace, Agent and revision reconcilers.
+pub fn run_until(
+    db: &TestDb,
+    driver: Arc<dyn ComputeDriver>,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    run_with(db, driver, Opts::default(), done)
+}
+
+/// The Namespace lifecycle reconcilers, so a run also drives ensure and delete work.
+fn namespace_registry() -> Registry {
+    let namespace = Arc::new(NamespaceReconciler);
+    Registry::new()
+        .with(Operation::NamespaceEnsure, namespace.clone())
+        .with(Operation::NamespaceDelete, namespace)
+}
+
+/// Worker settings for one run.
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub lease: Duration,
+    pub convergence: Duration,
+    /// Independent workers, each with its own pool (as separate processes would be).
+    pub workers: usize,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            concurrency: 4,
+            timeout: Duration::from_secs(30),
+            lease: Duration::from_secs(5),
+            convergence: Duration::from_secs(60),
+            workers: 1,
+        }
+    }
+}
+
+pub fn run_with(
+    db: &TestDb,
+    driver: Arc<dyn ComputeDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    run_on(&db.url, driver, opts, done)
+}
+
+/// `run_with`, capturing the worker's event lines.
+pub fn run_captured(
+    db: &TestDb,
+    driver: Arc<dyn ComputeDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) -> crate::support::Captured {
+    let captured = crate::support::Captured::default();
+    let ok = run_events(&db.url, driver, opts, done, || {
+        Events::to(Box::new(captured.clone()))
+    });
+    assert_reached(ok, opts.timeout);
+    captured
+}
+
+/// `run_with` on the database at `url` (a child worker process has no `TestDb` of its own).
+pub fn run_on(
+    url: &str,
+    driver: Arc<dyn ComputeDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+) {
+    let ok = run_events(url, driver, opts, done, Events::discard);
+    assert_reached(ok, opts.timeout);
+}
+
+fn run_events(
+    url: &str,
+    driver: Arc<dyn ComputeDriver>,
+    opts: Opts,
+    done: impl Fn(&mut postgres::Client) -> bool,
+    events: impl Fn() -> Events,
+) -> bool {
+    let Opts {
+        concurrency,
+        timeout,
+        lease,
+        convergence,
+        workers,
+    } = opts;
+    let mut running = Vec::new();
+    for _ in 0..workers {
+        let mut queue = QueueOptions::new(lease, 5);
+        queue.retry_base = Duration::from_millis(50);
+        let ctx = Arc::new(Context {
+            pool: occ_worker::db::pool(url, Duration::from_secs(10), (concurrency as u32) * 2 + 4)
+                .expect("worker pool"),
+            compute: driver.clone(),
+            installation_id: "inst".into(),
+            queue,
+            convergence_timeout: convergence,
+            events: events(),
+            metrics: Metrics::new(),
+        });
+        let worker = Worker::new(
+            ctx,
+            agent_registry(namespace_registry()),
+            RuntimeOptions {
+                concurrency,
+                poll_interval: Duration::from_millis(25),
+                shutdown_grace: Duration::from_secs(5),
+                listen_url: Some(url.to_string()),
+                db_timeout: Duration::from_secs(10),
+            },
+        );
+        let stop = worker.stop_handle();
+        running.push((stop, std::thread::spawn(move || worker.run())));
+    }
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    let start = Instant::now();
+    let mut ok = false;
+    while start.elapsed() < timeout {
+        if done(&mut client) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (stop, _) in &running {
+        stop.stop();
+    }
+    for (_, handle) in running {
+        handle.join().expect("worker thread").expect("worker run");
+    }
+    ok
+}
+
+/// Runs a worker for `time`, whatever happens (to show that nothing more happens).
+pub fn run_for(db: &TestDb, driver: Arc<dyn ComputeDriver>, time: Duration) {
+    let opts = Opts {
+        timeout: time,
+        ..Opts::default()
+    };
+    run_events(&db.url, driver, opts, |_| false, Events::discard);
+}
+
+fn assert_reached(ok: bool, timeout: Duration) {
+    assert!(
+        ok,
+        "the queue did not reach the expected state within {timeout:?}"
+    );
+}
+
+/// Whether no work is queued or claimed.
+pub fn quiet(client: &mut postgres::Client) -> bool {
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    n == 0
+}
+
+/// The scripted driver honours cancellation like the real ones (STYLE 12): a cancelled pass
+/// sends nothing, and a lease that lapses cuts a scripted latency short.
+#[test]
+fn the_scripted_driver_sends_nothing_once_cancelled_and_cuts_latency_short() {
+    use occ_worker::cancel::LossCause;
+    let driver = ScriptedDriver {
+        latency: Duration::from_secs(30),
+        ..ScriptedDriver::default()
+    };
+    let agent = AgentSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns1".into(),
+        agent_id: "a".into(),
+        service_principal_id: "p".into(),
+    };
+    let cancelled = CancelToken::unbounded();
+    cancelled.cancel(LossCause::RenewalRefused);
+    let e = driver.bind_agent(&agent, &cancelled).unwrap_err();
+    assert!(matches!(e.kind(), ComputeErrorKind::Cancelled(_)), "{e}");
+    assert!(driver.calls().is_empty(), "a cancelled call is never sent");
+
+    let lapsing = CancelToken::new(Instant::now() + Duration::from_millis(100));
+    let started = Instant::now();
+    let e = driver.bind_agent(&agent, &lapsing).unwrap_err();
+    assert!(matches!(e.kind(), ComputeErrorKind::Cancelled(_)), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(driver.calls_of("bind_agent"), vec!["a".to_string()]);
 }

@@ -313,6 +313,45 @@ pub fn runtime_options(db: &TestDb, concurrency: usize) -> RuntimeOptions {
     }
 }
 
+/// Serializes the tests that load the shared Docker Engine with hundreds of network
+/// operations (the 600-Namespace subnet run, the 50-Namespace CLI run): run side by side on a
+/// 2-core machine, the daemon answers later than a lease-bounded request may wait, and each
+/// would measure the other's load instead of its own behaviour.
+pub fn docker_heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes, on drop, every Docker network and container labelled `label` (`KEY=VALUE`), so a
+/// test that fails half-way leaves the shared Engine's address pools as it found them. Name
+/// a label only this test's objects carry (its own installation id or Namespace ids).
+pub struct DockerLeftovers(pub Vec<String>);
+
+impl Drop for DockerLeftovers {
+    fn drop(&mut self) {
+        for label in &self.0 {
+            for (kind, rm) in [
+                (["ps", "-aq"].as_slice(), ["rm", "-f"].as_slice()),
+                (
+                    ["network", "ls", "-q"].as_slice(),
+                    ["network", "rm"].as_slice(),
+                ),
+            ] {
+                let listed = Command::new("docker")
+                    .args(kind)
+                    .args(["--filter", &format!("label={label}")])
+                    .output();
+                let Ok(out) = listed else { continue };
+                for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("docker").args(rm).arg(id).output();
+                }
+            }
+        }
+    }
+}
+
 /// Polls `done` every 20 ms until it holds or `limit` passes; panics with `what` on timeout.
 pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;

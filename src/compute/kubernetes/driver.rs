@@ -106,9 +106,10 @@ fn not_owned() -> ComputeError {
     ComputeError::permanent("KUBERNETES_OBJECT_NOT_OWNED", "kubernetes", None)
 }
 
-/// Pods still terminating after a stop: pending, without spending attempts.
+/// Pods still terminating after a stop: the stop yields (SPEC Z5), pending without spending
+/// attempts and exempt from the convergence deadline.
 fn draining() -> ComputeError {
-    ComputeError::transient("kubernetes_pods_terminating", None).with_reason("PodsTerminating")
+    ComputeError::draining("kubernetes_pods_terminating").with_reason("PodsTerminating")
 }
 
 /// An observation of `revision` with nothing to report but readiness.
