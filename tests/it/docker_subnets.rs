@@ -285,7 +285,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
     let extra = attempts_beyond_one_success(&mut c, &ids, "ready");
     assert!(
         extra.iter().all(|w| w.contains(" succeeded ")
-            && w.split(' ').last().is_some_and(|evidence| evidence
+            && w.split(' ').next_back().is_some_and(|evidence| evidence
                 .split(',')
                 .all(|e| e == "retry:DEPENDENCY_UNAVAILABLE"
                     || e == "succeeded:NAMESPACE_RECONCILED"))),
