@@ -292,7 +292,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
         "works beyond one first-attempt success that are not daemon time-outs: {extra:?}"
     );
     assert_eq!(
-        extra.len() > 0,
+        !extra.is_empty(),
         !pass_errors.is_empty(),
         "every extra attempt has its pass error"
     );
