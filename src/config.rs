@@ -328,8 +328,11 @@ mod tests {
 
     #[test]
     fn kubernetes_requires_its_settings_file() {
-        let e = with(&[("OCC_DATABASE_URL", "x"), ("OCC_COMPUTE_DRIVER", "kubernetes")])
-            .unwrap_err();
+        let e = with(&[
+            ("OCC_DATABASE_URL", "x"),
+            ("OCC_COMPUTE_DRIVER", "kubernetes"),
+        ])
+        .unwrap_err();
         assert_eq!(e.variable, "OCC_KUBERNETES_CONFIG");
         let c = with(&[
             ("OCC_DATABASE_URL", "x"),

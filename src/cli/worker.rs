@@ -20,9 +20,20 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Test tooling: replace every reconciler (noop | probe). Not for production.
+    /// Test tooling: replace every reconciler (noop | probe). Only in builds with the
+    /// `test-tooling` feature, never in the shipped binary.
+    #[cfg(feature = "test-tooling")]
     #[arg(long, hide = true)]
     test_reconciler: Option<String>,
+}
+
+impl RunArgs {
+    fn test_reconciler(&self) -> Option<&str> {
+        #[cfg(feature = "test-tooling")]
+        return self.test_reconciler.as_deref();
+        #[cfg(not(feature = "test-tooling"))]
+        None
+    }
 }
 
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
@@ -192,8 +203,8 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         signal_hook::consts::SIGINT,
     ])?;
     let s = start(globals)?;
-    let registry = registry(args.test_reconciler.as_deref())?;
-    if args.test_reconciler.as_deref() == Some("probe") {
+    let registry = registry(args.test_reconciler())?;
+    if args.test_reconciler() == Some("probe") {
         let mut client = s.pool.get()?;
         probe::Probe::setup(&mut client)?;
     }
