@@ -732,5 +732,7 @@ fn an_operation_without_a_reconciler_fails_permanently_and_never_succeeds() {
     let completed = events.named("worker.completed");
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0]["code"], "RECONCILER_UNAVAILABLE");
-    assert_ne!(completed[0]["outcome"], "succeeded");
+    // Outcomes are success | pending | retry | permanent: this one is permanent.
+    assert_eq!(completed[0]["outcome"], "permanent");
+    assert_eq!(completed[0]["result"], "permanent");
 }
