@@ -9,7 +9,7 @@ use occ_worker::compute::kubernetes::{
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
 use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::events::Events;
-use occ_worker::health::HealthServer;
+use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{probe, Context, Registry};
@@ -39,6 +39,8 @@ impl RunArgs {
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
 struct Started {
     config: Config,
+    /// Bounds every database wait of this process (W5); stopped when `Started` drops.
+    _watchdog: Option<occ_worker::db::Watchdog>,
     pool: occ_worker::db::Pool,
     installation_id: String,
     compute: Arc<dyn ComputeDriver>,
@@ -55,6 +57,9 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     })
     .map_err(|e| CliError::config(e.to_string()))?;
     let events = Events::stdout();
+    // First, so even start-up's own statements cannot wait past the database timeout.
+    let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
+        .map_err(|e| CliError::config(format!("invalid configuration: OCC_DATABASE_URL: {e}")))?;
     let size = (config.concurrency as u32) * 2 + 4;
     let pool =
         occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
@@ -119,6 +124,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     }
     Ok(Started {
         config,
+        _watchdog: watchdog,
         pool,
         installation_id,
         compute,
@@ -229,13 +235,18 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
             db_timeout: s.config.db_timeout,
         },
     );
-    let stale_after = (s.config.poll_interval * 20).max(s.config.db_timeout * 3);
+    // One loop round may hold a few bounded database waits (check-out, claim, recovery) during
+    // a stall; liveness must not fail for an outage a restart cannot fix.
+    let stale_after = (s.config.poll_interval * 20).max(s.config.db_timeout * 5);
     let _health = HealthServer::start(
         s.config.http_addr,
         s.pool.clone(),
         metrics,
         worker.progress.clone(),
-        stale_after,
+        HealthOptions {
+            stale_after,
+            db_timeout: s.config.db_timeout,
+        },
         s.events.clone(),
     )
     .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;

@@ -1,17 +1,65 @@
 //! Database connections: the pool every thread borrows from, and dedicated connections for
 //! LISTEN and migrations.
 //!
-//! Owns connect timeouts, statement timeouts and TCP keepalive (SPEC W5), so a silent
-//! connection never wedges a thread for longer than the configured database timeout. It writes
+//! Owns connect timeouts, statement timeouts, TCP keepalive and `tcp_user_timeout`, the pool's
+//! check-out test (bounded by the database timeout), and the `Watchdog` that bounds every wait
+//! on the client side (SPEC W5): a server that stops answering while its sockets stay open
+//! never wedges a thread for longer than the database timeout plus one watchdog tick. It writes
 //! no SQL of its own beyond session settings.
 
+mod watchdog;
+
+pub use watchdog::Watchdog;
+
 use postgres::{Client, NoTls};
-use r2d2_postgres::PostgresConnectionManager;
 use std::fmt;
 use std::time::Duration;
 
-pub type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
-pub type PooledClient = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
+pub type Pool = r2d2::Pool<Manager>;
+pub type PooledClient = r2d2::PooledConnection<Manager>;
+
+/// The pool's connection manager: connects with the worker's session settings and tests a
+/// connection at check-out with a no-op query bounded by the database timeout (r2d2_postgres'
+/// own test waits without bound). r2d2 tests idle connections one after another until one
+/// passes, so once a test has failed, the tests of the next `timeout` wait only
+/// `SUSPECT_CHECK`: one check-out never adds up many timeouts.
+#[derive(Debug)]
+pub struct Manager {
+    config: postgres::Config,
+    timeout: Duration,
+    suspect_until: parking_lot::Mutex<Option<std::time::Instant>>,
+}
+
+/// The check-out test's bound while the database is suspect.
+const SUSPECT_CHECK: Duration = Duration::from_millis(100);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Client;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Client, postgres::Error> {
+        self.config.connect(NoTls)
+    }
+
+    fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
+        let now = std::time::Instant::now();
+        let suspect = self.suspect_until.lock().is_some_and(|until| now < until);
+        let bound = if suspect {
+            SUSPECT_CHECK.min(self.timeout)
+        } else {
+            self.timeout
+        };
+        let answer = client.is_valid(bound);
+        if answer.is_err() {
+            *self.suspect_until.lock() = Some(std::time::Instant::now() + self.timeout);
+        }
+        answer
+    }
+
+    fn has_broken(&self, client: &mut Client) -> bool {
+        client.is_closed()
+    }
+}
 
 /// Why the database could not be reached or used.
 #[derive(Debug)]
@@ -70,13 +118,15 @@ impl From<r2d2::Error> for DbError {
     }
 }
 
-/// Parses `url` and applies the worker's session settings: connect timeout, keepalive, and a
-/// statement timeout so no query waits longer than `timeout`.
+/// Parses `url` and applies the worker's session settings: connect timeout, keepalive,
+/// `tcp_user_timeout` (unacknowledged data fails the connection), and server-side statement
+/// and lock timeouts. A peer whose kernel acknowledges but never answers is the `Watchdog`'s.
 pub fn config(url: &str, timeout: Duration) -> Result<postgres::Config, DbError> {
     let mut config: postgres::Config = url.parse().map_err(DbError::InvalidUrl)?;
     let ms = timeout.as_millis().max(1);
     config
         .connect_timeout(timeout)
+        .tcp_user_timeout(timeout)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(5))
         .keepalives_interval(Duration::from_secs(2))
@@ -91,7 +141,11 @@ pub fn config(url: &str, timeout: Duration) -> Result<postgres::Config, DbError>
 
 /// A pool of `size` connections; borrowing waits at most `timeout`.
 pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
-    let manager = PostgresConnectionManager::new(config(url, timeout)?, NoTls);
+    let manager = Manager {
+        config: config(url, timeout)?,
+        timeout,
+        suspect_until: parking_lot::Mutex::new(None),
+    };
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))

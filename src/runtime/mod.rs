@@ -56,13 +56,25 @@ impl StopHandle {
     }
 }
 
-/// Liveness bookkeeping read by the health server.
+/// Liveness and claim bookkeeping read by the health server.
 #[derive(Default)]
 pub struct Progress {
     last: Mutex<Option<Instant>>,
+    /// The class of the coordinator's last claim or recovery failure, until one succeeds.
+    claim_failure: Mutex<Option<String>>,
 }
 
 impl Progress {
+    /// Records the outcome of the coordinator's last claim or recovery statement.
+    pub fn set_claim_failure(&self, cause: Option<String>) {
+        *self.claim_failure.lock() = cause;
+    }
+
+    /// Why claiming fails, while it does (`/readyz` answers 503).
+    pub fn claim_failure(&self) -> Option<String> {
+        self.claim_failure.lock().clone()
+    }
+
     pub fn tick(&self) {
         *self.last.lock() = Some(Instant::now());
     }
@@ -122,6 +134,7 @@ impl Worker {
                 options.db_timeout,
                 events_tx.clone(),
                 listening.clone(),
+                ctx.events.clone(),
             )?),
             None => None,
         };
@@ -176,7 +189,9 @@ impl Worker {
                     // Closing the job channel stops the pool; every in-flight pass has reported.
                     drop(jobs_tx);
                 })?;
-        let _ = claim_thread.join();
+        // A panic on the claim thread is a broken invariant: the pool drains (the job channel
+        // closed as the thread unwound), every thread is joined, and `run` fails (W4).
+        let claim_panicked = claim_thread.join().is_err();
 
         for w in workers {
             let _ = w.join();
@@ -184,6 +199,13 @@ impl Worker {
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
             let _ = l.join();
+        }
+        if claim_panicked {
+            ctx.events.emit(
+                "worker.error",
+                json!({"code": "WORKER_UNAVAILABLE", "cause": "ClaimThreadPanicked"}),
+            );
+            return Err(std::io::Error::other("the claim thread panicked"));
         }
         ctx.events.emit("worker.stopped", json!({}));
         Ok(())
@@ -218,19 +240,21 @@ fn coordinate(
     let mut cancelled_all = false;
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
     let mut last_recovery: Option<Instant> = None;
-    let mut unavailable = false;
+    let mut failures = Failures::default();
     loop {
         progress.tick();
         if stopping.is_none() && free > 0 {
             if last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
                 last_recovery = Some(Instant::now());
                 if let Err(e) = recover(ctx) {
-                    report_unavailable(ctx, &mut unavailable, &e);
+                    failures.report(ctx, progress, &e);
                 }
+                // Each database wait is bounded on its own; liveness counts them one by one.
+                progress.tick();
             }
             match claim(ctx) {
                 Ok(Some((claim, sent))) => {
-                    unavailable = false;
+                    failures.clear(progress);
                     let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
                     in_flight.insert(claim.id, lease.clone());
                     free -= 1;
@@ -240,8 +264,8 @@ fn coordinate(
                     }
                     continue;
                 }
-                Ok(None) => unavailable = false,
-                Err(e) => report_unavailable(ctx, &mut unavailable, &e),
+                Ok(None) => failures.clear(progress),
+                Err(e) => failures.report(ctx, progress, &e),
             }
         }
         if stopping.is_some() && in_flight.is_empty() {
@@ -289,13 +313,45 @@ fn coordinate(
     }
 }
 
-fn report_unavailable(ctx: &Context, already: &mut bool, e: &PassError) {
-    if !*already {
+/// The coordinator's failing claim and recovery statements: every failure is counted and turns
+/// `/readyz` 503 until a claim works again; each is said as `worker.error WORKER_UNAVAILABLE`,
+/// at most once per `FAILURE_REPORT_EVERY` while they keep failing.
+#[derive(Default)]
+struct Failures {
+    last_reported: Option<Instant>,
+    suppressed: u64,
+}
+
+const FAILURE_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+impl Failures {
+    fn report(&mut self, ctx: &Context, progress: &Progress, e: &PassError) {
+        let cause = error_class(e);
+        ctx.metrics
+            .claim_failures
+            .with_label_values(&[cause.as_str()])
+            .inc();
+        progress.set_claim_failure(Some(cause.clone()));
+        if self
+            .last_reported
+            .is_some_and(|t| t.elapsed() < FAILURE_REPORT_EVERY)
+        {
+            self.suppressed += 1;
+            return;
+        }
         ctx.events.emit(
             "worker.error",
-            json!({"code": "WORKER_UNAVAILABLE", "cause": error_class(e)}),
+            json!({"code": "WORKER_UNAVAILABLE", "cause": cause, "suppressed": self.suppressed}),
         );
-        *already = true;
+        self.last_reported = Some(Instant::now());
+        self.suppressed = 0;
+    }
+
+    fn clear(&mut self, progress: &Progress) {
+        if self.last_reported.take().is_some() {
+            progress.set_claim_failure(None);
+        }
+        self.suppressed = 0;
     }
 }
 
@@ -426,12 +482,19 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
 }
 
 /// The LISTEN thread: `occ-listen`. Reconnects with backoff; stops when `running` clears.
+///
+/// A connection that stops answering is noticed: between notifications the thread pings the
+/// server every quarter of the database timeout with a no-op bounded by that timeout; a ping
+/// that fails (a dead peer, a black hole that still acknowledges) drops the connection, says
+/// `worker.error WORKER_UNAVAILABLE` (`NotificationsUnavailable`) and reconnects.
 fn spawn_listener(
     url: String,
     timeout: Duration,
     wake: Sender<Event>,
     running: Arc<AtomicBool>,
+    events: crate::events::Events,
 ) -> std::io::Result<JoinHandle<()>> {
+    let ping_every = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
     std::thread::Builder::new()
         .name("occ-listen".into())
         .spawn(move || {
@@ -452,7 +515,18 @@ fn spawn_listener(
                 backoff = Duration::from_millis(100);
                 // A wake right after (re)connecting covers notifications sent while away.
                 let _ = wake.send(Event::Wake);
+                let mut last_ping = Instant::now();
                 'listen: while running.load(Ordering::SeqCst) && !client.is_closed() {
+                    if last_ping.elapsed() >= ping_every {
+                        last_ping = Instant::now();
+                        if client.is_valid(timeout).is_err() {
+                            events.emit(
+                                "worker.error",
+                                json!({"code": "WORKER_UNAVAILABLE", "cause": "NotificationsUnavailable"}),
+                            );
+                            break 'listen;
+                        }
+                    }
                     let mut notifications = client.notifications();
                     let mut iter = notifications.timeout_iter(Duration::from_millis(250));
                     loop {
