@@ -12,7 +12,8 @@ WITH expired AS (
         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
         updated_at = clock_timestamp()
     WHERE w.id IN (SELECT id FROM occ.work
-                   WHERE state = 'claimed' AND lease_expires_at <= clock_timestamp()
+                   WHERE state = 'claimed'
+                     AND (lease_expires_at <= clock_timestamp() OR NOT isfinite(lease_expires_at))
                    FOR UPDATE SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
               w.reason_code

@@ -776,3 +776,59 @@ fn recovery_fails_queued_work_with_exhausted_attempts() {
     assert_eq!(audits, 1);
     assert!(work_claim(&mut c, &o).unwrap().is_none());
 }
+
+// W5, issue 9 item 3: the schema refuses rows that could stop the queue: non-finite times and
+// leases more than an hour past their last transition.
+#[test]
+fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let w = work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    for sql in [
+        "UPDATE occ.work SET created_at = '-infinity'",
+        "UPDATE occ.work SET available_at = 'infinity'",
+        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), lease_expires_at = 'infinity'",
+        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), updated_at = now(), lease_expires_at = now() + interval '2 hours'",
+    ] {
+        let (state, _) = refused(&mut c, sql);
+        assert_eq!(state, SqlState::CHECK_VIOLATION, "{sql}");
+    }
+    assert_eq!(row_state(&mut c, w.id).0, "queued");
+}
+
+// W5, issue 9 item 3: rows forced in with the checks disabled stop nothing: a queued row born
+// at '-infinity' is skipped by the claim, a claim leased until 'infinity' is recovered, and the
+// rest of the queue drains.
+#[test]
+fn rows_forced_past_the_checks_never_stop_the_queue() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["poison", "held", "ns1", "ns2"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    c.batch_execute(
+        "ALTER TABLE occ.work DROP CONSTRAINT work_times_finite, DROP CONSTRAINT work_lease_bounded;
+         UPDATE occ.work SET created_at = '-infinity' WHERE namespace_id = 'poison';
+         UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(),
+                             lease_expires_at = 'infinity', attempt_count = 1
+          WHERE namespace_id = 'held';
+         ALTER TABLE occ.work ADD CONSTRAINT work_times_finite CHECK (isfinite(created_at)) NOT VALID;",
+    )
+    .unwrap();
+    let recovered = work_recover_stale(&mut c, &opts(5)).unwrap();
+    assert_eq!(recovered.requeued, 1, "the infinite lease is recovered");
+    let mut claimed = Vec::new();
+    while let Some(claim) = work_claim(&mut c, &opts(5)).unwrap() {
+        work_complete(&mut c, &claim, "DONE", None).unwrap();
+        claimed.push(claim.namespace_id);
+    }
+    claimed.sort();
+    assert_eq!(claimed, ["held", "ns1", "ns2"]);
+    let poison: String = scalar(
+        &mut c,
+        "SELECT state FROM occ.work WHERE namespace_id = 'poison'",
+    );
+    assert_eq!(poison, "queued", "skipped, not fatal");
+}
