@@ -359,3 +359,72 @@ fn w5_a_black_holed_listen_connection_is_noticed_and_replaced() {
     );
     eprintln!("listen stall: woken {:?} after enqueue", enqueued.elapsed());
 }
+
+/// The value of one sample line of `/metrics`, or 0 when absent.
+fn metric(port: u16, line_prefix: &str) -> f64 {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+// W5, issue 9 item 3: a claim statement that keeps failing (here a trigger refuses every
+// claim) is counted on every try, said as worker.error WORKER_UNAVAILABLE at most every 5 s,
+// and turns /readyz 503 while the database itself answers; once claims work again the queue
+// drains and /readyz is 200.
+#[test]
+fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off() {
+    let db = TestDb::bootstrapped();
+    let port = free_port();
+    let mut env = worker_env(&db.url);
+    env.retain(|(k, _)| *k != "OCC_WORKER_HTTP_ADDR");
+    env.push(("OCC_WORKER_HTTP_ADDR", format!("127.0.0.1:{port}")));
+    env.push(("OCC_WORKER_POLL_INTERVAL_MS", "50".into()));
+    let mut c = db.client();
+    c.batch_execute(
+        "CREATE FUNCTION public.refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.state = 'claimed' THEN RAISE EXCEPTION 'claims refused'; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_claims BEFORE UPDATE ON occ.work
+             FOR EACH ROW EXECUTE FUNCTION public.refuse_claims();",
+    )
+    .unwrap();
+    enqueue(&mut c, "ns0");
+    let worker = WorkerProcess::start("probe", &env);
+    wait_for(
+        "/readyz 503 while claims fail",
+        Duration::from_secs(20),
+        || http(port, "/readyz").is_some_and(|(s, _)| s == 503),
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    let failures = metric(
+        port,
+        "occ_worker_claim_failures_total{cause=\"DatabaseError:P0001\"}",
+    );
+    let said = unavailable_events(&worker, Some("DatabaseError:P0001"));
+    eprintln!("claim failures: {failures} counted, {said} said");
+    assert!(
+        failures >= 20.0,
+        "every failed claim is counted: {failures}"
+    );
+    assert!((1..=3).contains(&said), "said at most every 5 s: {said}");
+    assert_eq!(state(&mut c, "ns0"), "queued");
+
+    c.batch_execute("DROP TRIGGER refuse_claims ON occ.work")
+        .unwrap();
+    wait_for("the work once claims work", Duration::from_secs(20), || {
+        state(&mut c, "ns0") == "succeeded"
+    });
+    wait_for("/readyz 200 again", Duration::from_secs(10), || {
+        http(port, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+}
