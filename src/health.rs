@@ -106,6 +106,11 @@ impl HealthServer {
             std::thread::Builder::new()
                 .name("occ-http-probe".into())
                 .spawn(move || loop {
+                    // A stopping worker is not ready anyway; the probe ends so shutdown never
+                    // waits for one more database timeout.
+                    if shared.progress.stopping() {
+                        return;
+                    }
                     probe_once(&pool, &shared, &events);
                     match stopped.recv_timeout(interval) {
                         Err(RecvTimeoutError::Timeout) => {}
@@ -368,6 +373,13 @@ fn answer(path: &str, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
 /// Ready: the probe reached the database recently and the coordinator's last claim worked.
 fn readyz(shared: &Shared) -> (u16, &'static str, Vec<u8>) {
     const JSON: &str = "application/json";
+    if shared.progress.stopping() {
+        return (
+            503,
+            JSON,
+            json!({"status": "stopping"}).to_string().into_bytes(),
+        );
+    }
     let readiness = shared.readiness.lock();
     let fresh = readiness
         .last_ok

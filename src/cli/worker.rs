@@ -39,12 +39,13 @@ impl RunArgs {
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
 struct Started {
     config: Config,
-    /// Bounds every database wait of this process (W5); stopped when `Started` drops.
-    _watchdog: Option<occ_worker::db::Watchdog>,
     pool: occ_worker::db::Pool,
     installation_id: String,
     compute: Arc<dyn ComputeDriver>,
     events: Events,
+    /// Bounds every database wait of this process (W5). Last, so it outlives the pool when
+    /// `Started` drops: closing the pool's connections is bounded by it too.
+    _watchdog: Option<occ_worker::db::Watchdog>,
 }
 
 fn start(globals: &Globals) -> Result<Started, CliError> {
@@ -123,8 +124,8 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         );
     }
     Ok(Started {
-        config,
         _watchdog: watchdog,
+        config,
         pool,
         installation_id,
         compute,
@@ -259,7 +260,10 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
                 stop.stop();
             }
         })?;
-    worker.run()?;
+    let ran = worker.run();
+    // Only goodbyes are left: closing a connection to a silent server must not wait.
+    occ_worker::db::closing();
+    ran?;
     signal_handle.close();
     let _ = signal_thread.join();
     Ok(())

@@ -21,17 +21,47 @@ pub type PooledClient = r2d2::PooledConnection<Manager>;
 /// The pool's connection manager: connects with the worker's session settings and tests a
 /// connection at check-out with a no-op query bounded by the database timeout (r2d2_postgres'
 /// own test waits without bound). r2d2 tests idle connections one after another until one
-/// passes, so once a test has failed, the tests of the next `timeout` wait only
-/// `SUSPECT_CHECK`: one check-out never adds up many timeouts.
+/// passes, and drops each that fails (a drop says goodbye and waits for the server to close):
+/// so once a test has failed the database is *suspect* for one timeout, during which tests
+/// wait only `SUSPECT_WAIT` and the `Watchdog` ends unanswered requests after that long too.
+/// One check-out never adds up many timeouts.
 #[derive(Debug)]
 pub struct Manager {
     config: postgres::Config,
     timeout: Duration,
-    suspect_until: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
-/// The check-out test's bound while the database is suspect.
-const SUSPECT_CHECK: Duration = Duration::from_millis(100);
+/// How long a request may stay unanswered while the database is suspect.
+pub const SUSPECT_WAIT: Duration = Duration::from_millis(100);
+
+/// Milliseconds since `EPOCH` until which the database is suspect; `u64::MAX` once closing.
+static SUSPECT_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+fn now_ms() -> u64 {
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// Marks the database suspect for `period`: check-out tests and the watchdog wait only
+/// `SUSPECT_WAIT` for an answer.
+pub fn suspect_for(period: Duration) {
+    let until = now_ms().saturating_add(period.as_millis() as u64);
+    SUSPECT_UNTIL.fetch_max(until, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on the process only closes connections: closing one never waits longer than
+/// `SUSPECT_WAIT` for a silent server (shutdown during a stall, SPEC W4/W5).
+pub fn closing() {
+    SUSPECT_UNTIL.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the database is suspect (a check-out test went unanswered recently).
+pub fn is_suspect() -> bool {
+    now_ms() < SUSPECT_UNTIL.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Client;
@@ -42,16 +72,14 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
-        let now = std::time::Instant::now();
-        let suspect = self.suspect_until.lock().is_some_and(|until| now < until);
-        let bound = if suspect {
-            SUSPECT_CHECK.min(self.timeout)
+        let bound = if is_suspect() {
+            SUSPECT_WAIT.min(self.timeout)
         } else {
             self.timeout
         };
         let answer = client.is_valid(bound);
         if answer.is_err() {
-            *self.suspect_until.lock() = Some(std::time::Instant::now() + self.timeout);
+            suspect_for(self.timeout);
         }
         answer
     }
@@ -144,7 +172,6 @@ pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
     let manager = Manager {
         config: config(url, timeout)?,
         timeout,
-        suspect_until: parking_lot::Mutex::new(None),
     };
     r2d2::Pool::builder()
         .max_size(size)

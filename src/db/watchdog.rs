@@ -47,15 +47,26 @@ impl Watchdog {
         let counter = shut_down.clone();
         let (stop, stopped) = bounded::<()>(0);
         let tick = (stall / 4).clamp(Duration::from_millis(20), Duration::from_millis(200));
+        let suspect_tick = tick.min(super::SUSPECT_WAIT / 4);
         let stall_ms = stall.as_millis().min(u32::MAX as u128) as u32;
+        let suspect_ms = super::SUSPECT_WAIT.as_millis() as u32;
         let handle = std::thread::Builder::new()
             .name("occ-db-watchdog".into())
             .spawn(move || loop {
-                match stopped.recv_timeout(tick) {
+                // While the database is suspect (or the process is closing), a request
+                // unanswered for SUSPECT_WAIT is as dead as one unanswered for the timeout.
+                let suspect = super::is_suspect();
+                let wait = if suspect { suspect_tick } else { tick };
+                match stopped.recv_timeout(wait) {
                     Err(RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                let n = sweep(&ports, stall_ms);
+                let limit = if suspect {
+                    stall_ms.min(suspect_ms)
+                } else {
+                    stall_ms
+                };
+                let n = sweep(&ports, limit);
                 counter.fetch_add(n, Ordering::Relaxed);
             })
             .map_err(|e| super::DbError::Unavailable(format!("cannot start watchdog: {e}")))?;

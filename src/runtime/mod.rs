@@ -48,10 +48,13 @@ pub enum Event {
 
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
-pub struct StopHandle(Sender<Event>);
+pub struct StopHandle(Sender<Event>, Arc<Progress>);
 
 impl StopHandle {
+    /// Marks the worker stopping at once (the coordinator claims nothing more, the listener and
+    /// the readiness probe end after their current bounded wait), then wakes the coordinator.
     pub fn stop(&self) {
+        self.1.stopping.store(true, Ordering::SeqCst);
         let _ = self.0.send(Event::Stop);
     }
 }
@@ -62,9 +65,16 @@ pub struct Progress {
     last: Mutex<Option<Instant>>,
     /// The class of the coordinator's last claim or recovery failure, until one succeeds.
     claim_failure: Mutex<Option<String>>,
+    /// Set by `StopHandle::stop`: nothing new starts.
+    stopping: AtomicBool,
 }
 
 impl Progress {
+    /// Whether a stop was requested (`/readyz` answers 503, nothing new is claimed).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
     /// Records the outcome of the coordinator's last claim or recovery statement.
     pub fn set_claim_failure(&self, cause: Option<String>) {
         *self.claim_failure.lock() = cause;
@@ -114,7 +124,7 @@ impl Worker {
     }
 
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.events_tx.clone())
+        StopHandle(self.events_tx.clone(), self.progress.clone())
     }
 
     /// Runs until stopped; returns after every thread it started has been joined.
@@ -134,6 +144,7 @@ impl Worker {
                 options.db_timeout,
                 events_tx.clone(),
                 listening.clone(),
+                progress.clone(),
                 ctx.events.clone(),
             )?),
             None => None,
@@ -243,7 +254,8 @@ fn coordinate(
     let mut failures = Failures::default();
     loop {
         progress.tick();
-        if stopping.is_none() && free > 0 {
+        // A requested stop is seen before the next database wait, not after it.
+        if stopping.is_none() && free > 0 && !progress.stopping() {
             if last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
                 last_recovery = Some(Instant::now());
                 if let Err(e) = recover(ctx) {
@@ -251,6 +263,9 @@ fn coordinate(
                 }
                 // Each database wait is bounded on its own; liveness counts them one by one.
                 progress.tick();
+            }
+            if progress.stopping() {
+                continue;
             }
             match claim(ctx) {
                 Ok(Some((claim, sent))) => {
@@ -491,15 +506,17 @@ fn spawn_listener(
     url: String,
     timeout: Duration,
     wake: Sender<Event>,
-    running: Arc<AtomicBool>,
+    listening: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     events: crate::events::Events,
 ) -> std::io::Result<JoinHandle<()>> {
+    let running = move || listening.load(Ordering::SeqCst) && !progress.stopping();
     let ping_every = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
     std::thread::Builder::new()
         .name("occ-listen".into())
         .spawn(move || {
             let mut backoff = Duration::from_millis(100);
-            while running.load(Ordering::SeqCst) {
+            while running() {
                 let mut client = match crate::db::connect(&url, timeout) {
                     Ok(c) => c,
                     Err(_) => {
@@ -516,7 +533,7 @@ fn spawn_listener(
                 // A wake right after (re)connecting covers notifications sent while away.
                 let _ = wake.send(Event::Wake);
                 let mut last_ping = Instant::now();
-                'listen: while running.load(Ordering::SeqCst) && !client.is_closed() {
+                'listen: while running() && !client.is_closed() {
                     if last_ping.elapsed() >= ping_every {
                         last_ping = Instant::now();
                         if client.is_valid(timeout).is_err() {
@@ -545,9 +562,9 @@ fn spawn_listener(
         })
 }
 
-fn sleep_while(running: &AtomicBool, total: Duration) {
+fn sleep_while(running: &impl Fn() -> bool, total: Duration) {
     let end = Instant::now() + total;
-    while running.load(Ordering::SeqCst) && Instant::now() < end {
+    while running() && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
