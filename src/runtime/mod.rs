@@ -40,8 +40,9 @@ pub struct RuntimeOptions {
 pub enum Event {
     /// A notification: new or released work may be claimable.
     Wake,
-    /// A worker finished a pass (or panicked) and its slot is free.
-    Done { work_id: i64 },
+    /// A worker finished a pass (or panicked) and its slot is free. Keyed by claim token: the
+    /// same work may be claimed again (after its lease ran out) while an old pass still runs.
+    Done { token: String },
     /// SIGTERM/SIGINT or an in-process stop request.
     Stop,
 }
@@ -163,7 +164,7 @@ impl Worker {
                         for job in jobs {
                             let guard = DoneGuard {
                                 events: &done,
-                                work_id: job.claim.id,
+                                token: job.claim.token.clone(),
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -226,13 +227,13 @@ impl Worker {
 /// Reports a finished pass even when the pass panicked.
 struct DoneGuard<'a> {
     events: &'a Sender<Event>,
-    work_id: i64,
+    token: String,
 }
 
 impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
         let _ = self.events.send(Event::Done {
-            work_id: self.work_id,
+            token: std::mem::take(&mut self.token),
         });
     }
 }
@@ -246,7 +247,8 @@ fn coordinate(
     progress: &Progress,
 ) {
     let mut free = options.concurrency;
-    let mut in_flight: HashMap<i64, Arc<LeaseState>> = HashMap::new();
+    // Keyed by claim token, never by work id (see `Event::Done`).
+    let mut in_flight: HashMap<String, Arc<LeaseState>> = HashMap::new();
     let mut stopping: Option<Instant> = None;
     let mut cancelled_all = false;
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
@@ -271,7 +273,7 @@ fn coordinate(
                 Ok(Some((claim, sent))) => {
                     failures.clear(progress);
                     let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
-                    in_flight.insert(claim.id, lease.clone());
+                    in_flight.insert(claim.token.clone(), lease.clone());
                     free -= 1;
                     if jobs.send(Job { claim, lease }).is_err() {
                         // The pool is gone; nothing will report. Stop claiming.
@@ -300,8 +302,8 @@ fn coordinate(
         for event in std::iter::once(first).chain(events.try_iter()) {
             match event {
                 Event::Wake => {}
-                Event::Done { work_id } => {
-                    in_flight.remove(&work_id);
+                Event::Done { token } => {
+                    in_flight.remove(&token);
                     free += 1;
                 }
                 Event::Stop => {
@@ -317,8 +319,8 @@ fn coordinate(
         }
         if let Some(deadline) = stopping {
             if !cancelled_all && Instant::now() >= deadline {
-                // Grace is over: the remaining passes stop at their next cancellation point;
-                // their claims simply expire and another worker resumes them (W4).
+                // Grace is over: the remaining passes stop at their next cancellation point and
+                // release their claims, attempt refunded, so another worker resumes them (W4).
                 for lease in in_flight.values() {
                     lease.cancel.cancel(LossCause::WorkerStopping);
                 }
@@ -468,6 +470,12 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
                 .passes
                 .with_label_values(&[operation, "interrupted"])
                 .inc();
+            // W4: give the claim back at once instead of letting its lease run out; a lost or
+            // expired claim (or an unreachable database) leaves recovery to do it.
+            let released = ctx.pool.get().is_ok_and(|mut client| {
+                queue::work_release(&mut *client, &claim, LossCause::WorkerStopping.code()).is_ok()
+            });
+            fields["released"] = json!(released);
             fields["cause"] = json!("WorkerStopping");
             ctx.events.emit("worker.pass-interrupted", fields);
         }

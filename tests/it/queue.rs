@@ -832,3 +832,64 @@ fn rows_forced_past_the_checks_never_stop_the_queue() {
     );
     assert_eq!(poison, "queued", "skipped, not fatal");
 }
+
+// W3, issue 9 item 4: one failed renewal (a database error) is retried within the lease
+// before the pass is cancelled: it only warns; the next renewal confirms the lease. Two in a
+// row cancel the pass with CLAIM_RENEWAL_FAILED.
+#[test]
+fn one_failed_renewal_is_retried_within_the_lease_and_a_second_in_a_row_cancels() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let (ctx, events) = context(&db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claim = work_claim(&mut c, &ctx.queue).unwrap().expect("a claim");
+    let lease = LeaseState::new(&claim, sent, ctx.queue.lease);
+    // Renewals numbered by a sequence (never rolled back) fail up to `fail_renewals.upto`.
+    c.batch_execute(
+        "CREATE SEQUENCE public.renewals;
+         CREATE TABLE public.fail_renewals (upto bigint NOT NULL);
+         INSERT INTO public.fail_renewals VALUES (1);
+         CREATE FUNCTION public.fail_renewal() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF nextval('public.renewals') <= (SELECT upto FROM public.fail_renewals) THEN
+                 RAISE EXCEPTION 'renewal refused by the test';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER fail_renewal BEFORE UPDATE OF lease_expires_at ON occ.work
+             FOR EACH ROW WHEN (OLD.state = 'claimed' AND NEW.state = 'claimed')
+             EXECUTE FUNCTION public.fail_renewal();",
+    )
+    .unwrap();
+
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("one failure only warns");
+    assert_eq!(lease.cancel.cause(), None);
+    let warnings = events.named("worker.claim-renewal-warning");
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["code"], "CLAIM_RENEWAL_FAILED");
+    assert_eq!(warnings[0]["retrying"], true);
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("the retry confirms the lease");
+    assert_eq!(lease.cancel.cause(), None);
+
+    c.batch_execute(
+        "UPDATE public.fail_renewals SET upto = (SELECT last_value FROM public.renewals) + 2",
+    )
+    .unwrap();
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("a new first failure only warns");
+    let e = lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .unwrap_err();
+    assert!(
+        matches!(e, PassError::Lost(LossCause::RenewalFailed)),
+        "{e:?}"
+    );
+    assert_eq!(lease.cancel.cause(), Some(LossCause::RenewalFailed));
+}
