@@ -7,11 +7,12 @@
 //! never wedges a thread for longer than the database timeout plus one watchdog tick. It writes
 //! no SQL of its own beyond session settings.
 
+pub mod tls;
 mod watchdog;
 
 pub use watchdog::Watchdog;
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 use std::fmt;
 use std::time::Duration;
 
@@ -25,10 +26,18 @@ pub type PooledClient = r2d2::PooledConnection<Manager>;
 /// so once a test has failed the database is *suspect* for one timeout, during which tests
 /// wait only `SUSPECT_WAIT` and the `Watchdog` ends unanswered requests after that long too.
 /// One check-out never adds up many timeouts.
-#[derive(Debug)]
 pub struct Manager {
     config: postgres::Config,
+    tls: tls::Connector,
     timeout: Duration,
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long a request may stay unanswered while the database is suspect.
@@ -68,7 +77,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Client, postgres::Error> {
-        self.config.connect(NoTls)
+        self.config.connect(self.tls.clone())
     }
 
     fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
@@ -94,6 +103,8 @@ impl r2d2::ManageConnection for Manager {
 pub enum DbError {
     /// The connection string does not parse.
     InvalidUrl(postgres::Error),
+    /// The connection string's TLS settings (`sslmode`, `sslrootcert`) are unusable.
+    InvalidTls(String),
     /// No connection could be made or borrowed within the timeout.
     Unavailable(String),
     /// A statement failed.
@@ -104,7 +115,7 @@ impl DbError {
     /// Transient errors end the pass without publishing; the worker recovers by itself.
     pub fn is_transient(&self) -> bool {
         match self {
-            DbError::InvalidUrl(_) => false,
+            DbError::InvalidUrl(_) | DbError::InvalidTls(_) => false,
             DbError::Unavailable(_) => true,
             DbError::Query(e) => e.as_db_error().is_none() || e.is_closed(),
         }
@@ -123,6 +134,7 @@ impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DbError::InvalidUrl(e) => write!(f, "invalid database URL: {e}"),
+            DbError::InvalidTls(m) => write!(f, "invalid database TLS settings: {m}"),
             DbError::Unavailable(m) => write!(f, "database unavailable: {m}"),
             DbError::Query(e) => match e.as_db_error() {
                 Some(db) => write!(f, "database error {}: {}", db.code().code(), db.message()),
@@ -146,13 +158,17 @@ impl From<r2d2::Error> for DbError {
     }
 }
 
-/// Parses `url` and applies the worker's session settings: connect timeout, keepalive,
-/// `tcp_user_timeout` (unacknowledged data fails the connection), and server-side statement
-/// and lock timeouts. A peer whose kernel acknowledges but never answers is the `Watchdog`'s.
-pub fn config(url: &str, timeout: Duration) -> Result<postgres::Config, DbError> {
-    let mut config: postgres::Config = url.parse().map_err(DbError::InvalidUrl)?;
+/// Parses `url` (its TLS settings apart, `tls`) and applies the worker's session settings:
+/// connect timeout, keepalive, `tcp_user_timeout` (unacknowledged data fails the connection),
+/// server-side statement and lock timeouts, and the `sslmode` to negotiate. A peer whose
+/// kernel acknowledges but never answers is the `Watchdog`'s.
+pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
+    let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
+    let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;
+    let mut config: postgres::Config = rest.parse().map_err(DbError::InvalidUrl)?;
     let ms = timeout.as_millis().max(1);
     config
+        .ssl_mode(settings.mode.wire())
         .connect_timeout(timeout)
         .tcp_user_timeout(timeout)
         .keepalives(true)
@@ -164,13 +180,15 @@ pub fn config(url: &str, timeout: Duration) -> Result<postgres::Config, DbError>
             "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={}",
             ms * 6
         ));
-    Ok(config)
+    Ok((config, connector))
 }
 
 /// A pool of `size` connections; borrowing waits at most `timeout`.
 pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
+    let (config, tls) = config(url, timeout)?;
     let manager = Manager {
-        config: config(url, timeout)?,
+        config,
+        tls,
         timeout,
     };
     r2d2::Pool::builder()
@@ -183,8 +201,9 @@ pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
 
 /// A dedicated connection (LISTEN, migrations, operator commands).
 pub fn connect(url: &str, timeout: Duration) -> Result<Client, DbError> {
-    config(url, timeout)?
-        .connect(NoTls)
+    let (config, tls) = config(url, timeout)?;
+    config
+        .connect(tls)
         .map_err(|e| DbError::Unavailable(short(&e)))
 }
 

@@ -30,7 +30,8 @@ impl Watchdog {
     /// Watches TCP connections to the ports of `url`; a request unanswered for `stall` gets
     /// its socket shut down. `None` when the URL names no TCP host (Unix sockets only).
     pub fn start(url: &str, stall: Duration) -> Result<Option<Watchdog>, super::DbError> {
-        let config: postgres::Config = url.parse().map_err(super::DbError::InvalidUrl)?;
+        let (rest, _) = super::tls::split(url).map_err(super::DbError::InvalidTls)?;
+        let config: postgres::Config = rest.parse().map_err(super::DbError::InvalidUrl)?;
         let tcp = config
             .get_hosts()
             .iter()

@@ -23,3 +23,4 @@ mod runtime;
 mod scripted;
 mod stall;
 mod support;
+mod tls;
