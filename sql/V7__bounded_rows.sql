@@ -1,6 +1,7 @@
 -- No single row can stop the queue (SPEC W5, issue 9 item 3). Every timestamp the claim and
 -- the stale-claim recovery read is finite, and a lease reaches at most one hour past the
--- transition that set it (claim or renewal: both stamp updated_at), so `lease_expires_at =
+-- transition that set it (claim or renewal: both stamp updated_at; OCC_WORKER_LEASE_MS is at
+-- most an hour), so `lease_expires_at =
 -- 'infinity'` can no longer hold a lane forever and `created_at = '-infinity'` can no longer
 -- make every claim fail. Numbered V7: V5 and V6 belong to other branches.
 ALTER TABLE occ.work
@@ -17,4 +18,6 @@ ALTER TABLE occ.work_attempts
     ADD CONSTRAINT work_attempts_at_finite CHECK (isfinite(at));
 
 ALTER TABLE occ.namespaces_all
-    ADD CONSTRAINT namespaces_times_finite CHECK (isfinite(created_at) AND isfinite(updated_at));
+    ADD CONSTRAINT namespaces_times_finite CHECK (
+        isfinite(created_at) AND isfinite(updated_at)
+        AND (deleted_at IS NULL OR isfinite(deleted_at)));

@@ -214,12 +214,20 @@ impl Config {
                 err("OCC_DOCKER_SUBNET_POOL", format!("{problem}, got {raw:?}"))
             })?,
         };
+        // The schema bounds a lease to one hour past its claim or renewal (V7).
+        let lease_ms = positive("OCC_WORKER_LEASE_MS", 5_000)?;
+        if lease_ms > 3_600_000 {
+            return Err(err(
+                "OCC_WORKER_LEASE_MS",
+                "must be at most 3600000 (one hour, the schema's bound on a lease)",
+            ));
+        }
         Ok(Config {
             database_url,
             mode,
             compute_driver,
             concurrency: concurrency as usize,
-            lease: Duration::from_millis(positive("OCC_WORKER_LEASE_MS", 5_000)?),
+            lease: Duration::from_millis(lease_ms),
             poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS", 250)?),
             max_attempts: max_attempts as i32,
             convergence_timeout: Duration::from_millis(positive(
@@ -354,6 +362,16 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.variable, "OCC_WORKER_CONCURRENCY");
+    }
+
+    #[test]
+    fn a_lease_longer_than_the_schema_allows_is_refused() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("OCC_WORKER_LEASE_MS", "3600001"));
+        assert_eq!(with(&pairs).unwrap_err().variable, "OCC_WORKER_LEASE_MS");
+        pairs.pop();
+        pairs.push(("OCC_WORKER_LEASE_MS", "3600000"));
+        assert!(with(&pairs).is_ok());
     }
 
     #[test]

@@ -223,6 +223,17 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
                 .any(|e| e["event"] == "worker.error" && e["code"] == "HEALTH_UNAVAILABLE")
         },
     );
+    // W5a: health answers from in-process state, within a second, while the database is down.
+    for path in ["/readyz", "/metrics", "/livez"] {
+        let started = Instant::now();
+        let status = http_status(port, path);
+        let took = started.elapsed();
+        assert!(status.is_some(), "{path} answers during the outage");
+        assert!(
+            took < Duration::from_secs(1),
+            "{path} took {took:?} during the outage"
+        );
+    }
     // Several database timeouts later the process is still running.
     std::thread::sleep(Duration::from_secs(3));
     assert!(

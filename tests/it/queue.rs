@@ -788,6 +788,9 @@ fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
     for sql in [
         "UPDATE occ.work SET created_at = '-infinity'",
         "UPDATE occ.work SET available_at = 'infinity'",
+        "UPDATE occ.namespaces_all SET deleted_at = 'infinity'",
+        "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, at)
+         SELECT id, 1, 'X', 'retry', '-infinity' FROM occ.work",
         "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), lease_expires_at = 'infinity'",
         "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), updated_at = now(), lease_expires_at = now() + interval '2 hours'",
     ] {
