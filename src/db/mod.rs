@@ -86,8 +86,11 @@ impl r2d2::ManageConnection for Manager {
         } else {
             self.timeout
         };
+        let asked = std::time::Instant::now();
         let answer = client.is_valid(bound);
-        if answer.is_err() {
+        // Only silence makes the database suspect; a connection found closed (a restart, or
+        // one the watchdog shut down while idle) fails at once and says nothing about it.
+        if answer.is_err() && asked.elapsed() >= bound {
             suspect_for(self.timeout);
         }
         answer
