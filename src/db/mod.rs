@@ -90,7 +90,7 @@ impl r2d2::ManageConnection for Manager {
         let answer = client.is_valid(bound);
         // Only silence makes the database suspect; a connection found closed (a restart, or
         // one the watchdog shut down while idle) fails at once and says nothing about it.
-        if answer.is_err() && asked.elapsed() >= bound {
+        if answer.is_err() && asked.elapsed() >= SUSPECT_WAIT.min(bound) {
             suspect_for(self.timeout);
         }
         answer

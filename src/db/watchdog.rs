@@ -27,8 +27,8 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Watches TCP connections to the ports of `url`; a request unanswered for `stall` gets
-    /// its socket shut down. `None` when the URL names no TCP host (Unix sockets only).
+    /// Watches TCP connections to the ports of `url`; a request unanswered for `stall` (less
+    /// one tick, so the wait ends by `stall`) gets its socket shut down. `None` when the URL names no TCP host (Unix sockets only).
     pub fn start(url: &str, stall: Duration) -> Result<Option<Watchdog>, super::DbError> {
         let (rest, _) = super::tls::split(url).map_err(super::DbError::InvalidTls)?;
         let config: postgres::Config = rest.parse().map_err(super::DbError::InvalidUrl)?;
@@ -49,7 +49,8 @@ impl Watchdog {
         let (stop, stopped) = bounded::<()>(0);
         let tick = (stall / 4).clamp(Duration::from_millis(20), Duration::from_millis(200));
         let suspect_tick = tick.min(super::SUSPECT_WAIT / 4);
-        let stall_ms = stall.as_millis().min(u32::MAX as u128) as u32;
+        // One tick early, so a stalled wait ends by the timeout, not a tick after it.
+        let stall_ms = stall.saturating_sub(tick).as_millis().min(u32::MAX as u128) as u32;
         let suspect_ms = super::SUSPECT_WAIT.as_millis() as u32;
         let handle = std::thread::Builder::new()
             .name("occ-db-watchdog".into())
