@@ -80,6 +80,26 @@ fn err(variable: &'static str, problem: impl Into<String>) -> ConfigError {
     }
 }
 
+/// Whether every host of a connection string is a Unix socket or a loopback address.
+fn local_only(url: &str) -> bool {
+    let Ok(config) = url.parse::<postgres::Config>() else {
+        return false;
+    };
+    let loopback = |host: &str| {
+        host == "localhost"
+            || host
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    };
+    !config.get_hosts().is_empty()
+        && config.get_hosts().iter().all(|h| match h {
+            postgres::config::Host::Tcp(name) => loopback(name),
+            postgres::config::Host::Unix(_) => true,
+        })
+        && config.get_hostaddrs().iter().all(|ip| ip.is_loopback())
+}
+
 impl Config {
     /// Reads the configuration through `lookup` (usually `std::env::var`).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
@@ -147,6 +167,16 @@ impl Config {
                 ));
             }
         }
+        let (rest, tls) =
+            crate::db::tls::split(&database_url).map_err(|p| err("OCC_DATABASE_URL", p))?;
+        // Production never talks to a remote database in plaintext: `disable` (and `prefer`, the
+        // default, which falls back to plaintext) only for a loopback host or a Unix socket.
+        if mode == Mode::Production && tls.mode.allows_plaintext() && !local_only(&rest) {
+            return Err(err(
+                "OCC_DATABASE_URL",
+                "needs sslmode=require, verify-ca or verify-full in production mode (plaintext only to a loopback host or a Unix socket)",
+            ));
+        }
         let concurrency = positive("OCC_WORKER_CONCURRENCY", 8)?;
         if concurrency > 1024 {
             return Err(err("OCC_WORKER_CONCURRENCY", "must be at most 1024"));
@@ -184,12 +214,20 @@ impl Config {
                 err("OCC_DOCKER_SUBNET_POOL", format!("{problem}, got {raw:?}"))
             })?,
         };
+        // The schema bounds a lease to one hour past its claim or renewal (V7).
+        let lease_ms = positive("OCC_WORKER_LEASE_MS", 5_000)?;
+        if lease_ms > 3_600_000 {
+            return Err(err(
+                "OCC_WORKER_LEASE_MS",
+                "must be at most 3600000 (one hour, the schema's bound on a lease)",
+            ));
+        }
         Ok(Config {
             database_url,
             mode,
             compute_driver,
             concurrency: concurrency as usize,
-            lease: Duration::from_millis(positive("OCC_WORKER_LEASE_MS", 5_000)?),
+            lease: Duration::from_millis(lease_ms),
             poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS", 250)?),
             max_attempts: max_attempts as i32,
             convergence_timeout: Duration::from_millis(positive(
@@ -324,6 +362,56 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.variable, "OCC_WORKER_CONCURRENCY");
+    }
+
+    #[test]
+    fn a_lease_longer_than_the_schema_allows_is_refused() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("OCC_WORKER_LEASE_MS", "3600001"));
+        assert_eq!(with(&pairs).unwrap_err().variable, "OCC_WORKER_LEASE_MS");
+        pairs.pop();
+        pairs.push(("OCC_WORKER_LEASE_MS", "3600000"));
+        assert!(with(&pairs).is_ok());
+    }
+
+    #[test]
+    fn production_refuses_plaintext_to_a_remote_database() {
+        let production = |url: &str| {
+            with(&[
+                ("OCC_DATABASE_URL", url),
+                ("OCC_COMPUTE_DRIVER", "kubernetes"),
+                ("OCC_KUBERNETES_CONFIG", "/etc/occ/kubernetes.json"),
+                ("OCC_WORKER_MODE", "production"),
+                ("OCC_WORKER_CONCURRENCY", "4"),
+                ("OCC_WORKER_LEASE_MS", "5000"),
+                ("OCC_WORKER_MAX_ATTEMPTS", "5"),
+                ("OCC_WORKER_HTTP_ADDR", "0.0.0.0:9464"),
+            ])
+        };
+        for url in [
+            "postgres://occ@db.example/occ?sslmode=disable",
+            "postgres://occ@db.example/occ",
+            "postgres://occ@10.0.0.5/occ?sslmode=prefer",
+        ] {
+            let e = production(url).unwrap_err();
+            assert_eq!(e.variable, "OCC_DATABASE_URL", "{url}");
+            assert!(e.problem.contains("sslmode"), "{url}: {e}");
+        }
+        for url in [
+            "postgres://occ@127.0.0.1/occ?sslmode=disable",
+            "postgres://occ@localhost/occ?sslmode=disable",
+            "host=/var/run/postgresql user=occ sslmode=disable",
+            "postgres://occ@db.example/occ?sslmode=require",
+            "postgres://occ@db.example/occ?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+        ] {
+            assert!(production(url).is_ok(), "{url}");
+        }
+        let e = with(&[
+            ("OCC_DATABASE_URL", "postgres://occ@db/occ?sslmode=allow"),
+            ("OCC_COMPUTE_DRIVER", "docker"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "OCC_DATABASE_URL");
     }
 
     #[test]

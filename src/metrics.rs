@@ -13,6 +13,8 @@ pub struct Metrics {
     pub effect_duration: HistogramVec,
     pub queue_depth: IntGaugeVec,
     pub claims_lost: IntCounterVec,
+    /// Claim or recovery statements that failed, by error class (`DatabaseError:22008`).
+    pub claim_failures: IntCounterVec,
 }
 
 impl Metrics {
@@ -49,12 +51,21 @@ impl Metrics {
             &["cause"],
         )
         .expect("valid metric");
+        let claim_failures = IntCounterVec::new(
+            Opts::new(
+                "occ_worker_claim_failures_total",
+                "Failed claim and recovery statements by error class",
+            ),
+            &["cause"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(passes.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(pass_duration.clone()),
             Box::new(effect_duration.clone()),
             Box::new(queue_depth.clone()),
             Box::new(claims_lost.clone()),
+            Box::new(claim_failures.clone()),
         ] {
             registry.register(c).expect("unique metric");
         }
@@ -65,6 +76,7 @@ impl Metrics {
             effect_duration,
             queue_depth,
             claims_lost,
+            claim_failures,
         }
     }
 

@@ -7,6 +7,8 @@ WITH candidate AS (
     FROM occ.work w
     WHERE w.state = 'queued'
       AND w.available_at <= clock_timestamp()
+      -- The schema keeps timestamps finite (V7); a row forced past it is skipped, never fatal.
+      AND isfinite(w.available_at) AND isfinite(w.created_at) AND w.attempt_count < 2147483647
       AND NOT EXISTS (SELECT 1 FROM occ.work c WHERE c.lane = w.lane AND c.state = 'claimed')
     ORDER BY w.available_at, w.id
     LIMIT 1

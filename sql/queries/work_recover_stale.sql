@@ -14,7 +14,8 @@ WITH stale AS (
               AND a.id = (SELECT max(b.id) FROM occ.work_attempts b WHERE b.work_id = w.id)
            ) AS refusal
     FROM occ.work w
-    WHERE w.state = 'claimed' AND w.lease_expires_at <= clock_timestamp()
+    WHERE w.state = 'claimed'
+      AND (w.lease_expires_at <= clock_timestamp() OR NOT isfinite(w.lease_expires_at))
     FOR UPDATE OF w SKIP LOCKED
 ), expired AS (
     -- A stored wait refunds the attempt and never fails here: the work must not end with its

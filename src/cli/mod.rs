@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_agent;
+#[cfg(feature = "test-tooling")]
 mod bench;
 mod worker;
 
@@ -45,7 +46,8 @@ enum Command {
     /// Operator commands.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
-    /// Queue benchmark (see scripts/bench-queue).
+    /// Queue benchmark (see scripts/bench-queue); test tooling, not in the shipped binary.
+    #[cfg(feature = "test-tooling")]
     #[command(hide = true)]
     Bench(bench::BenchArgs),
 }
@@ -212,6 +214,7 @@ pub fn run() -> Result<(), CliError> {
         Command::Run(args) => worker::run(&globals, args),
         Command::Check => worker::check(&globals),
         Command::Admin(cmd) => admin::run(&globals, cmd),
+        #[cfg(feature = "test-tooling")]
         Command::Bench(args) => bench::run(&globals, args),
     }
 }

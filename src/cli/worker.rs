@@ -9,7 +9,7 @@ use occ_worker::compute::kubernetes::{
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
 use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::events::Events;
-use occ_worker::health::HealthServer;
+use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{probe, Context, Registry};
@@ -20,9 +20,20 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Test tooling: replace every reconciler (noop | probe). Not for production.
+    /// Test tooling: replace every reconciler (noop | probe). Only in builds with the
+    /// `test-tooling` feature, never in the shipped binary.
+    #[cfg(feature = "test-tooling")]
     #[arg(long, hide = true)]
     test_reconciler: Option<String>,
+}
+
+impl RunArgs {
+    fn test_reconciler(&self) -> Option<&str> {
+        #[cfg(feature = "test-tooling")]
+        return self.test_reconciler.as_deref();
+        #[cfg(not(feature = "test-tooling"))]
+        None
+    }
 }
 
 /// Everything start-up checks, in order: configuration, database, Installation, Compute.
@@ -32,6 +43,9 @@ struct Started {
     installation_id: String,
     compute: Arc<dyn ComputeDriver>,
     events: Events,
+    /// Bounds every database wait of this process (W5). Last, so it outlives the pool when
+    /// `Started` drops: closing the pool's connections is bounded by it too.
+    _watchdog: Option<occ_worker::db::Watchdog>,
 }
 
 fn start(globals: &Globals) -> Result<Started, CliError> {
@@ -44,6 +58,9 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     })
     .map_err(|e| CliError::config(e.to_string()))?;
     let events = Events::stdout();
+    // First, so even start-up's own statements cannot wait past the database timeout.
+    let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
+        .map_err(|e| CliError::config(format!("invalid configuration: OCC_DATABASE_URL: {e}")))?;
     let size = (config.concurrency as u32) * 2 + 4;
     let pool =
         occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
@@ -107,6 +124,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         );
     }
     Ok(Started {
+        _watchdog: watchdog,
         config,
         pool,
         installation_id,
@@ -192,8 +210,8 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         signal_hook::consts::SIGINT,
     ])?;
     let s = start(globals)?;
-    let registry = registry(args.test_reconciler.as_deref())?;
-    if args.test_reconciler.as_deref() == Some("probe") {
+    let registry = registry(args.test_reconciler())?;
+    if args.test_reconciler() == Some("probe") {
         let mut client = s.pool.get()?;
         probe::Probe::setup(&mut client)?;
     }
@@ -218,13 +236,18 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
             db_timeout: s.config.db_timeout,
         },
     );
-    let stale_after = (s.config.poll_interval * 20).max(s.config.db_timeout * 3);
+    // One loop round may hold a few bounded database waits (check-out, claim, recovery) during
+    // a stall; liveness must not fail for an outage a restart cannot fix.
+    let stale_after = (s.config.poll_interval * 20).max(s.config.db_timeout * 5);
     let _health = HealthServer::start(
         s.config.http_addr,
         s.pool.clone(),
         metrics,
         worker.progress.clone(),
-        stale_after,
+        HealthOptions {
+            stale_after,
+            db_timeout: s.config.db_timeout,
+        },
         s.events.clone(),
     )
     .map_err(|e| CliError::config(format!("invalid configuration: OCC_WORKER_HTTP_ADDR: {e}")))?;
@@ -237,7 +260,10 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
                 stop.stop();
             }
         })?;
-    worker.run()?;
+    let ran = worker.run();
+    // Only goodbyes are left: closing a connection to a silent server must not wait.
+    occ_worker::db::closing();
+    ran?;
     signal_handle.close();
     let _ = signal_thread.join();
     Ok(())

@@ -376,16 +376,16 @@ impl DockerDriver {
             .collect())
     }
 
+    /// Containers carrying every one of `labels` (the daemon ANDs label filters).
     fn list_containers(
         &self,
         api: &str,
-        label: &str,
-        value: &str,
+        labels: &[(&str, &str)],
         cancel: &CancelToken,
     ) -> Result<Vec<ContainerInfo>, ComputeError> {
         let path = format!(
             "{api}/containers/json?all=true&filters={}",
-            label_filter(label, value)
+            label_filter(labels)
         );
         let reply = self.send(Request::Get, &path, cancel)?;
         if !reply.is_success() {
@@ -394,14 +394,14 @@ impl DockerDriver {
         decode(&reply)
     }
 
+    /// Networks carrying every one of `labels`.
     fn list_networks(
         &self,
         api: &str,
-        label: &str,
-        value: &str,
+        labels: &[(&str, &str)],
         cancel: &CancelToken,
     ) -> Result<Vec<NetworkInfo>, ComputeError> {
-        let path = format!("{api}/networks?filters={}", label_filter(label, value));
+        let path = format!("{api}/networks?filters={}", label_filter(labels));
         let reply = self.send(Request::Get, &path, cancel)?;
         if !reply.is_success() {
             return Err(rejected(reply.status));
@@ -443,15 +443,16 @@ impl DockerDriver {
         }
     }
 
-    /// Force-removes every container labelled `label=value`; idempotent.
+    /// Force-removes every container carrying all of `labels`; idempotent. Callers always
+    /// include this installation's and the Namespace's labels: an object of another
+    /// installation is never touched, whatever else it carries.
     fn remove_labelled_containers(
         &self,
-        label: &str,
-        value: &str,
+        labels: &[(&str, &str)],
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
         let api = self.api(cancel)?;
-        for container in self.list_containers(&api, label, value, cancel)? {
+        for container in self.list_containers(&api, labels, cancel)? {
             self.remove_container(&api, &container.id, cancel)?;
         }
         Ok(())
@@ -550,29 +551,27 @@ impl ComputeDriver for DockerDriver {
         cancel: &CancelToken,
     ) -> Result<NamespaceObservation, ComputeError> {
         let api = self.api(cancel)?;
-        let id = namespace.namespace_id.as_str();
-        for container in self.list_containers(&api, LABEL_NAMESPACE, id, cancel)? {
+        // Ownership is this installation's label and the Namespace's, together.
+        let owned = [
+            (LABEL_INSTALLATION, namespace.installation_id.as_str()),
+            (LABEL_NAMESPACE, namespace.namespace_id.as_str()),
+        ];
+        for container in self.list_containers(&api, &owned, cancel)? {
             self.remove_container(&api, &container.id, cancel)?;
         }
-        for network in self.list_networks(&api, LABEL_NAMESPACE, id, cancel)? {
+        for network in self.list_networks(&api, &owned, cancel)? {
             self.remove_network(&api, &network.id, cancel)?;
         }
-        let pending_reason = if !self
-            .list_containers(&api, LABEL_NAMESPACE, id, cancel)?
-            .is_empty()
-        {
+        let pending_reason = if !self.list_containers(&api, &owned, cancel)?.is_empty() {
             Some("CONTAINER_REMOVAL_PENDING")
-        } else if !self
-            .list_networks(&api, LABEL_NAMESPACE, id, cancel)?
-            .is_empty()
-        {
+        } else if !self.list_networks(&api, &owned, cancel)?.is_empty() {
             Some("NETWORK_REMOVAL_PENDING")
         } else {
             None
         };
         if pending_reason.is_none() {
             // Callers with a database release their reservation with the tombstone.
-            self.local_ledger.release(id);
+            self.local_ledger.release(&namespace.namespace_id);
         }
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
@@ -618,7 +617,7 @@ impl ComputeDriver for DockerDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.remove_labelled_containers(LABEL_REVISION, &revision.revision_id, cancel)
+        self.remove_labelled_containers(&revision_labels(revision), cancel)
     }
 
     fn retire_revision(
@@ -626,7 +625,7 @@ impl ComputeDriver for DockerDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.remove_labelled_containers(LABEL_REVISION, &revision.revision_id, cancel)
+        self.remove_labelled_containers(&revision_labels(revision), cancel)
     }
 
     /// Docker holds no credentials; removing the Agent's containers is all there is to do.
@@ -635,7 +634,14 @@ impl ComputeDriver for DockerDriver {
         agent: &AgentSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        self.remove_labelled_containers(LABEL_AGENT, &agent.agent_id, cancel)
+        self.remove_labelled_containers(
+            &[
+                (LABEL_INSTALLATION, agent.installation_id.as_str()),
+                (LABEL_NAMESPACE, agent.namespace_id.as_str()),
+                (LABEL_AGENT, agent.agent_id.as_str()),
+            ],
+            cancel,
+        )
     }
 
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
@@ -661,6 +667,15 @@ fn namespace_labels(namespace: &NamespaceSpec) -> HashMap<&'static str, &str> {
         (LABEL_INSTALLATION, namespace.installation_id.as_str()),
         (LABEL_NAMESPACE, namespace.namespace_id.as_str()),
     ])
+}
+
+/// The labels a revision's containers carry, all required before one is removed.
+fn revision_labels(revision: &RevisionSpec) -> [(&'static str, &str); 3] {
+    [
+        (LABEL_INSTALLATION, revision.installation_id.as_str()),
+        (LABEL_NAMESPACE, revision.namespace_id.as_str()),
+        (LABEL_REVISION, revision.revision_id.as_str()),
+    ]
 }
 
 /// Whether the network carries all of the Namespace's labels.
@@ -732,9 +747,10 @@ fn transport_error(error: &ureq::Error) -> ComputeError {
     }
 }
 
-/// A `filters` query value selecting objects labelled `label=value`.
-fn label_filter(label: &str, value: &str) -> String {
-    encode(&json!({ "label": [format!("{label}={value}")] }).to_string())
+/// A `filters` query value selecting objects carrying every `label=value` of `labels`.
+fn label_filter(labels: &[(&str, &str)]) -> String {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    encode(&json!({ "label": labels }).to_string())
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
@@ -866,7 +882,7 @@ mod tests {
     #[test]
     fn filters_are_encoded() {
         assert_eq!(
-            label_filter("occ.namespace", "n-1"),
+            label_filter(&[("occ.namespace", "n-1")]),
             "%7B%22label%22%3A%5B%22occ.namespace%3Dn-1%22%5D%7D"
         );
     }

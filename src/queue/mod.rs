@@ -20,6 +20,7 @@ const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
 const FAIL: &str = include_str!("../../sql/queries/work_fail.sql");
 const RETRY: &str = include_str!("../../sql/queries/work_retry.sql");
 const DEFER: &str = include_str!("../../sql/queries/work_defer.sql");
+const RELEASE: &str = include_str!("../../sql/queries/work_release.sql");
 const RECOVER_STALE: &str = include_str!("../../sql/queries/work_recover_stale.sql");
 const PENDING_COUNT: &str = include_str!("../../sql/queries/work_pending_count.sql");
 const LIST: &str = include_str!("../../sql/queries/work_list.sql");
@@ -36,6 +37,7 @@ pub const QUERY_FILES: &[&str] = &[
     "work_fail.sql",
     "work_retry.sql",
     "work_defer.sql",
+    "work_release.sql",
     "work_recover_stale.sql",
     "work_pending_count.sql",
     "work_list.sql",
@@ -490,6 +492,20 @@ pub fn work_defer(
             &refusal,
         ],
     )?;
+    if rows.is_empty() {
+        return Err(QueueError::ClaimLost);
+    }
+    Ok(())
+}
+
+/// Releases the claim of a pass interrupted by a stopping worker: queued at once, the attempt
+/// refunded, `code` as evidence (W4).
+pub fn work_release(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+) -> Result<(), QueueError> {
+    let rows = client.query(RELEASE, &[&claim.id, &claim.token, &code])?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }

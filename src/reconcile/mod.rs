@@ -308,6 +308,8 @@ pub struct LeaseState {
     age_anchor: Mutex<(Instant, i64)>,
     /// Until when the last confirmed lease is trusted (anchored at when its renewal was sent).
     trusted_until: Mutex<Instant>,
+    /// Renewals that failed (database error) since the last confirmed one.
+    failed_renewals: std::sync::atomic::AtomicU32,
 }
 
 impl LeaseState {
@@ -316,6 +318,7 @@ impl LeaseState {
             cancel: CancelToken::new(claimed_sent_at + lease),
             age_anchor: Mutex::new((Instant::now(), claim.age_ms)),
             trusted_until: Mutex::new(claimed_sent_at + lease),
+            failed_renewals: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -356,15 +359,43 @@ impl LeaseState {
                 }
                 self.cancel.confirm_lease(sent + options.lease);
                 *self.age_anchor.lock() = (now, age_ms);
+                self.failed_renewals
+                    .store(0, std::sync::atomic::Ordering::SeqCst);
                 return Ok(());
             }
             Err(_) if lapsed => LossCause::LeaseLapsed,
             Err(QueueError::ClaimLost) => LossCause::RenewalRefused,
-            Err(QueueError::Db(_)) => LossCause::RenewalFailed,
+            Err(QueueError::Db(_)) => return self.renewal_failed(claim, events),
         };
         self.cancel.cancel(cause);
         // The first cause wins: a lapse the pass already saw stays the reported cause.
         Err(PassError::Lost(self.cancel.cause().unwrap_or(cause)))
+    }
+
+    /// A renewal that could not be made (database error, no connection). The first one since
+    /// the last confirmation is only a warning: the lease is still trusted until it runs out
+    /// (the token lapses by itself), and the next renewal, a third of a lease later, retries it
+    /// within the lease. A second one in a row cancels the pass (`CLAIM_RENEWAL_FAILED`, W3).
+    pub fn renewal_failed(&self, claim: &Claim, events: &Events) -> Result<(), PassError> {
+        self.cancel.check()?;
+        let failures = self
+            .failed_renewals
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        if failures == 1 {
+            events.emit(
+                "worker.claim-renewal-warning",
+                json!({
+                    "workId": claim.id, "key": claim.key, "code": "CLAIM_RENEWAL_FAILED",
+                    "retrying": true,
+                }),
+            );
+            return Ok(());
+        }
+        self.cancel.cancel(LossCause::RenewalFailed);
+        Err(PassError::Lost(
+            self.cancel.cause().unwrap_or(LossCause::RenewalFailed),
+        ))
     }
 
     /// The work's age by the database clock, advanced by this process's monotonic clock since

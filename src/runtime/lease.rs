@@ -1,7 +1,7 @@
 //! The heartbeat thread of one live claim (SPEC W1-W3): `occ-lease-<work id>`.
 //!
-//! It renews every `lease/3` through `LeaseState::renew`, which cancels the pass on a refused,
-//! late or failed renewal; a lapse is caught by the token itself at the next cancellation
+//! It renews every `lease/3` through `LeaseState::renew`, which cancels the pass on a refused
+//! or late renewal, or on the second failed renewal in a row (one is retried within the lease); a lapse is caught by the token itself at the next cancellation
 //! point. The thread is stopped by dropping the `Lease` (its channel closes) and is joined
 //! there. It never publishes anything.
 
@@ -38,10 +38,8 @@ impl Lease {
                 }
                 let renewed = match ctx.pool.get() {
                     Ok(mut client) => state.renew(&mut *client, &claim, &ctx.queue, &ctx.events),
-                    Err(_) => {
-                        state.cancel.cancel(crate::cancel::LossCause::RenewalFailed);
-                        return;
-                    }
+                    // No connection is a failed renewal: retried once within the lease (W3).
+                    Err(_) => state.renewal_failed(&claim, &ctx.events),
                 };
                 if renewed.is_err() {
                     return;

@@ -40,29 +40,52 @@ pub struct RuntimeOptions {
 pub enum Event {
     /// A notification: new or released work may be claimable.
     Wake,
-    /// A worker finished a pass (or panicked) and its slot is free.
-    Done { work_id: i64 },
+    /// A worker finished a pass (or panicked) and its slot is free. Keyed by claim token: the
+    /// same work may be claimed again (after its lease ran out) while an old pass still runs.
+    Done { token: String },
     /// SIGTERM/SIGINT or an in-process stop request.
     Stop,
 }
 
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
-pub struct StopHandle(Sender<Event>);
+pub struct StopHandle(Sender<Event>, Arc<Progress>);
 
 impl StopHandle {
+    /// Marks the worker stopping at once (the coordinator claims nothing more, the listener and
+    /// the readiness probe end after their current bounded wait), then wakes the coordinator.
     pub fn stop(&self) {
+        self.1.stopping.store(true, Ordering::SeqCst);
         let _ = self.0.send(Event::Stop);
     }
 }
 
-/// Liveness bookkeeping read by the health server.
+/// Liveness and claim bookkeeping read by the health server.
 #[derive(Default)]
 pub struct Progress {
     last: Mutex<Option<Instant>>,
+    /// The class of the coordinator's last claim or recovery failure, until one succeeds.
+    claim_failure: Mutex<Option<String>>,
+    /// Set by `StopHandle::stop`: nothing new starts.
+    stopping: AtomicBool,
 }
 
 impl Progress {
+    /// Whether a stop was requested (`/readyz` answers 503, nothing new is claimed).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Records the outcome of the coordinator's last claim or recovery statement.
+    pub fn set_claim_failure(&self, cause: Option<String>) {
+        *self.claim_failure.lock() = cause;
+    }
+
+    /// Why claiming fails, while it does (`/readyz` answers 503).
+    pub fn claim_failure(&self) -> Option<String> {
+        self.claim_failure.lock().clone()
+    }
+
     pub fn tick(&self) {
         *self.last.lock() = Some(Instant::now());
     }
@@ -102,7 +125,7 @@ impl Worker {
     }
 
     pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.events_tx.clone())
+        StopHandle(self.events_tx.clone(), self.progress.clone())
     }
 
     /// Runs until stopped; returns after every thread it started has been joined.
@@ -122,6 +145,8 @@ impl Worker {
                 options.db_timeout,
                 events_tx.clone(),
                 listening.clone(),
+                progress.clone(),
+                ctx.events.clone(),
             )?),
             None => None,
         };
@@ -139,7 +164,7 @@ impl Worker {
                         for job in jobs {
                             let guard = DoneGuard {
                                 events: &done,
-                                work_id: job.claim.id,
+                                token: job.claim.token.clone(),
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -176,7 +201,9 @@ impl Worker {
                     // Closing the job channel stops the pool; every in-flight pass has reported.
                     drop(jobs_tx);
                 })?;
-        let _ = claim_thread.join();
+        // A panic on the claim thread is a broken invariant: the pool drains (the job channel
+        // closed as the thread unwound), every thread is joined, and `run` fails (W4).
+        let claim_panicked = claim_thread.join().is_err();
 
         for w in workers {
             let _ = w.join();
@@ -184,6 +211,13 @@ impl Worker {
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
             let _ = l.join();
+        }
+        if claim_panicked {
+            ctx.events.emit(
+                "worker.error",
+                json!({"code": "WORKER_UNAVAILABLE", "cause": "ClaimThreadPanicked"}),
+            );
+            return Err(std::io::Error::other("the claim thread panicked"));
         }
         ctx.events.emit("worker.stopped", json!({}));
         Ok(())
@@ -193,13 +227,13 @@ impl Worker {
 /// Reports a finished pass even when the pass panicked.
 struct DoneGuard<'a> {
     events: &'a Sender<Event>,
-    work_id: i64,
+    token: String,
 }
 
 impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
         let _ = self.events.send(Event::Done {
-            work_id: self.work_id,
+            token: std::mem::take(&mut self.token),
         });
     }
 }
@@ -213,26 +247,33 @@ fn coordinate(
     progress: &Progress,
 ) {
     let mut free = options.concurrency;
-    let mut in_flight: HashMap<i64, Arc<LeaseState>> = HashMap::new();
+    // Keyed by claim token, never by work id (see `Event::Done`).
+    let mut in_flight: HashMap<String, Arc<LeaseState>> = HashMap::new();
     let mut stopping: Option<Instant> = None;
     let mut cancelled_all = false;
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
     let mut last_recovery: Option<Instant> = None;
-    let mut unavailable = false;
+    let mut failures = Failures::default();
     loop {
         progress.tick();
-        if stopping.is_none() && free > 0 {
+        // A requested stop is seen before the next database wait, not after it.
+        if stopping.is_none() && free > 0 && !progress.stopping() {
             if last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
                 last_recovery = Some(Instant::now());
                 if let Err(e) = recover(ctx) {
-                    report_unavailable(ctx, &mut unavailable, &e);
+                    failures.report(ctx, progress, &e);
                 }
+                // Each database wait is bounded on its own; liveness counts them one by one.
+                progress.tick();
+            }
+            if progress.stopping() {
+                continue;
             }
             match claim(ctx) {
                 Ok(Some((claim, sent))) => {
-                    unavailable = false;
+                    failures.clear(progress);
                     let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
-                    in_flight.insert(claim.id, lease.clone());
+                    in_flight.insert(claim.token.clone(), lease.clone());
                     free -= 1;
                     if jobs.send(Job { claim, lease }).is_err() {
                         // The pool is gone; nothing will report. Stop claiming.
@@ -240,8 +281,8 @@ fn coordinate(
                     }
                     continue;
                 }
-                Ok(None) => unavailable = false,
-                Err(e) => report_unavailable(ctx, &mut unavailable, &e),
+                Ok(None) => failures.clear(progress),
+                Err(e) => failures.report(ctx, progress, &e),
             }
         }
         if stopping.is_some() && in_flight.is_empty() {
@@ -261,8 +302,8 @@ fn coordinate(
         for event in std::iter::once(first).chain(events.try_iter()) {
             match event {
                 Event::Wake => {}
-                Event::Done { work_id } => {
-                    in_flight.remove(&work_id);
+                Event::Done { token } => {
+                    in_flight.remove(&token);
                     free += 1;
                 }
                 Event::Stop => {
@@ -278,8 +319,8 @@ fn coordinate(
         }
         if let Some(deadline) = stopping {
             if !cancelled_all && Instant::now() >= deadline {
-                // Grace is over: the remaining passes stop at their next cancellation point;
-                // their claims simply expire and another worker resumes them (W4).
+                // Grace is over: the remaining passes stop at their next cancellation point and
+                // release their claims, attempt refunded, so another worker resumes them (W4).
                 for lease in in_flight.values() {
                     lease.cancel.cancel(LossCause::WorkerStopping);
                 }
@@ -289,13 +330,45 @@ fn coordinate(
     }
 }
 
-fn report_unavailable(ctx: &Context, already: &mut bool, e: &PassError) {
-    if !*already {
+/// The coordinator's failing claim and recovery statements: every failure is counted and turns
+/// `/readyz` 503 until a claim works again; each is said as `worker.error WORKER_UNAVAILABLE`,
+/// at most once per `FAILURE_REPORT_EVERY` while they keep failing.
+#[derive(Default)]
+struct Failures {
+    last_reported: Option<Instant>,
+    suppressed: u64,
+}
+
+const FAILURE_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+impl Failures {
+    fn report(&mut self, ctx: &Context, progress: &Progress, e: &PassError) {
+        let cause = error_class(e);
+        ctx.metrics
+            .claim_failures
+            .with_label_values(&[cause.as_str()])
+            .inc();
+        progress.set_claim_failure(Some(cause.clone()));
+        if self
+            .last_reported
+            .is_some_and(|t| t.elapsed() < FAILURE_REPORT_EVERY)
+        {
+            self.suppressed += 1;
+            return;
+        }
         ctx.events.emit(
             "worker.error",
-            json!({"code": "WORKER_UNAVAILABLE", "cause": error_class(e)}),
+            json!({"code": "WORKER_UNAVAILABLE", "cause": cause, "suppressed": self.suppressed}),
         );
-        *already = true;
+        self.last_reported = Some(Instant::now());
+        self.suppressed = 0;
+    }
+
+    fn clear(&mut self, progress: &Progress) {
+        if self.last_reported.take().is_some() {
+            progress.set_claim_failure(None);
+        }
+        self.suppressed = 0;
     }
 }
 
@@ -427,6 +500,12 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
                 .passes
                 .with_label_values(&[operation, "interrupted"])
                 .inc();
+            // W4: give the claim back at once instead of letting its lease run out; a lost or
+            // expired claim (or an unreachable database) leaves recovery to do it.
+            let released = ctx.pool.get().is_ok_and(|mut client| {
+                queue::work_release(&mut *client, &claim, LossCause::WorkerStopping.code()).is_ok()
+            });
+            fields["released"] = json!(released);
             fields["cause"] = json!("WorkerStopping");
             ctx.events.emit("worker.pass-interrupted", fields);
         }
@@ -456,17 +535,26 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
 }
 
 /// The LISTEN thread: `occ-listen`. Reconnects with backoff; stops when `running` clears.
+///
+/// A connection that stops answering is noticed: between notifications the thread pings the
+/// server every quarter of the database timeout with a no-op bounded by that timeout; a ping
+/// that fails (a dead peer, a black hole that still acknowledges) drops the connection, says
+/// `worker.error WORKER_UNAVAILABLE` (`NotificationsUnavailable`) and reconnects.
 fn spawn_listener(
     url: String,
     timeout: Duration,
     wake: Sender<Event>,
-    running: Arc<AtomicBool>,
+    listening: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    events: crate::events::Events,
 ) -> std::io::Result<JoinHandle<()>> {
+    let running = move || listening.load(Ordering::SeqCst) && !progress.stopping();
+    let ping_every = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
     std::thread::Builder::new()
         .name("occ-listen".into())
         .spawn(move || {
             let mut backoff = Duration::from_millis(100);
-            while running.load(Ordering::SeqCst) {
+            while running() {
                 let mut client = match crate::db::connect(&url, timeout) {
                     Ok(c) => c,
                     Err(_) => {
@@ -482,7 +570,18 @@ fn spawn_listener(
                 backoff = Duration::from_millis(100);
                 // A wake right after (re)connecting covers notifications sent while away.
                 let _ = wake.send(Event::Wake);
-                'listen: while running.load(Ordering::SeqCst) && !client.is_closed() {
+                let mut last_ping = Instant::now();
+                'listen: while running() && !client.is_closed() {
+                    if last_ping.elapsed() >= ping_every {
+                        last_ping = Instant::now();
+                        if client.is_valid(timeout).is_err() {
+                            events.emit(
+                                "worker.error",
+                                json!({"code": "WORKER_UNAVAILABLE", "cause": "NotificationsUnavailable"}),
+                            );
+                            break 'listen;
+                        }
+                    }
                     let mut notifications = client.notifications();
                     let mut iter = notifications.timeout_iter(Duration::from_millis(250));
                     loop {
@@ -501,9 +600,9 @@ fn spawn_listener(
         })
 }
 
-fn sleep_while(running: &AtomicBool, total: Duration) {
+fn sleep_while(running: &impl Fn() -> bool, total: Duration) {
     let end = Instant::now() + total;
-    while running.load(Ordering::SeqCst) && Instant::now() < end {
+    while running() && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
     }
 }

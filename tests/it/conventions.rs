@@ -76,3 +76,24 @@ fn migrations_are_numbered_one_to_n_in_sequence() {
         "every sql/V{{n}}__name.sql file is an embedded migration"
     );
 }
+
+// Issue 9 item 7: test tooling (`run --test-reconciler`, `bench`, which drops databases) is
+// compiled only with the `test-tooling` feature, and the shipped image never enables it.
+#[test]
+fn test_tooling_stays_out_of_the_shipped_binary() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).expect("read Dockerfile");
+    let build = dockerfile
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("the Dockerfile builds the binary");
+    assert!(
+        !build.contains("--features") && !build.contains("--all-features"),
+        "the Dockerfile enables features: {build}"
+    );
+    let cli = std::fs::read_to_string(root().join("src/cli/mod.rs")).expect("read cli");
+    assert!(cli.contains("#[cfg(feature = \"test-tooling\")]\nmod bench;"));
+    let worker = std::fs::read_to_string(root().join("src/cli/worker.rs")).expect("read worker");
+    assert!(worker.contains(
+        "#[cfg(feature = \"test-tooling\")]\n    #[arg(long, hide = true)]\n    test_reconciler"
+    ));
+}

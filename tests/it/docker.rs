@@ -31,7 +31,14 @@ pub fn docker_available() -> bool {
     if std::env::var("OCC_REQUIRE_DOCKER").as_deref() == Ok("1") {
         panic!("OCC_REQUIRE_DOCKER=1 but there is no Docker Engine at {DOCKER_SOCKET}");
     }
-    eprintln!("skipping: no Docker Engine at {DOCKER_SOCKET} (set OCC_REQUIRE_DOCKER=1 to fail)");
+    // libtest captures `eprintln!`; a skip must be seen, so write to the process's stderr.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!(
+            "skipping: no Docker Engine at {DOCKER_SOCKET} (set OCC_REQUIRE_DOCKER=1 to fail)\n"
+        )
+        .as_bytes(),
+    );
     false
 }
 
@@ -251,6 +258,7 @@ fn delete_namespace_removes_labelled_containers_and_the_network() {
     let name = network_name(&ns);
     let labels = [
         ("occ.managed-by", "occ-worker"),
+        ("occ.installation", ns.installation_id.as_str()),
         ("occ.namespace", ns.namespace_id.as_str()),
     ];
     for _ in 0..3 {
@@ -305,17 +313,35 @@ fn stop_retire_and_credential_deletion_remove_labelled_containers() {
     let rev = revision(&ns);
     let cancel = CancelToken::unbounded();
     let by_namespace = ("occ.namespace", ns.namespace_id.as_str());
+    let by_installation = ("occ.installation", ns.installation_id.as_str());
 
-    run_container(&[by_namespace, ("occ.revision", &rev.revision_id)], None);
+    run_container(
+        &[
+            by_installation,
+            by_namespace,
+            ("occ.revision", &rev.revision_id),
+        ],
+        None,
+    );
     driver.stop_revision(&rev, &cancel).expect("stop");
     assert!(labelled_containers("occ.revision", &rev.revision_id).is_empty());
     driver.stop_revision(&rev, &cancel).expect("stop again");
 
-    run_container(&[by_namespace, ("occ.revision", &rev.revision_id)], None);
+    run_container(
+        &[
+            by_installation,
+            by_namespace,
+            ("occ.revision", &rev.revision_id),
+        ],
+        None,
+    );
     driver.retire_revision(&rev, &cancel).expect("retire");
     assert!(labelled_containers("occ.revision", &rev.revision_id).is_empty());
 
-    run_container(&[by_namespace, ("occ.agent", &rev.agent_id)], None);
+    run_container(
+        &[by_installation, by_namespace, ("occ.agent", &rev.agent_id)],
+        None,
+    );
     let agent = AgentSpec {
         installation_id: ns.installation_id.clone(),
         namespace_id: ns.namespace_id.clone(),
@@ -327,6 +353,91 @@ fn stop_retire_and_credential_deletion_remove_labelled_containers() {
         .expect("delete credentials");
     assert!(labelled_containers("occ.agent", &rev.agent_id).is_empty());
     cleanup(&ns);
+}
+
+// C2, issue 9 item 6: two installations share one Docker Engine and one Namespace id. The
+// driver of installation A deletes only objects carrying A's installation label and the
+// Namespace's (or revision's, or Agent's) label; B's network and containers, labelled with the
+// same Namespace, revision and Agent ids, are never touched.
+#[test]
+fn deletion_never_touches_another_installations_objects_with_the_same_namespace_label() {
+    if !docker_available() {
+        return;
+    }
+    let driver = driver();
+    let ours = namespace();
+    let theirs = NamespaceSpec {
+        installation_id: unique("itother"),
+        ..ours.clone()
+    };
+    let cancel = CancelToken::unbounded();
+    driver
+        .ensure_namespace(&ours, &cancel)
+        .expect("ensure ours");
+    driver
+        .ensure_namespace(&theirs, &cancel)
+        .expect("ensure theirs");
+    let rev = revision(&ours);
+    let their_labels = |extra: (&'static str, &str)| {
+        vec![
+            ("occ.managed-by", "occ-worker".to_string()),
+            ("occ.installation", theirs.installation_id.clone()),
+            ("occ.namespace", theirs.namespace_id.clone()),
+            (extra.0, extra.1.to_string()),
+        ]
+    };
+    let mut strangers = Vec::new();
+    for extra in [
+        ("occ.revision", rev.revision_id.as_str()),
+        ("occ.agent", rev.agent_id.as_str()),
+        ("occ.test", "plain"),
+    ] {
+        let labels = their_labels(extra);
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        strangers.push(run_container(&labels, Some(&network_name(&theirs))));
+    }
+    let mine = run_container(
+        &[
+            ("occ.installation", ours.installation_id.as_str()),
+            ("occ.namespace", ours.namespace_id.as_str()),
+            ("occ.revision", rev.revision_id.as_str()),
+        ],
+        Some(&network_name(&ours)),
+    );
+
+    driver.stop_revision(&rev, &cancel).expect("stop");
+    driver.retire_revision(&rev, &cancel).expect("retire");
+    let agent = AgentSpec {
+        installation_id: ours.installation_id.clone(),
+        namespace_id: ours.namespace_id.clone(),
+        agent_id: rev.agent_id.clone(),
+        service_principal_id: "sp".into(),
+    };
+    driver
+        .delete_agent_runtime_credentials(&agent, &cancel)
+        .expect("delete credentials");
+    delete_until_complete(&driver, &ours);
+
+    let survivors = labelled_containers("occ.installation", &theirs.installation_id);
+    for id in &strangers {
+        assert!(
+            survivors
+                .iter()
+                .any(|s| s.starts_with(id.as_str()) || id.starts_with(s.as_str())),
+            "another installation's container {id} was removed"
+        );
+    }
+    assert!(
+        labelled_containers("occ.installation", &ours.installation_id).is_empty(),
+        "our container {mine} is still there"
+    );
+    assert_eq!(
+        inspect_network(&network_name(&theirs))["Labels"]["occ.installation"],
+        theirs.installation_id.as_str(),
+        "another installation's network was removed"
+    );
+    assert!(labelled_networks("occ.installation", &ours.installation_id).is_empty());
+    cleanup(&theirs);
 }
 
 #[test]

@@ -240,8 +240,10 @@ const LISTING: &str = r#"[{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":
 /// The refusal of a subnet that overlaps one in use.
 const OVERLAP: &str = r#"{"message":"Pool overlaps with other one on this address space"}"#;
 
-/// The `filters` query for `occ.namespace=ns1`, as the driver encodes it.
-const NS1_FILTER: &str = "%7B%22label%22%3A%5B%22occ.namespace%3Dns1%22%5D%7D";
+/// The `filters` query `{"label":["occ.installation=inst","occ.namespace=ns1"]}`, as the driver
+/// encodes it: deletion selects only objects carrying both labels.
+const NS1_FILTER: &str =
+    "%7B%22label%22%3A%5B%22occ.installation%3Dinst%22%2C%22occ.namespace%3Dns1%22%5D%7D";
 
 fn permanent_code(e: &ComputeError) -> &str {
     match e.kind() {

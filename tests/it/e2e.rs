@@ -155,9 +155,14 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
     let listed = cli(&db, &["admin", "namespace", "list"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(50));
 
-    // A labelled container attached to one Namespace's network must go with it.
+    // A container labelled with this installation and one Namespace, attached to its
+    // network, must go with it (C2: ownership is both labels).
     let container = run_container(
-        &[("occ.namespace", &ids[0]), ("occ.managed-by", "occ-worker")],
+        &[
+            ("occ.installation", "inst"),
+            ("occ.namespace", &ids[0]),
+            ("occ.managed-by", "occ-worker"),
+        ],
         Some(&format!("occ-inst-{}", ids[0])),
     );
     for id in &ids {

@@ -15,17 +15,24 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The private cluster; stopped (immediately) on drop, even when the test fails.
-struct Cluster {
-    url: String,
+/// A private cluster; stopped (immediately) on drop, even when the test fails. The TLS test
+/// (`tls.rs`) runs one too, in its own directory.
+pub struct Cluster {
+    pub url: String,
+    pub dir: PathBuf,
     data: PathBuf,
     log: PathBuf,
 }
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_in(DIR)
+    }
+
+    /// Starts (or reuses) the cluster under `dir`, relative to the worktree.
+    pub fn start_in(dir: &str) -> Cluster {
         let out = Command::new(root().join("scripts/pg-start"))
-            .arg(DIR)
+            .arg(dir)
             .output()
             .expect("run scripts/pg-start");
         assert!(
@@ -33,11 +40,12 @@ impl Cluster {
             "pg-start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let dir = root().join(DIR);
+        let dir = root().join(dir);
         Cluster {
             url: String::from_utf8(out.stdout).unwrap().trim().to_string(),
             data: dir.join("data"),
             log: dir.join("server.log"),
+            dir,
         }
     }
 
@@ -87,7 +95,7 @@ impl Cluster {
         );
     }
 
-    fn url_of(&self, db: &str) -> String {
+    pub fn url_of(&self, db: &str) -> String {
         let base = self.url.rsplit_once('/').map(|(b, _)| b).unwrap();
         format!("{base}/{db}")
     }
@@ -215,6 +223,17 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
                 .any(|e| e["event"] == "worker.error" && e["code"] == "HEALTH_UNAVAILABLE")
         },
     );
+    // W5a: health answers from in-process state, within a second, while the database is down.
+    for path in ["/readyz", "/metrics", "/livez"] {
+        let started = Instant::now();
+        let status = http_status(port, path);
+        let took = started.elapsed();
+        assert!(status.is_some(), "{path} answers during the outage");
+        assert!(
+            took < Duration::from_secs(1),
+            "{path} took {took:?} during the outage"
+        );
+    }
     // Several database timeouts later the process is still running.
     std::thread::sleep(Duration::from_secs(3));
     assert!(

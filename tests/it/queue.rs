@@ -776,3 +776,123 @@ fn recovery_fails_queued_work_with_exhausted_attempts() {
     assert_eq!(audits, 1);
     assert!(work_claim(&mut c, &o).unwrap().is_none());
 }
+
+// W5, issue 9 item 3: the schema refuses rows that could stop the queue: non-finite times and
+// leases more than an hour past their last transition.
+#[test]
+fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    let w = work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    for sql in [
+        "UPDATE occ.work SET created_at = '-infinity'",
+        "UPDATE occ.work SET available_at = 'infinity'",
+        "UPDATE occ.namespaces_all SET deleted_at = 'infinity'",
+        "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, at)
+         SELECT id, 1, 'X', 'retry', '-infinity' FROM occ.work",
+        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), lease_expires_at = 'infinity'",
+        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), updated_at = now(), lease_expires_at = now() + interval '2 hours'",
+    ] {
+        let (state, _) = refused(&mut c, sql);
+        assert_eq!(state, SqlState::CHECK_VIOLATION, "{sql}");
+    }
+    assert_eq!(row_state(&mut c, w.id).0, "queued");
+}
+
+// W5, issue 9 item 3: rows forced in with the checks disabled stop nothing: a queued row born
+// at '-infinity' is skipped by the claim, a claim leased until 'infinity' is recovered, and the
+// rest of the queue drains.
+#[test]
+fn rows_forced_past_the_checks_never_stop_the_queue() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["poison", "held", "ns1", "ns2"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    c.batch_execute(
+        "ALTER TABLE occ.work DROP CONSTRAINT work_times_finite, DROP CONSTRAINT work_lease_bounded;
+         UPDATE occ.work SET created_at = '-infinity' WHERE namespace_id = 'poison';
+         UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(),
+                             lease_expires_at = 'infinity', attempt_count = 1
+          WHERE namespace_id = 'held';
+         ALTER TABLE occ.work ADD CONSTRAINT work_times_finite CHECK (isfinite(created_at)) NOT VALID;",
+    )
+    .unwrap();
+    let recovered = work_recover_stale(&mut c, &opts(5)).unwrap();
+    assert_eq!(recovered.requeued, 1, "the infinite lease is recovered");
+    let mut claimed = Vec::new();
+    while let Some(claim) = work_claim(&mut c, &opts(5)).unwrap() {
+        work_complete(&mut c, &claim, "DONE", None).unwrap();
+        claimed.push(claim.namespace_id);
+    }
+    claimed.sort();
+    assert_eq!(claimed, ["held", "ns1", "ns2"]);
+    let poison: String = scalar(
+        &mut c,
+        "SELECT state FROM occ.work WHERE namespace_id = 'poison'",
+    );
+    assert_eq!(poison, "queued", "skipped, not fatal");
+}
+
+// W3, issue 9 item 4: one failed renewal (a database error) is retried within the lease
+// before the pass is cancelled: it only warns; the next renewal confirms the lease. Two in a
+// row cancel the pass with CLAIM_RENEWAL_FAILED.
+#[test]
+fn one_failed_renewal_is_retried_within_the_lease_and_a_second_in_a_row_cancels() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let (ctx, events) = context(&db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claim = work_claim(&mut c, &ctx.queue).unwrap().expect("a claim");
+    let lease = LeaseState::new(&claim, sent, ctx.queue.lease);
+    // Renewals numbered by a sequence (never rolled back) fail up to `fail_renewals.upto`.
+    c.batch_execute(
+        "CREATE SEQUENCE public.renewals;
+         CREATE TABLE public.fail_renewals (upto bigint NOT NULL);
+         INSERT INTO public.fail_renewals VALUES (1);
+         CREATE FUNCTION public.fail_renewal() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF nextval('public.renewals') <= (SELECT upto FROM public.fail_renewals) THEN
+                 RAISE EXCEPTION 'renewal refused by the test';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER fail_renewal BEFORE UPDATE OF lease_expires_at ON occ.work
+             FOR EACH ROW WHEN (OLD.state = 'claimed' AND NEW.state = 'claimed')
+             EXECUTE FUNCTION public.fail_renewal();",
+    )
+    .unwrap();
+
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("one failure only warns");
+    assert_eq!(lease.cancel.cause(), None);
+    let warnings = events.named("worker.claim-renewal-warning");
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["code"], "CLAIM_RENEWAL_FAILED");
+    assert_eq!(warnings[0]["retrying"], true);
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("the retry confirms the lease");
+    assert_eq!(lease.cancel.cause(), None);
+
+    c.batch_execute(
+        "UPDATE public.fail_renewals SET upto = (SELECT last_value FROM public.renewals) + 2",
+    )
+    .unwrap();
+    lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .expect("a new first failure only warns");
+    let e = lease
+        .renew(&mut c, &claim, &ctx.queue, &ctx.events)
+        .unwrap_err();
+    assert!(
+        matches!(e, PassError::Lost(LossCause::RenewalFailed)),
+        "{e:?}"
+    );
+    assert_eq!(lease.cancel.cause(), Some(LossCause::RenewalFailed));
+}

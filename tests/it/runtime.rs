@@ -382,8 +382,9 @@ fn sigterm_finishes_in_flight_passes_and_stops_claiming() {
     );
 }
 
-// W4: a pass longer than the shutdown grace is interrupted (WORKER_STOPPING), the process
-// still exits 0, and another process resumes the work once the claim expires.
+// W4: a pass longer than the shutdown grace is interrupted (WORKER_STOPPING), releases its
+// claim with the attempt refunded (not waiting for the lease), the process still exits 0, and
+// another process resumes the work.
 #[test]
 fn sigterm_interrupts_a_pass_longer_than_the_grace_and_another_process_resumes_it() {
     let db = TestDb::bootstrapped();
@@ -420,7 +421,28 @@ fn sigterm_interrupts_a_pass_longer_than_the_grace_and_another_process_resumes_i
     assert_eq!(interrupted.len(), 1, "{events:?}");
     // Changed: pass events name the work by its key (seed 004 869-879).
     assert_eq!(interrupted[0]["workId"], "namespace:ns1:ensure");
-    assert_ne!(state_of(&mut c, "namespace:ns1:ensure").0, "succeeded");
+    assert_eq!(interrupted[0]["released"], true, "{events:?}");
+    // Released, not left to expire: queued at once with the attempt refunded.
+    let row = c
+        .query_one(
+            "SELECT state, attempt_count, claim_token IS NULL, available_at <= clock_timestamp()
+             FROM occ.work WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, bool>(2),
+            row.get::<_, bool>(3)
+        ),
+        ("queued".to_string(), 0, true, true)
+    );
+    assert_eq!(
+        evidence(&mut c, "namespace:ns1:ensure"),
+        [(1, "WORKER_STOPPING".into(), "deferred".into())]
+    );
 
     let second = WorkerProcess::start("probe", &env("10"));
     wait_for("the resumed work", Duration::from_secs(15), || {
@@ -733,5 +755,136 @@ fn an_operation_without_a_reconciler_fails_permanently_and_never_succeeds() {
     let completed = events.named("worker.completed");
     assert_eq!(completed.len(), 1);
     assert_eq!(completed[0]["code"], "RECONCILER_UNAVAILABLE");
-    assert_ne!(completed[0]["outcome"], "succeeded");
+    // Outcomes are success | pending | retry | permanent: this one is permanent.
+    assert_eq!(completed[0]["outcome"], "permanent");
+    assert_eq!(completed[0]["result"], "permanent");
+}
+
+/// Attempt 1 blocks past its lease ignoring cancellation (a stuck effect), so the work is
+/// recovered and claimed again while it still runs; later attempts wait on their token.
+struct Stubborn {
+    lease: Duration,
+    first_ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Reconciler for Stubborn {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        if pass.claim.attempt == 1 {
+            std::thread::sleep(self.lease * 4);
+            self.first_ended.store(true, Ordering::SeqCst);
+            return Ok(Report::success("STUBBORN_DONE"));
+        }
+        pass.cancel().sleep(Duration::from_secs(60))?;
+        Ok(Report::success("STUBBORN_DONE"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut postgres::Transaction<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        Ok(())
+    }
+}
+
+// W4, issue 9 item 4: in-flight bookkeeping is keyed by claim, not by work id. The same work
+// is claimed a second time while its first, stuck pass still runs; when the first ends, the
+// second is still known, so a stop cancels it after the grace (instead of waiting for it) and
+// its claim is released.
+#[test]
+fn a_stop_cancels_a_second_claim_of_the_same_work_after_the_first_pass_ended() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "provisioning");
+    work_enqueue(&mut c, &NewWork::namespace_ensure("ns1", "admin")).unwrap();
+    let lease = Duration::from_millis(1000);
+    let (ctx, events) = context(&db, lease, 5);
+    let first_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut options = runtime_options(&db, 2);
+    options.shutdown_grace = Duration::from_millis(300);
+    options.poll_interval = Duration::from_millis(50);
+    let worker = Worker::new(
+        ctx,
+        all_operations(Arc::new(Stubborn {
+            lease,
+            first_ended: first_ended.clone(),
+        })),
+        options,
+    );
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+    wait_for("the first claim", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure") == ("claimed".into(), 1)
+    });
+    // The first claim is lost (its heartbeat is refused from now on) while its pass is stuck.
+    c.batch_execute(
+        "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 s'
+         WHERE state = 'claimed'",
+    )
+    .unwrap();
+    wait_for("the second claim", Duration::from_secs(15), || {
+        state_of(&mut c, "namespace:ns1:ensure") == ("claimed".into(), 2)
+    });
+    wait_for("the first pass to end", Duration::from_secs(15), || {
+        first_ended.load(Ordering::SeqCst)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let stopped = Instant::now();
+    stop.stop();
+    running.join().unwrap();
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the second pass was not cancelled: {took:?}"
+    );
+    let interrupted = events.named("worker.pass-interrupted");
+    assert_eq!(interrupted.len(), 1, "{interrupted:?}");
+    assert_eq!(interrupted[0]["attempt"], 2);
+    assert_eq!(interrupted[0]["released"], true);
+    assert_eq!(
+        state_of(&mut c, "namespace:ns1:ensure"),
+        ("queued".into(), 1),
+        "released with the second attempt refunded"
+    );
+}
+
+/// An event sink that panics on the coordinator's `worker.stopping` line.
+struct PanicOnStopping;
+
+impl Write for PanicOnStopping {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if String::from_utf8_lossy(buf).contains("\"worker.stopping\"") {
+            panic!("test: the claim thread panics");
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// W4, issue 9 item 4: a panic on the claim thread is not a clean stop: every thread is joined
+// and `Worker::run` fails, so the process exits non-zero.
+#[test]
+fn a_panic_on_the_claim_thread_makes_the_worker_fail() {
+    let db = TestDb::bootstrapped();
+    let (ctx, _) = context(&db, Duration::from_secs(5), 5);
+    let ctx = Arc::new(occ_worker::reconcile::Context {
+        pool: ctx.pool.clone(),
+        compute: ctx.compute.clone(),
+        installation_id: ctx.installation_id.clone(),
+        queue: ctx.queue,
+        convergence_timeout: ctx.convergence_timeout,
+        events: occ_worker::events::Events::to(Box::new(PanicOnStopping)),
+        metrics: ctx.metrics.clone(),
+    });
+    let worker = Worker::new(ctx, Registry::new(), runtime_options(&db, 2));
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run());
+    std::thread::sleep(Duration::from_millis(300));
+    stop.stop();
+    let result = running.join().expect("run itself returns");
+    let e = result.expect_err("a panicked claim thread fails the run");
+    assert!(e.to_string().contains("claim thread panicked"), "{e}");
 }

@@ -415,6 +415,11 @@ pub fn worker_env(url: &str) -> Env {
 impl WorkerProcess {
     /// Starts `occ-worker run --test-reconciler <reconciler>` with `env`.
     pub fn start(reconciler: &str, env: &[(&str, String)]) -> WorkerProcess {
+        if !cfg!(feature = "test-tooling") {
+            panic!(
+                "`run --test-reconciler` needs the test-tooling feature: run through scripts/test"
+            );
+        }
         let child = worker_command(&["run", "--test-reconciler", reconciler], env)
             .spawn()
             .expect("spawn occ-worker");

@@ -22,7 +22,7 @@
 
 mod controller;
 mod store;
-mod tls;
+pub mod tls;
 
 use parking_lot::{Condvar, Mutex};
 use rustls::{ServerConnection, StreamOwned};

@@ -45,7 +45,7 @@ pub fn new_ca(common_name: &str) -> (Certificate, KeyPair) {
 }
 
 /// A leaf certificate signed by `ca` for the given names and purpose.
-fn leaf(
+pub fn leaf(
     ca: &(Certificate, KeyPair),
     common_name: &str,
     sans: Vec<SanType>,

@@ -1,0 +1,219 @@
+//! Database connections: the pool every thread borrows from, and dedicated connections for
+//! LISTEN and migrations.
+//!
+//! Owns connect timeouts, statement timeouts, TCP keepalive and `tcp_user_timeout`, the pool's
+//! check-out test (bounded by the database timeout), and the `Watchdog` that bounds every wait
+//! on the client side (SPEC W5): a server that stops answering while its sockets stay open
+//! never wedges a thread for longer than the database timeout plus one watchdog tick. It writes
+//! no SQL of its own beyond session settings.
+
+pub mod tls;
+mod watchdog;
+
+pub use watchdog::Watchdog;
+
+use postgres::Client;
+use std::fmt;
+use std::time::Duration;
+
+pub type Pool = r2d2::Pool<Manager>;
+pub type PooledClient = r2d2::PooledConnection<Manager>;
+
+/// The pool's connection manager: connects with the worker's session settings and tests a
+/// connection at check-out with a no-op query bounded by the database timeout (r2d2_postgres'
+/// own test waits without bound). r2d2 tests idle connections one after another until one
+/// passes, and drops each that fails (a drop says goodbye and waits for the server to close):
+/// so once a test has failed the database is *suspect* for one timeout, during which tests
+/// wait only `SUSPECT_WAIT` and the `Watchdog` ends unanswered requests after that long too.
+/// One check-out never adds up many timeouts.
+pub struct Manager {
+    config: postgres::Config,
+    tls: tls::Connector,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a request may stay unanswered while the database is suspect.
+pub const SUSPECT_WAIT: Duration = Duration::from_millis(100);
+
+/// Milliseconds since `EPOCH` until which the database is suspect; `u64::MAX` once closing.
+static SUSPECT_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+fn now_ms() -> u64 {
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// Marks the database suspect for `period`: check-out tests and the watchdog wait only
+/// `SUSPECT_WAIT` for an answer.
+pub fn suspect_for(period: Duration) {
+    let until = now_ms().saturating_add(period.as_millis() as u64);
+    SUSPECT_UNTIL.fetch_max(until, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on the process only closes connections: closing one never waits longer than
+/// `SUSPECT_WAIT` for a silent server (shutdown during a stall, SPEC W4/W5).
+pub fn closing() {
+    SUSPECT_UNTIL.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the database is suspect (a check-out test went unanswered recently).
+pub fn is_suspect() -> bool {
+    now_ms() < SUSPECT_UNTIL.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Client;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Client, postgres::Error> {
+        self.config.connect(self.tls.clone())
+    }
+
+    fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
+        let bound = if is_suspect() {
+            SUSPECT_WAIT.min(self.timeout)
+        } else {
+            self.timeout
+        };
+        let asked = std::time::Instant::now();
+        let answer = client.is_valid(bound);
+        // Only silence makes the database suspect; a connection found closed (a restart, or
+        // one the watchdog shut down while idle) fails at once and says nothing about it.
+        if answer.is_err() && asked.elapsed() >= SUSPECT_WAIT.min(bound) {
+            suspect_for(self.timeout);
+        }
+        answer
+    }
+
+    fn has_broken(&self, client: &mut Client) -> bool {
+        client.is_closed()
+    }
+}
+
+/// Why the database could not be reached or used.
+#[derive(Debug)]
+pub enum DbError {
+    /// The connection string does not parse.
+    InvalidUrl(postgres::Error),
+    /// The connection string's TLS settings (`sslmode`, `sslrootcert`) are unusable.
+    InvalidTls(String),
+    /// No connection could be made or borrowed within the timeout.
+    Unavailable(String),
+    /// A statement failed.
+    Query(postgres::Error),
+}
+
+impl DbError {
+    /// Transient errors end the pass without publishing; the worker recovers by itself.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DbError::InvalidUrl(_) | DbError::InvalidTls(_) => false,
+            DbError::Unavailable(_) => true,
+            DbError::Query(e) => e.as_db_error().is_none() || e.is_closed(),
+        }
+    }
+
+    /// The SQLSTATE of a database error, if any.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            DbError::Query(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DbError::InvalidUrl(e) => write!(f, "invalid database URL: {e}"),
+            DbError::InvalidTls(m) => write!(f, "invalid database TLS settings: {m}"),
+            DbError::Unavailable(m) => write!(f, "database unavailable: {m}"),
+            DbError::Query(e) => match e.as_db_error() {
+                Some(db) => write!(f, "database error {}: {}", db.code().code(), db.message()),
+                None => write!(f, "database error: {e}"),
+            },
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+impl From<postgres::Error> for DbError {
+    fn from(e: postgres::Error) -> DbError {
+        DbError::Query(e)
+    }
+}
+
+impl From<r2d2::Error> for DbError {
+    fn from(e: r2d2::Error) -> DbError {
+        DbError::Unavailable(e.to_string())
+    }
+}
+
+/// Parses `url` (its TLS settings apart, `tls`) and applies the worker's session settings:
+/// connect timeout, keepalive, `tcp_user_timeout` (unacknowledged data fails the connection),
+/// server-side statement and lock timeouts, and the `sslmode` to negotiate. A peer whose
+/// kernel acknowledges but never answers is the `Watchdog`'s.
+pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
+    let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
+    let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;
+    let mut config: postgres::Config = rest.parse().map_err(DbError::InvalidUrl)?;
+    let ms = timeout.as_millis().max(1);
+    config
+        .ssl_mode(settings.mode.wire())
+        .connect_timeout(timeout)
+        .tcp_user_timeout(timeout)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .application_name("occ-worker")
+        .options(&format!(
+            "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={}",
+            ms * 6
+        ));
+    Ok((config, connector))
+}
+
+/// A pool of `size` connections; borrowing waits at most `timeout`.
+pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
+    let (config, tls) = config(url, timeout)?;
+    let manager = Manager {
+        config,
+        tls,
+        timeout,
+    };
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(timeout)
+        .build(manager)
+        .map_err(DbError::from)
+}
+
+/// A dedicated connection (LISTEN, migrations, operator commands).
+pub fn connect(url: &str, timeout: Duration) -> Result<Client, DbError> {
+    let (config, tls) = config(url, timeout)?;
+    config
+        .connect(tls)
+        .map_err(|e| DbError::Unavailable(short(&e)))
+}
+
+/// A one-line description of a connection failure without the server's free text.
+fn short(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("SQLSTATE {}", db.code().code()),
+        None => e.to_string(),
+    }
+}
