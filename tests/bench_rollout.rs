@@ -59,10 +59,9 @@ fn count(c: &mut Client, sql: &str) -> i64 {
 /// A fresh migrated and bootstrapped database on the server at `admin`.
 fn database(admin: &str, name: &str) -> String {
     let mut a = Client::connect(admin, NoTls).expect("connect to the benchmark server");
-    a.batch_execute(&format!(
-        "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
-    ))
-    .unwrap();
+    a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    a.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
     let url = with_db(admin, name);
     let mut c = Client::connect(&url, NoTls).unwrap();
     occ_worker::migrate::run(&mut c).expect("migrate");
