@@ -3,6 +3,7 @@
 
 mod agent;
 mod agent_driver;
+mod cli;
 mod conventions;
 mod docker;
 mod docker_fake;
