@@ -1,5 +1,6 @@
 //! The health server (SPEC W6): `/livez`, `/readyz` and `/metrics` on `OCC_WORKER_HTTP_ADDR`,
-//! served by one named thread, `occ-http`.
+//! served by one named thread, `occ-http`, on a plain `std` listener (no server library, so no
+//! unnamed helper threads).
 //!
 //! Liveness means the coordinator loop goes round; readiness means the database answers (with
 //! the pending count); metrics are the Prometheus text format. It reads the queue depth and
@@ -11,7 +12,8 @@ use crate::metrics::Metrics;
 use crate::queue;
 use crate::runtime::Progress;
 use serde_json::json;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,8 +25,16 @@ pub struct HealthServer {
     pub addr: SocketAddr,
 }
 
+/// How long one client may take to send its request or read the answer.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest request head read; health checks and scrapers send far less.
+const MAX_REQUEST: usize = 8 * 1024;
+
 impl HealthServer {
-    /// Binds `addr` and serves until dropped.
+    /// Binds `addr` and serves until dropped. One thread, `occ-http`, accepts and answers each
+    /// connection in turn (a slow client holds it at most `CLIENT_TIMEOUT`); there is no
+    /// other thread, and no polling: dropping wakes the blocked `accept` with a connection of
+    /// its own.
     pub fn start(
         addr: SocketAddr,
         pool: Pool,
@@ -33,38 +43,24 @@ impl HealthServer {
         stale_after: Duration,
         events: Events,
     ) -> Result<HealthServer, String> {
-        let server = tiny_http::Server::http(addr)
+        let listener = TcpListener::bind(addr)
             .map_err(|e| format!("cannot bind health address {addr}: {e}"))?;
-        let bound = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| "health server has no IP address".to_string())?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| format!("health server has no address: {e}"))?;
         let running = Arc::new(AtomicBool::new(true));
         let flag = running.clone();
         let handle = std::thread::Builder::new()
             .name("occ-http".into())
             .spawn(move || {
-                while flag.load(Ordering::SeqCst) {
-                    let request = match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(r)) => r,
-                        Ok(None) => continue,
-                        Err(_) => break,
-                    };
-                    let (status, body, content_type) = answer(
-                        request.url(),
-                        &pool,
-                        &metrics,
-                        &progress,
-                        stale_after,
-                        &events,
-                    );
-                    let header = tiny_http::Header::from_bytes("Content-Type", content_type)
-                        .expect("static header");
-                    let _ = request.respond(
-                        tiny_http::Response::from_string(body)
-                            .with_status_code(status)
-                            .with_header(header),
-                    );
+                for stream in listener.incoming() {
+                    if !flag.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    serve(stream, |path| {
+                        answer(path, &pool, &metrics, &progress, stale_after, &events)
+                    });
                 }
             })
             .map_err(|e| format!("cannot start health thread: {e}"))?;
@@ -79,10 +75,56 @@ impl HealthServer {
 impl Drop for HealthServer {
     fn drop(&mut self) {
         self.running.store(false, Ordering::SeqCst);
+        // Wake the blocked accept; a wildcard bind is reached over loopback.
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, CLIENT_TIMEOUT);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
     }
+}
+
+/// Reads one HTTP/1.x request head, answers `GET PATH` with `answer(PATH)` and closes.
+fn serve(mut stream: TcpStream, answer: impl FnOnce(&str) -> (u16, String, &'static str)) {
+    let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(CLIENT_TIMEOUT));
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut words = line.split_whitespace();
+    let (status, body, content_type) = match (words.next(), words.next()) {
+        (Some("GET"), Some(target)) => answer(target.split('?').next().unwrap_or(target)),
+        (Some(_), Some(_)) => (
+            405,
+            json!({"status": "method_not_allowed"}).to_string(),
+            "application/json",
+        ),
+        _ => return,
+    };
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Service Unavailable",
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes());
+    let _ = stream.flush();
 }
 
 fn answer(
