@@ -20,6 +20,7 @@ mod namespace;
 mod outage;
 mod queue;
 mod queue_smoke;
+mod readme;
 mod revision;
 mod runtime;
 mod scripted;
