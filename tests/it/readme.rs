@@ -196,3 +196,57 @@ fn the_readme_walk_throughs_run_as_written() {
         scratch.checkout.display()
     );
 }
+
+fn rust_sources(dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(std::fs::read_to_string(&path).unwrap());
+        }
+    }
+}
+
+/// Every string literal's contents (no escapes in the names this looks for).
+fn literals(source: &str) -> Vec<&str> {
+    source.split('"').skip(1).step_by(2).collect()
+}
+
+// Issue 11: the README is self-contained: every event the worker emits and every reason code
+// in the source is documented there (a new one without a README line fails here).
+#[test]
+fn every_event_and_reason_code_is_in_the_readme() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut sources = Vec::new();
+    rust_sources(&root().join("src"), &mut sources);
+    let mut missing = std::collections::BTreeSet::new();
+    for source in &sources {
+        for literal in literals(source) {
+            let event = (literal.starts_with("worker.") || literal.starts_with("compute."))
+                && literal.len() > 8
+                && literal[literal.find('.').unwrap() + 1..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-');
+            let code = literal.contains('_')
+                && literal.len() > 4
+                && literal
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_uppercase())
+                && literal
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && !["OCC_", "KUBERNETES_SERVICE_", "DOCKER_HOST", "CARGO_PKG_"]
+                    .iter()
+                    .any(|p| literal.starts_with(p));
+            if (event || code) && !readme.contains(&format!("`{literal}`")) {
+                missing.insert(literal.to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "documented nowhere in README.md (as `CODE`): {missing:?}"
+    );
+}
