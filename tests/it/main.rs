@@ -24,4 +24,5 @@ mod readme;
 mod revision;
 mod runtime;
 mod scripted;
+mod scripts;
 mod support;
