@@ -72,7 +72,7 @@ struct Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = Command::new(self.checkout.join("scripts/pg-stop"))
-            .args(["--reset", "target/pg"])
+            .args(["--reset", "target/pg-dev"])
             .current_dir(&self.checkout)
             .status();
         let label = format!("label=occ.installation={}", self.installation);
