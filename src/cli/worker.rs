@@ -50,8 +50,11 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     drop(globals.connect_to(&config.database_url, config.db_timeout)?);
     let pool =
         occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
+            let target = occ_worker::db::config(&config.database_url, config.db_timeout)
+                .map(|c| occ_worker::db::describe(&c))
+                .unwrap_or_default();
             CliError::new(format!(
-                "database unreachable after {} ms ({}): {e}",
+                "database unreachable at {target} after {} ms ({}): {e}",
                 config.db_timeout.as_millis(),
                 globals.database_url_source()
             ))
