@@ -153,6 +153,9 @@ fn the_readme_walk_throughs_run_as_written() {
         .env("OCC_DEV_SKIP_BUILD", "1")
         .env("OCC_DEV_INSTALLATION", &scratch.installation)
         .env("OCC_WORKER_HTTP_ADDR", format!("127.0.0.1:{}", free_port()))
+        // The Docker Engine may be shared: a pool of its own keeps other projects' leftover
+        // networks in the default pool from starving the walk-through.
+        .env("OCC_DOCKER_SUBNET_POOL", "10.218.0.0/16:24")
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -168,7 +171,7 @@ fn the_readme_walk_throughs_run_as_written() {
         }
         if started.elapsed() > Duration::from_secs(300) {
             let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
+                .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
             let _ = child.wait();
             break None;
@@ -183,6 +186,7 @@ fn the_readme_walk_throughs_run_as_written() {
     );
     for expected in [
         "\"status\":\"provisioning\"",
+        "status: ready",
         "HARNESS_BINDING_UNSUPPORTED",
         "\"event\":\"worker.stopping\"",
         "\"event\":\"worker.stopped\"",
