@@ -1,16 +1,13 @@
-# A minimal image: the static-ish release binary on a distroless base with glibc.
-# Build: docker build -t occ-worker .   Run: docker run -e OCC_DATABASE_URL=... occ-worker run
-FROM rust:1.92-bookworm AS build
-WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
-COPY src src
-COPY sql sql
-RUN cargo build --release --locked --bin occ-worker
-
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/occ-worker /usr/local/bin/occ-worker
-USER nonroot
+# The occ-worker image: nothing but a static, stripped binary, the CA roots and a non-root
+# user, on an empty base, so it builds without any registry. Build it with scripts/build-image,
+# which stages target/image/ (the only part of the checkout .dockerignore lets into the build
+# context) and then runs `docker build -t occ-worker:latest .`.
+# Run: docker run -e OCC_DATABASE_URL=… -e OCC_COMPUTE_DRIVER=kubernetes … occ-worker run
+FROM scratch
+COPY target/image/rootfs/ /
+USER 65532:65532
 EXPOSE 9464
-ENV OCC_WORKER_HTTP_ADDR=0.0.0.0:9464
+ENV OCC_WORKER_HTTP_ADDR=0.0.0.0:9464 \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 ENTRYPOINT ["/usr/local/bin/occ-worker"]
 CMD ["run"]

@@ -14,6 +14,7 @@ pub mod health;
 pub mod iam;
 pub mod metrics;
 pub mod migrate;
+pub mod operator;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;

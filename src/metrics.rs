@@ -1,5 +1,5 @@
-//! Prometheus metrics (SPEC W6): passes by operation and outcome, pass duration, deploy and
-//! stop durations, queue depth, claims lost. Owns the registry; never blocks a pass.
+//! Prometheus metrics (SPEC W6): passes by operation and outcome, pass duration, Compute call
+//! durations by effect, queue depth, claims lost. The HELP texts are listed in the README. Owns the registry; never blocks a pass.
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -22,32 +22,35 @@ impl Metrics {
         let registry = Registry::new();
         let buckets = vec![0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0, 120.0];
         let passes = IntCounterVec::new(
-            Opts::new("occ_worker_passes_total", "Passes by operation and outcome"),
+            Opts::new("occ_worker_passes_total", "Finished passes by operation and outcome: success, pending, retry, permanent (the reconciler's report), interrupted (stopped by shutdown), claim_lost, error"),
             &["operation", "outcome"],
         )
         .expect("valid metric");
         let pass_duration = HistogramVec::new(
-            HistogramOpts::new("occ_worker_pass_duration_seconds", "Pass duration")
-                .buckets(buckets.clone()),
+            HistogramOpts::new(
+                "occ_worker_pass_duration_seconds",
+                "Seconds from the start of a pass to its outcome, by operation",
+            )
+            .buckets(buckets.clone()),
             &["operation"],
         )
         .expect("valid metric");
         let effect_duration = HistogramVec::new(
             HistogramOpts::new(
                 "occ_worker_effect_duration_seconds",
-                "Deploy and stop durations (effect = deploy | stop)",
+                "Seconds per Compute Driver call made under an Agent or revision claim, by effect: deploy, bind, stop, retire, credentials",
             )
             .buckets(buckets),
             &["effect"],
         )
         .expect("valid metric");
         let queue_depth = IntGaugeVec::new(
-            Opts::new("occ_worker_queue_depth", "Queued and claimed work"),
+            Opts::new("occ_worker_queue_depth", "Work rows queued and claimed, read from the database when /readyz or /metrics is served"),
             &["state"],
         )
         .expect("valid metric");
         let claims_lost = IntCounterVec::new(
-            Opts::new("occ_worker_claims_lost_total", "Claims lost by cause"),
+            Opts::new("occ_worker_claims_lost_total", "Passes that lost their claim, by cause: CLAIM_RENEWAL_REFUSED, CLAIM_RENEWAL_LATE, CLAIM_RENEWAL_FAILED, CLAIM_LEASE_LAPSED, CLAIM_LOST"),
             &["cause"],
         )
         .expect("valid metric");

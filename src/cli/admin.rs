@@ -4,6 +4,8 @@
 //! (`sql/V3__namespace_admission.sql`), which authorizes `--actor`, refuses with a one-line
 //! error, and audits. This module only parses, calls and prints: it decides nothing itself.
 
+use super::admin_read::{self, Read};
+use super::refusal::{refused, Inputs};
 use super::{CliError, Globals};
 use clap::{Args, Subcommand};
 use occ_worker::queue;
@@ -18,8 +20,9 @@ pub enum AdminCommand {
     /// IAM groups: bindings and restrictions naming a group apply to its members.
     #[command(subcommand)]
     Group(GroupCommand),
-    /// Grant a role to a principal (an identity, or `group:ID`) on a scope.
-    Grant(BindingArgs),
+    /// Grant a role to a principal (an identity, or `group:ID`) on a scope; `grant list` lists
+    /// bindings.
+    Grant(GrantArgs),
     /// Revoke a role binding.
     Revoke(BindingArgs),
     /// Namespace admission and reads (N1, N4).
@@ -87,6 +90,10 @@ pub enum IdentityCommand {
         #[arg(long)]
         actor: String,
     },
+    /// List every identity with its groups.
+    List,
+    /// Show one identity: groups, the bindings that apply to it, restrictions.
+    Show { id: String },
 }
 
 #[derive(Subcommand)]
@@ -111,6 +118,41 @@ pub enum GroupCommand {
         identity: String,
         #[arg(long)]
         actor: String,
+    },
+    /// List every group with its members.
+    List,
+    /// Show one group: members and bindings.
+    Show { id: String },
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct GrantArgs {
+    #[command(subcommand)]
+    list: Option<GrantCommand>,
+    /// An identity id, or `group:ID` for a group.
+    #[arg(required = true)]
+    principal: Option<String>,
+    #[arg(required = true)]
+    role: Option<String>,
+    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+    #[arg(long, required = true)]
+    scope: Option<String>,
+    /// The installation administrator performing the change.
+    #[arg(long, required = true)]
+    actor: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub enum GrantCommand {
+    /// List role bindings, optionally only a principal's or only on a scope.
+    List {
+        /// An identity id, or `group:ID`.
+        #[arg(long)]
+        principal: Option<String>,
+        /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+        #[arg(long)]
+        scope: Option<String>,
     },
 }
 
@@ -175,7 +217,8 @@ pub enum WorkCommand {
     },
 }
 
-/// The database's own message for a refused admission (constraint or RAISE), one line.
+/// The database's own message for a failed statement, one line (start-up reads only; admin
+/// commands go through `refusal::refused`).
 pub fn db_message(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.message().to_string(),
@@ -184,17 +227,18 @@ pub fn db_message(e: &postgres::Error) -> String {
 }
 
 /// Calls one admission (or read) function returning jsonb and prints its answer; a refusal
-/// becomes a one-line error naming what was refused.
-fn call(
+/// becomes a one-line error naming the argument at fault (`refusal::refused`).
+pub fn call(
     globals: &Globals,
     what: &str,
+    args: &[(&str, &str)],
     query: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<(), CliError> {
     let mut client = globals.connect()?;
     let row = client
         .query_one(query, params)
-        .map_err(|e| CliError::new(format!("{what} refused: {}", db_message(&e))))?;
+        .map_err(|e| refused(&Inputs { what, args }, &e))?;
     let value: Value = row.get(0);
     globals.print(&value);
     Ok(())
@@ -211,18 +255,21 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "identity create",
+            &[("ID", &id), ("--actor", &actor)],
             "SELECT occ.identity_create($1, $2, $3, $4, $5)",
             &[&actor, &id, &service_principal, &namespace, &agent],
         ),
         AdminCommand::Identity(IdentityCommand::Revoke { id, actor }) => call(
             globals,
             "identity revoke",
+            &[("ID", &id), ("--actor", &actor)],
             "SELECT occ.identity_revoke($1, $2)",
             &[&actor, &id],
         ),
         AdminCommand::Group(GroupCommand::Create { id, actor }) => call(
             globals,
             "group create",
+            &[("ID", &id), ("--actor", &actor)],
             "SELECT occ.group_create($1, $2)",
             &[&actor, &id],
         ),
@@ -233,6 +280,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "group add-member",
+            &[("GROUP", &group), ("IDENTITY", &identity)],
             "SELECT occ.group_add_member($1, $2, $3)",
             &[&actor, &group, &identity],
         ),
@@ -243,24 +291,65 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "group remove-member",
+            &[("GROUP", &group), ("IDENTITY", &identity)],
             "SELECT occ.group_remove_member($1, $2, $3)",
             &[&actor, &group, &identity],
         ),
-        AdminCommand::Grant(b) => call(
+        AdminCommand::Identity(IdentityCommand::List) => admin_read::run(globals, Read::Identities),
+        AdminCommand::Identity(IdentityCommand::Show { id }) => {
+            admin_read::run(globals, Read::Identity(&id))
+        }
+        AdminCommand::Group(GroupCommand::List) => admin_read::run(globals, Read::Groups),
+        AdminCommand::Group(GroupCommand::Show { id }) => {
+            admin_read::run(globals, Read::Group(&id))
+        }
+        AdminCommand::Grant(GrantArgs {
+            list: Some(GrantCommand::List { principal, scope }),
+            ..
+        }) => admin_read::run(
             globals,
-            "grant",
-            "SELECT occ.binding_grant($1, $2, $3, $4)",
-            &[&b.actor, &b.principal, &b.role, &b.scope],
+            Read::Grants {
+                principal: principal.as_deref(),
+                scope: scope.as_deref(),
+            },
         ),
+        AdminCommand::Grant(g) => {
+            let b = BindingArgs {
+                principal: g.principal.unwrap_or_default(),
+                role: g.role.unwrap_or_default(),
+                scope: g.scope.unwrap_or_default(),
+                actor: g.actor.unwrap_or_default(),
+            };
+            call(
+                globals,
+                "grant",
+                &[
+                    ("PRINCIPAL", &b.principal),
+                    ("ROLE", &b.role),
+                    ("--scope", &b.scope),
+                ],
+                "SELECT occ.binding_grant($1, $2, $3, $4)",
+                &[&b.actor, &b.principal, &b.role, &b.scope],
+            )
+        }
         AdminCommand::Revoke(b) => call(
             globals,
             "revoke",
+            &[
+                ("PRINCIPAL", &b.principal),
+                ("ROLE", &b.role),
+                ("--scope", &b.scope),
+            ],
             "SELECT occ.binding_revoke($1, $2, $3, $4)",
             &[&b.actor, &b.principal, &b.role, &b.scope],
         ),
-        AdminCommand::Harness(HarnessCommand::List) => {
-            call(globals, "harness list", "SELECT occ.harness_list()", &[])
-        }
+        AdminCommand::Harness(HarnessCommand::List) => call(
+            globals,
+            "harness list",
+            &[],
+            "SELECT occ.harness_list()",
+            &[],
+        ),
         AdminCommand::Harness(HarnessCommand::Approve {
             id,
             mode,
@@ -269,8 +358,9 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "harness approve",
+            &[("ID", &id), ("--version", &version)],
             "SELECT occ.harness_approve($1, $2, $3, $4)",
-            &[&actor, &id, &mode.as_str(), &version],
+            &[&actor, &id, &mode.as_str().to_string(), &version],
         ),
         AdminCommand::Namespace(cmd) => namespace(globals, cmd),
         AdminCommand::Work(cmd) => work(globals, cmd),
@@ -287,9 +377,14 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                     )));
                 }
             }
+            let namespace = match namespace {
+                Some(ns) => Some(admin_read::known_namespace(globals, "audit", &ns)?),
+                None => None,
+            };
             call(
                 globals,
                 "audit",
+                &[],
                 "SELECT occ.audit_list($1, $2::text::timestamptz, $3)",
                 &[&namespace, &since, &limit],
             )
@@ -344,24 +439,28 @@ fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliErro
         } => call(
             globals,
             "namespace create",
+            &[("NAME", &name), ("--actor", &actor)],
             "SELECT occ.namespace_create($1, $2, $3)",
             &[&actor, &name, &existing_namespace],
         ),
         NamespaceCommand::Delete { namespace, actor } => call(
             globals,
             "namespace delete",
+            &[("NAMESPACE", &namespace), ("--actor", &actor)],
             "SELECT occ.namespace_delete($1, $2)",
             &[&actor, &namespace],
         ),
         NamespaceCommand::List => call(
             globals,
             "namespace list",
+            &[],
             "SELECT occ.namespace_list()",
             &[],
         ),
         NamespaceCommand::Show { namespace } => call(
             globals,
             "namespace show",
+            &[("NAMESPACE", &namespace)],
             "SELECT occ.namespace_show($1)",
             &[&namespace],
         ),
@@ -376,6 +475,10 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
             namespace,
             limit,
         } => {
+            let namespace = match namespace {
+                Some(ns) => Some(admin_read::known_namespace(globals, "work list", &ns)?),
+                None => None,
+            };
             if let Some(s) = &state {
                 if !["queued", "claimed", "succeeded", "failed_permanent"].contains(&s.as_str()) {
                     return Err(CliError::config(format!(
@@ -397,6 +500,7 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
                 return call(
                     globals,
                     "work retry",
+                    &[("KEY", &key)],
                     "SELECT occ.namespace_delete_retry($1, $2)",
                     &[&actor, &key],
                 );

@@ -5,6 +5,8 @@
 //! authorizes `--actor`, refuses with a one-line error and audits. This module only parses,
 //! calls and prints; it decides nothing itself.
 
+use super::admin::call;
+use super::admin_read::{self, Read};
 use super::{CliError, Globals};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
@@ -92,6 +94,8 @@ pub enum AgentCommand {
     },
     /// Show the Agent and each revision's deployment status.
     Show { namespace: String, agent: String },
+    /// List the Namespace's Agents with their latest revision's status.
+    List { namespace: String },
 }
 
 #[derive(Subcommand)]
@@ -100,11 +104,16 @@ pub enum ConfigurationCommand {
     Put {
         namespace: String,
         id: String,
+        /// A JSON object, at most 1 MiB.
         #[arg(long)]
         file: std::path::PathBuf,
         #[arg(long)]
         actor: String,
     },
+    /// List the Namespace's Configurations (id, generation, last change).
+    List { namespace: String },
+    /// Show one Configuration with its document.
+    Show { namespace: String, id: String },
 }
 
 #[derive(Subcommand)]
@@ -118,21 +127,8 @@ pub enum SecretCommand {
         #[arg(long)]
         actor: String,
     },
-}
-
-fn call(
-    globals: &Globals,
-    what: &str,
-    sql: &str,
-    params: &[&(dyn postgres::types::ToSql + Sync)],
-) -> Result<(), CliError> {
-    let mut client = globals.connect()?;
-    let row = client
-        .query_one(sql, params)
-        .map_err(|e| CliError::new(format!("{what} refused: {}", super::admin::db_message(&e))))?;
-    let value: Value = row.get(0);
-    globals.print(&value);
-    Ok(())
+    /// List the Namespace's Secrets (backend references, never values).
+    List { namespace: String },
 }
 
 fn compute_default() -> Option<String> {
@@ -143,6 +139,18 @@ fn compute_default() -> Option<String> {
 
 pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
     match command {
+        AgentAdmin::Agent(AgentCommand::List { namespace }) => {
+            admin_read::run(globals, Read::Agents(&namespace))
+        }
+        AgentAdmin::Secret(SecretCommand::List { namespace }) => {
+            admin_read::run(globals, Read::Secrets(&namespace))
+        }
+        AgentAdmin::Configuration(ConfigurationCommand::List { namespace }) => {
+            admin_read::run(globals, Read::Configurations(&namespace))
+        }
+        AgentAdmin::Configuration(ConfigurationCommand::Show { namespace, id }) => {
+            admin_read::run(globals, Read::Configuration(&namespace, &id))
+        }
         AgentAdmin::Agent(AgentCommand::Create {
             namespace,
             name,
@@ -150,6 +158,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "agent create",
+            &[("NAMESPACE", &namespace), ("NAME", &name)],
             "SELECT occ.agent_create($1, $2, $3)",
             &[&namespace, &name, &actor],
         ),
@@ -169,6 +178,13 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             call(
                 globals,
                 "agent deploy",
+                &[
+                    ("NAMESPACE", &a.namespace),
+                    ("AGENT", &a.agent),
+                    ("--configuration", &a.configuration),
+                    ("--harness-secret", &a.harness_secret),
+                    ("--compute-id", &compute_id),
+                ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &a.namespace,
@@ -190,6 +206,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "agent stop",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_stop($1, $2, $3)",
             &[&namespace, &agent, &actor],
         ),
@@ -200,12 +217,14 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "agent delete",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_delete($1, $2, $3)",
             &[&namespace, &agent, &actor],
         ),
         AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => call(
             globals,
             "agent show",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_show($1, $2)",
             &[&namespace, &agent],
         ),
@@ -215,13 +234,15 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             file,
             actor,
         }) => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| CliError::new(format!("cannot read {}: {e}", file.display())))?;
-            let document: Value = serde_json::from_str(&text)
-                .map_err(|e| CliError::new(format!("{} is not JSON: {e}", file.display())))?;
+            let document = read_configuration(&file)?;
             call(
                 globals,
                 "configuration put",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("ID", &id),
+                    ("--file", &file.display().to_string()),
+                ],
                 "SELECT occ.configuration_put($1, $2, $3, $4)",
                 &[&namespace, &id, &document, &actor],
             )
@@ -234,8 +255,47 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "secret create",
+            &[
+                ("NAMESPACE", &namespace),
+                ("ID", &id),
+                ("--backend-ref", &backend_ref),
+            ],
             "SELECT occ.secret_create($1, $2, $3, $4)",
             &[&namespace, &id, &backend_ref, &actor],
         ),
     }
+}
+
+/// The largest Configuration file `configuration put` reads (README, Operating).
+pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
+
+/// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON. Every
+/// refusal is bad input (exit 2) naming the file.
+fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
+    use std::io::Read;
+    let shown = file.display();
+    let opened = std::fs::File::open(file)
+        .map_err(|e| CliError::config(format!("--file {shown}: cannot read it: {e}")))?;
+    // Read one byte past the limit rather than trusting the size a special file reports.
+    let mut text = Vec::new();
+    opened
+        .take(CONFIGURATION_FILE_LIMIT + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| CliError::config(format!("--file {shown}: cannot read it: {e}")))?;
+    if text.len() as u64 > CONFIGURATION_FILE_LIMIT {
+        return Err(CliError::config(format!(
+            "--file {shown} is larger than 1 MiB (1048576 bytes), the limit for a Configuration"
+        )));
+    }
+    let document: Value = serde_json::from_slice(&text).map_err(|e| {
+        CliError::config(format!(
+            "--file {shown} is not JSON: {e} (a Configuration is one JSON object)"
+        ))
+    })?;
+    if !document.is_object() {
+        return Err(CliError::config(format!(
+            "--file {shown} holds JSON but not an object: a Configuration is one JSON object"
+        )));
+    }
+    Ok(document)
 }

@@ -3,8 +3,10 @@
 
 mod admin;
 mod admin_agent;
+mod admin_read;
 #[cfg(feature = "test-tooling")]
 mod bench;
+mod refusal;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -107,6 +109,16 @@ impl Globals {
         })
     }
 
+    /// Where the database URL came from, for messages: the flag or the variable.
+    pub fn database_url_source(&self) -> &'static str {
+        let from_env = std::env::var("OCC_DATABASE_URL").ok();
+        if from_env.is_some() && from_env == self.database_url {
+            "OCC_DATABASE_URL"
+        } else {
+            "--database-url"
+        }
+    }
+
     /// A dedicated connection for operator commands.
     pub fn connect(&self) -> Result<postgres::Client, CliError> {
         let timeout = std::time::Duration::from_millis(
@@ -116,7 +128,24 @@ impl Globals {
                 .filter(|v| *v > 0)
                 .unwrap_or(10_000),
         );
-        Ok(occ_worker::db::connect(&self.database_url()?, timeout)?)
+        self.connect_to(&self.database_url()?, timeout)
+    }
+
+    /// One connection to `url`; every failure names the address and the variable.
+    pub fn connect_to(
+        &self,
+        url: &str,
+        timeout: std::time::Duration,
+    ) -> Result<postgres::Client, CliError> {
+        let source = self.database_url_source();
+        let (config, tls) = occ_worker::db::config(url, timeout).map_err(|_| {
+            CliError::config(format!(
+                "invalid configuration: {source} is not a PostgreSQL connection string (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
+            ))
+        })?;
+        config
+            .connect(tls)
+            .map_err(|e| refusal::connect_failed(&config, source, &e))
     }
 
     /// Prints `value` as JSON or in the human form. A closed stdout (`| head`) is not an
@@ -131,6 +160,69 @@ impl Globals {
         }
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     }
+}
+
+impl Globals {
+    /// Prints a list as JSON, or as a table of `columns` (header, key): one row per item,
+    /// lists joined by commas, absent values as `-`.
+    pub fn print_table(&self, value: &Value, columns: &[(&str, &str)]) {
+        if self.json {
+            return self.print(value);
+        }
+        let rows: Vec<Vec<String>> = value
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|item| {
+                        columns
+                            .iter()
+                            .map(|(_, key)| cell(item.get(*key).unwrap_or(&Value::Null)))
+                            .collect()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let out = table(columns, &rows);
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    }
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Array(items) if items.is_empty() => "-".into(),
+        Value::Array(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+        other => scalar(other),
+    }
+}
+
+/// Left-aligned columns two spaces apart; `(none)` under the header when there are no rows.
+fn table(columns: &[(&str, &str)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = columns.iter().map(|(h, _)| h.len()).collect();
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(columns.iter().map(|(h, _)| *h).collect());
+    if rows.is_empty() {
+        out.push_str("(none)\n");
+    }
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
 }
 
 fn human(value: &Value, indent: usize, out: &mut String) {
@@ -205,7 +297,13 @@ pub fn run() -> Result<(), CliError> {
             let row = client
                 .query_one("SELECT occ.bootstrap($1, $2)", &[&installation, &admin])
                 .map_err(|e| {
-                    CliError::new(format!("bootstrap failed: {}", admin::db_message(&e)))
+                    refusal::refused(
+                        &refusal::Inputs {
+                            what: "bootstrap",
+                            args: &[("--installation", &installation), ("--admin", &admin)],
+                        },
+                        &e,
+                    )
                 })?;
             let v: Value = row.get(0);
             globals.print(&v);

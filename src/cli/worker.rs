@@ -62,11 +62,18 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
         .map_err(|e| CliError::config(format!("invalid configuration: OCC_DATABASE_URL: {e}")))?;
     let size = (config.concurrency as u32) * 2 + 4;
+    // One direct connection first: a missing database, a refused login or a closed port is
+    // reported at once with the address, instead of after the pool's connection timeout.
+    drop(globals.connect_to(&config.database_url, config.db_timeout)?);
     let pool =
         occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
+            let target = occ_worker::db::config(&config.database_url, config.db_timeout)
+                .map(|(c, _)| occ_worker::db::describe(&c))
+                .unwrap_or_default();
             CliError::new(format!(
-                "database unreachable after {} ms (OCC_DATABASE_URL): {e}",
-                config.db_timeout.as_millis()
+                "database unreachable at {target} after {} ms ({}): {e}",
+                config.db_timeout.as_millis(),
+                globals.database_url_source()
             ))
         })?;
     let installation_id = {

@@ -217,3 +217,22 @@ fn short(e: &postgres::Error) -> String {
         None => e.to_string(),
     }
 }
+
+/// `host:port` of the first server `config` names (a Unix socket directory as its path).
+pub fn server(config: &postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+/// `user@host:port/database`: where `config` connects, without the password, for messages.
+pub fn describe(config: &postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("?");
+    let dbname = config.get_dbname().unwrap_or(user);
+    format!("{user}@{}/{dbname}", server(config))
+}

@@ -2,6 +2,7 @@
 //! its own database.
 
 mod agent;
+mod cli;
 mod conventions;
 mod docker;
 mod docker_fake;
@@ -20,9 +21,11 @@ mod namespace;
 mod outage;
 mod queue;
 mod queue_smoke;
+mod readme;
 mod revision;
 mod runtime;
 mod scripted;
+mod scripts;
 mod stall;
 mod support;
 mod tls;

@@ -40,7 +40,12 @@ impl Cluster {
             "pg-start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let dir = root().join(dir);
+        // Where pg-start put it (as root, under the system temp directory).
+        let dir = Command::new(root().join("scripts/pg-dir"))
+            .arg(dir)
+            .output()
+            .expect("run scripts/pg-dir");
+        let dir = PathBuf::from(String::from_utf8(dir.stdout).unwrap().trim());
         Cluster {
             url: String::from_utf8(out.stdout).unwrap().trim().to_string(),
             data: dir.join("data"),

@@ -606,7 +606,40 @@ fn health_endpoints_answer() {
     assert_eq!(status, 200);
     assert!(metrics.contains("occ_worker_passes_total"), "{metrics}");
     assert!(metrics.contains("occ_worker_queue_depth"), "{metrics}");
+    assert!(
+        metrics.contains("# HELP occ_worker_passes_total Finished passes by operation and outcome: success, pending, retry, permanent (the reconciler's report), interrupted (stopped by shutdown), claim_lost, error\n"),
+        "{metrics}"
+    );
     assert_eq!(http_get(port, "/nope").map(|r| r.0), Some(404));
+    // W6, STYLE 5: every thread is named: ours `occ-*`, the pool's `r2d2-worker-N`; only the
+    // main thread carries the process name.
+    let pid = worker.pid();
+    let mut names = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap();
+        let tid: i32 = task.file_name().to_string_lossy().parse().unwrap();
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim().to_string();
+        let named = if tid == pid {
+            comm == "occ-worker"
+        } else {
+            comm.starts_with("occ-") || comm.starts_with("r2d2-worker-")
+        };
+        assert!(named, "thread {tid} is unnamed ({comm:?})");
+        names.push(comm);
+    }
+    for expected in [
+        "occ-claim",
+        "occ-http",
+        "occ-listen",
+        "occ-signal",
+        "occ-work-0",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
+    }
     worker.signal("TERM");
     let (status, stderr) = worker.wait(Duration::from_secs(10));
     assert!(status.success(), "{stderr}");

@@ -1,0 +1,145 @@
+//! Turns database failures into the one line an operator can act on (SPEC section 9).
+//!
+//! Owns the mapping from what PostgreSQL reports (SQLSTATE, constraint name, connection cause)
+//! to a message naming the command's argument and its rule, the database address (never the
+//! password) and the variable it came from, and the exit code: 2 when the input or the
+//! configuration can never work as given, 1 when the current state refused it. It matches on
+//! structured fields (SQLSTATE, constraint name), never on message text, and it must never
+//! print a constraint name or a server message where a rule can be named instead.
+
+use super::CliError;
+use postgres::error::SqlState;
+
+/// The identifier rule of `occ.is_ident` (sql/V1__schema.sql).
+pub const IDENT_RULE: &str =
+    "must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit";
+
+/// What the refused command was given: its name and each argument as the user typed it.
+pub struct Inputs<'a> {
+    pub what: &'a str,
+    pub args: &'a [(&'a str, &'a str)],
+}
+
+impl Inputs<'_> {
+    fn arg(&self, name: &str) -> &str {
+        self.args
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("?", |(_, v)| *v)
+    }
+}
+
+/// The argument a CHECK constraint guards and the rule it enforces.
+fn checked_argument(constraint: &str) -> Option<(&'static str, &'static str)> {
+    Some(match constraint {
+        "secrets_backend_ref_check" => (
+            "--backend-ref",
+            "must look like NAMESPACE/NAME/KEY (a Kubernetes namespace and Secret name, then the key)",
+        ),
+        "secrets_id_check" | "configurations_id_check" | "identities_id_check" | "iam_groups_id_check" => {
+            ("ID", IDENT_RULE)
+        }
+        "agents_name_check" | "namespaces_all_name_check" => ("NAME", IDENT_RULE),
+        "configurations_document_check" => ("--file", "must hold a JSON object"),
+        _ => return None,
+    })
+}
+
+/// The sentence for a unique constraint a concurrent or repeated admission ran into.
+fn duplicate(constraint: &str, inputs: &Inputs) -> Option<String> {
+    Some(match constraint {
+        "secrets_pkey" => format!(
+            "Secret {} already exists in {}",
+            inputs.arg("ID"),
+            inputs.arg("NAMESPACE")
+        ),
+        "agents_namespace_id_name_key" => format!(
+            "Agent {} already exists in {}",
+            inputs.arg("NAME"),
+            inputs.arg("NAMESPACE")
+        ),
+        "identities_pkey" => format!("identity {} already exists", inputs.arg("ID")),
+        "iam_groups_pkey" => format!("group {} already exists", inputs.arg("ID")),
+        _ => return None,
+    })
+}
+
+/// A refused admission or read, as one line with the right exit code.
+pub fn refused(inputs: &Inputs, e: &postgres::Error) -> CliError {
+    let Some(db) = e.as_db_error() else {
+        return CliError::new(format!("{} failed: {}", inputs.what, with_cause(e)));
+    };
+    let code = db.code();
+    if let Some(constraint) = db.constraint() {
+        if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION {
+            if let Some((arg, rule)) = checked_argument(constraint) {
+                return CliError::config(format!(
+                    "{} refused: {arg} {rule}, got {:?}",
+                    inputs.what,
+                    inputs.arg(arg)
+                ));
+            }
+        }
+        if *code == SqlState::UNIQUE_VIOLATION {
+            if let Some(sentence) = duplicate(constraint, inputs) {
+                return CliError::new(format!("{} refused: {sentence}", inputs.what));
+            }
+        }
+    }
+    // The admission functions' own RAISE messages are written for operators.
+    let message = format!("{} refused: {}", inputs.what, db.message());
+    if is_bad_input(code) {
+        CliError::config(message)
+    } else {
+        CliError::new(message)
+    }
+}
+
+/// Input that can never be admitted as given: data exceptions (class 22) and CHECK violations.
+fn is_bad_input(code: &SqlState) -> bool {
+    code.code().starts_with("22") || *code == SqlState::CHECK_VIOLATION
+}
+
+/// `error connecting to server: Connection refused (os error 111)`: the error and its causes.
+pub fn with_cause(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A failed connection, naming the address (never the password) and where the URL came from.
+pub fn connect_failed(config: &postgres::Config, source: &str, e: &postgres::Error) -> CliError {
+    let target = occ_worker::db::describe(config);
+    match e.as_db_error() {
+        Some(db) if *db.code() == SqlState::INVALID_CATALOG_NAME => CliError::config(format!(
+            "database {} does not exist on {} ({source}): create it or correct the URL",
+            config.get_dbname().unwrap_or("?"),
+            occ_worker::db::server(config)
+        )),
+        Some(db)
+            if *db.code() == SqlState::INVALID_PASSWORD
+                || *db.code() == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            CliError::config(format!(
+                "PostgreSQL at {target} refused the login of user {} ({source}): check the user and password",
+                config.get_user().unwrap_or("?")
+            ))
+        }
+        Some(db) => CliError::new(format!(
+            "database unreachable at {target} ({source}): SQLSTATE {}",
+            db.code().code()
+        )),
+        None => CliError::new(format!(
+            "database unreachable at {target} ({source}): {}",
+            with_cause(e)
+        )),
+    }
+}

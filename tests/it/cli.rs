@@ -1,0 +1,460 @@
+//! SPEC section 9: every operator command fails with one line a user can act on, and the exit
+//! code the README promises (2: bad input or configuration; 1: refused or failed as things
+//! stand). Each message is asserted verbatim; the operator reads list what psql used to.
+
+use crate::support::{free_port, insert_namespace, TestDb};
+use serde_json::{json, Value};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
+
+/// Runs `occ-worker ARGS` with exactly `url` as OCC_DATABASE_URL (or none): (exit, stdout, stderr).
+fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("OCC_DATABASE_URL")
+        .env_remove("OCC_COMPUTE_DRIVER")
+        .env("OCC_WORKER_DB_TIMEOUT_MS", "3000");
+    if let Some(url) = url {
+        cmd.env("OCC_DATABASE_URL", url);
+    }
+    let out = cmd.output().expect("run occ-worker");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts the command fails with exactly `code` and the one line `message`.
+fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
+    let (got, _, stderr) = run(url, args);
+    assert_eq!(
+        (got, stderr.as_str()),
+        (code, format!("occ-worker: {message}\n").as_str()),
+        "occ-worker {args:?}"
+    );
+}
+
+fn ok(db: &TestDb, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, stdout, stderr) = run(Some(&db.url), &all);
+    assert_eq!(code, 0, "occ-worker {args:?}: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON output")
+}
+
+/// A bootstrapped database with the ready Namespace `team-b` (id and name).
+fn team_b() -> TestDb {
+    let db = TestDb::bootstrapped();
+    insert_namespace(&mut db.client(), "team-b", "ready");
+    db
+}
+
+fn with_db(url: &str, db: &str) -> String {
+    format!("{}/{db}", url.rsplit_once('/').unwrap().0)
+}
+
+// O: constraint violations name the argument and its rule (exit 2); duplicates name the
+// thing and where it lives (exit 1). No constraint name or server text reaches the user.
+#[test]
+fn admission_refusals_name_the_argument_and_the_rule() {
+    let db = team_b();
+    let url = Some(db.url.as_str());
+    refused(
+        url,
+        &["admin", "secret", "create", "team-b", "key", "--backend-ref", "openai-key", "--actor", "admin"],
+        2,
+        "secret create refused: --backend-ref must look like NAMESPACE/NAME/KEY (a Kubernetes namespace and Secret name, then the key), got \"openai-key\"",
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "team-b",
+            "key",
+            "--backend-ref",
+            "team-b/openai/api-key",
+            "--actor",
+            "admin",
+        ],
+    );
+    refused(
+        url,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "team-b",
+            "key",
+            "--backend-ref",
+            "team-b/openai/api-key",
+            "--actor",
+            "admin",
+        ],
+        1,
+        "secret create refused: Secret key already exists in team-b",
+    );
+    refused(
+        url,
+        &["admin", "agent", "create", "team-b", "Helper", "--actor", "admin"],
+        2,
+        "agent create refused: NAME must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit, got \"Helper\"",
+    );
+    refused(
+        url,
+        &["admin", "namespace", "create", "team-c", "--actor", "nobody"],
+        1,
+        "namespace create refused: nobody may not create Namespaces: NO_IDENTITY (needs create namespace on installation inst)",
+    );
+    ok(
+        &db,
+        &["admin", "identity", "create", "bob", "--actor", "admin"],
+    );
+    refused(
+        url,
+        &["admin", "secret", "create", "team-b", "k2", "--backend-ref", "a/b/c", "--actor", "bob"],
+        1,
+        "secret create refused: bob may not create secret: NO_MATCHING_BINDING (needs create secret on secret k2 in Namespace team-b)",
+    );
+    refused(
+        url,
+        &["admin", "namespace", "delete", "team-b", "--actor", "bob"],
+        1,
+        "namespace delete refused: bob may not delete Namespace team-b: NO_MATCHING_BINDING (needs delete namespace on Namespace team-b)",
+    );
+}
+
+// O: a Configuration file is one JSON object of at most 1 MiB; anything else is bad input.
+#[test]
+fn configuration_files_are_limited_to_one_mebibyte_of_json_object() {
+    let db = team_b();
+    let dir = std::env::temp_dir().join(format!("occ-cli-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.json");
+    std::fs::write(&big, format!("{{\"pad\":\"{}\"}}", "x".repeat(1024 * 1024))).unwrap();
+    let list = dir.join("list.json");
+    std::fs::write(&list, "[1]").unwrap();
+    let exact = dir.join("exact.json");
+    let body = "{\"pad\":\"\"}";
+    std::fs::write(
+        &exact,
+        format!("{{\"pad\":\"{}\"}}", "x".repeat(1024 * 1024 - body.len())),
+    )
+    .unwrap();
+    let put = |file: &std::path::Path| {
+        vec![
+            "admin".to_string(),
+            "configuration".into(),
+            "put".into(),
+            "team-b".into(),
+            "cfg".into(),
+            "--file".into(),
+            file.display().to_string(),
+            "--actor".into(),
+            "admin".into(),
+        ]
+    };
+    let args = put(&big);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(
+        Some(&db.url),
+        &args,
+        2,
+        &format!(
+            "--file {} is larger than 1 MiB (1048576 bytes), the limit for a Configuration",
+            big.display()
+        ),
+    );
+    let args = put(&list);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(
+        Some(&db.url),
+        &args,
+        2,
+        &format!(
+            "--file {} holds JSON but not an object: a Configuration is one JSON object",
+            list.display()
+        ),
+    );
+    let args = put(&exact);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(
+        ok(&db, &args)["generation"],
+        json!(1),
+        "exactly 1 MiB is accepted"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// O: a Namespace nobody ever created is an error for every command that names one.
+#[test]
+fn unknown_namespaces_are_errors_everywhere() {
+    let db = team_b();
+    let url = Some(db.url.as_str());
+    for (args, message) in [
+        (vec!["admin", "audit", "--namespace", "nope"], "audit refused: no Namespace nope (no live or deleted Namespace has that id or name)"),
+        (vec!["admin", "work", "list", "--namespace", "nope"], "work list refused: no Namespace nope (no live or deleted Namespace has that id or name)"),
+        (vec!["admin", "namespace", "show", "nope"], "namespace show refused: no Namespace nope"),
+        (vec!["admin", "agent", "list", "nope"], "agent list refused: no Namespace nope"),
+        (vec!["admin", "secret", "list", "nope"], "secret list refused: no Namespace nope"),
+        (vec!["admin", "configuration", "list", "nope"], "configuration list refused: no Namespace nope"),
+        (vec!["admin", "grant", "list", "--scope", "namespace:nope"], "grant list refused: no Namespace nope"),
+    ] {
+        refused(url, &args, 1, message);
+    }
+    assert_eq!(
+        ok(&db, &["admin", "audit", "--namespace", "team-b"]),
+        json!([])
+    );
+}
+
+// W8, O: a bad URL is configuration (exit 2) naming the variable; a missing database says so
+// at once; an unreachable server is named by address, never with the password.
+#[test]
+fn database_trouble_names_the_address_and_the_variable() {
+    let db = TestDb::bootstrapped();
+    let missing = with_db(&db.url, "occ_no_such_database");
+    let server = db
+        .url
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .rsplit_once('/')
+        .unwrap()
+        .0
+        .to_string();
+    let port = free_port();
+    let closed = format!("postgres://alice:s3cret@127.0.0.1:{port}/occ");
+    refused(
+        Some("garbage"),
+        &["admin", "namespace", "list"],
+        2,
+        "invalid configuration: OCC_DATABASE_URL is not a PostgreSQL connection string (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)",
+    );
+    refused(
+        None,
+        &["admin", "namespace", "list", "--database-url", "garbage"],
+        2,
+        "invalid configuration: --database-url is not a PostgreSQL connection string (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)",
+    );
+    refused(
+        None,
+        &["admin", "namespace", "list"],
+        2,
+        "invalid configuration: OCC_DATABASE_URL is required (or --database-url)",
+    );
+    let started = std::time::Instant::now();
+    refused(
+        Some(&missing),
+        &["admin", "namespace", "list"],
+        2,
+        &format!("database occ_no_such_database does not exist on {server} (OCC_DATABASE_URL): create it or correct the URL"),
+    );
+    refused(
+        Some(&closed),
+        &["admin", "namespace", "list"],
+        1,
+        &format!("database unreachable at alice@127.0.0.1:{port}/occ (OCC_DATABASE_URL): error connecting to server: Connection refused (os error 111)"),
+    );
+    // The worker's start-up checks say the same, at once, with the exit code of the kind.
+    let (code, _, stderr) = {
+        let out = Command::new(BIN)
+            .args(["check"])
+            .env("OCC_DATABASE_URL", &missing)
+            .env("OCC_COMPUTE_DRIVER", "docker")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            (),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            Some(2),
+            format!("occ-worker: database occ_no_such_database does not exist on {server} (OCC_DATABASE_URL): create it or correct the URL\n").as_str()
+        )
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let out = Command::new(BIN)
+        .args(["check"])
+        .env("OCC_DATABASE_URL", "garbage")
+        .env("OCC_COMPUTE_DRIVER", "docker")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+// O: identities, groups, grants, Agents, Secrets and Configurations are readable without
+// psql, as JSON and as a table.
+#[test]
+fn operator_reads_list_and_show_every_kind() {
+    let db = team_b();
+    ok(
+        &db,
+        &["admin", "identity", "create", "bob", "--actor", "admin"],
+    );
+    ok(
+        &db,
+        &["admin", "group", "create", "ops", "--actor", "admin"],
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "group",
+            "add-member",
+            "ops",
+            "bob",
+            "--actor",
+            "admin",
+        ],
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "grant",
+            "group:ops",
+            "viewer",
+            "--scope",
+            "namespace:team-b",
+            "--actor",
+            "admin",
+        ],
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "team-b",
+            "key",
+            "--backend-ref",
+            "team-b/openai/api-key",
+            "--actor",
+            "admin",
+        ],
+    );
+    let cfg = std::env::temp_dir().join(format!("occ-cli-cfg-{}", db.name));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-b",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    let agent = ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-b", "helper", "--actor", "admin",
+        ],
+    );
+
+    let ids: Vec<Value> = ok(&db, &["admin", "identity", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            json!("admin"),
+            json!("bob"),
+            agent["servicePrincipalId"].clone()
+        ]
+    );
+    let bob = ok(&db, &["admin", "identity", "show", "bob"]);
+    assert_eq!(bob["groups"], json!(["ops"]));
+    assert_eq!(bob["bindings"][0]["via"], json!("group:ops"));
+    assert_eq!(bob["bindings"][0]["scope"], json!("namespace:team-b"));
+    assert_eq!(
+        ok(&db, &["admin", "group", "list"])[0]["members"],
+        json!(["bob"])
+    );
+    assert_eq!(
+        ok(&db, &["admin", "group", "show", "ops"])["bindings"][0]["role"],
+        json!("viewer")
+    );
+    let grants = ok(&db, &["admin", "grant", "list", "--principal", "group:ops"]);
+    assert_eq!(grants.as_array().unwrap().len(), 1);
+    assert_eq!(grants[0]["scope"], json!("namespace:team-b"));
+    assert_eq!(
+        ok(&db, &["admin", "grant", "list", "--scope", "installation"])[0]["principal"],
+        json!("admin")
+    );
+    assert_eq!(
+        ok(&db, &["admin", "agent", "list", "team-b"])[0]["name"],
+        json!("helper")
+    );
+    assert_eq!(
+        ok(&db, &["admin", "secret", "list", "team-b"])[0]["backendRef"],
+        json!("team-b/openai/api-key")
+    );
+    assert_eq!(
+        ok(&db, &["admin", "configuration", "list", "team-b"])[0]["generation"],
+        json!(1)
+    );
+    assert_eq!(
+        ok(&db, &["admin", "configuration", "show", "team-b", "cfg"])["document"],
+        json!({"model": "gpt"})
+    );
+
+    let (code, table, _) = run(Some(&db.url), &["admin", "secret", "list", "team-b"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "ID   BACKEND REF            CREATED BY  CREATED");
+    assert!(
+        lines[1].starts_with("key  team-b/openai/api-key  admin       20"),
+        "{table}"
+    );
+    let (_, empty, _) = run(
+        Some(&db.url),
+        &["admin", "agent", "list", "team-b", "--json"],
+    );
+    assert!(empty.contains("helper"));
+    refused(
+        Some(&db.url),
+        &["admin", "identity", "show", "zed"],
+        1,
+        "identity show refused: no identity zed",
+    );
+    refused(
+        Some(&db.url),
+        &["admin", "group", "show", "zed"],
+        1,
+        "group show refused: no group zed",
+    );
+    refused(
+        Some(&db.url),
+        &["admin", "configuration", "show", "team-b", "zed"],
+        1,
+        "configuration show refused: no Configuration zed in Namespace team-b",
+    );
+    refused(
+        Some(&db.url),
+        &["admin", "grant", "list", "--principal", "zed"],
+        1,
+        "grant list refused: no identity zed",
+    );
+}

@@ -1,0 +1,256 @@
+//! The README runs as written (issue 11): every `sh` block carries a marker, and the blocks
+//! marked `readme-test: run` are executed in order, in one shell, exactly as a new user would
+//! type them, so the walk-throughs cannot drift from the code.
+//!
+//! The shell starts in a scratch checkout (the real `scripts/` and the built binary, linked)
+//! under a mode-700 directory, so as root it also proves that the scripts work from a checkout
+//! the `postgres` user cannot enter. It runs `scripts/dev` (without the build: the binary is
+//! already built) on its own throwaway cluster and the real Docker Engine, under an
+//! Installation id of its own, and removes that cluster and that Installation's Docker
+//! resources afterwards, whatever happened.
+
+use crate::docker::docker_available;
+use crate::support::free_port;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RUN: &str = "<!-- readme-test: run -->";
+const SKIP: &str = "<!-- readme-test: skip (";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Each `sh` block of the README: (line of its fence, run?, text).
+fn blocks(readme: &str) -> Vec<(usize, bool, String)> {
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim_start().starts_with("```sh") {
+            let marker = lines[..i]
+                .iter()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.trim())
+                .unwrap_or("");
+            let run = if marker == RUN {
+                true
+            } else if marker.starts_with(SKIP) && marker.ends_with(") -->") {
+                false
+            } else {
+                panic!(
+                    "README.md:{}: a sh block needs `{RUN}` or `{SKIP}why) -->` on the line before it",
+                    i + 1
+                );
+            };
+            let start = i;
+            let mut text = String::new();
+            i += 1;
+            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+                text.push_str(lines[i]);
+                text.push('\n');
+                i += 1;
+            }
+            out.push((start + 1, run, text));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Deletes the scratch checkout, its cluster and its Installation's Docker resources.
+struct Scratch {
+    base: PathBuf,
+    checkout: PathBuf,
+    installation: String,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new(self.checkout.join("scripts/pg-stop"))
+            .args(["--reset", "target/pg-dev"])
+            .current_dir(&self.checkout)
+            .status();
+        let label = format!("label=occ.installation={}", self.installation);
+        for (list, remove) in [
+            (vec!["ps", "-aq", "--filter"], vec!["rm", "-f"]),
+            (
+                vec!["network", "ls", "-q", "--filter"],
+                vec!["network", "rm"],
+            ),
+        ] {
+            let ids = Command::new("docker").args(&list).arg(&label).output();
+            let ids = ids.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            for id in ids.unwrap_or_default().split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(&remove)
+                    .arg(id)
+                    .stdout(Stdio::null())
+                    .status();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn scratch_checkout() -> Scratch {
+    let base = std::env::temp_dir().join(format!("occ-readme-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let private = base.join("home");
+    let checkout = private.join("checkout");
+    std::fs::create_dir_all(checkout.join("target/debug")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(root().join("scripts"), checkout.join("scripts")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_occ-worker"),
+        checkout.join("target/debug/occ-worker"),
+    )
+    .unwrap();
+    Scratch {
+        base,
+        checkout,
+        installation: format!("readme-{}", std::process::id()),
+    }
+}
+
+// Issue 11: every sh block is marked, the Kubernetes one is skipped by its marker, and the
+// development walk-throughs run as written against a throwaway cluster and the Docker Engine.
+#[test]
+fn the_readme_walk_throughs_run_as_written() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let all = blocks(&readme);
+    let kubernetes: Vec<_> = all.iter().filter(|b| b.2.contains("kubectl")).collect();
+    assert_eq!(kubernetes.len(), 1, "one Kubernetes block");
+    assert!(
+        !kubernetes[0].1,
+        "the Kubernetes block is skipped by its marker"
+    );
+    let run: Vec<&(usize, bool, String)> = all.iter().filter(|b| b.1).collect();
+    assert!(run.len() >= 4, "the walk-throughs are marked to run");
+    if !docker_available() {
+        return;
+    }
+    let scratch = scratch_checkout();
+    let mut script = String::from(
+        "set -euo pipefail\nset -x\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n",
+    );
+    for (line, _, text) in &run {
+        script.push_str(&format!("# README.md:{line}\n{text}"));
+    }
+    let log = scratch.base.join("walk-through.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(&script)
+        .current_dir(&scratch.checkout)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
+        .env("OCC_DEV_SKIP_BUILD", "1")
+        .env("OCC_DEV_INSTALLATION", &scratch.installation)
+        .env("OCC_WORKER_HTTP_ADDR", format!("127.0.0.1:{}", free_port()))
+        // The Docker Engine may be shared: a pool of its own keeps other projects' leftover
+        // networks in the default pool from starving the walk-through.
+        .env("OCC_DOCKER_SUBNET_POOL", "10.218.0.0/16:24")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .process_group(0);
+    if let Ok(host) = std::env::var("DOCKER_HOST") {
+        cmd.env("DOCKER_HOST", host);
+    }
+    let mut child = cmd.spawn().expect("bash");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the README walk-throughs failed ({status:?}) after {:?}:\n{output}",
+        started.elapsed()
+    );
+    for expected in [
+        "\"status\":\"provisioning\"",
+        "status: ready",
+        "HARNESS_BINDING_UNSUPPORTED",
+        "\"event\":\"worker.stopping\"",
+        "\"event\":\"worker.stopped\"",
+    ] {
+        assert!(output.contains(expected), "{expected} in:\n{output}");
+    }
+    assert!(Path::new(&scratch.checkout.join("target/dev.env")).exists());
+    eprintln!(
+        "README walk-throughs ran in {:?} from {}",
+        started.elapsed(),
+        scratch.checkout.display()
+    );
+}
+
+fn rust_sources(dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(std::fs::read_to_string(&path).unwrap());
+        }
+    }
+}
+
+/// Every string literal's contents (no escapes in the names this looks for).
+fn literals(source: &str) -> Vec<&str> {
+    source.split('"').skip(1).step_by(2).collect()
+}
+
+// Issue 11: the README is self-contained: every event the worker emits and every reason code
+// in the source is documented there (a new one without a README line fails here).
+#[test]
+fn every_event_and_reason_code_is_in_the_readme() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut sources = Vec::new();
+    rust_sources(&root().join("src"), &mut sources);
+    let mut missing = std::collections::BTreeSet::new();
+    for source in &sources {
+        for literal in literals(source) {
+            let event = (literal.starts_with("worker.") || literal.starts_with("compute."))
+                && literal.len() > 8
+                && literal[literal.find('.').unwrap() + 1..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-');
+            let code = literal.contains('_')
+                && literal.len() > 4
+                && literal
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_uppercase())
+                && literal
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && !["OCC_", "KUBERNETES_SERVICE_", "DOCKER_HOST", "CARGO_PKG_"]
+                    .iter()
+                    .any(|p| literal.starts_with(p));
+            if (event || code) && !readme.contains(&format!("`{literal}`")) {
+                missing.insert(literal.to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "documented nowhere in README.md (as `CODE`): {missing:?}"
+    );
+}
