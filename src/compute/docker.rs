@@ -317,14 +317,55 @@ impl DockerDriver {
             match self.post_network(api, name, namespace, subnet, cancel)? {
                 Created::Done => return Ok(Placement::Created),
                 Created::SubnetTaken => {
+                    let networks = self.all_networks(api, cancel)?;
+                    // An earlier pass's create that outlived its request may have just landed
+                    // (the subnet taken is then our own): never post a second network of the
+                    // Namespace, since the daemon's name check does not stop a racing create.
+                    if networks.iter().any(|n| is_ours(n, namespace)) {
+                        return Ok(Placement::Created);
+                    }
                     refused.push(subnet);
-                    avoid = self.subnets_in_use(api, cancel)?;
+                    avoid = networks
+                        .iter()
+                        .flat_map(NetworkInfo::ipv4_subnets)
+                        .collect();
                     avoid.retain(|s| s.overlaps(self.subnet_pool.network()));
                     avoid.extend_from_slice(&refused);
                 }
             }
         }
         Ok(Placement::Contended)
+    }
+
+    /// Removes every network of the Namespace but one, keeping the one on its reserved
+    /// subnet (or the lowest id). Two creates of one Namespace racing in the daemon (a request
+    /// that outlived its lease and the next pass's) can both succeed: Docker's duplicate-name
+    /// check is not atomic. No effect when there is at most one.
+    fn remove_duplicates(
+        &self,
+        api: &str,
+        namespace: &NamespaceSpec,
+        ledger: &dyn SubnetLedger,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let mut ours = self.list_networks(api, &ownership(namespace), cancel)?;
+        if ours.len() < 2 {
+            return Ok(());
+        }
+        let reserved = ledger
+            .reserve(&self.subnet_pool, &[])
+            .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?;
+        ours.sort_by(|a, b| a.id.cmp(&b.id));
+        let keep = ours
+            .iter()
+            .position(|n| reserved.is_some_and(|r| n.ipv4_subnets().any(|s| s == r)))
+            .unwrap_or(0);
+        for (i, network) in ours.iter().enumerate() {
+            if i != keep {
+                self.remove_network(api, &network.id, cancel)?;
+            }
+        }
+        Ok(())
     }
 
     /// `POST /networks/create` for the Namespace's bridge on `subnet`.
@@ -359,21 +400,17 @@ impl DockerDriver {
         }
     }
 
-    /// `GET /networks`: the IPv4 subnets of every network on the daemon, ours or not.
-    fn subnets_in_use(
+    /// `GET /networks`: every network on the daemon, ours or not.
+    fn all_networks(
         &self,
         api: &str,
         cancel: &CancelToken,
-    ) -> Result<Vec<Ipv4Cidr>, ComputeError> {
+    ) -> Result<Vec<NetworkInfo>, ComputeError> {
         let reply = self.send(Request::Get, &format!("{api}/networks"), cancel)?;
         if !reply.is_success() {
             return Err(rejected(reply.status));
         }
-        let networks: Vec<NetworkInfo> = decode(&reply)?;
-        Ok(networks
-            .iter()
-            .flat_map(NetworkInfo::ipv4_subnets)
-            .collect())
+        decode(&reply)
     }
 
     /// Containers carrying every one of `labels` (the daemon ANDs label filters).
@@ -507,7 +544,15 @@ impl ComputeDriver for DockerDriver {
         }
         let api = self.api(cancel)?;
         let name = network_name(namespace);
-        let network = match self.inspect_network(&api, &name, cancel)? {
+        let network = match self.inspect_network(&api, &name, cancel) {
+            // Two networks of this name: a raced create; keep one and look again.
+            Err(e) if e.status() == Some(400) => {
+                self.remove_duplicates(&api, namespace, ledger, cancel)?;
+                self.inspect_network(&api, &name, cancel)?
+            }
+            other => other?,
+        };
+        let network = match network {
             Some(network) => network,
             None => match self.create_network(&api, &name, namespace, ledger, cancel)? {
                 Placement::Created => {
@@ -552,10 +597,7 @@ impl ComputeDriver for DockerDriver {
     ) -> Result<NamespaceObservation, ComputeError> {
         let api = self.api(cancel)?;
         // Ownership is this installation's label and the Namespace's, together.
-        let owned = [
-            (LABEL_INSTALLATION, namespace.installation_id.as_str()),
-            (LABEL_NAMESPACE, namespace.namespace_id.as_str()),
-        ];
+        let owned = ownership(namespace);
         for container in self.list_containers(&api, &owned, cancel)? {
             self.remove_container(&api, &container.id, cancel)?;
         }
@@ -679,6 +721,14 @@ fn revision_labels(revision: &RevisionSpec) -> [(&'static str, &str); 3] {
 }
 
 /// Whether the network carries all of the Namespace's labels.
+/// The labels that make a network or container this installation's and this Namespace's.
+fn ownership(namespace: &NamespaceSpec) -> [(&'static str, &str); 2] {
+    [
+        (LABEL_INSTALLATION, namespace.installation_id.as_str()),
+        (LABEL_NAMESPACE, namespace.namespace_id.as_str()),
+    ]
+}
+
 fn is_ours(network: &NetworkInfo, namespace: &NamespaceSpec) -> bool {
     let Some(labels) = &network.labels else {
         return false;

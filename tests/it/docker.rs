@@ -540,3 +540,78 @@ fn proxy_records_the_ping_of_a_preflight_and_versioned_paths() {
         "{requests:?}"
     );
 }
+
+/// Creates a network through the Engine API with the daemon's duplicate-name check off: the
+/// state two creates of one name racing in the daemon leave behind.
+fn create_unchecked(name: &str, subnet: &str, labels: &serde_json::Value) -> String {
+    let body = serde_json::json!({
+        "Name": name, "CheckDuplicate": false, "Labels": labels,
+        "IPAM": {"Config": [{"Subnet": subnet}]},
+    });
+    let out = Command::new("curl")
+        .args(["-sf", "--unix-socket", "/var/run/docker.sock", "-X", "POST"])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body.to_string(),
+        ])
+        .arg("http://localhost/v1.41/networks/create")
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "create {name} on {subnet}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    v["Id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn c2_two_raced_networks_of_one_namespace_are_reduced_to_the_reserved_one() {
+    // Issue 13: under load a create that outlived its request and the next pass's create both
+    // landed (Docker's duplicate-name check is not atomic); `docker network inspect NAME` then
+    // fails as ambiguous. The next ensure keeps the network on the reserved subnet only.
+    if !docker_available() {
+        return;
+    }
+    use occ_worker::compute::subnet::MemoryLedger;
+    use occ_worker::compute::{SubnetLedger, SubnetPool};
+    let ns = namespace();
+    let _leftovers =
+        crate::support::DockerLeftovers(vec![format!("occ.namespace={}", ns.namespace_id)]);
+    let pool: SubnetPool = "10.241.0.0/16:24".parse().unwrap();
+    let driver = DockerDriver::new(DOCKER_HOST)
+        .expect("driver")
+        .with_subnet_pool(pool);
+    let name = network_name(&ns);
+    let labels = serde_json::json!({
+        "occ.managed-by": "occ-worker",
+        "occ.installation": ns.installation_id,
+        "occ.namespace": ns.namespace_id,
+    });
+    // The ledger reserves the pool's lowest subnet; the stray copy sits on the next one.
+    let kept = "10.241.0.0/24".to_string();
+    let stray = "10.241.1.0/24".to_string();
+    create_unchecked(&name, &stray, &labels);
+    create_unchecked(&name, &kept, &labels);
+    let ledger = MemoryLedger::default();
+    let reserved = ledger
+        .namespace(&ns.namespace_id)
+        .reserve(&pool, &[])
+        .unwrap();
+    assert_eq!(reserved.map(|s| s.to_string()), Some(kept.clone()));
+
+    let observed = driver
+        .ensure_namespace_reserving(
+            &ns,
+            &ledger.namespace(&ns.namespace_id),
+            &CancelToken::unbounded(),
+        )
+        .expect("ensure");
+    assert!(observed.complete, "{observed:?}");
+    let left = labelled_networks("occ.namespace", &ns.namespace_id);
+    assert_eq!(left.len(), 1, "one network is left");
+    let network = inspect_network(&name);
+    assert_eq!(
+        network["IPAM"]["Config"][0]["Subnet"], kept,
+        "the one on the reserved subnet"
+    );
+}
