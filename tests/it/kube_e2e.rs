@@ -499,3 +499,99 @@ fn c3_a_stopped_workload_prepared_again_runs_again() {
     ready("rollout after the stop");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
+    // Seed 000: the Agent's one Recreate gateway is replaced and checked during activation.
+    // Preparing a candidate beside the active revision writes nothing (before, preparation
+    // replaced the gateway, taking the active revision down for a candidate that might never
+    // activate); activation replaces it, is pending while it rolls out, then routes it.
+    use occ_worker::cancel::CancelToken;
+    use occ_worker::compute::{
+        AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
+    };
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(20),
+        ..FakeOptions::default()
+    });
+    let dir = scratch("kube-gateway");
+    let driver = driver_for(&fake, &dir);
+    let cancel = CancelToken::unbounded();
+    let ns = NamespaceSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        name: "team".into(),
+        existing_namespace: None,
+    };
+    driver.ensure_namespace(&ns, &cancel).unwrap();
+    driver
+        .bind_agent(
+            &AgentSpec {
+                installation_id: "inst".into(),
+                namespace_id: "ns-1".into(),
+                agent_id: "ag-1".into(),
+                service_principal_id: "sp-1".into(),
+            },
+            &cancel,
+        )
+        .unwrap();
+    let revision = |id: &str, n: i32| RevisionSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        agent_id: "ag-1".into(),
+        revision_id: id.into(),
+        revision: n,
+        service_principal_id: "sp-1".into(),
+        harness_id: "openclaw".into(),
+        harness_version: "1.0.0".into(),
+        harness_mode: "embedded".into(),
+        execution_mode: "embedded".into(),
+        document: json!({}),
+        harness_auth: None,
+        secret_bindings: json!({}),
+        secrets: vec![],
+        harness_secret: None,
+        plugin_ids: vec![],
+    };
+    let (r1, r2) = (revision("rev-1", 1), revision("rev-2", 2));
+    wait_for("the first gateway", Duration::from_secs(20), || {
+        driver.prepare_revision(&r1, &cancel).unwrap().ready
+    });
+    driver.activate_revision(&r1, &cancel).unwrap();
+    let gateway = "/apis/apps/v1/namespaces/occ-ns-1/deployments/agent-ag-1-gateway";
+    let runs = |fake: &KubeFake| {
+        fake.get(gateway).unwrap()["spec"]["template"]["metadata"]["labels"]["occ.revision"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    fake.clear_requests();
+    assert!(driver.prepare_revision(&r2, &cancel).unwrap().ready);
+    let writes: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert_eq!(
+        runs(&fake),
+        "rev-1",
+        "the active revision keeps its gateway"
+    );
+
+    // Activation takes the gateway: pending (transient) until the rollout completes.
+    let first = driver.activate_revision(&r2, &cancel).unwrap_err();
+    assert_eq!(first.kind(), &ComputeErrorKind::TransientDependency);
+    assert_eq!(runs(&fake), "rev-2");
+    wait_for("the second gateway", Duration::from_secs(20), || {
+        driver.activate_revision(&r2, &cancel).is_ok()
+    });
+    let service = fake
+        .get("/api/v1/namespaces/occ-ns-1/services/agent-ag-1")
+        .unwrap();
+    assert_eq!(service["spec"]["selector"]["occ.revision"], "rev-2");
+    let _ = std::fs::remove_dir_all(dir);
+}

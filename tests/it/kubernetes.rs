@@ -733,10 +733,20 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
 
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
+    // Changed: the gateway is replaced at activation, after the pointer commit, so the pass
+    // that finds it rolled out completes as the active revision (R7), with its one audit.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ACTIVATED")
+        Some("REVISION_ALREADY_ACTIVE")
     );
+    let activations: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+            &[&r2],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(activations, 1);
     // The same gateway now runs the second revision; retiring the first kept it.
     let d = deployment(&w, &gateway).expect("gateway kept");
     assert_eq!(
@@ -801,10 +811,20 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
     // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
+    // Changed: the gateway is replaced at activation, after the pointer commit, so the pass
+    // that finds it rolled out completes as the active revision (R7), with its one audit.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ACTIVATED")
+        Some("REVISION_ALREADY_ACTIVE")
     );
+    let activations: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+            &[&r2],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(activations, 1);
     assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
     c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
         .unwrap();

@@ -112,6 +112,12 @@ fn draining() -> ComputeError {
     ComputeError::draining("kubernetes_pods_terminating").with_reason("PodsTerminating")
 }
 
+/// The Deployment controller gave up on a rollout (`ProgressDeadlineExceeded`).
+fn rollout_failed() -> ComputeError {
+    ComputeError::permanent("REVISION_ROLLOUT_FAILED", "kubernetes", None)
+        .with_reason("ProgressDeadlineExceeded")
+}
+
 /// An observation of `revision` with nothing to report but readiness.
 fn observation(revision: &RevisionSpec, ready: bool) -> RevisionObservation {
     RevisionObservation {
@@ -329,6 +335,58 @@ impl KubernetesDriver {
                 cancel,
             )
             .map_err(|e| fail(e, "pods"))
+    }
+
+    /// The revision's namespace and the workload it should run (its image must be configured).
+    fn desired_workload(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(String, Value), ComputeError> {
+        let image = self
+            .settings
+            .image_for(
+                &revision.harness_id,
+                &revision.harness_version,
+                &revision.harness_mode,
+            )
+            .ok_or_else(|| {
+                ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
+            })?
+            .to_string();
+        let namespace =
+            self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        let desired = manifests::workload(revision, &namespace, &image, &self.settings)?;
+        Ok((namespace, desired))
+    }
+
+    /// Converges the workload to `desired` and makes sure it runs one replica: a stop scaled
+    /// it to zero without changing its stamp (a refused candidate whose refusal was lifted, a
+    /// gateway stopped with its Agent).
+    fn run_workload(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        desired: &Value,
+        cancel: &CancelToken,
+    ) -> Result<Value, ComputeError> {
+        let workload = self.converge(
+            &format!("{APPS}/namespaces/{namespace}/deployments"),
+            desired,
+            &revision.installation_id,
+            "deployments",
+            cancel,
+        )?;
+        if workload["spec"]["replicas"].as_i64() == Some(1) {
+            return Ok(workload);
+        }
+        self.client
+            .merge_patch(
+                &self.workload_path(revision, namespace),
+                &json!({"spec": {"replicas": 1}}),
+                cancel,
+            )
+            .map_err(|e| fail(e, "deployments"))
     }
 
     /// The workload path of a revision and whether it is this revision's own.
@@ -717,27 +775,29 @@ impl ComputeDriver for KubernetesDriver {
         Ok(())
     }
 
+    /// Dedicated: writes the revision's Deployment (and the Agent's Harness claim) and
+    /// observes its rollout. Embedded: while the Agent's shared gateway runs another revision
+    /// the candidate is only validated (image, Secret references) and reported ready; the
+    /// gateway is replaced at activation, after the pointer commit, so a candidate that never
+    /// becomes ready cannot take the active revision's gateway down (seed 000: the Recreate
+    /// gateway is replaced and checked during activation).
     fn prepare_revision(
         &self,
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
-        let image = self
-            .settings
-            .image_for(
-                &revision.harness_id,
-                &revision.harness_version,
-                &revision.harness_mode,
-            )
-            .ok_or_else(|| {
-                ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
-            })?
-            .to_string();
-        let namespace =
-            self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
-        let desired = manifests::workload(revision, &namespace, &image, &self.settings)?;
-        let agent = manifests::agent_of(revision);
-        if revision.harness_mode == "dedicated" {
+        let (namespace, desired) = self.desired_workload(revision, cancel)?;
+        if revision.harness_mode != "dedicated" {
+            let path = self.workload_path(revision, &namespace);
+            let gateway = self
+                .client
+                .get(&path, cancel)
+                .map_err(|e| fail(e, "deployments"))?;
+            if gateway.is_some_and(|g| !Self::runs(&g, revision)) {
+                return Ok(observation(revision, true));
+            }
+        } else {
+            let agent = manifests::agent_of(revision);
             self.create_absent(
                 &format!("{CORE}/namespaces/{namespace}/persistentvolumeclaims"),
                 &manifests::harness_claim(&agent, &namespace, &self.settings),
@@ -746,32 +806,9 @@ impl ComputeDriver for KubernetesDriver {
                 cancel,
             )?;
         }
-        let mut workload = self.converge(
-            &format!("{APPS}/namespaces/{namespace}/deployments"),
-            &desired,
-            &revision.installation_id,
-            "deployments",
-            cancel,
-        )?;
-        // A stop scaled it to zero without changing its stamp (a refused candidate whose
-        // refusal was lifted, a gateway stopped with its Agent): it runs again.
-        if workload["spec"]["replicas"].as_i64() != Some(1) {
-            workload = self
-                .client
-                .merge_patch(
-                    &self.workload_path(revision, &namespace),
-                    &json!({"spec": {"replicas": 1}}),
-                    cancel,
-                )
-                .map_err(|e| fail(e, "deployments"))?;
-        }
+        let workload = self.run_workload(revision, &namespace, &desired, cancel)?;
         match observe::rollout(&workload) {
-            Rollout::Failed => {
-                return Err(
-                    ComputeError::permanent("REVISION_ROLLOUT_FAILED", "kubernetes", None)
-                        .with_reason("ProgressDeadlineExceeded"),
-                )
-            }
+            Rollout::Failed => return Err(rollout_failed()),
             Rollout::Progressing => return self.unready(revision, &namespace, cancel),
             Rollout::Complete => {}
         }
@@ -788,11 +825,27 @@ impl ComputeDriver for KubernetesDriver {
         self.route(revision, None, cancel)
     }
 
+    /// Points the Agent Service at the revision. An embedded revision first takes the shared
+    /// gateway (Recreate) and is routed once that rollout completes; until then activation is
+    /// pending (transient `kubernetes_gateway_rollout`) and the next pass, the revision now
+    /// active, observes the gateway and activates again (R7).
     fn activate_revision(
         &self,
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
+        if revision.harness_mode != "dedicated" {
+            let (namespace, desired) = self.desired_workload(revision, cancel)?;
+            let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
+            match observe::rollout(&gateway) {
+                Rollout::Failed => return Err(rollout_failed()),
+                Rollout::Progressing => {
+                    return Err(ComputeError::transient("kubernetes_gateway_rollout", None)
+                        .with_reason("RolloutPending"))
+                }
+                Rollout::Complete => {}
+            }
+        }
         self.route(revision, Some(&revision.revision_id), cancel)
     }
 
