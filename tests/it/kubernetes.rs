@@ -811,11 +811,10 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
     // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    // Changed: the gateway is replaced at activation, after the pointer commit, so the pass
-    // that finds it rolled out completes as the active revision (R7), with its one audit.
+    // The Agent's first gateway is created when the candidate is prepared.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ALREADY_ACTIVE")
+        Some("REVISION_ACTIVATED")
     );
     let activations: i64 = c
         .query_one(
