@@ -389,6 +389,32 @@ impl KubernetesDriver {
             .map_err(|e| fail(e, "deployments"))
     }
 
+    /// The namespace, path and current (owned) workload of a revision; `None` when its
+    /// namespace is gone. Stop and retire start here.
+    fn current_workload(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<Option<(String, String, Option<Value>)>, ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(None);
+        };
+        let path = self.workload_path(revision, &namespace);
+        let workload = self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "deployments"))?;
+        if workload
+            .as_ref()
+            .is_some_and(|w| !owned(w, &revision.installation_id))
+        {
+            return Err(not_owned());
+        }
+        Ok(Some((namespace, path, workload)))
+    }
+
     /// The workload path of a revision and whether it is this revision's own.
     fn workload_path(&self, revision: &RevisionSpec, namespace: &str) -> String {
         let name = if revision.harness_mode == "dedicated" {
@@ -857,25 +883,15 @@ impl ComputeDriver for KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
         // No namespace, no runtime.
-        let Some(namespace) =
-            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
-        else {
+        let Some((namespace, path, workload)) = self.current_workload(revision, cancel)? else {
             return Ok(());
         };
-        let path = self.workload_path(revision, &namespace);
-        if let Some(workload) = self
-            .client
-            .get(&path, cancel)
-            .map_err(|e| fail(e, "deployments"))?
+        if workload
+            .is_some_and(|w| Self::runs(&w, revision) && w["spec"]["replicas"].as_i64() != Some(0))
         {
-            if !owned(&workload, &revision.installation_id) {
-                return Err(not_owned());
-            }
-            if Self::runs(&workload, revision) && workload["spec"]["replicas"].as_i64() != Some(0) {
-                self.client
-                    .merge_patch(&path, &json!({"spec": {"replicas": 0}}), cancel)
-                    .map_err(|e| fail(e, "deployments"))?;
-            }
+            self.client
+                .merge_patch(&path, &json!({"spec": {"replicas": 0}}), cancel)
+                .map_err(|e| fail(e, "deployments"))?;
         }
         if self
             .pods(&namespace, &Self::revision_pods(revision), cancel)?
@@ -893,24 +909,16 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        // No namespace, no runtime.
-        let Some(namespace) =
-            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
-        else {
-            return Ok(());
-        };
-        let path = self.workload_path(revision, &namespace);
-        let Some(workload) = self
-            .client
-            .get(&path, cancel)
-            .map_err(|e| fail(e, "deployments"))?
-        else {
+        // No namespace or no workload, no runtime.
+        let Some((_, path, Some(workload))) = self.current_workload(revision, cancel)? else {
             return Ok(());
         };
         if revision.harness_mode != "dedicated" && !Self::runs(&workload, revision) {
             return Ok(());
         }
-        self.delete_owned(&path, &revision.installation_id, "deployments", cancel)?;
+        self.client
+            .delete(&path, Some("Background"), cancel)
+            .map_err(|e| fail(e, "deployments"))?;
         Ok(())
     }
 
