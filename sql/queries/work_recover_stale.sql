@@ -3,6 +3,10 @@
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement.
+-- Bounded (issue 10): expired claims are found among the live claims (the partial unique index
+-- work_one_claim_per_lane), exhausted queued works in the range of work_queued_attempts above
+-- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
+-- ahead of the works queued behind it in its lane (lane order, Q4).
 -- $1 max attempts.
 WITH stale AS (
     -- A refused candidate waiting on its stop (R9) keeps that wait: its latest evidence is a
@@ -29,7 +33,6 @@ WITH stale AS (
                             THEN clock_timestamp() END,
         attempt_count = CASE WHEN s.refusal IS NULL THEN w.attempt_count
                              ELSE greatest(w.attempt_count - 1, 0) END,
-        available_at = clock_timestamp(),
         claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
         updated_at = clock_timestamp()
     FROM stale s

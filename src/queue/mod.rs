@@ -352,38 +352,50 @@ pub fn work_claim(
     client: &mut impl GenericClient,
     options: &QueueOptions,
 ) -> Result<Option<Claim>, QueueError> {
+    Ok(work_claim_batch(client, options, 1)?.into_iter().next())
+}
+
+/// Claims up to `limit` works in one statement, each the head of a distinct free lane, the
+/// oldest due first (Q4, issue 10). Empty when nothing is claimable now.
+pub fn work_claim_batch(
+    client: &mut impl GenericClient,
+    options: &QueueOptions,
+    limit: usize,
+) -> Result<Vec<Claim>, QueueError> {
+    let limit = limit.clamp(1, i64::MAX as usize) as i64;
     // A concurrent claim in the same lane loses on the partial unique index; another
     // candidate (or nothing) is then the right answer, so try again a few times.
     for _ in 0..8 {
-        match client.query_opt(CLAIM, &[&ms(options.lease)]) {
-            Ok(None) => return Ok(None),
-            Ok(Some(row)) => {
-                let operation: String = row.get(3);
-                return Ok(Some(Claim {
-                    id: row.get(0),
-                    token: row.get(1),
-                    key: row.get(2),
-                    operation: Operation::parse(&operation).ok_or_else(|| {
-                        QueueError::Db(DbError::Unavailable(format!(
-                            "unknown work operation {operation:?}"
-                        )))
-                    })?,
-                    namespace_id: row.get(4),
-                    agent_id: row.get(5),
-                    revision_id: row.get(6),
-                    namespace_target: row.get(7),
-                    agent_target: row.get(8),
-                    actor_id: row.get(9),
-                    attempt: row.get(10),
-                    age_ms: row.get(11),
-                    lane: row.get(12),
-                }));
-            }
+        match client.query(CLAIM, &[&ms(options.lease), &limit]) {
+            Ok(rows) => return rows.iter().map(claim_from_row).collect(),
             Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(None)
+    Ok(Vec::new())
+}
+
+fn claim_from_row(row: &postgres::Row) -> Result<Claim, QueueError> {
+    let operation: String = row.get(3);
+    Ok(Claim {
+        id: row.get(0),
+        token: row.get(1),
+        key: row.get(2),
+        operation: Operation::parse(&operation).ok_or_else(|| {
+            QueueError::Db(DbError::Unavailable(format!(
+                "unknown work operation {operation:?}"
+            )))
+        })?,
+        namespace_id: row.get(4),
+        agent_id: row.get(5),
+        revision_id: row.get(6),
+        namespace_target: row.get(7),
+        agent_target: row.get(8),
+        actor_id: row.get(9),
+        attempt: row.get(10),
+        age_ms: row.get(11),
+        lane: row.get(12),
+    })
 }
 
 /// Renews the lease of a live claim; returns the work's database age in milliseconds (Q5).
@@ -531,9 +543,13 @@ pub fn work_recover_stale(
     })
 }
 
-/// Queued and claimed counts.
+/// Where `work_pending_count` stops counting: readiness stays a bounded query however large
+/// the backlog (issue 10); a count at the cap means "at least this many".
+pub const PENDING_COUNT_CAP: i64 = 10_000;
+
+/// Queued and claimed counts, each capped at `PENDING_COUNT_CAP`.
 pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, QueueError> {
-    let row = client.query_one(PENDING_COUNT, &[])?;
+    let row = client.query_one(PENDING_COUNT, &[&PENDING_COUNT_CAP])?;
     Ok(Pending {
         queued: row.get(0),
         claimed: row.get(1),

@@ -566,12 +566,36 @@ pub fn resolve(
     }
 }
 
-/// The resolved report published with its queue transition, fenced by the claim.
+/// The resolved report published with its queue transition, fenced by the claim, in a
+/// transaction of its own. The worker runtime batches the same step with other passes'
+/// (`finalize_resolved` + `finalize_in`, one savepoint each).
 pub fn finalize(
     pass: &Pass<'_>,
     reconciler: &dyn Reconciler,
     report: Report,
 ) -> Result<Report, PassError> {
+    match finalize_resolved(pass, report) {
+        Resolved::Published(published) => Ok(published),
+        Resolved::Publish(resolved) => {
+            let mut client = pass.db()?;
+            let mut tx = client.transaction()?;
+            let out = finalize_in(&mut tx, pass, reconciler, resolved)?;
+            tx.commit()?;
+            Ok(out)
+        }
+    }
+}
+
+/// A pass's report after the policy.
+pub enum Resolved {
+    /// To publish with its queue transition (`finalize_in`).
+    Publish(Report),
+    /// The reconciler already published it (an Agent deletion): no queue transition follows.
+    Published(Report),
+}
+
+/// The policy applied to a pass's report.
+pub fn finalize_resolved(pass: &Pass<'_>, report: Report) -> Resolved {
     let resolved = resolve(
         report,
         pass.claim.attempt,
@@ -580,37 +604,50 @@ pub fn finalize(
         pass.ctx.convergence_timeout,
     );
     if resolved.already_published && resolved.outcome == Outcome::Success {
-        return Ok(resolved);
+        return Resolved::Published(resolved);
     }
-    pass.fenced(|tx| {
-        let resolved = reconciler.settle(tx, pass, resolved)?;
-        reconciler.publish(tx, pass, &resolved)?;
-        let claim = pass.claim;
-        match resolved.outcome {
-            Outcome::Success => {
-                queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
-            }
-            Outcome::Pending { recheck } => queue::work_defer(
-                tx,
-                claim,
-                &resolved.code,
-                recheck,
-                resolved.record_evidence,
-                resolved.refusal.as_deref(),
-            )?,
-            Outcome::Retry => {
-                queue::work_retry(tx, claim, &resolved.code, &pass.ctx.queue)?;
-            }
-            Outcome::Permanent => queue::work_fail(
-                tx,
-                claim,
-                &resolved.code,
-                resolved.result_data.as_ref(),
-                resolved.refusal.as_deref(),
-            )?,
+    Resolved::Publish(resolved)
+}
+
+/// Inside `tx`: locks the live claim (Q6), settles and publishes the resolved report and makes
+/// its queue transition; `ClaimLost` when the claim is no longer ours, and the pass's
+/// cancellation is checked last. The caller commits.
+pub fn finalize_in(
+    tx: &mut postgres::Transaction<'_>,
+    pass: &Pass<'_>,
+    reconciler: &dyn Reconciler,
+    resolved: Report,
+) -> Result<Report, PassError> {
+    pass.cancel().check()?;
+    queue::work_lock_claim(tx, pass.claim)?;
+    let resolved = reconciler.settle(tx, pass, resolved)?;
+    reconciler.publish(tx, pass, &resolved)?;
+    let claim = pass.claim;
+    match resolved.outcome {
+        Outcome::Success => {
+            queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
         }
-        Ok(resolved)
-    })
+        Outcome::Pending { recheck } => queue::work_defer(
+            tx,
+            claim,
+            &resolved.code,
+            recheck,
+            resolved.record_evidence,
+            resolved.refusal.as_deref(),
+        )?,
+        Outcome::Retry => {
+            queue::work_retry(tx, claim, &resolved.code, &pass.ctx.queue)?;
+        }
+        Outcome::Permanent => queue::work_fail(
+            tx,
+            claim,
+            &resolved.code,
+            resolved.result_data.as_ref(),
+            resolved.refusal.as_deref(),
+        )?,
+    }
+    pass.cancel().check()?;
+    Ok(resolved)
 }
 
 #[cfg(test)]

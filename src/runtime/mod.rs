@@ -1,18 +1,21 @@
 //! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
-//! named worker threads, one heartbeat thread per live claim, and a LISTEN thread that turns
-//! notifications into wake-ups.
+//! named worker threads, one heartbeat thread per live claim, a finalizer thread that publishes
+//! passes finishing close together in one transaction, and a LISTEN thread that turns
+//! notifications into wake-ups. The coordinator claims as many works as it has free slots in
+//! one statement (issue 10).
 //!
 //! The coordinator owns all scheduling state; workers and the listener only send `Event`s
 //! back over one channel, so every cause of activity is in one `match`. The coordinator never
 //! leaves its loop early: it drains until every in-flight pass has reported. Threads are named,
 //! stopped by closing channels, and joined.
 
+mod finalizer;
 mod lease;
 
 use crate::cancel::LossCause;
 use crate::db::DbError;
 use crate::queue::{self, Claim};
-use crate::reconcile::{self, Context, LeaseState, Outcome, Pass, PassError, Registry, Report};
+use crate::reconcile::{Context, LeaseState, Outcome, Pass, PassError, Registry, Report};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use postgres::fallible_iterator::FallibleIterator;
@@ -23,6 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use finalizer::{Finalizer, LINGER, MAX_BATCH};
 pub use lease::Lease;
 
 /// Settings of the runtime itself (the rest is in `Context`).
@@ -45,7 +49,12 @@ pub enum Event {
     Done { token: String },
     /// SIGTERM/SIGINT or an in-process stop request.
     Stop,
+    /// The poll interval (or a follow-up after a wake-up) passed without an event.
+    Poll,
 }
+
+/// How long after a wake-up the coordinator claims once more (see `coordinate`).
+const FOLLOW_UP: Duration = Duration::from_millis(15);
 
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
@@ -150,6 +159,7 @@ impl Worker {
             )?),
             None => None,
         };
+        let (finalizer, finalizer_thread) = Finalizer::start(ctx.clone())?;
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(options.concurrency);
         let mut workers = Vec::with_capacity(options.concurrency);
         for i in 0..options.concurrency {
@@ -157,6 +167,7 @@ impl Worker {
             let done = events_tx.clone();
             let ctx = ctx.clone();
             let registry = registry.clone();
+            let finalizer = finalizer.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("occ-work-{i}"))
@@ -168,7 +179,7 @@ impl Worker {
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    run_pass(&ctx, &registry, job)
+                                    run_pass(&ctx, &registry, &finalizer, job)
                                 }));
                             if outcome.is_err() {
                                 ctx.events.emit(
@@ -182,6 +193,8 @@ impl Worker {
             );
         }
         drop(jobs_rx);
+        // The workers hold the only other handles: the finalizer ends once they have.
+        drop(finalizer);
 
         ctx.events.emit(
             "worker.started",
@@ -208,6 +221,7 @@ impl Worker {
         for w in workers {
             let _ = w.join();
         }
+        let _ = finalizer_thread.join();
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
             let _ = l.join();
@@ -254,6 +268,9 @@ fn coordinate(
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
     let mut last_recovery: Option<Instant> = None;
     let mut failures = Failures::default();
+    // After a notification, one more claim shortly after: a transaction that left the
+    // wake-up to a concurrent one (V11) may commit just after the notifying one.
+    let mut follow_up: Option<Instant> = None;
     loop {
         progress.tick();
         // A requested stop is seen before the next database wait, not after it.
@@ -269,19 +286,25 @@ fn coordinate(
             if progress.stopping() {
                 continue;
             }
-            match claim(ctx) {
-                Ok(Some((claim, sent))) => {
+            match claim(ctx, free) {
+                Ok((claims, sent)) if !claims.is_empty() => {
                     failures.clear(progress);
-                    let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
-                    in_flight.insert(claim.token.clone(), lease.clone());
-                    free -= 1;
-                    if jobs.send(Job { claim, lease }).is_err() {
+                    let mut pool_gone = false;
+                    for claim in claims {
+                        let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
+                        in_flight.insert(claim.token.clone(), lease.clone());
+                        free -= 1;
+                        if jobs.send(Job { claim, lease }).is_err() {
+                            pool_gone = true;
+                        }
+                    }
+                    if pool_gone {
                         // The pool is gone; nothing will report. Stop claiming.
                         break;
                     }
                     continue;
                 }
-                Ok(None) => failures.clear(progress),
+                Ok(_) => failures.clear(progress),
                 Err(e) => failures.report(ctx, progress, &e),
             }
         }
@@ -291,17 +314,22 @@ fn coordinate(
         let wait = match stopping {
             Some(deadline) if !cancelled_all => deadline.saturating_duration_since(Instant::now()),
             Some(_) => Duration::from_millis(200),
-            None => options.poll_interval,
+            None => match follow_up.take() {
+                Some(at) => at.saturating_duration_since(Instant::now()),
+                None => options.poll_interval,
+            },
         };
         let first = match events.recv_timeout(wait) {
             Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => Event::Wake,
+            Err(RecvTimeoutError::Timeout) => Event::Poll,
             Err(RecvTimeoutError::Disconnected) => break,
         };
         // Handle everything already waiting, so a burst of notifications costs one claim.
         for event in std::iter::once(first).chain(events.try_iter()) {
             match event {
-                Event::Wake => {}
+                Event::Poll => {}
+                Event::Wake => follow_up = Some(Instant::now() + FOLLOW_UP),
+
                 Event::Done { token } => {
                     in_flight.remove(&token);
                     free += 1;
@@ -384,10 +412,14 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
     Ok(())
 }
 
-fn claim(ctx: &Context) -> Result<Option<(Claim, Instant)>, PassError> {
+/// Claims up to `free` works in one statement (issue 10 item 3), each from a distinct lane.
+fn claim(ctx: &Context, free: usize) -> Result<(Vec<Claim>, Instant), PassError> {
     let mut client = ctx.pool.get()?;
     let sent = Instant::now();
-    Ok(queue::work_claim(&mut *client, &ctx.queue)?.map(|c| (c, sent)))
+    Ok((
+        queue::work_claim_batch(&mut *client, &ctx.queue, free)?,
+        sent,
+    ))
 }
 
 /// A short class for an error, safe to log.
@@ -426,8 +458,9 @@ fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::V
 }
 
 /// Runs one pass on a worker thread: lease thread, reconcile, finalize, events, metrics.
-fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
+fn run_pass(ctx: &Arc<Context>, registry: &Registry, finalizer: &Finalizer, job: Job) {
     let Job { claim, lease } = job;
+    let running = finalizer.pass_started();
     let started = Instant::now();
     let operation = claim.operation.as_str();
     let heartbeat = match Lease::start(claim.clone(), lease.clone(), ctx.clone()) {
@@ -461,7 +494,9 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, job: Job) {
         })
         .and_then(|report| {
             let classified = report.outcome;
-            reconcile::finalize(&pass, &*reconciler, report).map(|r| (classified, r))
+            finalizer
+                .finalize(&pass, &lease, reconciler.clone(), report, running)
+                .map(|r| (classified, r))
         });
     drop(heartbeat);
     let elapsed = started.elapsed();

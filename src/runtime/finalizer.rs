@@ -1,0 +1,209 @@
+//! The finalizer thread (`occ-finalize`, issue 10 item 4): publishes the outcomes of passes
+//! that finish close together in one transaction, a savepoint per pass.
+//!
+//! A worker thread hands over its resolved report and blocks until the batch holding it has
+//! committed (or its own unit failed). Each unit is exactly the unbatched finalization
+//! (`reconcile::finalize_in`): it locks the live claim by token and lease first, so zero rows
+//! is still `ClaimLost` for that pass alone; a failing unit is rolled back to its savepoint and
+//! never loses another pass's publication. Deferred constraints are checked at the end of each
+//! unit, inside its savepoint, so no unit can make the shared commit fail. A batch waits for
+//! more passes at most `LINGER`, and only while other passes are still running, so a lone
+//! completion does not wait. It never claims work and never touches a pass's lease.
+
+use crate::db::DbError;
+use crate::queue::Claim;
+use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Reconciler, Report, Resolved};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The longest a batch waits for more passes after its first one arrived.
+pub const LINGER: Duration = Duration::from_millis(1);
+/// The most passes one transaction publishes.
+pub const MAX_BATCH: usize = 64;
+
+/// One pass's finalization, handed to the finalizer thread.
+struct Unit {
+    claim: Claim,
+    lease: Arc<LeaseState>,
+    reconciler: Arc<dyn Reconciler>,
+    resolved: Report,
+    reply: Sender<Result<Report, PassError>>,
+}
+
+/// The handle worker threads use; the thread stops when every handle is dropped.
+#[derive(Clone)]
+pub struct Finalizer {
+    units: Sender<Unit>,
+    /// Passes running on the pool and not yet handed over: while there are some, a batch
+    /// waits (at most `LINGER`) for them.
+    running: Arc<AtomicUsize>,
+}
+
+impl Finalizer {
+    /// Starts `occ-finalize`. Join the handle after dropping every `Finalizer`.
+    pub fn start(ctx: Arc<Context>) -> std::io::Result<(Finalizer, JoinHandle<()>)> {
+        let (units, rx) = unbounded::<Unit>();
+        let running = Arc::new(AtomicUsize::new(0));
+        let counter = running.clone();
+        let handle = std::thread::Builder::new()
+            .name("occ-finalize".into())
+            .spawn(move || run(&ctx, &rx, &counter))?;
+        Ok((Finalizer { units, running }, handle))
+    }
+
+    /// A pass started on the pool.
+    pub fn pass_started(&self) -> PassRunning<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        PassRunning {
+            running: &self.running,
+            done: false,
+        }
+    }
+
+    /// Finalizes `report` (`reconcile::finalize`, batched): blocks until it is published or
+    /// refused. `running` is the pass's own guard, released as the report is handed over.
+    pub fn finalize(
+        &self,
+        pass: &Pass<'_>,
+        lease: &Arc<LeaseState>,
+        reconciler: Arc<dyn Reconciler>,
+        report: Report,
+        mut running: PassRunning<'_>,
+    ) -> Result<Report, PassError> {
+        let resolved = match reconcile::finalize_resolved(pass, report) {
+            Resolved::Published(published) => return Ok(published),
+            Resolved::Publish(resolved) => resolved,
+        };
+        let (reply, answer) = bounded(1);
+        let unit = Unit {
+            claim: pass.claim.clone(),
+            lease: lease.clone(),
+            reconciler,
+            resolved,
+            reply,
+        };
+        running.release();
+        if self.units.send(unit).is_err() {
+            return Err(PassError::Invariant("the finalizer thread is gone".into()));
+        }
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(PassError::Invariant("the finalizer dropped a pass".into())))
+    }
+}
+
+/// Counts a running pass until its report is handed over (or the pass ends without one).
+pub struct PassRunning<'a> {
+    running: &'a AtomicUsize,
+    done: bool,
+}
+
+impl PassRunning<'_> {
+    fn release(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for PassRunning<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn run(ctx: &Context, units: &Receiver<Unit>, running: &AtomicUsize) {
+    while let Ok(first) = units.recv() {
+        let mut batch = vec![first];
+        batch.extend(units.try_iter().take(MAX_BATCH - 1));
+        let deadline = Instant::now() + LINGER;
+        while batch.len() < MAX_BATCH && running.load(Ordering::SeqCst) > 0 {
+            match units.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(unit) => batch.push(unit),
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        publish(ctx, batch);
+    }
+}
+
+/// One transaction for `batch`: a savepoint per unit; units that fail are answered at once,
+/// the rest after the commit.
+fn publish(ctx: &Context, batch: Vec<Unit>) {
+    let mut client = match ctx.pool.get() {
+        Ok(c) => c,
+        Err(_) => return fail_all(batch, "no database connection for the batch"),
+    };
+    let mut tx = match client.transaction() {
+        Ok(tx) => tx,
+        Err(_) => return fail_all(batch, "the batch's transaction did not begin"),
+    };
+    let mut published = Vec::with_capacity(batch.len());
+    let mut units = batch.into_iter();
+    while let Some(unit) = units.next() {
+        let pass = Pass {
+            claim: &unit.claim,
+            ctx,
+            lease: &unit.lease,
+        };
+        let outcome = tx
+            .batch_execute("SAVEPOINT occ_unit")
+            .map_err(PassError::from);
+        let outcome = outcome.and_then(|()| {
+            let report =
+                reconcile::finalize_in(&mut tx, &pass, &*unit.reconciler, unit.resolved.clone())?;
+            // Deferred constraints are checked here, inside the unit's savepoint.
+            tx.batch_execute(
+                "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; \
+                 RELEASE SAVEPOINT occ_unit",
+            )?;
+            Ok(report)
+        });
+        match outcome {
+            Ok(report) => published.push((unit.reply, report)),
+            Err(e) => {
+                let rolled_back = tx
+                    .batch_execute("ROLLBACK TO SAVEPOINT occ_unit; RELEASE SAVEPOINT occ_unit")
+                    .is_ok();
+                let _ = unit.reply.send(Err(e));
+                if !rolled_back {
+                    // The connection is gone: nothing in this transaction commits.
+                    let rest = units
+                        .map(|u| u.reply)
+                        .chain(published.into_iter().map(|(r, _)| r));
+                    for reply in rest {
+                        let _ = reply.send(Err(unavailable("the batch's connection failed")));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+    match tx.commit() {
+        Ok(()) => {
+            for (reply, report) in published {
+                let _ = reply.send(Ok(report));
+            }
+        }
+        Err(_) => {
+            for (reply, _) in published {
+                let _ = reply.send(Err(unavailable("the batch did not commit")));
+            }
+        }
+    }
+}
+
+/// Nothing of the batch was published; its claims stay until their leases run out.
+fn unavailable(what: &str) -> PassError {
+    PassError::Db(DbError::Unavailable(what.into()))
+}
+
+fn fail_all(batch: Vec<Unit>, what: &str) {
+    for unit in batch {
+        let _ = unit.reply.send(Err(unavailable(what)));
+    }
+}
