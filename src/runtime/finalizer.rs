@@ -131,79 +131,78 @@ fn run(ctx: &Context, units: &Receiver<Unit>, running: &AtomicUsize) {
     }
 }
 
-/// One transaction for `batch`: a savepoint per unit; units that fail are answered at once,
-/// the rest after the commit.
+/// The thread's side of a batch: runs it and answers every pass.
 fn publish(ctx: &Context, batch: Vec<Unit>) {
-    let mut client = match ctx.pool.get() {
-        Ok(c) => c,
-        Err(_) => return fail_all(batch, "no database connection for the batch"),
+    let items: Vec<BatchItem<'_>> = batch
+        .iter()
+        .map(|u| BatchItem {
+            pass: Pass {
+                claim: &u.claim,
+                ctx,
+                lease: &u.lease,
+            },
+            reconciler: &*u.reconciler,
+            resolved: u.resolved.clone(),
+        })
+        .collect();
+    let answers = finalize_batch(ctx, items);
+    for (unit, answer) in batch.iter().zip(answers) {
+        let _ = unit.reply.send(answer);
+    }
+}
+
+/// One pass's resolved report (`reconcile::finalize_resolved`) in a batch.
+pub struct BatchItem<'a> {
+    pub pass: Pass<'a>,
+    pub reconciler: &'a dyn Reconciler,
+    pub resolved: Report,
+}
+
+/// Publishes `items` in one transaction, a savepoint each (`reconcile::finalize_in`); returns
+/// one answer per item, in order. A failing item (`ClaimLost`, a cancelled pass, a database
+/// error in its statements) is rolled back to its savepoint and the others still commit; if
+/// the connection or the commit fails, no item is published.
+pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
+    let n = items.len();
+    let all = |what: &str| (0..n).map(|_| Err(unavailable(what))).collect();
+    let Ok(mut client) = ctx.pool.get() else {
+        return all("no database connection for the batch");
     };
-    let mut tx = match client.transaction() {
-        Ok(tx) => tx,
-        Err(_) => return fail_all(batch, "the batch's transaction did not begin"),
+    let Ok(mut tx) = client.transaction() else {
+        return all("the batch's transaction did not begin");
     };
-    let mut published = Vec::with_capacity(batch.len());
-    let mut units = batch.into_iter();
-    while let Some(unit) = units.next() {
-        let pass = Pass {
-            claim: &unit.claim,
-            ctx,
-            lease: &unit.lease,
-        };
+    let mut answers = Vec::with_capacity(n);
+    for item in items {
         let outcome = tx
             .batch_execute("SAVEPOINT occ_unit")
-            .map_err(PassError::from);
-        let outcome = outcome.and_then(|()| {
-            let report =
-                reconcile::finalize_in(&mut tx, &pass, &*unit.reconciler, unit.resolved.clone())?;
-            // Deferred constraints are checked here, inside the unit's savepoint.
-            tx.batch_execute(
-                "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; \
-                 RELEASE SAVEPOINT occ_unit",
-            )?;
-            Ok(report)
-        });
-        match outcome {
-            Ok(report) => published.push((unit.reply, report)),
-            Err(e) => {
-                let rolled_back = tx
-                    .batch_execute("ROLLBACK TO SAVEPOINT occ_unit; RELEASE SAVEPOINT occ_unit")
-                    .is_ok();
-                let _ = unit.reply.send(Err(e));
-                if !rolled_back {
-                    // The connection is gone: nothing in this transaction commits.
-                    let rest = units
-                        .map(|u| u.reply)
-                        .chain(published.into_iter().map(|(r, _)| r));
-                    for reply in rest {
-                        let _ = reply.send(Err(unavailable("the batch's connection failed")));
-                    }
-                    return;
-                }
-            }
+            .map_err(PassError::from)
+            .and_then(|()| {
+                let report =
+                    reconcile::finalize_in(&mut tx, &item.pass, item.reconciler, item.resolved)?;
+                // Deferred constraints are checked here, inside the unit's savepoint.
+                tx.batch_execute(
+                    "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; \
+                     RELEASE SAVEPOINT occ_unit",
+                )?;
+                Ok(report)
+            });
+        if outcome.is_err()
+            && tx
+                .batch_execute("ROLLBACK TO SAVEPOINT occ_unit; RELEASE SAVEPOINT occ_unit")
+                .is_err()
+        {
+            // The connection is gone: nothing in this transaction commits.
+            return all("the batch's connection failed");
         }
+        answers.push(outcome);
     }
-    match tx.commit() {
-        Ok(()) => {
-            for (reply, report) in published {
-                let _ = reply.send(Ok(report));
-            }
-        }
-        Err(_) => {
-            for (reply, _) in published {
-                let _ = reply.send(Err(unavailable("the batch did not commit")));
-            }
-        }
+    if tx.commit().is_err() {
+        return all("the batch did not commit");
     }
+    answers
 }
 
 /// Nothing of the batch was published; its claims stay until their leases run out.
 fn unavailable(what: &str) -> PassError {
     PassError::Db(DbError::Unavailable(what.into()))
-}
-
-fn fail_all(batch: Vec<Unit>, what: &str) {
-    for unit in batch {
-        let _ = unit.reply.send(Err(unavailable(what)));
-    }
 }

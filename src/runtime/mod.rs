@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use finalizer::{Finalizer, LINGER, MAX_BATCH};
+pub use finalizer::{finalize_batch, BatchItem, Finalizer, LINGER, MAX_BATCH};
 pub use lease::Lease;
 
 /// Settings of the runtime itself (the rest is in `Context`).

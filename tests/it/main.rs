@@ -20,6 +20,7 @@ mod migrate;
 mod namespace;
 mod outage;
 mod queue;
+mod queue_engine;
 mod queue_smoke;
 mod readme;
 mod revision;

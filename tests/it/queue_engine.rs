@@ -1,0 +1,311 @@
+//! The queue engine of issue 10 against a real PostgreSQL: batched claims take one head per
+//! lane, lane order survives lease recovery, claims never read future-dated rows or the
+//! backlog behind a busy lane, and a batched finalization publishes every pass whose claim is
+//! live while reporting the lost one as `ClaimLost`.
+
+use crate::support::{context, insert_namespace, scalar, TestDb};
+use occ_worker::queue::*;
+use occ_worker::reconcile::{LeaseState, Pass, PassError, Reconciler, Report};
+use occ_worker::runtime::{finalize_batch, BatchItem};
+use postgres::Client;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn opts() -> QueueOptions {
+    QueueOptions::new(Duration::from_secs(30), 5)
+}
+
+fn deletion(ns: &str, n: u32) -> NewWork {
+    NewWork::namespace_delete(ns, Some(n), "admin")
+}
+
+/// Marks its Namespace `ready` as its publication, so a test can see what was published.
+struct MarksReady;
+
+impl Reconciler for MarksReady {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        Ok(Report::success("DONE"))
+    }
+
+    fn publish(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        tx.execute(
+            "UPDATE occ.namespaces_all SET status = 'ready' WHERE id = $1",
+            &[&pass.claim.namespace_id],
+        )?;
+        Ok(())
+    }
+}
+
+fn status(c: &mut Client, ns: &str) -> String {
+    c.query_one(
+        "SELECT status FROM occ.namespaces_all WHERE id = $1",
+        &[&ns],
+    )
+    .unwrap()
+    .get(0)
+}
+
+// Issue 10 item 3: one statement claims up to the limit, one head per distinct lane, oldest
+// first; a lane whose head is claimed yields nothing more until it is released.
+#[test]
+fn a_batch_claim_never_returns_two_works_of_one_lane() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["a", "b", "c"] {
+        insert_namespace(&mut c, ns, "ready");
+    }
+    let mut ids = std::collections::HashMap::new();
+    for (ns, n) in [("a", 1), ("a", 2), ("b", 1), ("a", 3), ("c", 1), ("b", 2)] {
+        let id = work_enqueue(&mut c, &deletion(ns, n)).unwrap().id;
+        ids.insert((ns, n), id);
+    }
+    let o = opts();
+    let claims = work_claim_batch(&mut c, &o, 10).unwrap();
+    let got: Vec<(String, i64)> = claims.iter().map(|cl| (cl.lane.clone(), cl.id)).collect();
+    assert_eq!(
+        got,
+        [
+            ("namespace:a".to_string(), ids[&("a", 1)]),
+            ("namespace:b".to_string(), ids[&("b", 1)]),
+            ("namespace:c".to_string(), ids[&("c", 1)]),
+        ],
+        "one head per lane, oldest first"
+    );
+    assert!(
+        work_claim_batch(&mut c, &o, 10).unwrap().is_empty(),
+        "every lane is busy"
+    );
+    // The limit bounds the batch.
+    for cl in &claims {
+        work_complete(&mut c, cl, "DONE", None).unwrap();
+    }
+    let next = work_claim_batch(&mut c, &o, 1).unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].id, ids[&("a", 2)], "the lane's next work, promoted");
+    let rest = work_claim_batch(&mut c, &o, 10).unwrap();
+    assert_eq!(
+        rest.iter().map(|cl| cl.id).collect::<Vec<_>>(),
+        [ids[&("b", 2)]]
+    );
+    // PostgreSQL itself refuses a second live claim in a lane, whoever writes it.
+    let err = c
+        .execute(
+            "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(),
+                 claimed_at = now(), lease_expires_at = now() + interval '1 min',
+                 attempt_count = attempt_count + 1
+             WHERE id = $1",
+            &[&ids[&("a", 3)]],
+        )
+        .expect_err("a second live claim in lane a");
+    assert_eq!(
+        err.as_db_error().and_then(|e| e.constraint()),
+        Some("work_one_claim_per_lane")
+    );
+}
+
+// Issue 10 item 1, Q10: a work whose lease expired returns to the head of its lane, ahead of
+// the works queued behind it while it was claimed.
+#[test]
+fn lane_order_is_kept_across_lease_recovery() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "a", "ready");
+    let o = opts();
+    let first = work_enqueue(&mut c, &deletion("a", 1)).unwrap().id;
+    let claim = work_claim(&mut c, &o).unwrap().expect("the first work");
+    assert_eq!(claim.id, first);
+    let second = work_enqueue(&mut c, &deletion("a", 2)).unwrap().id;
+    c.batch_execute(
+        "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 s' WHERE state = 'claimed'",
+    )
+    .unwrap();
+    assert_eq!(work_recover_stale(&mut c, &o).unwrap().requeued, 1);
+    let again = work_claim_batch(&mut c, &o, 10).unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|cl| (cl.id, cl.attempt))
+            .collect::<Vec<_>>(),
+        [(first, 2)],
+        "the recovered work, not the one queued behind it"
+    );
+    work_complete(&mut c, &again[0], "DONE", None).unwrap();
+    let then = work_claim(&mut c, &o).unwrap().expect("the second work");
+    assert_eq!(then.id, second);
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the claim, rolled back.
+fn explain_claim(c: &mut Client) -> Value {
+    let sql = include_str!("../../sql/queries/work_claim.sql")
+        .replace("$1::bigint", "30000::bigint")
+        .replace("$2", "16");
+    let mut tx = c.transaction().unwrap();
+    let plan: Value = tx
+        .query_one(
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    tx.rollback().unwrap();
+    plan
+}
+
+/// Every plan node, depth first.
+fn nodes(plan: &Value) -> Vec<&Value> {
+    let mut out = vec![plan];
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        out.extend(nodes(child));
+    }
+    out
+}
+
+/// Rows every node of the claim's plan read from `occ.work` or `occ.work_lanes` (actual rows
+/// plus rows removed by a filter).
+fn rows_read(plan: &Value) -> i64 {
+    let scans: Vec<&Value> = nodes(&plan[0]["Plan"])
+        .into_iter()
+        .filter(|n| {
+            matches!(
+                n["Relation Name"].as_str(),
+                Some("work") | Some("work_lanes")
+            )
+        })
+        .collect();
+    assert!(
+        scans
+            .iter()
+            .any(|n| n["Index Name"].as_str() == Some("work_lanes_ready")),
+        "the claim scans the lane heads' index: {plan:#}"
+    );
+    scans
+        .into_iter()
+        .map(|n| {
+            n["Actual Rows"].as_i64().unwrap_or(0) * n["Actual Loops"].as_i64().unwrap_or(1)
+                + n["Rows Removed by Filter"].as_i64().unwrap_or(0)
+        })
+        .sum()
+}
+
+// Issue 10 items 1 and 2: with 500 future-dated works in 500 lanes and 500 works queued behind
+// one busy lane's head, a claim (and so an idle poll) reads none of them: claimable now is an
+// index range over lane heads.
+#[test]
+fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+         SELECT 'f' || i, 'f' || i, 'ready', 'admin' FROM generate_series(1, 500) i;
+         INSERT INTO occ.namespaces_all (id, name, status, created_by) VALUES ('busy', 'busy', 'ready', 'admin');",
+    )
+    .unwrap();
+    for i in 1..=500 {
+        work_enqueue_at(
+            &mut c,
+            &deletion(&format!("f{i}"), 1),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+    }
+    for n in 1..=501 {
+        work_enqueue(&mut c, &deletion("busy", n)).unwrap();
+    }
+    let o = opts();
+    let head = work_claim_batch(&mut c, &o, 16).unwrap();
+    assert_eq!(head.len(), 1, "only the busy lane's head is claimable now");
+    c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
+        .unwrap();
+    let plan = explain_claim(&mut c);
+    assert_eq!(
+        rows_read(&plan),
+        0,
+        "the claim read rows it cannot claim: {plan:#}"
+    );
+    let queued: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE state = 'queued'",
+    );
+    assert_eq!(queued, 1000);
+}
+
+// Issue 10 item 4: finalizations batched in one transaction, a savepoint each: the pass whose
+// claim was lost gets `ClaimLost` and publishes nothing; the others publish and complete.
+#[test]
+fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["a", "b", "c"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claims = work_claim_batch(&mut c, &ctx.queue, 3).unwrap();
+    assert_eq!(claims.len(), 3);
+    // Another worker took b's claim over (its token is no longer ours).
+    c.execute(
+        "UPDATE occ.work SET claim_token = gen_random_uuid() WHERE id = $1",
+        &[&claims[1].id],
+    )
+    .unwrap();
+    let leases: Vec<LeaseState> = claims
+        .iter()
+        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
+        .collect();
+    let reconciler = MarksReady;
+    let items = claims
+        .iter()
+        .zip(&leases)
+        .map(|(claim, lease)| BatchItem {
+            pass: Pass {
+                claim,
+                ctx: &ctx,
+                lease,
+            },
+            reconciler: &reconciler,
+            resolved: Report::success("DONE"),
+        })
+        .collect();
+    let answers = finalize_batch(&ctx, items);
+    assert_eq!(answers.len(), 3);
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    assert!(
+        matches!(answers[1], Err(PassError::ClaimLost)),
+        "{:?}",
+        answers[1]
+    );
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    assert_eq!(status(&mut c, "a"), "ready");
+    assert_eq!(
+        status(&mut c, "b"),
+        "provisioning",
+        "nothing of b published"
+    );
+    assert_eq!(status(&mut c, "c"), "ready");
+    let states: Vec<(String, String)> = c
+        .query(
+            "SELECT namespace_id, state FROM occ.work ORDER BY namespace_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let expected = [("a", "succeeded"), ("b", "claimed"), ("c", "succeeded")];
+    assert_eq!(
+        states,
+        expected.map(|(n, s)| (n.to_string(), s.to_string()))
+    );
+    let evidence: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.namespace_id = 'b'",
+    );
+    assert_eq!(evidence, 0, "no evidence from the lost claim");
+}
