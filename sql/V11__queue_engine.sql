@@ -50,8 +50,9 @@ CREATE INDEX work_queued_attempts ON occ.work (attempt_count) WHERE state = 'que
 DROP INDEX occ.work_claimable;
 DROP INDEX occ.work_leases;
 
--- Recomputes one lane's row from `occ.work` under the row's lock. Lane rows are never deleted
--- (one per Namespace or Agent that ever had work), so the lock always has a row to take.
+-- Recomputes one lane's row from `occ.work` under the row's lock (the backfill below, and a
+-- repair an operator can run). Lane rows are never deleted (one per Namespace or Agent that
+-- ever had work), so the lock always has a row to take.
 CREATE FUNCTION occ.work_lane_sync(p_lane text) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     head record;
@@ -72,12 +73,52 @@ BEGIN
       AND (head_id, head_at, claimed) IS DISTINCT FROM (head.id, head.available_at, busy);
 END $$;
 
+-- The trigger's incremental form of the same: under the lane row's lock (which every change
+-- of the lane's works takes, so the row always matches the committed works), a claim sets
+-- `claimed` and a claim's end clears it (one live claim per lane, V1's unique index); a work
+-- that becomes queued replaces the head only if it comes first; only a change to the head
+-- itself (claimed, deleted, re-dated) looks the next head up, one index probe of
+-- work_lane_queue. An insert behind a busy head and a completion read no other work row.
 CREATE FUNCTION occ.work_lane_track() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    lane_id text := CASE WHEN TG_OP = 'DELETE' THEN OLD.lane ELSE NEW.lane END;
+    cur occ.work_lanes;
+    busy boolean;
+    next_id bigint;
+    next_at timestamptz;
+    recompute boolean := false;
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM occ.work_lane_sync(OLD.lane);
-    ELSE
-        PERFORM occ.work_lane_sync(NEW.lane);
+    SELECT * INTO cur FROM occ.work_lanes WHERE lane = lane_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO occ.work_lanes (lane) VALUES (lane_id) ON CONFLICT (lane) DO NOTHING;
+        SELECT * INTO cur FROM occ.work_lanes WHERE lane = lane_id FOR UPDATE;
+    END IF;
+    busy := cur.claimed;
+    next_id := cur.head_id;
+    next_at := cur.head_at;
+    IF TG_OP <> 'INSERT' THEN
+        IF OLD.state = 'claimed' THEN
+            busy := false;
+        END IF;
+        recompute := coalesce(OLD.id = cur.head_id, false);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.state = 'claimed' THEN
+            busy := true;
+        ELSIF NEW.state = 'queued' AND NOT recompute
+              AND (next_id IS NULL OR (NEW.available_at, NEW.id) < (next_at, next_id)) THEN
+            next_id := NEW.id;
+            next_at := NEW.available_at;
+        END IF;
+    END IF;
+    IF recompute THEN
+        SELECT w.id, w.available_at INTO next_id, next_at FROM occ.work w
+        WHERE w.lane = lane_id AND w.state = 'queued'
+        ORDER BY w.available_at, w.id LIMIT 1;
+    END IF;
+    IF (cur.head_id, cur.head_at, cur.claimed) IS DISTINCT FROM (next_id, next_at, busy) THEN
+        UPDATE occ.work_lanes SET head_id = next_id, head_at = next_at, claimed = busy
+        WHERE lane = lane_id;
     END IF;
     RETURN NULL;
 END $$;

@@ -1,10 +1,14 @@
 //! `occ-worker bench` (hidden; run it through `scripts/bench-queue`): the queue benchmark.
 //!
-//! Three measurements, each in a fresh database created from the admin URL, migrated and
+//! Each measurement runs in a fresh database created from the admin URL, migrated and
 //! bootstrapped here and dropped afterwards: drain throughput with the `Noop` reconciler at
-//! several concurrencies; enqueue-to-claim latency of single works arriving at an idle worker
-//! (the LISTEN/NOTIFY path, the poll left at 250 ms); and the claim's cost as terminal rows
-//! pile up. It never touches infrastructure: its Compute Driver refuses every call.
+//! several concurrencies, next to PostgreSQL's own ceiling for the same work measured with
+//! pgbench on the same server (single-row and batched claim+complete scripts); enqueue-to-claim
+//! latency of single works arriving at an idle worker (the LISTEN/NOTIFY path, the poll left at
+//! 250 ms); the claim's cost as terminal rows pile up, with a backlog behind busy lanes, right
+//! after a burst of completions and with future-dated works (issue 10); admission throughput
+//! with wake-ups on and off; and an idle worker process's CPU and RSS. It never touches
+//! infrastructure: its Compute Driver refuses every call.
 
 use super::{CliError, Globals};
 use clap::Args;
@@ -20,6 +24,7 @@ use occ_worker::reconcile::{probe, Context, Pass, PassError, Reconciler, Registr
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use postgres::Client;
 use serde_json::{json, Value};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +36,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 20_000)]
     works: i64,
     /// Concurrency levels of the drain measurement.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
     concurrency: Vec<usize>,
     /// Single works of the latency measurement.
     #[arg(long, default_value_t = 200)]
@@ -42,6 +47,37 @@ pub struct BenchArgs {
     /// Claim+complete cycles per table size in the claim-cost measurement.
     #[arg(long, default_value_t = 500)]
     cycles: usize,
+    /// Queued works behind the heads of 100 busy lanes (issue 10).
+    #[arg(long, default_value_t = 100_000)]
+    backlog: i64,
+    /// Works completed before the claim is measured again, without a manual vacuum.
+    #[arg(long, default_value_t = 200_000)]
+    completed: i64,
+    /// Future-dated works in the table while the claim is measured.
+    #[arg(long, default_value_t = 100_000)]
+    future: i64,
+    /// Seconds of each admission run (16 sessions calling `occ.namespace_create`).
+    #[arg(long, default_value_t = 10)]
+    admission_seconds: u64,
+    /// Seconds the idle worker process is watched.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+    /// Seconds of each pgbench ceiling run.
+    #[arg(long, default_value_t = 5)]
+    pgbench_seconds: u64,
+    /// The pgbench binary (found on PATH when absent); no ceilings without one.
+    #[arg(long)]
+    pgbench: Option<PathBuf>,
+    /// Which measurements to run (all by default).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ceilings,drain,latency,claim,admission,idle"
+    )]
+    only: Vec<String>,
+    /// Internal: run an idle worker against this database for the idle measurement's child.
+    #[arg(long, hide = true)]
+    idle_child: Option<String>,
 }
 
 /// A database failure with the step it happened in.
@@ -111,11 +147,15 @@ fn context(db: &BenchDb, concurrency: usize) -> Result<Arc<Context>, CliError> {
 }
 
 fn options(db: &BenchDb, concurrency: usize) -> RuntimeOptions {
+    options_for(&db.url, concurrency)
+}
+
+fn options_for(url: &str, concurrency: usize) -> RuntimeOptions {
     RuntimeOptions {
         concurrency,
         poll_interval: Duration::from_millis(250),
         shutdown_grace: Duration::from_secs(10),
-        listen_url: Some(db.url.clone()),
+        listen_url: Some(url.to_string()),
         db_timeout: TIMEOUT,
     }
 }
@@ -267,7 +307,6 @@ fn claim_cost(admin: &str, small: i64, large: i64, cycles: usize) -> Result<Valu
     .map_err(step("claim-cost setup"))?;
     let mut results = Vec::new();
     let mut have = 0;
-    let mut next_key = 0i64;
     for target in [small, large] {
         let fill = Instant::now();
         c.batch_execute(&format!(
@@ -282,65 +321,449 @@ fn claim_cost(admin: &str, small: i64, large: i64, cycles: usize) -> Result<Valu
             .map_err(step("vacuum"))?;
         let fill_seconds = fill.elapsed().as_secs_f64();
         have = target;
-        let opts = QueueOptions::new(LEASE, 5);
-        let mut claim_us = Vec::with_capacity(cycles);
-        let started = Instant::now();
-        for _ in 0..cycles {
-            next_key += 1;
-            let work = NewWork::namespace_delete("n1", Some(10_000_000 + next_key as u32), "admin");
-            queue::work_enqueue(&mut c, &work)?;
-            let t = Instant::now();
-            let claim = queue::work_claim(&mut c, &opts)?
-                .ok_or_else(|| CliError::new("claim-cost: nothing to claim"))?;
-            claim_us.push(t.elapsed().as_micros() as u64);
-            queue::work_complete(&mut c, &claim, "DONE", None)?;
-        }
-        let cycle_ms = started.elapsed().as_secs_f64() * 1000.0 / cycles as f64;
-        claim_us.sort_unstable();
-        queue::work_enqueue(
-            &mut c,
-            &NewWork::namespace_delete("n2", Some(20_000_000), "admin"),
-        )?;
-        let plan = explain_claim(&mut c)?;
-        let rows = count(&mut c, "SELECT count(*) FROM occ.work")?;
-        results.push(json!({
-            "rows": rows,
-            "fillSeconds": round(fill_seconds, 1),
-            "cycles": cycles,
-            "cycleMs": round(cycle_ms, 3),
-            "claimP50Ms": round(percentile(&claim_us, 50.0) as f64 / 1000.0, 3),
-            "claimP99Ms": round(percentile(&claim_us, 99.0) as f64 / 1000.0, 3),
-            "explain": plan,
-        }));
+        let mut r = claim_probe(&mut c, cycles)?;
+        r["rows"] = json!(count(&mut c, "SELECT count(*) FROM occ.work")?);
+        r["fillSeconds"] = json!(round(fill_seconds, 1));
+        results.push(r);
     }
     Ok(Value::Array(results))
 }
 
-/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim, rolled back: execution time and buffers.
+/// Timed claim+complete cycles of single works in a free lane (`probe`, a Namespace of its
+/// own), the claim asking for up to 16 works as a worker with 16 free slots does; then the
+/// claim's plan with buffers while one work is claimable.
+fn claim_probe(c: &mut Client, cycles: usize) -> Result<Value, CliError> {
+    c.batch_execute(
+        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+         VALUES ('probe', 'probe', 'ready', 'admin') ON CONFLICT DO NOTHING",
+    )
+    .map_err(step("claim probe setup"))?;
+    let base: i64 = count(
+        c,
+        "SELECT count(*) FROM occ.work WHERE namespace_id = 'probe'",
+    )?;
+    let opts = QueueOptions::new(LEASE, 5);
+    let mut claim_us = Vec::with_capacity(cycles);
+    let started = Instant::now();
+    for n in 0..cycles as i64 {
+        let work = NewWork::namespace_delete("probe", Some((base + n + 1) as u32), "admin");
+        queue::work_enqueue(c, &work)?;
+        let t = Instant::now();
+        let claims = queue::work_claim_batch(c, &opts, 16)?;
+        claim_us.push(t.elapsed().as_micros() as u64);
+        let [claim] = claims.as_slice() else {
+            return Err(CliError::new(format!(
+                "claim probe: expected the probe's one work, claimed {}",
+                claims.len()
+            )));
+        };
+        queue::work_complete(c, claim, "DONE", None)?;
+    }
+    let cycle_ms = started.elapsed().as_secs_f64() * 1000.0 / cycles.max(1) as f64;
+    claim_us.sort_unstable();
+    queue::work_enqueue(
+        c,
+        &NewWork::namespace_delete("probe", Some((base + cycles as i64 + 1) as u32), "admin"),
+    )?;
+    let plan = explain_claim(c)?;
+    Ok(json!({
+        "cycles": cycles,
+        "cycleMs": round(cycle_ms, 3),
+        "claimP50Ms": round(percentile(&claim_us, 50.0) as f64 / 1000.0, 3),
+        "claimP99Ms": round(percentile(&claim_us, 99.0) as f64 / 1000.0, 3),
+        "explain": plan,
+    }))
+}
+
+/// `p50 after / p50 before`, the figure the issue's goals are stated in.
+fn ratio(after: &Value, before: &Value) -> f64 {
+    let a = after["claimP50Ms"].as_f64().unwrap_or(0.0);
+    let b = before["claimP50Ms"].as_f64().unwrap_or(0.0);
+    if b > 0.0 {
+        round(a / b, 2)
+    } else {
+        0.0
+    }
+}
+
+/// Namespaces `<prefix>1..=<n>`, ready.
+fn namespaces(c: &mut Client, prefix: &str, n: i64) -> Result<(), CliError> {
+    c.batch_execute(&format!(
+        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+         SELECT '{prefix}' || l, '{prefix}' || l, 'ready', 'admin' FROM generate_series(1, {n}) l"
+    ))
+    .map_err(step("namespaces"))
+}
+
+/// (4) Claim cost with no queued work, then with `backlog` works queued behind the claimed
+/// heads of 100 busy lanes (issue 10 item 1).
+fn claim_busy_lanes(admin: &str, backlog: i64, cycles: usize) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "busylanes")?;
+    let mut c = db.client()?;
+    namespaces(&mut c, "b", 100)?;
+    c.batch_execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         SELECT format('namespace:b%s:delete', l), 'b' || l, 'deleted', 'admin'
+         FROM generate_series(1, 100) l",
+    )
+    .map_err(step("busy lanes"))?;
+    let heads = queue::work_claim_batch(&mut c, &QueueOptions::new(LEASE * 100, 5), 100)?;
+    if heads.len() != 100 {
+        return Err(CliError::new(
+            "busy lanes: the 100 heads were not all claimed",
+        ));
+    }
+    c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
+        .map_err(step("analyze"))?;
+    let before = claim_probe(&mut c, cycles)?;
+    let per_lane = (backlog / 100).max(1);
+    let fill = Instant::now();
+    c.batch_execute(&format!(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         SELECT format('namespace:b%s:delete:%s', l, n), 'b' || l, 'deleted', 'admin'
+         FROM generate_series(1, {per_lane}) n, generate_series(1, 100) l ORDER BY n, l"
+    ))
+    .map_err(step("busy-lane backlog"))?;
+    c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
+        .map_err(step("analyze"))?;
+    let fill_seconds = fill.elapsed().as_secs_f64();
+    let after = claim_probe(&mut c, cycles)?;
+    Ok(json!({
+        "busyLanes": 100,
+        "queued0": before,
+        "queuedBacklog": {"queued": per_lane * 100, "fillSeconds": round(fill_seconds, 1), "probe": after},
+        "ratio": ratio(&after, &before),
+    }))
+}
+
+/// (5) Claim cost in a fresh table, then right after `completed` works were claimed and
+/// completed (in batches of 1,000, through the worker's own statements), before any manual
+/// vacuum (issue 10 item 7).
+fn claim_after_completions(admin: &str, completed: i64, cycles: usize) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "completed")?;
+    let mut c = db.client()?;
+    namespaces(&mut c, "n", 1000)?;
+    let before = claim_probe(&mut c, cycles)?;
+    let fill = Instant::now();
+    c.batch_execute(&format!(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, i / 1000 + 1),
+                'n' || (i % 1000 + 1), 'deleted', 'admin'
+         FROM generate_series(0, {completed} - 1) i ORDER BY i"
+    ))
+    .map_err(step("completions fill"))?;
+    let opts = QueueOptions::new(LEASE, 5);
+    let mut done = 0i64;
+    loop {
+        let claims = queue::work_claim_batch(&mut c, &opts, 1000)?;
+        if claims.is_empty() {
+            break;
+        }
+        let mut tx = c.transaction()?;
+        for claim in &claims {
+            queue::work_complete(&mut tx, claim, "DONE", None)?;
+        }
+        tx.commit()?;
+        done += claims.len() as i64;
+    }
+    let drain_seconds = fill.elapsed().as_secs_f64();
+    let after = claim_probe(&mut c, cycles)?;
+    Ok(json!({
+        "fresh": before,
+        "afterCompleted": {"completed": done, "seconds": round(drain_seconds, 1), "probe": after},
+        "ratio": ratio(&after, &before),
+    }))
+}
+
+/// (6) Claim cost in a fresh table, then with `future` works due in an hour or more, spread
+/// over 10,000 lanes (issue 10 item 2).
+fn claim_with_future(admin: &str, future: i64, cycles: usize) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "future")?;
+    let mut c = db.client()?;
+    namespaces(&mut c, "f", 10_000)?;
+    let before = claim_probe(&mut c, cycles)?;
+    let fill = Instant::now();
+    c.batch_execute(&format!(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
+         SELECT format('namespace:f%s:delete:%s', i % 10000 + 1, i / 10000 + 1),
+                'f' || (i % 10000 + 1), 'deleted', 'admin',
+                clock_timestamp() + interval '1 hour' + i * interval '1 ms'
+         FROM generate_series(0, {future} - 1) i ORDER BY i;
+         ANALYZE occ.work; ANALYZE occ.work_lanes"
+    ))
+    .map_err(step("future fill"))?;
+    let fill_seconds = fill.elapsed().as_secs_f64();
+    let after = claim_probe(&mut c, cycles)?;
+    Ok(json!({
+        "fresh": before,
+        "futureDated": {"works": future, "fillSeconds": round(fill_seconds, 1), "probe": after},
+        "ratio": ratio(&after, &before),
+    }))
+}
+
+/// (7) `occ.namespace_create` from 16 sessions for `seconds`, with the wake-up trigger on,
+/// then off (disabled); a LISTEN session is connected throughout (issue 10 item 6).
+fn admission(admin: &str, seconds: u64) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "admission")?;
+    let mut listener = db.client()?;
+    listener
+        .batch_execute("LISTEN occ_work")
+        .map_err(step("listen"))?;
+    let mut runs = Vec::new();
+    for (round, wakeups) in [(0, true), (1, false)] {
+        db.client()?
+            .batch_execute(if wakeups {
+                "ALTER TABLE occ.work ENABLE TRIGGER work_notify"
+            } else {
+                "ALTER TABLE occ.work DISABLE TRIGGER work_notify"
+            })
+            .map_err(step("wake-up trigger"))?;
+        let until = Instant::now() + Duration::from_secs(seconds);
+        let started = Instant::now();
+        let sessions: Vec<_> = (0..16)
+            .map(|s| {
+                let url = db.url.clone();
+                std::thread::spawn(move || -> Result<u64, CliError> {
+                    let mut c = occ_worker::db::connect(&url, TIMEOUT)?;
+                    let mut n = 0u64;
+                    while Instant::now() < until {
+                        c.execute(
+                            "SELECT occ.namespace_create('admin', $1)",
+                            &[&format!("r{round}s{s}n{n}")],
+                        )
+                        .map_err(step("namespace_create"))?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for s in sessions {
+            total += s
+                .join()
+                .map_err(|_| CliError::new("an admission session panicked"))??;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        // Keep the listener's socket drained.
+        let _ = postgres::fallible_iterator::FallibleIterator::count(
+            listener
+                .notifications()
+                .timeout_iter(Duration::from_millis(10)),
+        );
+        runs.push(round_to(total as f64 / elapsed, 0));
+    }
+    Ok(json!({
+        "sessions": 16,
+        "seconds": seconds,
+        "wakeupsOnPerSecond": runs[0],
+        "wakeupsOffPerSecond": runs[1],
+        "ratio": if runs[1] > 0.0 { round(runs[0] / runs[1], 2) } else { 0.0 },
+    }))
+}
+
+fn round_to(v: f64, places: i32) -> f64 {
+    round(v, places)
+}
+
+/// (8) An idle worker process (this binary, `bench --idle-child`, concurrency 16, poll
+/// 250 ms, LISTEN connected): its CPU time and RSS over `seconds`, from `/proc`.
+fn idle(admin: &str, seconds: u64) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "idle")?;
+    let exe = std::env::current_exe().map_err(|e| CliError::new(format!("idle: {e}")))?;
+    let mut child = std::process::Command::new(exe)
+        .args(["bench", "--database-url", &db.url, "--idle-child", &db.url])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| CliError::new(format!("idle: cannot start the worker: {e}")))?;
+    let pid = child.id();
+    // Past start-up: migrations are done, the pool and the listener are connected.
+    std::thread::sleep(Duration::from_secs(3));
+    let ticks = |pid: u32| -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    let rss_kib = |pid: u32| -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    let start = ticks(pid);
+    let t0 = Instant::now();
+    let mut max_rss = 0;
+    while t0.elapsed() < Duration::from_secs(seconds) {
+        max_rss = max_rss.max(rss_kib(pid).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let end = ticks(pid);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let _ = child.kill();
+    let _ = child.wait();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let cpu = match (start, end) {
+        (Some(a), Some(b)) => (b.saturating_sub(a)) as f64 / hz,
+        _ => return Err(CliError::new("idle: the worker process ended early")),
+    };
+    Ok(json!({
+        "seconds": round(elapsed, 1),
+        "concurrency": 16,
+        "cpuSeconds": round(cpu, 3),
+        "cpuPercent": round(cpu * 100.0 / elapsed, 2),
+        "maxRssMiB": round(max_rss as f64 / 1024.0, 1),
+    }))
+}
+
+/// The idle child: a worker with 16 slots on an empty queue, until killed.
+fn idle_child(url: &str) -> Result<(), CliError> {
+    let ctx = Arc::new(Context {
+        pool: occ_worker::db::pool(url, TIMEOUT, 16 * 2 + 4)?,
+        compute: Arc::new(Unused),
+        installation_id: "bench".into(),
+        queue: QueueOptions::new(LEASE, 5),
+        convergence_timeout: Duration::from_secs(900),
+        events: Events::discard(),
+        metrics: Metrics::new(),
+    });
+    let worker = Worker::new(
+        ctx,
+        noop_registry(Arc::new(probe::Noop)),
+        options_for(url, 16),
+    );
+    worker
+        .run()
+        .map_err(|e| CliError::new(format!("idle worker: {e}")))
+}
+
+/// The pgbench scripts of PostgreSQL's ceiling: a bare queue table with the same claim shape
+/// (oldest queued row, `FOR UPDATE SKIP LOCKED`, a token) and completion (by token), one work
+/// per statement or ten.
+const PGBENCH_SETUP: &str = "
+    DROP TABLE IF EXISTS bench_q;
+    CREATE TABLE bench_q (id bigserial PRIMARY KEY, state text NOT NULL DEFAULT 'queued',
+                          token bigint NULL, attempts int NOT NULL DEFAULT 0,
+                          lease_expires_at timestamptz NULL);
+    CREATE INDEX bench_q_queued ON bench_q (id) WHERE state = 'queued';
+    CREATE INDEX bench_q_claimed ON bench_q (token) WHERE state = 'claimed';";
+const PGBENCH_SINGLE: &str = "\\set tok random(1, 9000000000000)
+WITH c AS (SELECT id FROM bench_q WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+UPDATE bench_q q SET state = 'claimed', token = :tok, attempts = q.attempts + 1, lease_expires_at = clock_timestamp() + interval '30 s' FROM c WHERE q.id = c.id;
+UPDATE bench_q SET state = 'done', token = NULL, lease_expires_at = NULL WHERE token = :tok AND state = 'claimed' AND lease_expires_at > clock_timestamp();
+";
+const PGBENCH_BATCHED: &str = "\\set tok random(1, 9000000000000)
+WITH c AS (SELECT id FROM bench_q WHERE state = 'queued' ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED)
+UPDATE bench_q q SET state = 'claimed', token = :tok, attempts = q.attempts + 1, lease_expires_at = clock_timestamp() + interval '30 s' FROM c WHERE q.id = c.id;
+UPDATE bench_q SET state = 'done', token = NULL, lease_expires_at = NULL WHERE token = :tok AND state = 'claimed' AND lease_expires_at > clock_timestamp();
+";
+
+/// (0) pgbench ceilings at each concurrency: works per second of the single-row and the
+/// batched (10 per statement) claim+complete scripts, each run on a refilled table.
+fn ceilings(
+    admin: &str,
+    pgbench: &std::path::Path,
+    levels: &[usize],
+    seconds: u64,
+) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "pgbench")?;
+    let dir = std::env::temp_dir().join(format!("occ-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
+    let single = dir.join("single.sql");
+    let batched = dir.join("batched.sql");
+    std::fs::write(&single, PGBENCH_SINGLE)
+        .and_then(|()| std::fs::write(&batched, PGBENCH_BATCHED))
+        .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    let mut c = db.client()?;
+    let mut out = Vec::new();
+    for &clients in levels {
+        let mut row = json!({"clients": clients});
+        for (name, script, per) in [("singleRow", &single, 1.0), ("batched10", &batched, 10.0)] {
+            c.batch_execute(PGBENCH_SETUP)
+                .map_err(step("pgbench setup"))?;
+            c.batch_execute(
+                "INSERT INTO bench_q (state) SELECT 'queued' FROM generate_series(1, 600000)",
+            )
+            .map_err(step("pgbench fill"))?;
+            c.batch_execute("VACUUM ANALYZE bench_q")
+                .map_err(step("pgbench fill"))?;
+            let output = std::process::Command::new(pgbench)
+                .args(["-n", "-M", "prepared", "-T", &seconds.to_string()])
+                .args([
+                    "-c",
+                    &clients.to_string(),
+                    "-j",
+                    &clients.min(4).to_string(),
+                ])
+                .arg("-f")
+                .arg(script)
+                .arg(&db.url)
+                .output()
+                .map_err(|e| CliError::new(format!("pgbench: {e}")))?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            let tps = text
+                .lines()
+                .find(|l| l.starts_with("tps = "))
+                .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| {
+                    CliError::new(format!(
+                        "pgbench gave no tps: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                    ))
+                })?;
+            let done = count(&mut c, "SELECT count(*) FROM bench_q WHERE state = 'done'")?;
+            if done as f64 >= 590_000.0 {
+                return Err(CliError::new(
+                    "pgbench drained its whole table: raise the fill",
+                ));
+            }
+            row[name] = json!(round(tps * per, 0));
+        }
+        out.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Value::Array(out))
+}
+
+/// `SHOW fsync` and `SHOW synchronous_commit` of the server measured.
+fn durability(admin: &str) -> Result<Value, CliError> {
+    let mut c = occ_worker::db::connect(admin, TIMEOUT)?;
+    let show = |c: &mut Client, what: &str| -> Result<String, CliError> {
+        Ok(c.query_one(&format!("SHOW {what}"), &[])?.get(0))
+    };
+    Ok(json!({
+        "fsync": show(&mut c, "fsync")?,
+        "synchronousCommit": show(&mut c, "synchronous_commit")?,
+        "fullPageWrites": show(&mut c, "full_page_writes")?,
+        "serverVersion": show(&mut c, "server_version")?,
+    }))
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim (up to 16 works), rolled back: execution time and
+/// buffers.
 fn explain_claim(c: &mut Client) -> Result<Value, CliError> {
     let mut tx = c.transaction()?;
     let sql = format!(
-        "EXPLAIN (ANALYZE, BUFFERS) {}",
-        CLAIM.replace("$1::bigint", "30000::bigint")
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        CLAIM
+            .replace("$1::bigint", "30000::bigint")
+            .replace("$2", "16")
     );
-    let lines: Vec<String> = tx
-        .simple_query(&sql)?
-        .into_iter()
-        .filter_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .collect();
+    let plan: Value = tx.query_one(&sql, &[])?.get(0);
     tx.rollback()?;
-    let buffers = lines
-        .iter()
-        .find(|l| l.trim_start().starts_with("Buffers:"))
-        .map(|l| l.trim().to_string());
-    let execution = lines
-        .iter()
-        .find(|l| l.starts_with("Execution Time"))
-        .map(|l| l.trim().to_string());
-    Ok(json!({"buffers": buffers, "execution": execution}))
+    let top = &plan[0];
+    let node = &top["Plan"];
+    Ok(json!({
+        "executionMs": top["Execution Time"],
+        "sharedHit": node["Shared Hit Blocks"],
+        "sharedRead": node["Shared Read Blocks"],
+    }))
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -356,42 +779,172 @@ fn round(v: f64, places: i32) -> f64 {
     (v * f).round() / f
 }
 
+/// The pgbench binary: `--pgbench`, else `pgbench` on PATH, else the newest server's.
+fn find_pgbench(given: Option<PathBuf>) -> Option<PathBuf> {
+    if given.is_some() {
+        return given;
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("pgbench"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin/pgbench")))
+            .filter(|p| p.is_file())
+            .collect();
+        dirs.sort();
+        dirs.pop()
+    })
+}
+
 pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
+    if let Some(url) = &args.idle_child {
+        return idle_child(url);
+    }
     let admin = globals.database_url()?;
-    let mut drains = Vec::new();
-    for &c in &args.concurrency {
-        let r = drain(&admin, args.works, c)?;
-        if !globals.json {
+    let wants = |what: &str| args.only.iter().any(|o| o == what);
+    let text = !globals.json;
+    let mut report = serde_json::Map::new();
+    report.insert("durability".into(), durability(&admin)?);
+    if text {
+        println!("server: {}", report["durability"]);
+    }
+    let mut ceiling = Value::Null;
+    if wants("ceilings") {
+        if let Some(pgbench) = find_pgbench(args.pgbench.clone()) {
+            ceiling = ceilings(&admin, &pgbench, &args.concurrency, args.pgbench_seconds)?;
+            if text {
+                for r in ceiling.as_array().into_iter().flatten() {
+                    println!(
+                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={}",
+                        r["clients"], r["singleRow"], r["batched10"]
+                    );
+                }
+            }
+            report.insert("ceilings".into(), ceiling.clone());
+        } else if text {
+            println!("pgbench: not found, no ceilings");
+        }
+    }
+    let ceiling_at = |clients: usize, which: &str| -> Option<f64> {
+        ceiling
+            .as_array()?
+            .iter()
+            .find(|r| r["clients"].as_u64() == Some(clients as u64))?[which]
+            .as_f64()
+    };
+    if wants("drain") {
+        let mut drains = Vec::new();
+        for &c in &args.concurrency {
+            let mut r = drain(&admin, args.works, c)?;
+            let wps = r["worksPerSecond"].as_f64().unwrap_or(0.0);
+            for (which, key) in [
+                ("singleRow", "ceilingSingleRow"),
+                ("batched10", "ceilingBatched"),
+            ] {
+                if let Some(ceil) = ceiling_at(c, which).filter(|v| *v > 0.0) {
+                    r[key] = json!(ceil);
+                    r[format!("{key}Ratio")] = json!(round(wps / ceil, 2));
+                }
+            }
+            if text {
+                println!(
+                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {})",
+                    c, r["works"], r["seconds"], r["worksPerSecond"],
+                    r["ceilingSingleRow"], r["ceilingSingleRowRatio"],
+                    r["ceilingBatched"], r["ceilingBatchedRatio"]
+                );
+            }
+            drains.push(r);
+        }
+        report.insert("drain".into(), Value::Array(drains));
+    }
+    if wants("latency") {
+        let lat = latency(&admin, args.latency_samples)?;
+        if text {
             println!(
-                "drain   concurrency={:<3} works={} seconds={} works/s={}",
-                c, r["works"], r["seconds"], r["worksPerSecond"]
+                "latency enqueue->claim, idle worker, poll 250 ms: samples={} p50={} ms p99={} ms max={} ms",
+                lat["samples"], lat["p50Ms"], lat["p99Ms"], lat["maxMs"]
             );
         }
-        drains.push(r);
+        report.insert("latency".into(), lat);
     }
-    let lat = latency(&admin, args.latency_samples)?;
-    if !globals.json {
-        println!(
-            "latency enqueue->claim, idle worker, poll 250 ms: samples={} p50={} ms p99={} ms max={} ms",
-            lat["samples"], lat["p50Ms"], lat["p99Ms"], lat["maxMs"]
-        );
-    }
-    let cost = claim_cost(&admin, 1_000, args.terminal_rows, args.cycles)?;
-    if !globals.json {
-        for r in cost.as_array().into_iter().flatten() {
+    if wants("claim") {
+        let cost = claim_cost(&admin, 1_000, args.terminal_rows, args.cycles)?;
+        let probe_line = |p: &Value| {
+            format!(
+                "claim p50={} ms p99={} ms, cycle {} ms, EXPLAIN {} ms, {} buffers hit",
+                p["claimP50Ms"],
+                p["claimP99Ms"],
+                p["cycleMs"],
+                p["explain"]["executionMs"],
+                p["explain"]["sharedHit"]
+            )
+        };
+        if text {
+            for r in cost.as_array().into_iter().flatten() {
+                println!("claim   rows={:<8} {}", r["rows"], probe_line(r));
+            }
+        }
+        report.insert("claimCost".into(), cost);
+        let busy = claim_busy_lanes(&admin, args.backlog, args.cycles)?;
+        let after = claim_after_completions(&admin, args.completed, args.cycles)?;
+        let future = claim_with_future(&admin, args.future, args.cycles)?;
+        if text {
             println!(
-                "claim   rows={:<8} claim+complete cycle={} ms claim p50={} ms p99={} ms | EXPLAIN: {} ; {}",
-                r["rows"],
-                r["cycleMs"],
-                r["claimP50Ms"],
-                r["claimP99Ms"],
-                r["explain"]["execution"].as_str().unwrap_or("-"),
-                r["explain"]["buffers"].as_str().unwrap_or("-"),
+                "claim   100 busy lanes, 0 queued: {}",
+                probe_line(&busy["queued0"])
+            );
+            println!(
+                "claim   100 busy lanes, {} queued behind them: {} (ratio {})",
+                busy["queuedBacklog"]["queued"],
+                probe_line(&busy["queuedBacklog"]["probe"]),
+                busy["ratio"]
+            );
+            println!("claim   fresh table: {}", probe_line(&after["fresh"]));
+            println!(
+                "claim   right after {} completions, no manual vacuum: {} (ratio {})",
+                after["afterCompleted"]["completed"],
+                probe_line(&after["afterCompleted"]["probe"]),
+                after["ratio"]
+            );
+            println!("claim   fresh table: {}", probe_line(&future["fresh"]));
+            println!(
+                "claim   with {} future-dated works: {} (ratio {})",
+                future["futureDated"]["works"],
+                probe_line(&future["futureDated"]["probe"]),
+                future["ratio"]
             );
         }
+        report.insert("claimBusyLanes".into(), busy);
+        report.insert("claimAfterCompletions".into(), after);
+        report.insert("claimFutureDated".into(), future);
+    }
+    if wants("admission") {
+        let adm = admission(&admin, args.admission_seconds)?;
+        if text {
+            println!(
+                "admission occ.namespace_create, 16 sessions: wake-ups on {}/s, off {}/s (ratio {})",
+                adm["wakeupsOnPerSecond"], adm["wakeupsOffPerSecond"], adm["ratio"]
+            );
+        }
+        report.insert("admission".into(), adm);
+    }
+    if wants("idle") {
+        let idle = idle(&admin, args.idle_seconds)?;
+        if text {
+            println!(
+                "idle    worker process, concurrency 16, {} s: CPU {} % ({} s), max RSS {} MiB",
+                idle["seconds"], idle["cpuPercent"], idle["cpuSeconds"], idle["maxRssMiB"]
+            );
+        }
+        report.insert("idle".into(), idle);
     }
     if globals.json {
-        globals.print(&json!({"drain": drains, "latency": lat, "claimCost": cost}));
+        globals.print(&Value::Object(report));
     }
     Ok(())
 }

@@ -106,6 +106,7 @@ fn a_batch_claim_never_returns_two_works_of_one_lane() {
         err.as_db_error().and_then(|e| e.constraint()),
         Some("work_one_claim_per_lane")
     );
+    assert_eq!(lanes_out_of_step(&mut c), 0);
 }
 
 // Issue 10 item 1, Q10: a work whose lease expired returns to the head of its lane, ahead of
@@ -137,6 +138,7 @@ fn lane_order_is_kept_across_lease_recovery() {
     work_complete(&mut c, &again[0], "DONE", None).unwrap();
     let then = work_claim(&mut c, &o).unwrap().expect("the second work");
     assert_eq!(then.id, second);
+    assert_eq!(lanes_out_of_step(&mut c), 0);
 }
 
 /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the claim, rolled back.
@@ -308,4 +310,117 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
          WHERE w.namespace_id = 'b'",
     );
     assert_eq!(evidence, 0, "no evidence from the lost claim");
+}
+
+/// Lanes whose `occ.work_lanes` row differs from a full recomputation over `occ.work`.
+fn lanes_out_of_step(c: &mut Client) -> i64 {
+    scalar(
+        c,
+        "SELECT count(*) FROM occ.work_lanes l
+         LEFT JOIN LATERAL (SELECT w.id, w.available_at FROM occ.work w
+                            WHERE w.lane = l.lane AND w.state = 'queued'
+                            ORDER BY w.available_at, w.id LIMIT 1) h ON true
+         WHERE (l.head_id, l.head_at, l.claimed) IS DISTINCT FROM
+               (h.id, h.available_at,
+                EXISTS (SELECT 1 FROM occ.work w WHERE w.lane = l.lane AND w.state = 'claimed'))",
+    )
+}
+
+// Issue 10 item 1: the lane rows the trigger keeps incrementally match a full recomputation
+// after concurrent enqueues, batched claims, completions, deferrals, retries and recoveries
+// from eight sessions over five lanes.
+#[test]
+fn lane_heads_stay_exact_under_concurrent_transitions() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in 0..5 {
+        insert_namespace(&mut c, &format!("n{ns}"), "ready");
+    }
+    let sessions: Vec<_> = (0..8u64)
+        .map(|s| {
+            let mut client = db.client();
+            std::thread::spawn(move || {
+                let o = QueueOptions::new(Duration::from_secs(30), 1000);
+                let mut seed = s * 7919 + 1;
+                let mut next = move |n: u64| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (seed >> 33) % n
+                };
+                for i in 0..150u32 {
+                    let ns = format!("n{}", next(5));
+                    match next(4) {
+                        0 | 1 => {
+                            let delay = Duration::from_millis(next(3) * 5);
+                            work_enqueue_at(
+                                &mut client,
+                                &deletion(&ns, s as u32 * 1000 + i + 1),
+                                delay,
+                            )
+                            .unwrap();
+                        }
+                        _ => {
+                            for claim in work_claim_batch(&mut client, &o, 3).unwrap() {
+                                let done = match next(4) {
+                                    0 => work_defer(
+                                        &mut client,
+                                        &claim,
+                                        "PENDING",
+                                        Duration::ZERO,
+                                        false,
+                                        None,
+                                    ),
+                                    1 => work_retry(
+                                        &mut client,
+                                        &claim,
+                                        "DEPENDENCY_UNAVAILABLE",
+                                        &o,
+                                    )
+                                    .map(|_| ()),
+                                    _ => work_complete(&mut client, &claim, "DONE", None),
+                                };
+                                // Another session's recovery may have taken it back.
+                                if let Err(e) = done {
+                                    assert!(e.is_claim_lost(), "{e}");
+                                }
+                            }
+                        }
+                    }
+                    if i % 50 == 0 {
+                        client
+                            .batch_execute(
+                                "UPDATE occ.work SET lease_expires_at = clock_timestamp()
+                                 WHERE state = 'claimed' AND random() < 0.2",
+                            )
+                            .unwrap();
+                        work_recover_stale(&mut client, &o).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for s in sessions {
+        s.join().expect("a session panicked");
+    }
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+    // Draining what is left keeps them exact, lane by lane.
+    let o = QueueOptions::new(Duration::from_secs(30), 1000);
+    c.batch_execute("UPDATE occ.work SET available_at = clock_timestamp() WHERE state = 'queued'")
+        .unwrap();
+    loop {
+        let claims = work_claim_batch(&mut c, &o, 10).unwrap();
+        if claims.is_empty() {
+            break;
+        }
+        for claim in claims {
+            work_complete(&mut c, &claim, "DONE", None).unwrap();
+        }
+    }
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+    let left: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')",
+    );
+    assert_eq!(left, 0);
 }
