@@ -386,6 +386,23 @@ fn ratio(after: &Value, before: &Value) -> f64 {
     }
 }
 
+/// Runs `sql(lo, hi)` for `i` in `0..total`, 10,000 at a time, each chunk its own
+/// transaction (a statement stays well within the statement timeout).
+fn fill_chunks(
+    c: &mut Client,
+    total: i64,
+    what: &'static str,
+    sql: impl Fn(i64, i64) -> String,
+) -> Result<(), CliError> {
+    let mut lo = 0;
+    while lo < total {
+        let hi = (lo + 10_000).min(total) - 1;
+        c.batch_execute(&sql(lo, hi)).map_err(step(what))?;
+        lo = hi + 1;
+    }
+    Ok(())
+}
+
 /// Namespaces `<prefix>1..=<n>`, ready.
 fn namespaces(c: &mut Client, prefix: &str, n: i64) -> Result<(), CliError> {
     c.batch_execute(&format!(
@@ -418,12 +435,14 @@ fn claim_busy_lanes(admin: &str, backlog: i64, cycles: usize) -> Result<Value, C
     let before = claim_probe(&mut c, cycles)?;
     let per_lane = (backlog / 100).max(1);
     let fill = Instant::now();
-    c.batch_execute(&format!(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         SELECT format('namespace:b%s:delete:%s', l, n), 'b' || l, 'deleted', 'admin'
-         FROM generate_series(1, {per_lane}) n, generate_series(1, 100) l ORDER BY n, l"
-    ))
-    .map_err(step("busy-lane backlog"))?;
+    fill_chunks(&mut c, per_lane * 100, "busy-lane backlog", |lo, hi| {
+        format!(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+             SELECT format('namespace:b%s:delete:%s', i % 100 + 1, i / 100 + 1),
+                    'b' || (i % 100 + 1), 'deleted', 'admin'
+             FROM generate_series({lo}, {hi}) i ORDER BY i"
+        )
+    })?;
     c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
         .map_err(step("analyze"))?;
     let fill_seconds = fill.elapsed().as_secs_f64();
@@ -445,13 +464,14 @@ fn claim_after_completions(admin: &str, completed: i64, cycles: usize) -> Result
     namespaces(&mut c, "n", 1000)?;
     let before = claim_probe(&mut c, cycles)?;
     let fill = Instant::now();
-    c.batch_execute(&format!(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, i / 1000 + 1),
-                'n' || (i % 1000 + 1), 'deleted', 'admin'
-         FROM generate_series(0, {completed} - 1) i ORDER BY i"
-    ))
-    .map_err(step("completions fill"))?;
+    fill_chunks(&mut c, completed, "completions fill", |lo, hi| {
+        format!(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+             SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, i / 1000 + 1),
+                    'n' || (i % 1000 + 1), 'deleted', 'admin'
+             FROM generate_series({lo}, {hi}) i ORDER BY i"
+        )
+    })?;
     let opts = QueueOptions::new(LEASE, 5);
     let mut done = 0i64;
     loop {
@@ -483,15 +503,17 @@ fn claim_with_future(admin: &str, future: i64, cycles: usize) -> Result<Value, C
     namespaces(&mut c, "f", 10_000)?;
     let before = claim_probe(&mut c, cycles)?;
     let fill = Instant::now();
-    c.batch_execute(&format!(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
-         SELECT format('namespace:f%s:delete:%s', i % 10000 + 1, i / 10000 + 1),
-                'f' || (i % 10000 + 1), 'deleted', 'admin',
-                clock_timestamp() + interval '1 hour' + i * interval '1 ms'
-         FROM generate_series(0, {future} - 1) i ORDER BY i;
-         ANALYZE occ.work; ANALYZE occ.work_lanes"
-    ))
-    .map_err(step("future fill"))?;
+    fill_chunks(&mut c, future, "future fill", |lo, hi| {
+        format!(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
+             SELECT format('namespace:f%s:delete:%s', i % 10000 + 1, i / 10000 + 1),
+                    'f' || (i % 10000 + 1), 'deleted', 'admin',
+                    clock_timestamp() + interval '1 hour' + i * interval '1 ms'
+             FROM generate_series({lo}, {hi}) i ORDER BY i"
+        )
+    })?;
+    c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
+        .map_err(step("analyze"))?;
     let fill_seconds = fill.elapsed().as_secs_f64();
     let after = claim_probe(&mut c, cycles)?;
     Ok(json!({

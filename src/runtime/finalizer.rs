@@ -1,4 +1,4 @@
-//! The finalizer thread (`occ-finalize`, issue 10 item 4): publishes the outcomes of passes
+//! The finalizer threads (`occ-finalize-N`, issue 10 item 4): publish the outcomes of passes
 //! that finish close together in one transaction, a savepoint per pass.
 //!
 //! A worker thread hands over its resolved report and blocks until the batch holding it has
@@ -43,15 +43,30 @@ pub struct Finalizer {
 }
 
 impl Finalizer {
-    /// Starts `occ-finalize`. Join the handle after dropping every `Finalizer`.
-    pub fn start(ctx: Arc<Context>) -> std::io::Result<(Finalizer, JoinHandle<()>)> {
+    /// Starts `threads` finalizer threads (`occ-finalize-N`), which take batches from one
+    /// queue, so one commits while the next gathers. Join the handles after dropping every
+    /// `Finalizer`.
+    pub fn start(
+        ctx: Arc<Context>,
+        threads: usize,
+    ) -> std::io::Result<(Finalizer, Vec<JoinHandle<()>>)> {
         let (units, rx) = unbounded::<Unit>();
         let running = Arc::new(AtomicUsize::new(0));
-        let counter = running.clone();
-        let handle = std::thread::Builder::new()
-            .name("occ-finalize".into())
-            .spawn(move || run(&ctx, &rx, &counter))?;
-        Ok((Finalizer { units, running }, handle))
+        let mut handles = Vec::with_capacity(threads);
+        for i in 0..threads.max(1) {
+            let (ctx, rx, counter) = (ctx.clone(), rx.clone(), running.clone());
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("occ-finalize-{i}"))
+                    .spawn(move || run(&ctx, &rx, &counter))?,
+            );
+        }
+        Ok((Finalizer { units, running }, handles))
+    }
+
+    /// Finalizer threads for a pool of `concurrency`: one per 16 worker threads, at most 4.
+    pub fn threads_for(concurrency: usize) -> usize {
+        concurrency.div_ceil(16).clamp(1, 4)
     }
 
     /// A pass started on the pool.
@@ -171,26 +186,24 @@ pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Re
     let Ok(mut tx) = client.transaction() else {
         return all("the batch's transaction did not begin");
     };
+    // One round trip per unit besides its own statements: a unit that succeeds checks the
+    // deferred constraints, releases its savepoint and opens the next one in one message; one
+    // that fails rolls back to its savepoint, which stays open for the next unit.
+    if tx.batch_execute("SAVEPOINT occ_unit").is_err() {
+        return all("the batch's connection failed");
+    }
     let mut answers = Vec::with_capacity(n);
     for item in items {
-        let outcome = tx
-            .batch_execute("SAVEPOINT occ_unit")
-            .map_err(PassError::from)
-            .and_then(|()| {
-                let report =
-                    reconcile::finalize_in(&mut tx, &item.pass, item.reconciler, item.resolved)?;
+        let outcome = reconcile::finalize_in(&mut tx, &item.pass, item.reconciler, item.resolved)
+            .and_then(|report| {
                 // Deferred constraints are checked here, inside the unit's savepoint.
                 tx.batch_execute(
                     "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; \
-                     RELEASE SAVEPOINT occ_unit",
+                         RELEASE SAVEPOINT occ_unit; SAVEPOINT occ_unit",
                 )?;
                 Ok(report)
             });
-        if outcome.is_err()
-            && tx
-                .batch_execute("ROLLBACK TO SAVEPOINT occ_unit; RELEASE SAVEPOINT occ_unit")
-                .is_err()
-        {
+        if outcome.is_err() && tx.batch_execute("ROLLBACK TO SAVEPOINT occ_unit").is_err() {
             // The connection is gone: nothing in this transaction commits.
             return all("the batch's connection failed");
         }

@@ -1,5 +1,5 @@
 //! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
-//! named worker threads, one heartbeat thread per live claim, a finalizer thread that publishes
+//! named worker threads, one heartbeat thread per live claim, finalizer threads that publish
 //! passes finishing close together in one transaction, and a LISTEN thread that turns
 //! notifications into wake-ups. The coordinator claims as many works as it has free slots in
 //! one statement (issue 10).
@@ -159,7 +159,8 @@ impl Worker {
             )?),
             None => None,
         };
-        let (finalizer, finalizer_thread) = Finalizer::start(ctx.clone())?;
+        let (finalizer, finalizer_threads) =
+            Finalizer::start(ctx.clone(), Finalizer::threads_for(options.concurrency))?;
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(options.concurrency);
         let mut workers = Vec::with_capacity(options.concurrency);
         for i in 0..options.concurrency {
@@ -221,7 +222,9 @@ impl Worker {
         for w in workers {
             let _ = w.join();
         }
-        let _ = finalizer_thread.join();
+        for f in finalizer_threads {
+            let _ = f.join();
+        }
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
             let _ = l.join();
