@@ -154,6 +154,28 @@ DROP TRIGGER work_notify ON occ.work;
 CREATE TRIGGER work_notify AFTER INSERT OR UPDATE OF state ON occ.work
     FOR EACH ROW EXECUTE FUNCTION occ.work_notify();
 
+-- 5. Q3's key check without a regular expression built per row. PostgreSQL evaluates every
+--    CHECK on every UPDATE (claim, heartbeat, completion), and V1's `work_key` compiled a
+--    pattern from each row's ids ('^namespace:' || id || ...), which the server's small cache
+--    of compiled expressions cannot keep: it was about two thirds of an update's cost. The same
+--    rule, as a literal prefix (ids are `occ.is_ident`, with no pattern characters) and a
+--    suffix matched against constant patterns, which stay compiled.
+ALTER TABLE occ.work DROP CONSTRAINT work_key, ADD CONSTRAINT work_key CHECK (coalesce(
+    (namespace_target = 'ready' AND idempotency_key = 'namespace:' || namespace_id || ':ensure')
+    OR (namespace_target = 'deleted'
+        AND starts_with(idempotency_key, 'namespace:' || namespace_id || ':delete')
+        AND substr(idempotency_key, length('namespace:' || namespace_id || ':delete') + 1) ~ '^(:[1-9][0-9]*)?$')
+    OR (agent_target = 'stopped'
+        AND starts_with(idempotency_key, 'agent:' || agent_id || ':stop:')
+        AND substr(idempotency_key, length('agent:' || agent_id || ':stop:') + 1) ~ '^[1-9][0-9]*$')
+    OR (agent_target = 'deleted'
+        AND starts_with(idempotency_key, 'agent:' || agent_id || ':delete')
+        AND substr(idempotency_key, length('agent:' || agent_id || ':delete') + 1) ~ '^(:[1-9][0-9]*)?$')
+    OR (revision_id IS NOT NULL
+        AND starts_with(idempotency_key, 'agent_revision:' || revision_id || ':')
+        AND substr(idempotency_key, length('agent_revision:' || revision_id || ':') + 1) ~ '^(reconcile|maintenance:[0-9]+)$'),
+    false));
+
 -- See 4. above. Fillfactor applies to pages written from now on.
 ALTER TABLE occ.work SET (
     fillfactor = 80,
