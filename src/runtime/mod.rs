@@ -292,6 +292,9 @@ fn coordinate(
             match claim(ctx, free) {
                 Ok((claims, sent)) if !claims.is_empty() => {
                     failures.clear(progress);
+                    // Fewer than asked: nothing more is claimable now, so wait for an event
+                    // instead of asking again at once.
+                    let all_free_filled = claims.len() == free;
                     let mut pool_gone = false;
                     for claim in claims {
                         let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
@@ -305,7 +308,9 @@ fn coordinate(
                         // The pool is gone; nothing will report. Stop claiming.
                         break;
                     }
-                    continue;
+                    if all_free_filled {
+                        continue;
+                    }
                 }
                 Ok(_) => failures.clear(progress),
                 Err(e) => failures.report(ctx, progress, &e),
