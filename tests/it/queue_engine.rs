@@ -424,3 +424,101 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
     );
     assert_eq!(left, 0);
 }
+
+/// Notifications on `occ_work` that reached `listener` within a short wait.
+fn notifications(listener: &mut Client) -> usize {
+    use postgres::fallible_iterator::FallibleIterator;
+    listener
+        .notifications()
+        .timeout_iter(Duration::from_millis(300))
+        .count()
+        .unwrap()
+}
+
+// Issue 10 item 6, Q13: a notification goes out only when work becomes claimable now by an
+// insert or a release, once per transaction; future-dated inserts, deferrals and completions
+// wake nobody.
+#[test]
+fn wake_ups_only_when_work_becomes_claimable_once_per_transaction() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let mut listener = db.client();
+    listener.batch_execute("LISTEN occ_work").unwrap();
+    for ns in ["a", "b", "c", "d"] {
+        insert_namespace(&mut c, ns, "ready");
+    }
+    let mut tx = c.transaction().unwrap();
+    for ns in ["a", "b", "c"] {
+        work_enqueue(&mut tx, &deletion(ns, 1)).unwrap();
+    }
+    tx.commit().unwrap();
+    assert_eq!(
+        notifications(&mut listener),
+        1,
+        "three inserts, one wake-up"
+    );
+    work_enqueue_at(&mut c, &deletion("d", 1), Duration::from_secs(3600)).unwrap();
+    assert_eq!(
+        notifications(&mut listener),
+        0,
+        "not claimable before its due time"
+    );
+    let o = opts();
+    let claims = work_claim_batch(&mut c, &o, 3).unwrap();
+    assert_eq!(claims.len(), 3);
+    assert_eq!(notifications(&mut listener), 0, "a claim wakes nobody");
+    work_defer(
+        &mut c,
+        &claims[0],
+        "PENDING",
+        Duration::from_secs(3600),
+        true,
+        None,
+    )
+    .unwrap();
+    work_complete(&mut c, &claims[1], "DONE", None).unwrap();
+    assert_eq!(
+        notifications(&mut listener),
+        0,
+        "a deferral to later and a completion wake nobody"
+    );
+    work_release(&mut c, &claims[2], "WORKER_STOPPING").unwrap();
+    assert_eq!(
+        notifications(&mut listener),
+        1,
+        "a release makes it claimable now"
+    );
+}
+
+// Issue 10 item 7: a heartbeat rewrites no index entry: it changes only unindexed columns of
+// a page with room (fillfactor), so PostgreSQL makes it a HOT update.
+#[test]
+fn a_heartbeat_is_a_hot_update() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "a", "ready");
+    work_enqueue(&mut c, &deletion("a", 1)).unwrap();
+    let o = opts();
+    let claim = work_claim(&mut c, &o).unwrap().expect("a claim");
+    // This backend's counts not yet flushed to the shared statistics, before and after.
+    let counts = |tx: &mut postgres::Transaction<'_>| -> (i64, i64) {
+        let row = tx
+            .query_one(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+                 WHERE relid = 'occ.work'::regclass",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let mut tx = c.transaction().unwrap();
+    let before = counts(&mut tx);
+    work_heartbeat(&mut tx, &claim, &o).unwrap();
+    let after = counts(&mut tx);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "one update, and it was HOT"
+    );
+    tx.commit().unwrap();
+}
