@@ -140,8 +140,7 @@ SELECT occ.work_lane_sync(lane) FROM occ.work_lanes;
 -- Q13 wake-ups: see 3. above.
 CREATE OR REPLACE FUNCTION occ.work_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.state = 'queued' AND NEW.available_at <= clock_timestamp()
-       AND (TG_OP = 'INSERT' OR OLD.state = 'claimed')
+    IF NEW.available_at <= clock_timestamp()
        AND current_setting('occ.work_notified', true) IS DISTINCT FROM 'on' THEN
         PERFORM set_config('occ.work_notified', 'on', true);
         IF pg_try_advisory_xact_lock(hashtext('occ.work_notify')) THEN
@@ -150,9 +149,13 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+-- The WHEN clauses keep claims and completions from calling the function at all.
 DROP TRIGGER work_notify ON occ.work;
-CREATE TRIGGER work_notify AFTER INSERT OR UPDATE OF state ON occ.work
-    FOR EACH ROW EXECUTE FUNCTION occ.work_notify();
+CREATE TRIGGER work_notify AFTER INSERT ON occ.work
+    FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION occ.work_notify();
+CREATE TRIGGER work_notify_release AFTER UPDATE OF state ON occ.work
+    FOR EACH ROW WHEN (OLD.state = 'claimed' AND NEW.state = 'queued')
+    EXECUTE FUNCTION occ.work_notify();
 
 -- 5. Q3's key check without a regular expression built per row. PostgreSQL evaluates every
 --    CHECK on every UPDATE (claim, heartbeat, completion), and V1's `work_key` compiled a
