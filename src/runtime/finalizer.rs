@@ -64,9 +64,12 @@ impl Finalizer {
         Ok((Finalizer { units, running }, handles))
     }
 
-    /// Finalizer threads for a pool of `concurrency`: one per 16 worker threads, at most 4.
+    /// Finalizer threads for a pool of `concurrency`: one per 4 worker threads, at most 8.
+    /// A batch runs its units one after another on one connection, so a single finalizer
+    /// caps throughput at one unit's round trips; several overlap them, and each still
+    /// shares its commit among the passes that finished while the previous batch ran.
     pub fn threads_for(concurrency: usize) -> usize {
-        concurrency.div_ceil(16).clamp(1, 4)
+        concurrency.div_ceil(4).clamp(1, 8)
     }
 
     /// A pass started on the pool.
