@@ -528,7 +528,7 @@ fn deployment(w: &AgentWorld, name: &str) -> Option<Value> {
 }
 
 /// Objects of `kind` that carry the Agent's label.
-fn agent_objects(w: &AgentWorld, kind: &str) -> Vec<Value> {
+fn agent_objects(w: &AgentWorld, kind: &'static str) -> Vec<Value> {
     w.kube
         .fake
         .objects(kind)

@@ -7,7 +7,7 @@
 //! Each step reads the store and writes only what changed, as the real controllers do; none of
 //! them answers a request.
 
-use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, Store};
+use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, Store, RESOURCES};
 use super::{FakeOptions, PodBehaviour};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
@@ -16,27 +16,58 @@ use std::time::{Duration, Instant};
 /// Test-set pod behaviours: (namespace, deployment name prefix, behaviour).
 pub type Behaviours = [(String, String, PodBehaviour)];
 
-/// One pass of every controller.
-pub fn tick(store: &mut Store, opts: &FakeOptions, behaviours: &Behaviours, now: Instant) {
+/// One pass of every controller over the namespaces where something changed: written since
+/// the last tick, or waiting on time (a pod still starting, a graceful deletion). `full` reads
+/// every namespace, as a resync does.
+pub fn tick(
+    store: &mut Store,
+    opts: &FakeOptions,
+    behaviours: &Behaviours,
+    now: Instant,
+    full: bool,
+) {
     finish_graceful_deletions(store, opts, now);
-    collect_garbage(store);
-    for deployment in store.all("deployments", None) {
-        roll_out(store, &deployment);
+    let mut scope = std::mem::take(&mut store.dirty);
+    if full || std::mem::take(&mut store.all_dirty) {
+        scope.extend(store.objects.keys().map(|(_, ns, _)| ns.clone()));
     }
-    for rs in store.all("replicasets", None) {
-        scale_replica_set(store, &rs, behaviours);
-    }
-    for pod in store.all("pods", None) {
-        run_pod(store, &pod, opts, behaviours, now);
-    }
-    for rs in store.all("replicasets", None) {
-        replica_set_status(store, &rs);
-    }
-    for deployment in store.all("deployments", None) {
-        deployment_status(store, &deployment);
-    }
-    for service in store.all("services", None) {
-        endpoint_slice(store, &service);
+    // Pods change with age until twice `pod_start` (image pull back-off); keep a margin.
+    let settling = opts.pod_start * 2 + Duration::from_millis(200);
+    scope.extend(
+        store
+            .pod_created
+            .values()
+            .filter(|(created, _)| now.duration_since(*created) <= settling)
+            .map(|(_, ns)| ns.clone()),
+    );
+    scope.extend(store.deleting.keys().map(|(plural, ns, name)| {
+        if *plural == "namespaces" {
+            name.clone()
+        } else {
+            ns.clone()
+        }
+    }));
+    for ns in &scope {
+        collect_garbage(store, ns);
+        let ns = Some(ns.as_str());
+        for deployment in store.all("deployments", ns) {
+            roll_out(store, &deployment);
+        }
+        for rs in store.all("replicasets", ns) {
+            scale_replica_set(store, &rs, behaviours);
+        }
+        for pod in store.all("pods", ns) {
+            run_pod(store, &pod, opts, behaviours, now);
+        }
+        for rs in store.all("replicasets", ns) {
+            replica_set_status(store, &rs);
+        }
+        for deployment in store.all("deployments", ns) {
+            deployment_status(store, &deployment);
+        }
+        for service in store.all("services", ns) {
+            endpoint_slice(store, &service);
+        }
     }
 }
 
@@ -89,15 +120,20 @@ fn finish_graceful_deletions(store: &mut Store, opts: &FakeOptions, now: Instant
     }
 }
 
-/// Objects whose every owner is gone are deleted (pods gracefully).
-fn collect_garbage(store: &mut Store) {
-    let uids: HashSet<String> = store
-        .objects
-        .values()
-        .map(|o| meta(o, "uid").to_string())
+/// Objects of `ns` whose every owner is gone are deleted (pods gracefully); owners
+/// live in their dependents' namespace.
+fn collect_garbage(store: &mut Store, ns: &str) {
+    let objects: Vec<(Key, Value)> = RESOURCES
+        .iter()
+        .flat_map(|r| {
+            store
+                .all(r.plural, Some(ns))
+                .into_iter()
+                .map(move |o| ((r.plural, ns.to_string(), meta(&o, "name").to_string()), o))
+        })
         .collect();
-    let orphans: Vec<(Key, Value)> = store
-        .objects
+    let uids: HashSet<&str> = objects.iter().map(|(_, o)| meta(o, "uid")).collect();
+    let orphans: Vec<(Key, Value)> = objects
         .iter()
         .filter(|(_, o)| {
             o["metadata"]["ownerReferences"]
@@ -109,7 +145,7 @@ fn collect_garbage(store: &mut Store) {
                             .all(|r| !uids.contains(r["uid"].as_str().unwrap_or("")))
                 })
         })
-        .map(|(k, o)| (k.clone(), o.clone()))
+        .cloned()
         .collect();
     for (key, obj) in orphans {
         if key.0 == "pods" {
@@ -319,7 +355,7 @@ fn run_pod(
     let age = store
         .pod_created
         .get(meta(pod, "uid"))
-        .map(|t| now.duration_since(*t))
+        .map(|(t, _)| now.duration_since(*t))
         .unwrap_or(Duration::MAX);
     let behaviour = behaviour_for(behaviours, meta(pod, "namespace"), meta(pod, "name"));
     let status = kubelet_status(pod, &behaviour, age, opts.pod_start);

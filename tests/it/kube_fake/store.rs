@@ -8,7 +8,7 @@
 //! write, and the server maps a request onto these calls.
 
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// How a resource's names are validated.
@@ -504,8 +504,14 @@ pub struct Store {
     pub objects: BTreeMap<Key, Value>,
     /// Pods and namespaces with a deletionTimestamp: when it was set.
     pub deleting: HashMap<Key, Instant>,
-    /// When each pod (by uid) was created, so it starts after `pod_start`.
-    pub pod_created: HashMap<String, Instant>,
+    /// When each pod (by uid) was created, so it starts after `pod_start`, and its namespace.
+    pub pod_created: HashMap<String, (Instant, String)>,
+    /// Namespaces written since the controllers last looked at them: a tick reads only these
+    /// (plus those where time alone changes something), so its cost follows what changed,
+    /// not the size of the store.
+    pub dirty: BTreeSet<String>,
+    /// The next tick reads every namespace (pod behaviours changed).
+    pub all_dirty: bool,
 }
 
 impl Store {
@@ -548,8 +554,22 @@ impl Store {
     pub fn write(&mut self, res: &Resource, mut obj: Value) -> Value {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.objects.insert(key_of(res, &obj), obj.clone());
+        let key = key_of(res, &obj);
+        self.touch(&key);
+        self.objects.insert(key, obj.clone());
         obj
+    }
+
+    /// Marks the namespace of `key` (a namespace object: itself) for the next tick.
+    fn touch(&mut self, key: &Key) {
+        let ns = if key.0 == "namespaces" {
+            &key.2
+        } else {
+            &key.1
+        };
+        if !self.dirty.contains(ns) {
+            self.dirty.insert(ns.clone());
+        }
     }
 
     /// Writes only if something besides the resourceVersion changed, so idle ticks are no writes.
@@ -569,6 +589,7 @@ impl Store {
     pub fn remove(&mut self, key: &Key) {
         if let Some(obj) = self.objects.remove(key) {
             self.rv += 1;
+            self.touch(key);
             self.deleting.remove(key);
             if let Some(uid) = obj["metadata"]["uid"].as_str() {
                 self.pod_created.remove(uid);
@@ -582,10 +603,13 @@ impl Store {
     }
 
     /// All objects of a resource, in one namespace or all.
-    pub fn all(&self, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+    /// The objects of one resource (in one namespace): a range of the ordered keys, so the
+    /// controllers' per-namespace reads do not scan the whole store.
+    pub fn all(&self, plural: &'static str, namespace: Option<&str>) -> Vec<Value> {
+        let from: Key = (plural, namespace.unwrap_or("").to_string(), String::new());
         self.objects
-            .iter()
-            .filter(|((p, ns, _), _)| *p == plural && namespace.is_none_or(|n| n == ns))
+            .range(from..)
+            .take_while(|((p, ns, _), _)| *p == plural && namespace.is_none_or(|n| n == ns))
             .map(|(_, v)| v.clone())
             .collect()
     }
@@ -721,7 +745,11 @@ impl Store {
         }
         apply_defaults(res, &mut obj, self.next_random());
         if res.plural == "pods" {
-            self.pod_created.insert(uid, Instant::now());
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            self.pod_created.insert(uid, (Instant::now(), ns));
         }
         Ok(self.write(res, obj))
     }
