@@ -230,7 +230,7 @@ impl KubeFake {
                             store, behaviours, ..
                         } = &mut *state;
                         ticks += 1;
-                        let full = ticks % 50 == 0;
+                        let full = ticks.is_multiple_of(50);
                         controller::tick(store, &shared.opts, behaviours, Instant::now(), full);
                     }
                 })
