@@ -227,7 +227,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench { 500 } else { 4 });
-    let latency = Duration::from_millis(if bench { 20 } else { 0 });
+    let latency = Duration::from_millis(match std::env::var("OCC_BENCH_LATENCY_MS") {
+        Ok(ms) => ms.parse().expect("OCC_BENCH_LATENCY_MS: milliseconds"),
+        Err(_) if bench => 20,
+        Err(_) => 0,
+    });
     let concurrencies: Vec<usize> = match std::env::var("OCC_BENCH_CONCURRENCY") {
         Ok(list) => list
             .split(',')

@@ -11,6 +11,7 @@ use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, 
 use super::{FakeOptions, PodBehaviour};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Test-set pod behaviours: (namespace, deployment name prefix, behaviour).
@@ -123,7 +124,7 @@ fn finish_graceful_deletions(store: &mut Store, opts: &FakeOptions, now: Instant
 /// Objects of `ns` whose every owner is gone are deleted (pods gracefully); owners
 /// live in their dependents' namespace.
 fn collect_garbage(store: &mut Store, ns: &str) {
-    let objects: Vec<(Key, Value)> = RESOURCES
+    let objects: Vec<(Key, Arc<Value>)> = RESOURCES
         .iter()
         .flat_map(|r| {
             store
@@ -145,7 +146,7 @@ fn collect_garbage(store: &mut Store, ns: &str) {
                             .all(|r| !uids.contains(r["uid"].as_str().unwrap_or("")))
                 })
         })
-        .cloned()
+        .map(|(k, o)| (k.clone(), Value::clone(o)))
         .collect();
     for (key, obj) in orphans {
         if key.0 == "pods" {
@@ -158,9 +159,9 @@ fn collect_garbage(store: &mut Store, ns: &str) {
     }
 }
 
-fn owned_by<'a>(objects: &'a [Value], owner: &Value) -> impl Iterator<Item = &'a Value> + 'a {
+fn owned_by<'a>(objects: &'a [Arc<Value>], owner: &Value) -> impl Iterator<Item = &'a Value> + 'a {
     let uid = meta(owner, "uid").to_string();
-    objects.iter().filter(move |o| {
+    objects.iter().map(|o| &**o).filter(move |o| {
         o["metadata"]["ownerReferences"]
             .as_array()
             .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
@@ -214,9 +215,10 @@ fn roll_out(store: &mut Store, deployment: &Value) {
 
     let sets = store.all("replicasets", Some(ns));
     let pods = store.all("pods", Some(ns));
-    let owned: Vec<Value> = owned_by(&sets, deployment).cloned().collect();
+    let owned: Vec<&Value> = owned_by(&sets, deployment).collect();
     let old: Vec<&Value> = owned
         .iter()
+        .copied()
         .filter(|rs| meta(rs, "name") != new_name)
         .collect();
     let old_pods = old.iter().any(|rs| owned_by(&pods, rs).next().is_some());

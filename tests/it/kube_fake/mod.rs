@@ -396,7 +396,9 @@ impl KubeFake {
     }
 
     pub fn objects(&self, kind_plural: &'static str) -> Vec<Value> {
-        self.shared.state.lock().store.all(kind_plural, None)
+        let state = self.shared.state.lock();
+        let all = state.store.all(kind_plural, None);
+        all.iter().map(|o| Value::clone(o)).collect()
     }
 }
 
