@@ -10,7 +10,7 @@
 //! `occ.authorize` (`sql/V3__namespace_admission.sql`) makes the same decisions.
 
 use crate::db::DbError;
-use postgres::GenericClient;
+use crate::db::GenericClient;
 use serde::{Deserialize, Serialize};
 
 const LOAD: &str = include_str!("../sql/queries/iam_load.sql");

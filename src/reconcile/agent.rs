@@ -7,9 +7,9 @@
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
+use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::Operation;
-use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -200,7 +200,7 @@ pub struct Audit<'a> {
 
 /// Appends an audit event in the fenced transaction, attributed to the work's actor.
 pub fn audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     event: Audit<'_>,
 ) -> Result<(), PassError> {
@@ -258,7 +258,7 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
 /// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
 /// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
 pub fn denial_audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     action: &str,
     agent_id: &str,
@@ -489,7 +489,7 @@ impl Reconciler for AgentStop {
     /// (seed 004 3061-3070).
     fn settle(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         mut report: Report,
     ) -> Result<Report, PassError> {
@@ -511,7 +511,7 @@ impl Reconciler for AgentStop {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
@@ -672,7 +672,7 @@ impl Reconciler for AgentDelete {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

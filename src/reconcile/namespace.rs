@@ -66,9 +66,9 @@ use super::subnets::FencedSubnetLedger;
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
+use crate::db::GenericClient;
 use crate::iam::{self, Action, Request, Resource};
 use crate::queue::Operation;
-use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -352,7 +352,7 @@ impl Reconciler for NamespaceReconciler {
     /// observation (a pending one once per distinct observation).
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
@@ -381,11 +381,7 @@ struct Released {
 }
 
 /// Whether the Namespace, locked, still has the status this work acts on.
-fn still_expected(
-    tx: &mut postgres::Transaction<'_>,
-    ns: &str,
-    target: Target,
-) -> Result<bool, PassError> {
+fn still_expected(tx: &mut crate::db::Tx<'_>, ns: &str, target: Target) -> Result<bool, PassError> {
     Ok(tx.query_opt(LOCK, &[&ns])?.is_some_and(|row| {
         let status: String = row.get(0);
         let tombstoned: bool = row.get(1);
@@ -397,7 +393,7 @@ fn still_expected(
 /// and policy removal for a delete. Returns what a tombstoned Namespace gave up: its removed
 /// policy and its released subnet reservations.
 fn transition(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     ns: &str,
     target: Target,
     report: &Report,
@@ -429,7 +425,7 @@ fn transition(
 
 /// The `authorization_denial` audit of a refused ensure or delete (N5).
 fn audit_denial(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     target: Target,
     report: &Report,
@@ -461,7 +457,7 @@ fn audit_denial(
 /// once per distinct observation. A dependency failure without an observation says enough in
 /// its attempt evidence.
 fn audit_observation(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     target: Target,
     report: &Report,
