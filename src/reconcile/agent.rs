@@ -397,18 +397,18 @@ impl Reconciler for AgentStop {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
-        let policy = {
-            let mut db = pass.db()?;
-            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
-                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
-            }
-            iam::load(&mut *db)?
-        };
         let request = Request::new(
             &pass.claim.actor_id,
             Action::Operate,
             agent_resource(pass, &agent_id),
         );
+        let policy = {
+            let mut db = pass.db()?;
+            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            }
+            iam::decide(&mut *db, std::slice::from_ref(&request), &[])?
+        };
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
@@ -593,23 +593,24 @@ impl Reconciler for AgentDelete {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
+        let request = Request::new(
+            &pass.claim.actor_id,
+            Action::Delete,
+            agent_resource(pass, &agent_id),
+        );
         let (agent, policy) = {
             let mut db = pass.db()?;
             let Some(agent) = load_agent(&mut *db, &ns, &agent_id)? else {
                 return Ok(Report::permanent("INVALID_AGENT_OWNER"));
             };
-            (agent, iam::load(&mut *db)?)
+            let policy = iam::decide(&mut *db, std::slice::from_ref(&request), &[])?;
+            (agent, policy)
         };
         // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
         // this work cannot act on (seed 004 2769-2777).
         if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
             return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
-        let request = Request::new(
-            &pass.claim.actor_id,
-            Action::Delete,
-            agent_resource(pass, &agent_id),
-        );
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }

@@ -10,7 +10,7 @@
 //!
 //! 1. Load the Namespace, tombstones included. Not in the expected status (`provisioning` for
 //!    ensure, `deleting` for delete): success `SUPERSEDED_TARGET`, no Compute call.
-//! 2. Reload IAM (`iam::load`). The actor is gone: permanent `ACTOR_REVOKED`. Ensure needs
+//! 2. Reauthorize (`iam::decide`, one statement). The actor is gone: permanent `ACTOR_REVOKED`. Ensure needs
 //!    `create` on Namespaces in the installation, `administer` on the installation when it
 //!    adopts an `existing_namespace`, and no restriction on the exact-Namespace `create`
 //!    decision; delete needs `delete` on the Namespace. Otherwise permanent
@@ -157,6 +157,32 @@ pub enum NamespaceFacts {
 }
 
 impl NamespaceReconciler {
+    /// Every question `authorize` may ask, decided together in one statement.
+    fn asked(
+        actor: &str,
+        installation_id: &str,
+        namespace: &Namespace,
+        target: Target,
+    ) -> Vec<Request> {
+        let exact = |action| Request::new(actor, action, Resource::namespace(&namespace.id));
+        match target {
+            Target::Ready => vec![
+                Request::new(
+                    actor,
+                    Action::Create,
+                    Resource::namespaces_in(installation_id),
+                ),
+                Request::new(
+                    actor,
+                    Action::Administer,
+                    Resource::installation(installation_id),
+                ),
+                exact(Action::Create),
+            ],
+            Target::Deleted => vec![exact(Action::Delete)],
+        }
+    }
+
     /// N2 / N4 reauthorization. `Some(report)` is a denial.
     fn authorize(
         &self,
@@ -259,7 +285,8 @@ impl Reconciler for NamespaceReconciler {
                         .with_facts(Facts::Namespace(NamespaceFacts::Superseded)))
                 }
             };
-            let policy = iam::load(&mut *client)?;
+            let asked = Self::asked(&claim.actor_id, installation_id, &namespace, target);
+            let policy = iam::decide(&mut *client, &asked, &[])?;
             if let Some(denial) = self.authorize(
                 &policy,
                 &claim.actor_id,
