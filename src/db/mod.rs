@@ -25,8 +25,8 @@ pub type PooledClient = r2d2::PooledConnection<Manager>;
 /// connection at check-out without a round trip: it reads what the socket already holds, so a
 /// connection the server closed or the `Watchdog` shut down is seen closed and replaced (the
 /// `has_broken` test at check-in catches one that failed in use). Only a connection idle for
-/// `IDLE_PING` of the database timeout or longer, which the watchdog may shut down as
-/// unanswered at any moment (see `watchdog`), is also asked a no-op query bounded by the
+/// half the database timeout or longer (`IDLE_PING_DIVISOR`), which the watchdog may shut down
+/// as unanswered at any moment (see `watchdog`), is also asked a no-op query bounded by the
 /// database timeout (r2d2_postgres' own test waits without bound), which renews it. r2d2
 /// tests idle connections one after another until one passes, and drops each that fails (a
 /// drop says goodbye and waits for the server to close): so once a ping has failed the
