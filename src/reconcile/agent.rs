@@ -7,9 +7,9 @@
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
+use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::Operation;
-use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -200,7 +200,7 @@ pub struct Audit<'a> {
 
 /// Appends an audit event in the fenced transaction, attributed to the work's actor.
 pub fn audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     event: Audit<'_>,
 ) -> Result<(), PassError> {
@@ -258,7 +258,7 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
 /// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
 /// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
 pub fn denial_audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     action: &str,
     agent_id: &str,
@@ -397,18 +397,18 @@ impl Reconciler for AgentStop {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
-        let policy = {
-            let mut db = pass.db()?;
-            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
-                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
-            }
-            iam::load(&mut *db)?
-        };
         let request = Request::new(
             &pass.claim.actor_id,
             Action::Operate,
             agent_resource(pass, &agent_id),
         );
+        let policy = {
+            let mut db = pass.db()?;
+            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            }
+            iam::decide(&mut *db, std::slice::from_ref(&request), &[])?
+        };
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
@@ -489,7 +489,7 @@ impl Reconciler for AgentStop {
     /// (seed 004 3061-3070).
     fn settle(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         mut report: Report,
     ) -> Result<Report, PassError> {
@@ -511,7 +511,7 @@ impl Reconciler for AgentStop {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
@@ -593,23 +593,24 @@ impl Reconciler for AgentDelete {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
+        let request = Request::new(
+            &pass.claim.actor_id,
+            Action::Delete,
+            agent_resource(pass, &agent_id),
+        );
         let (agent, policy) = {
             let mut db = pass.db()?;
             let Some(agent) = load_agent(&mut *db, &ns, &agent_id)? else {
                 return Ok(Report::permanent("INVALID_AGENT_OWNER"));
             };
-            (agent, iam::load(&mut *db)?)
+            let policy = iam::decide(&mut *db, std::slice::from_ref(&request), &[])?;
+            (agent, policy)
         };
         // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
         // this work cannot act on (seed 004 2769-2777).
         if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
             return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
-        let request = Request::new(
-            &pass.claim.actor_id,
-            Action::Delete,
-            agent_resource(pass, &agent_id),
-        );
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
@@ -672,7 +673,7 @@ impl Reconciler for AgentDelete {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

@@ -108,6 +108,57 @@ fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static
     Ok(refs)
 }
 
+/// Every question `check` may ask about `l`'s revision, decided together in one statement:
+/// `deploy` on the Agent and `read` on the Configuration by the actor; `operate` on each bound
+/// Secret and on the harness auth source as a Secret, by the actor and by the service
+/// principal; `read` on the source as a managed account by the actor. Asking one that a pass
+/// ends up not needing costs a row, nothing more.
+fn asked(actor: &str, l: &Loaded) -> Vec<Request> {
+    let (agent, revision) = (&l.agent, &l.revision);
+    let ns = &revision.namespace_id;
+    let mut asked = vec![
+        Request::new(
+            actor,
+            Action::Deploy,
+            Resource::owned(ResourceKind::Agent, ns, &agent.id),
+        ),
+        Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
+        ),
+    ];
+    let mut secrets: Vec<String> = secret_refs(revision)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    let source = revision
+        .harness_auth
+        .as_ref()
+        .and_then(|auth| auth["source"]["id"].as_str());
+    if let Some(source) = source {
+        asked.push(Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::ServiceAccount, ns, source),
+        ));
+        if !secrets.iter().any(|s| s == source) {
+            secrets.push(source.to_string());
+        }
+    }
+    for secret in &secrets {
+        let resource = Resource::owned(ResourceKind::Secret, ns, secret);
+        asked.push(Request::new(actor, Action::Operate, resource.clone()));
+        asked.push(Request::new(
+            &revision.service_principal_id,
+            Action::Operate,
+            resource,
+        ));
+    }
+    asked
+}
+
 impl RevisionReconciler {
     fn load(&self, pass: &Pass<'_>) -> Result<Option<Loaded>, PassError> {
         let claim = pass.claim;
@@ -173,7 +224,8 @@ impl RevisionReconciler {
         }
         let policy = {
             let mut db = pass.db()?;
-            iam::load(&mut *db)?
+            let principal = revision.service_principal_id.as_str();
+            iam::decide(&mut *db, &asked(&pass.claim.actor_id, l), &[principal])?
         };
         let actor = &pass.claim.actor_id;
         let ns = &revision.namespace_id;
@@ -692,7 +744,7 @@ impl Reconciler for RevisionReconciler {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

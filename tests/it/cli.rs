@@ -458,3 +458,60 @@ fn operator_reads_list_and_show_every_kind() {
         "grant list refused: no identity zed",
     );
 }
+
+// Issue 10 item 8: the pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
+// pooled, 1 listener); a worker the server's max_connections can never carry is refused at
+// start-up, before any pool connection, with one line naming both numbers (exit 2).
+#[test]
+fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let setting = |c: &mut postgres::Client, name: &str| -> i64 {
+        c.query_one("SELECT current_setting($1)::bigint", &[&name])
+            .unwrap()
+            .get(0)
+    };
+    let max = setting(&mut c, "max_connections");
+    let reserved = setting(&mut c, "superuser_reserved_connections");
+    // The smallest concurrency whose budget exceeds what the server admits.
+    let concurrency = (max - reserved - 4) / 2 + 1;
+    assert!((1..=1024).contains(&concurrency), "max_connections {max}");
+    let needs = 2 * concurrency + 4;
+    let check = |concurrency: i64| {
+        let out = Command::new(BIN)
+            .arg("check")
+            .env("OCC_DATABASE_URL", &db.url)
+            .env("OCC_COMPUTE_DRIVER", "docker")
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .env("OCC_WORKER_DB_TIMEOUT_MS", "3000")
+            .env("OCC_WORKER_CONCURRENCY", concurrency.to_string())
+            .output()
+            .expect("run occ-worker");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = check(concurrency);
+    assert_eq!(
+        (code, stderr),
+        (
+            Some(2),
+            format!(
+                "occ-worker: invalid configuration: OCC_WORKER_CONCURRENCY={concurrency} needs \
+                 {needs} database connections (2 x {concurrency} + 3 pooled, 1 listener) but the \
+                 server admits {} (max_connections {max} less {reserved} reserved): lower \
+                 OCC_WORKER_CONCURRENCY or raise max_connections\n",
+                max - reserved
+            )
+        )
+    );
+    // One worker thread fewer fits: start-up goes past the budget to the next check (here the
+    // missing Docker socket), never to the budget line.
+    let (code, stderr) = check(concurrency - 1);
+    assert_ne!(code, Some(0));
+    assert!(
+        !stderr.contains("max_connections") && stderr.contains("DOCKER_HOST"),
+        "{stderr}"
+    );
+}

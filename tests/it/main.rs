@@ -23,6 +23,7 @@ mod queue;
 mod queue_smoke;
 mod readme;
 mod revision;
+mod round_trips;
 mod runtime;
 mod scripted;
 mod scripts;

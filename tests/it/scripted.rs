@@ -579,8 +579,12 @@ fn run_events(
         let mut queue = QueueOptions::new(lease, 5);
         queue.retry_base = Duration::from_millis(50);
         let ctx = Arc::new(Context {
-            pool: occ_worker::db::pool(url, Duration::from_secs(10), (concurrency as u32) * 2 + 4)
-                .expect("worker pool"),
+            pool: occ_worker::db::pool(
+                url,
+                Duration::from_secs(10),
+                occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
+            )
+            .expect("worker pool"),
             compute: driver.clone(),
             installation_id: "inst".into(),
             queue,
