@@ -189,6 +189,20 @@ fn template_hash(template: &Value) -> String {
     safe_encode(h, 10)
 }
 
+/// The template hash of a Deployment, fixed by its uid and generation (computed once).
+fn hash_of(store: &mut Store, deployment: &Value) -> String {
+    let memo = (
+        meta(deployment, "uid").to_string(),
+        deployment["metadata"]["generation"].as_i64().unwrap_or(0),
+    );
+    if let Some(hash) = store.template_hashes.get(&memo) {
+        return hash.clone();
+    }
+    let hash = template_hash(&deployment["spec"]["template"]);
+    store.template_hashes.insert(memo, hash.clone());
+    hash
+}
+
 fn replicas(obj: &Value) -> i64 {
     obj["spec"]["replicas"].as_i64().unwrap_or(1)
 }
@@ -207,9 +221,7 @@ fn roll_out(store: &mut Store, deployment: &Value) {
     let ns = meta(deployment, "namespace");
     let name = meta(deployment, "name");
     let desired = replicas(deployment);
-    let mut template = deployment["spec"]["template"].clone();
-    let hash = template_hash(&template);
-    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+    let hash = hash_of(store, deployment);
     let new_name = format!("{name}-{hash}");
     let recreate = deployment["spec"]["strategy"]["type"] == "Recreate";
 
@@ -240,17 +252,17 @@ fn roll_out(store: &mut Store, deployment: &Value) {
         }
     }
     let revision = owned.len() + usize::from(!owned.iter().any(|rs| meta(rs, "name") == new_name));
-    match store
-        .lookup(resource("replicasets"), ns, &new_name)
-        .cloned()
-    {
-        Some(mut rs) => {
-            if replicas(&rs) != new_replicas {
+    match store.lookup(resource("replicasets"), ns, &new_name) {
+        Some(rs) => {
+            if replicas(rs) != new_replicas {
+                let mut rs = rs.clone();
                 rs["spec"]["replicas"] = json!(new_replicas);
                 store.write(resource("replicasets"), rs);
             }
         }
         None => {
+            let mut template = deployment["spec"]["template"].clone();
+            template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             let mut labels = template["metadata"]["labels"].clone();
             labels["pod-template-hash"] = json!(hash);
             let mut selector = deployment["spec"]["selector"].clone();
@@ -477,10 +489,7 @@ fn omit_zero(status: &mut Map<String, Value>, field: &str, n: i64) {
 
 fn replica_set_status(store: &mut Store, rs: &Value) {
     let ns = meta(rs, "namespace");
-    let Some(mut rs) = store
-        .lookup(resource("replicasets"), ns, meta(rs, "name"))
-        .cloned()
-    else {
+    let Some(rs) = store.shared(resource("replicasets"), ns, meta(rs, "name")) else {
         return;
     };
     let pods = store.all("pods", Some(ns));
@@ -501,8 +510,12 @@ fn replica_set_status(store: &mut Store, rs: &Value) {
     {
         status.insert("conditions".into(), c.clone());
     }
-    rs["status"] = Value::Object(status);
-    store.write_if_changed(resource("replicasets"), rs);
+    let status = Value::Object(status);
+    if rs["status"] != status {
+        let mut rs = Value::clone(&rs);
+        rs["status"] = status;
+        store.write(resource("replicasets"), rs);
+    }
 }
 
 /// `maxUnavailable` of a RollingUpdate deployment (int or percent, rounded down); 0 for Recreate.
@@ -582,11 +595,11 @@ fn count_pods(store: &Store, deployment: &Value, new_name: &str) -> Counts {
 fn deployment_status(store: &mut Store, deployment: &Value) {
     let ns = meta(deployment, "namespace");
     let name = meta(deployment, "name");
-    let Some(mut deployment) = store.lookup(resource("deployments"), ns, name).cloned() else {
+    let Some(deployment) = store.shared(resource("deployments"), ns, name) else {
         return;
     };
     let desired = replicas(&deployment);
-    let new_name = format!("{name}-{}", template_hash(&deployment["spec"]["template"]));
+    let new_name = format!("{name}-{}", hash_of(store, &deployment));
     let Counts {
         total,
         updated,
@@ -656,8 +669,12 @@ fn deployment_status(store: &mut Store, deployment: &Value) {
         ));
     }
     status.insert("conditions".into(), Value::Array(conditions));
-    deployment["status"] = Value::Object(status);
-    store.write_if_changed(resource("deployments"), deployment);
+    let status = Value::Object(status);
+    if deployment["status"] != status {
+        let mut deployment = Value::clone(&deployment);
+        deployment["status"] = status;
+        store.write(resource("deployments"), deployment);
+    }
 }
 
 /// EndpointSlice controller: one slice per Service with a selector, listing the selected pods

@@ -514,6 +514,8 @@ pub struct Store {
     pub dirty: BTreeSet<String>,
     /// The next tick reads every namespace (pod behaviours changed).
     pub all_dirty: bool,
+    /// `pod-template-hash` by Deployment (uid, generation).
+    pub template_hashes: HashMap<(String, i64), String>,
 }
 
 impl Store {
@@ -600,6 +602,13 @@ impl Store {
         self.objects
             .get(&(res.plural, namespace.to_string(), name.to_string()))
             .map(|o| &**o)
+    }
+
+    /// One object, shared (a pointer copy).
+    pub fn shared(&self, res: &Resource, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(&(res.plural, namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// The objects of one resource (in one namespace): a range of the ordered keys, so the
