@@ -90,7 +90,15 @@ fn worker(url: &str, fake: &KubeFake, dir: &std::path::Path, concurrency: usize)
             Some(path) => Stdio::from(std::fs::File::create(path).expect("worker events file")),
             None => Stdio::null(),
         })
-        .stderr(Stdio::null())
+        .stderr(match std::env::var_os("OCC_BENCH_WORKER_LOG") {
+            // The worker's log (RUST_LOG is passed on), e.g. trace for request timings.
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("worker log file")),
+            None => Stdio::null(),
+        })
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .spawn()
         .expect("spawn occ-worker")
 }
