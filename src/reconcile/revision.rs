@@ -28,8 +28,8 @@ use super::agent::{
 };
 use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeErrorKind,
-    RevisionSpec,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, BackendBinding,
+    ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -38,6 +38,10 @@ use std::time::Duration;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
+const BACKEND: &str = include_str!("../../sql/queries/revision_backend.sql");
+
+/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
+const CHATGPT_BACKEND: &str = "chatgpt";
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
@@ -219,19 +223,19 @@ impl RevisionReconciler {
         };
         let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
         let source_id = auth["source"]["id"].as_str().unwrap_or_default();
-        if source_ns != ns.as_str() {
-            return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
-        }
-        let mut account = None;
-        match auth["method"].as_str() {
+        let account = match auth["method"].as_str() {
             Some("secret") => {
+                if source_ns != ns.as_str() {
+                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+                }
                 if !refs.iter().any(|(_, id)| id == source_id) {
                     refs.push((ns.clone(), source_id.to_string()));
                 }
+                None
             }
-            Some("service_account") => account = Some(source_id.to_string()),
+            Some("service_account") => ManagedAccountAuth::from_harness_auth(auth),
             _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
-        }
+        };
         for (_, secret) in &refs {
             let resource = Resource::owned(ResourceKind::Secret, ns, secret);
             let requests = [
@@ -242,51 +246,73 @@ impl RevisionReconciler {
                 return Ok(Some(denied));
             }
         }
-        if let Some(account) = account {
-            if let Some(refused) = self.check_service_account(pass, &policy, l, auth, &account)? {
-                return Ok(Some(refused));
+        // M2 step 1 (seed 004 5057-5079): after the Secret checks, the account must be the
+        // revision's Namespace's and the actor may still `read` it.
+        if let Some(account) = &account {
+            if account.namespace_id != *ns {
+                return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
             }
+            let request = Request::new(
+                actor,
+                Action::Read,
+                Resource::owned(ResourceKind::ServiceAccount, ns, &account.id),
+            );
+            if let Some(denied) = deny(&policy, request, actor) {
+                return Ok(Some(denied));
+            }
+        }
+        if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
+            return Ok(Some(refused));
         }
         Ok(self.check_secret_resolution(revision))
     }
 
-    /// The managed account's `read` grant, source and backend binding still match the
-    /// snapshot (R2).
-    fn check_service_account(
+    /// M2 steps 2-4 (seed 004 `resolveRevisionBackend`, 5083-5130), decided again on every
+    /// pass: the revision's backend is a configured `chatgpt` backend (any auth method); a
+    /// managed account still holds the admitted access-token reference
+    /// (`HARNESS_AUTH_SOURCE_CHANGED`) and a binding valid for that backend, equal to the
+    /// admitted one in all four fields (`SERVICE_ACCOUNT_BACKEND_MISMATCH`).
+    fn check_backend(
         &self,
         pass: &Pass<'_>,
-        policy: &Policy,
-        l: &Loaded,
-        auth: &Value,
-        account: &str,
+        revision: &RevisionRow,
+        admitted: Option<&ManagedAccountAuth>,
     ) -> Result<Option<Report>, PassError> {
-        let actor = &pass.claim.actor_id;
-        let ns = &l.revision.namespace_id;
-        let request = Request::new(
-            actor,
-            Action::Read,
-            Resource::owned(ResourceKind::ServiceAccount, ns, account),
-        );
-        if let Some(denied) = deny(policy, request, actor) {
-            return Ok(Some(denied));
-        }
-        let row = {
-            let mut db = pass.db()?;
-            db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
+        let mut db = pass.db()?;
+        let backend_type: Option<String> = match &revision.backend_id {
+            Some(id) => db.query_opt(BACKEND, &[id])?.map(|r| r.get(0)),
+            None => None,
         };
-        let Some(row) = row else {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        };
-        let (token_ref, backend, available): (String, String, bool) =
-            (row.get(0), row.get(1), row.get(2));
-        if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        }
-        if auth["backendId"].as_str() != Some(backend.as_str()) {
-            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
-        }
-        if !available {
+        if revision.backend_id.is_some() && backend_type.as_deref() != Some(CHATGPT_BACKEND) {
             return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
+        }
+        let Some(admitted) = admitted else {
+            return Ok(None);
+        };
+        let Some(row) = db.query_opt(SERVICE_ACCOUNT, &[&revision.namespace_id, &admitted.id])?
+        else {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+        };
+        let credential: Option<Credential> = row
+            .get::<_, Option<Value>>(0)
+            .and_then(|c| serde_json::from_value(c).ok());
+        let current_token = credential.as_ref().map(Credential::secret_ref);
+        match (current_token, admitted.access_token()) {
+            (Some(current), Some(frozen)) if current == frozen => {}
+            _ => return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED"))),
+        }
+        let binding: Option<BackendBinding> = row
+            .get::<_, Option<Value>>(1)
+            .and_then(|b| serde_json::from_value(b).ok());
+        let valid = binding.as_ref().is_some_and(|b| {
+            Some(&b.backend_id) == revision.backend_id.as_ref()
+                && backend_type.as_deref() == Some(CHATGPT_BACKEND)
+                && b.credential_issued
+                && !b.driver_id.is_empty()
+                && !b.workspace_id.is_empty()
+        });
+        if !valid || binding.is_none() || binding != admitted.backend_binding {
+            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
         }
         Ok(None)
     }
