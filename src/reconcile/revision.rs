@@ -1,7 +1,9 @@
 //! AgentRevision deployment (SPEC R2-R11): the reconcile work of an admitted revision and its
 //! periodic maintenance.
 //!
-//! Expected flow, in the seed's order: R2 checks on every pass before any effect; R3 a stopped
+//! Expected flow, in the seed's order: R2 checks on every pass before any effect (a managed
+//! account's M2 checks among them: its `read` grant after the Secret checks, then the backend,
+//! the access-token source and the binding, each against the admitted snapshot); R3 a stopped
 //! Agent stops the revision; R4 a newer active revision supersedes it; R8 earlier runtimes
 //! are stopped first when the driver requires it; R5 prepare and observe readiness; R6
 //! reload the Agent, compare-and-set the active pointer in a fenced transaction, activate the
@@ -246,20 +248,11 @@ impl RevisionReconciler {
                 return Ok(Some(denied));
             }
         }
-        // M2 step 1 (seed 004 5057-5079): after the Secret checks, the account must be the
-        // revision's Namespace's and the actor may still `read` it.
-        if let Some(account) = &account {
-            if account.namespace_id != *ns {
-                return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
-            }
-            let request = Request::new(
-                actor,
-                Action::Read,
-                Resource::owned(ResourceKind::ServiceAccount, ns, &account.id),
-            );
-            if let Some(denied) = deny(&policy, request, actor) {
-                return Ok(Some(denied));
-            }
+        if let Some(refused) = account
+            .as_ref()
+            .and_then(|a| check_account_access(&policy, actor, ns, a))
+        {
+            return Ok(Some(refused));
         }
         if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
             return Ok(Some(refused));
@@ -701,6 +694,21 @@ enum Observed {
     Ready(Option<Value>),
     /// The pass ends with this report.
     Ended(Box<Report>),
+}
+
+/// M2 step 1 (seed 004 5057-5079), after the Secret checks: the account must be the revision's
+/// Namespace's (`INVALID_HARNESS_AUTH`) and the actor may still `read` it (a denial).
+fn check_account_access(
+    policy: &Policy,
+    actor: &str,
+    ns: &str,
+    account: &ManagedAccountAuth,
+) -> Option<Report> {
+    if account.namespace_id != ns {
+        return Some(Report::permanent("INVALID_HARNESS_AUTH"));
+    }
+    let resource = Resource::owned(ResourceKind::ServiceAccount, ns, &account.id);
+    deny(policy, Request::new(actor, Action::Read, resource), actor)
 }
 
 fn first_denial<const N: usize>(
