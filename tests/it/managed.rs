@@ -669,3 +669,32 @@ fn m4_v9_keeps_existing_accounts_and_revisions_meaningful() {
         )
         .is_err());
 }
+
+#[test]
+fn m2_read_granted_on_exactly_the_account_is_enough_for_every_pass() {
+    // The worker's IAM (src/iam.rs) decides the resource-scoped grant admission accepted.
+    let f = managed();
+    let mut c = f.db.client();
+    c.batch_execute(
+        "INSERT INTO occ.identities (id, kind) VALUES ('op', 'user');
+         INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id)
+         VALUES ('op', 'agent-operator', 'namespace', 'ns1');
+         SELECT occ.binding_grant('admin', 'op', 'viewer', 'service_account:ns1/acct');",
+    )
+    .unwrap();
+    let rev = deploy_managed(&mut c, &f.agent, "op").unwrap();
+    let driver = Arc::new(ScriptedDriver::new());
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    // Revoked, the next deployment's pass is denied on the account.
+    let rev2 = deploy_managed(&mut c, &f.agent, "op").unwrap();
+    c.execute(
+        "SELECT occ.binding_revoke('admin', 'op', 'viewer', 'service_account:ns1/acct')",
+        &[],
+    )
+    .unwrap();
+    assert_refused(&f, &rev2, "AUTHORIZATION_DENIED");
+}
