@@ -41,13 +41,13 @@ use std::time::Duration;
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
 const BACKEND: &str = include_str!("../../sql/queries/revision_backend.sql");
-
-/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
-const CHATGPT_BACKEND: &str = "chatgpt";
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+
+/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
+const CHATGPT_BACKEND: &str = "chatgpt";
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
 /// candidate whose stop was pending may continue. Any other stored refusal stands.
@@ -304,7 +304,7 @@ impl RevisionReconciler {
                 && !b.driver_id.is_empty()
                 && !b.workspace_id.is_empty()
         });
-        if !valid || binding.is_none() || binding != admitted.backend_binding {
+        if !valid || binding != admitted.backend_binding {
             return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
         }
         Ok(None)
