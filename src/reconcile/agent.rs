@@ -6,7 +6,9 @@
 
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
-use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
+use crate::compute::{
+    AgentSpec, ComputeError, ComputeErrorKind, ManagedAccountAuth, RevisionSpec, SecretProjection,
+};
 use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::Operation;
@@ -68,6 +70,8 @@ pub struct RevisionRow {
     pub secrets: Vec<SecretProjection>,
     /// The Secret of a `secret` harness auth, when it exists.
     pub harness_secret: Option<SecretProjection>,
+    /// The revision's backend (SPEC M1), when it has one.
+    pub backend_id: Option<String>,
     pub retired: bool,
     pub admitted_before_work: bool,
 }
@@ -116,6 +120,11 @@ impl RevisionRow {
             secret_bindings: self.secret_bindings.clone(),
             secrets: self.secrets.clone(),
             harness_secret: self.harness_secret.clone(),
+            managed_account: self
+                .harness_auth
+                .as_ref()
+                .and_then(ManagedAccountAuth::from_harness_auth),
+            backend_id: self.backend_id.clone(),
             plugin_ids: self.plugin_ids(),
         }
     }
@@ -182,6 +191,7 @@ pub fn load_revisions(
                     .transpose()
                     .map_err(broken)?,
                 admitted_before_work: r.get(21),
+                backend_id: r.get(22),
             })
         })
         .collect()

@@ -515,3 +515,206 @@ fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
         "{stderr}"
     );
 }
+
+// M1, M4: backends and service accounts through the CLI, and a managed-account deployment
+// admitted or refused with one line.
+#[test]
+fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
+    let db = team_b();
+    let url = Some(db.url.as_str());
+    let added = ok(
+        &db,
+        &[
+            "admin", "backend", "add", "b1", "--type", "chatgpt", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        added,
+        json!({"id": "b1", "type": "chatgpt", "created": true})
+    );
+    let backends = ok(&db, &["admin", "backend", "list"]);
+    assert_eq!(
+        (
+            backends.as_array().unwrap().len(),
+            &backends[0]["id"],
+            &backends[0]["type"]
+        ),
+        (1, &json!("b1"), &json!("chatgpt"))
+    );
+    refused(
+        url,
+        &["admin", "service-account", "create", "team-b", "acct", "--access-token", "token", "--actor", "admin"],
+        2,
+        "service-account create refused: invalid --access-token token: must be SECRET_NAME/KEY (a Kubernetes Secret name in the Agent's namespace, then its key)",
+    );
+    let created = ok(
+        &db,
+        &[
+            "admin",
+            "service-account",
+            "create",
+            "team-b",
+            "acct",
+            "--access-token",
+            "chatgpt/token",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(
+        created["credential"],
+        json!({"kind": "access_token", "secretRef": {"name": "chatgpt", "key": "token"}})
+    );
+    assert_eq!(created["backendBinding"], Value::Null);
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b2", "--driver", "d1", "--workspace", "ws-1", "--actor", "admin"],
+        1,
+        "service-account bind refused: backend b2 is not a configured chatgpt backend (admin backend list)",
+    );
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b1", "--driver", "d1", "--workspace", "ws 1", "--actor", "admin"],
+        2,
+        "service-account bind refused: --workspace must be 1 to 128 letters, digits, ., _, : and -, starting with a letter or digit, got \"ws 1\"",
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "service-account",
+            "bind",
+            "team-b",
+            "acct",
+            "--backend",
+            "b1",
+            "--driver",
+            "d1",
+            "--workspace",
+            "ws-1",
+            "--actor",
+            "admin",
+        ],
+    );
+    let shown = ok(&db, &["admin", "service-account", "show", "team-b", "acct"]);
+    assert_eq!(
+        shown["backendBinding"],
+        json!({"backendId": "b1", "driverId": "d1", "workspaceId": "ws-1", "credentialIssued": true})
+    );
+    assert_eq!(
+        ok(&db, &["admin", "service-account", "list", "team-b"])[0]["id"],
+        json!("acct")
+    );
+
+    // An operator who may deploy the Agent and read the Configuration, but not the account.
+    let cfg = std::env::temp_dir().join(format!("occ-cli-managed-{}", db.name));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-b",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-b", "helper", "--actor", "admin",
+        ],
+    );
+    ok(
+        &db,
+        &["admin", "identity", "create", "bob", "--actor", "admin"],
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "agent-operator",
+            "--scope",
+            "namespace:team-b",
+            "--actor",
+            "admin",
+        ],
+    );
+    let deploy = |actor: &'static str| -> Vec<&'static str> {
+        vec![
+            "admin",
+            "agent",
+            "deploy",
+            "team-b",
+            "helper",
+            "--actor",
+            actor,
+            "--configuration",
+            "cfg",
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--service-account",
+            "acct",
+            "--compute-id",
+            "docker",
+        ]
+    };
+    refused(
+        url,
+        &deploy("bob"),
+        1,
+        "agent deploy refused: bob may not read service_account: NO_MATCHING_BINDING (needs read service_account on service_account acct in Namespace team-b)",
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "viewer",
+            "--scope",
+            "service_account:team-b/acct",
+            "--actor",
+            "admin",
+        ],
+    );
+    let admitted = ok(&db, &deploy("bob"));
+    assert_eq!(admitted["revision"], json!(1));
+    let auth: Value = db
+        .client()
+        .query_one(
+            "SELECT harness_auth FROM occ.agent_revisions WHERE id = $1",
+            &[&admitted["revisionId"].as_str().unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(auth["credential"], created["credential"]);
+    assert_eq!(auth["backendBinding"], shown["backendBinding"]);
+
+    // The binding fails validation once its backend is removed.
+    ok(
+        &db,
+        &["admin", "backend", "remove", "b1", "--actor", "admin"],
+    );
+    refused(
+        url,
+        &deploy("bob"),
+        1,
+        "agent deploy refused: service account team-b/acct has no valid backend binding (bind it to a configured chatgpt backend)",
+    );
+    // Exactly one harness source.
+    let mut both = deploy("admin");
+    both.extend(["--harness-secret", "key"]);
+    let (code, _, stderr) = run(url, &both);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}

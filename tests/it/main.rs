@@ -16,6 +16,7 @@ mod kube_fake;
 mod kube_fake_tests;
 mod kubernetes;
 mod lanes;
+mod managed;
 mod migrate;
 mod namespace;
 mod outage;

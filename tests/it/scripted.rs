@@ -150,6 +150,8 @@ pub struct ScriptedDriver {
     /// `public.occ_driver_calls` / `public.occ_driver_overlaps`, so lane exclusion is checked
     /// across worker processes (see `LaneRecorder`).
     pub lane_db: Option<String>,
+    /// The spec of every `prepare_revision` call, in order: what the driver was given.
+    pub prepared: Mutex<Vec<RevisionSpec>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -230,6 +232,7 @@ impl Default for ScriptedDriver {
             inflight: Mutex::default(),
             overlaps: Default::default(),
             lane_db: None,
+            prepared: Mutex::default(),
         }
     }
 }
@@ -389,6 +392,7 @@ impl ComputeDriver for ScriptedDriver {
             &revision.revision_id,
             cancel,
         )?;
+        self.prepared.lock().push(revision.clone());
         let step = self
             .prepare
             .lock()
