@@ -17,16 +17,10 @@ use std::time::{Duration, Instant};
 /// Test-set pod behaviours: (namespace, deployment name prefix, behaviour).
 pub type Behaviours = [(String, String, PodBehaviour)];
 
-/// One pass of every controller over the namespaces where something changed: written since
-/// the last tick, or waiting on time (a pod still starting, a graceful deletion). `full` reads
-/// every namespace, as a resync does.
-pub fn tick(
-    store: &mut Store,
-    opts: &FakeOptions,
-    behaviours: &Behaviours,
-    now: Instant,
-    full: bool,
-) {
+/// The namespaces the next tick reads: written since the last one, or waiting on time (a
+/// pod still starting, a graceful deletion); `full` adds every namespace, as a resync does.
+/// Finishes due graceful deletions first.
+pub fn scope(store: &mut Store, opts: &FakeOptions, now: Instant, full: bool) -> Vec<String> {
     finish_graceful_deletions(store, opts, now);
     let mut scope = std::mem::take(&mut store.dirty);
     if full || std::mem::take(&mut store.all_dirty) {
@@ -48,27 +42,37 @@ pub fn tick(
             ns.clone()
         }
     }));
-    for ns in &scope {
-        collect_garbage(store, ns);
-        let ns = Some(ns.as_str());
-        for deployment in store.all("deployments", ns) {
-            roll_out(store, &deployment);
-        }
-        for rs in store.all("replicasets", ns) {
-            scale_replica_set(store, &rs, behaviours);
-        }
-        for pod in store.all("pods", ns) {
-            run_pod(store, &pod, opts, behaviours, now);
-        }
-        for rs in store.all("replicasets", ns) {
-            replica_set_status(store, &rs);
-        }
-        for deployment in store.all("deployments", ns) {
-            deployment_status(store, &deployment);
-        }
-        for service in store.all("services", ns) {
-            endpoint_slice(store, &service);
-        }
+    scope.into_iter().collect()
+}
+
+/// One pass of every controller over one namespace. The controller thread takes the lock per
+/// namespace, so requests are not held up by a whole tick.
+pub fn tick_namespace(
+    store: &mut Store,
+    ns: &str,
+    opts: &FakeOptions,
+    behaviours: &Behaviours,
+    now: Instant,
+) {
+    collect_garbage(store, ns);
+    let ns = Some(ns);
+    for deployment in store.all("deployments", ns) {
+        roll_out(store, &deployment);
+    }
+    for rs in store.all("replicasets", ns) {
+        scale_replica_set(store, &rs, behaviours);
+    }
+    for pod in store.all("pods", ns) {
+        run_pod(store, &pod, opts, behaviours, now);
+    }
+    for rs in store.all("replicasets", ns) {
+        replica_set_status(store, &rs);
+    }
+    for deployment in store.all("deployments", ns) {
+        deployment_status(store, &deployment);
+    }
+    for service in store.all("services", ns) {
+        endpoint_slice(store, &service);
     }
 }
 

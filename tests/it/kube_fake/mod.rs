@@ -225,13 +225,20 @@ impl KubeFake {
                     // Every 50th tick (about a second) reads everything, as a resync does.
                     let mut ticks: u64 = 0;
                     while !shared.stop.wait(Duration::from_millis(20)) {
-                        let mut state = shared.state.lock();
-                        let State {
-                            store, behaviours, ..
-                        } = &mut *state;
                         ticks += 1;
                         let full = ticks.is_multiple_of(50);
-                        controller::tick(store, &shared.opts, behaviours, Instant::now(), full);
+                        let now = Instant::now();
+                        let scope = {
+                            let mut state = shared.state.lock();
+                            controller::scope(&mut state.store, &shared.opts, now, full)
+                        };
+                        for ns in scope {
+                            let mut state = shared.state.lock();
+                            let State {
+                                store, behaviours, ..
+                            } = &mut *state;
+                            controller::tick_namespace(store, &ns, &shared.opts, behaviours, now);
+                        }
                     }
                 })
                 .expect("spawn kube fake controller")
