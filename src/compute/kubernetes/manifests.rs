@@ -399,11 +399,15 @@ mod tests {
                 binding: "TOKEN".into(),
                 id: "tok".into(),
                 backend_ref: "occ-ns1/tok/value".into(),
+                driver_id: Some("occ-secrets".into()),
+                uid: Some("u1".into()),
             }],
             harness_secret: Some(SecretProjection {
                 binding: "harnessAuth".into(),
                 id: "key".into(),
                 backend_ref: "occ-ns1/openai/api-key".into(),
+                driver_id: Some("occ-secrets".into()),
+                uid: Some("u2".into()),
             }),
             plugin_ids: vec![],
         }
