@@ -655,6 +655,47 @@ mod tests {
     }
 
     #[test]
+    fn prepare_diagnostics_are_kept_only_within_the_seeds_bounds() {
+        // Seed 004 835-862.
+        let ok = PrepareDiagnostic {
+            error_class: Some("ApiError".into()),
+            message: Some("x".repeat(256)),
+            status: Some(999),
+            ..PrepareDiagnostic::new("A_1", "s_1")
+        };
+        assert!(ok.valid());
+        let broken = [
+            PrepareDiagnostic::new("", "s"),
+            PrepareDiagnostic::new(&"A".repeat(65), "s"),
+            PrepareDiagnostic::new("1A", "s"),
+            PrepareDiagnostic::new("A", "S"),
+            PrepareDiagnostic {
+                error_class: Some("Api_Error".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("x".repeat(257)),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("tab\there".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("del\u{7f}".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                status: Some(1000),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+        ];
+        for d in broken {
+            assert!(!d.valid(), "{d:?}");
+        }
+    }
+
+    #[test]
     fn reasons_are_stripped_to_tokens() {
         let e = ComputeError::transient("http", Some(503)).with_reason("Service Unavailable!");
         assert_eq!(e.reason(), Some("ServiceUnavailable"));

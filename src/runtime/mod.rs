@@ -648,6 +648,9 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, records: &Records, job: Job
             if due {
                 ctx.events.emit("worker.completed", fields);
             }
+            // After every pass that published (SPEC Z7); a pass that lost its claim or its
+            // database leaves the beat to the coordinator's idle cadence.
+            records.health.beat(ctx, true);
         }
         Err(e) if e.is_stopping() => {
             ctx.metrics
@@ -686,8 +689,6 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, records: &Records, job: Job
             ctx.events.emit("worker.error", fields);
         }
     }
-    // After every claimed pass (SPEC Z7).
-    records.health.beat(ctx, true);
 }
 
 /// The LISTEN thread: `occ-listen`. Reconnects with backoff; stops when `running` clears.
