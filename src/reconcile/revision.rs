@@ -405,10 +405,14 @@ impl RevisionReconciler {
         report
     }
 
-    fn run(&self, pass: &Pass<'_>, phases: &Phases) -> Result<Report, PassError> {
+    fn run(&self, pass: &Pass<'_>, scratch: &Scratch) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
             return Ok(refused("INVALID_REVISION_OWNER"));
         };
+        scratch
+            .predecessor_stop_yielded
+            .set(l.predecessor_stop_yielded);
+        let phases = &scratch.phases;
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         if let Some(mut refusal) = self.check(pass, &l)? {
             if refusal.facts == Facts::Plain {
@@ -797,6 +801,14 @@ fn refused(code: &str) -> Report {
 /// Where a deployment pass spent its time, filled in as it goes (SPEC Z9).
 type Phases = Cell<Option<DeployPhases>>;
 
+/// What one pass notes for after its report: its phases, and whether the work yielded an
+/// exclusive predecessor's stop before (SPEC Z5).
+#[derive(Default)]
+struct Scratch {
+    phases: Phases,
+    predecessor_stop_yielded: Cell<bool>,
+}
+
 /// `worker.compute-prepare-failed` (SPEC Z6, seed 004 1865-1897): the driver's description of
 /// a failed preparation (or of an exclusive predecessor's stop before it), only when every
 /// field is within its bounds. A drain or a cancelled call is no preparation failure. It never
@@ -856,10 +868,14 @@ fn first_denial<const N: usize>(
 
 impl Reconciler for RevisionReconciler {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
-        let phases = Cell::new(None);
-        let report = self.run(pass, &phases)?;
-        let mut report = self.finish_yielded_predecessor_stops(pass, report)?;
-        report.deploy = phases.get();
+        let scratch = Scratch::default();
+        let report = self.run(pass, &scratch)?;
+        let mut report = if scratch.predecessor_stop_yielded.get() {
+            self.finish_yielded_predecessor_stops(pass, report)?
+        } else {
+            report
+        };
+        report.deploy = scratch.phases.get();
         Ok(report)
     }
 
