@@ -180,9 +180,17 @@ impl DeployTimings {
 
 /// The `worker.health` cadence (SPEC Z7, seed 004 1594-1616): after every claimed pass, and
 /// otherwise at most once per `every` = max(1 s, 20 × poll interval).
+///
+/// [D] The queue depth it reports is read at most once per `every` too and reused in between:
+/// the seed counts it again after every pass, a scan of every queued and claimed row, so a
+/// pass would cost more the deeper the queue. A beat that needs a fresh count and cannot read
+/// it says `worker.error HEALTH_UNAVAILABLE`.
 pub struct HealthBeat {
     every: Duration,
+    /// When the last line was said.
     last: Mutex<Option<Instant>>,
+    /// The last queue depth read, and when.
+    pending: Mutex<Option<(Instant, i64)>>,
 }
 
 impl HealthBeat {
@@ -190,11 +198,12 @@ impl HealthBeat {
         HealthBeat {
             every: (poll_interval * 20).max(Duration::from_secs(1)),
             last: Mutex::new(None),
+            pending: Mutex::new(None),
         }
     }
 
     /// Says `worker.health {status: "ready", pending}` (queued and claimed work) when `force`d
-    /// or due; a queue depth that cannot be read says `worker.error HEALTH_UNAVAILABLE`.
+    /// or due.
     pub fn beat(&self, ctx: &Context, force: bool) {
         {
             let mut last = self.last.lock();
@@ -203,20 +212,32 @@ impl HealthBeat {
             }
             *last = Some(Instant::now());
         }
-        let pending = ctx
-            .pool
-            .get()
-            .ok()
-            .and_then(|mut client| crate::queue::work_pending_count(&mut *client).ok());
-        match pending {
-            Some(p) => ctx.events.emit(
+        match self.pending(ctx) {
+            Some(pending) => ctx.events.emit(
                 "worker.health",
-                json!({"status": "ready", "pending": p.queued + p.claimed}),
+                json!({"status": "ready", "pending": pending}),
             ),
             None => ctx
                 .events
                 .emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"})),
         }
+    }
+
+    /// The queue depth, read again once the last read is `every` old.
+    fn pending(&self, ctx: &Context) -> Option<i64> {
+        if let Some((at, pending)) = *self.pending.lock() {
+            if at.elapsed() < self.every {
+                return Some(pending);
+            }
+        }
+        let read = ctx
+            .pool
+            .get()
+            .ok()
+            .and_then(|mut client| crate::queue::work_pending_count(&mut *client).ok())
+            .map(|p| p.queued + p.claimed);
+        *self.pending.lock() = read.map(|p| (Instant::now(), p));
+        read
     }
 }
 
