@@ -23,6 +23,7 @@ SELECT r.id, r.namespace_id, r.agent_id, r.revision, r.actor_id, r.service_princ
            AND s.namespace_id = r.namespace_id AND s.id = r.harness_auth->'source'->>'id') AS harness_secret,
        r.created_at <= coalesce((SELECT w.created_at FROM occ.work w WHERE w.id = $4), clock_timestamp())
            AS admitted_before_work,
+       r.backend_id,
        r.secret_driver_id
 FROM occ.agent_revisions r
 WHERE r.namespace_id = $1 AND r.agent_id = $2 AND ($3::text IS NULL OR r.id = $3)

@@ -7,7 +7,8 @@
 //! default pools), its deletion (every container and network labelled with the Namespace,
 //! reported pending until none is left), API version negotiation (`GET /_ping`, capped at
 //! 1.41) and the mapping of Docker answers to typed `ComputeError`s. Agent deployment is
-//! refused with `HARNESS_BINDING_UNSUPPORTED`.
+//! refused with `HARNESS_BINDING_UNSUPPORTED`, whatever its harness auth (an API-key Secret or
+//! a managed account's access token, SPEC M3): the development driver binds no harness.
 //!
 //! Subnets are shared by every creator on the Engine, so the driver never picks one on its
 //! own: it reserves it in the `SubnetLedger` it is given (PostgreSQL, claim-fenced, when the

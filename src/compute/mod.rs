@@ -49,7 +49,87 @@ pub struct RevisionSpec {
     pub secrets: Vec<SecretProjection>,
     /// The Secret behind a `secret` harness auth, resolved the same way.
     pub harness_secret: Option<SecretProjection>,
+    /// A `service_account` harness auth exactly as admitted (SPEC M3): no Secret projection;
+    /// the driver mounts the access token from its `secretRef` and the worker never reads it.
+    pub managed_account: Option<ManagedAccountAuth>,
+    /// The revision's backend (SPEC M1), when it has one.
+    pub backend_id: Option<String>,
     pub plugin_ids: Vec<String>,
+}
+
+/// Where a managed account's access token is: a Kubernetes Secret's name and data key in the
+/// Agent's namespace (seed 004 5103-5110). Never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SecretRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// A managed account's credential; `access_token` is the one kind (seed 004 5103-5110).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Credential {
+    AccessToken {
+        #[serde(rename = "secretRef")]
+        secret_ref: SecretRef,
+    },
+}
+
+impl Credential {
+    /// Where the credential's value is.
+    pub fn secret_ref(&self) -> &SecretRef {
+        match self {
+            Credential::AccessToken { secret_ref } => secret_ref,
+        }
+    }
+}
+
+/// A managed account's backend binding (seed 004 5096-5102, 5116-5123).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendBinding {
+    pub backend_id: String,
+    pub driver_id: String,
+    pub workspace_id: String,
+    pub credential_issued: bool,
+}
+
+/// The admitted `service_account` harness auth `{method, source: {namespaceId, id},
+/// credential, backendBinding}` (SPEC §10). PostgreSQL enforces the shape; a legacy snapshot
+/// may lack the credential or the binding (`None`), which the worker refuses before Compute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ManagedAccountAuth {
+    #[serde(rename = "namespaceId")]
+    pub namespace_id: String,
+    /// The service account's id in its Namespace.
+    pub id: String,
+    pub credential: Option<Credential>,
+    #[serde(rename = "backendBinding")]
+    pub backend_binding: Option<BackendBinding>,
+}
+
+impl ManagedAccountAuth {
+    /// The managed account an admitted harness auth names, `None` for any other method.
+    pub fn from_harness_auth(auth: &serde_json::Value) -> Option<ManagedAccountAuth> {
+        if auth["method"].as_str() != Some("service_account") {
+            return None;
+        }
+        let field = |name: &str| auth.get(name).cloned().unwrap_or_default();
+        Some(ManagedAccountAuth {
+            namespace_id: auth["source"]["namespaceId"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            id: auth["source"]["id"].as_str().unwrap_or_default().into(),
+            credential: serde_json::from_value(field("credential")).ok(),
+            backend_binding: serde_json::from_value(field("backendBinding")).ok(),
+        })
+    }
+
+    /// The access token's Secret reference, when the snapshot holds an access-token credential.
+    pub fn access_token(&self) -> Option<&SecretRef> {
+        self.credential.as_ref().map(Credential::secret_ref)
+    }
 }
 
 /// A Secret binding resolved to the Secret's metadata: what a driver needs to reference the

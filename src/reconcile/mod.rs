@@ -362,7 +362,7 @@ impl LeaseState {
     /// renewal waited, not because another worker took the claim.
     pub fn renew(
         &self,
-        client: &mut impl postgres::GenericClient,
+        client: &mut impl crate::db::GenericClient,
         claim: &Claim,
         options: &QueueOptions,
         events: &Events,
@@ -474,7 +474,7 @@ impl<'a> Pass<'a> {
     /// still ours and the pass was not cancelled (Q6). Zero rows: `ClaimLost`.
     pub fn fenced<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, PassError>,
+        f: impl FnOnce(&mut crate::db::Tx<'_>) -> Result<T, PassError>,
     ) -> Result<T, PassError> {
         let mut client = self.db()?;
         let mut tx = client.transaction()?;
@@ -497,7 +497,7 @@ pub trait Reconciler: Send + Sync {
     /// later deployment superseded while it ran). By default the report stands.
     fn settle(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut crate::db::Tx<'_>,
         _pass: &Pass<'_>,
         report: Report,
     ) -> Result<Report, PassError> {
@@ -509,7 +509,7 @@ pub trait Reconciler: Send + Sync {
     /// transaction.
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError>;
@@ -550,7 +550,7 @@ impl Reconciler for Unsupported {
 
     fn publish(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut crate::db::Tx<'_>,
         _pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

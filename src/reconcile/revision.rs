@@ -1,7 +1,9 @@
 //! AgentRevision deployment (SPEC R2-R11): the reconcile work of an admitted revision and its
 //! periodic maintenance.
 //!
-//! Expected flow, in the seed's order: R2 checks on every pass before any effect; R3 a stopped
+//! Expected flow, in the seed's order: R2 checks on every pass before any effect (a managed
+//! account's M2 checks among them: its `read` grant after the Secret checks, then the backend,
+//! the access-token source and the binding, each against the admitted snapshot); R3 a stopped
 //! Agent stops the revision; R4 a newer active revision supersedes it; R8 earlier runtimes
 //! are stopped first when the driver requires it; R5 prepare and observe readiness; R6
 //! reload the Agent, compare-and-set the active pointer in a fenced transaction, activate the
@@ -28,8 +30,8 @@ use super::agent::{
 };
 use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeError,
-    ComputeErrorKind, RevisionSpec, SecretProjection,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, BackendBinding,
+    ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec, SecretProjection,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -40,10 +42,14 @@ use std::time::Instant;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
+const BACKEND: &str = include_str!("../../sql/queries/revision_backend.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+
+/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
+const CHATGPT_BACKEND: &str = "chatgpt";
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
 /// candidate whose stop was pending may continue. Any other stored refusal stands.
@@ -114,6 +120,57 @@ fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static
     Ok(refs)
 }
 
+/// Every question `check` may ask about `l`'s revision, decided together in one statement:
+/// `deploy` on the Agent and `read` on the Configuration by the actor; `operate` on each bound
+/// Secret and on the harness auth source as a Secret, by the actor and by the service
+/// principal; `read` on the source as a managed account by the actor. Asking one that a pass
+/// ends up not needing costs a row, nothing more.
+fn asked(actor: &str, l: &Loaded) -> Vec<Request> {
+    let (agent, revision) = (&l.agent, &l.revision);
+    let ns = &revision.namespace_id;
+    let mut asked = vec![
+        Request::new(
+            actor,
+            Action::Deploy,
+            Resource::owned(ResourceKind::Agent, ns, &agent.id),
+        ),
+        Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
+        ),
+    ];
+    let mut secrets: Vec<String> = secret_refs(revision)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    let source = revision
+        .harness_auth
+        .as_ref()
+        .and_then(|auth| auth["source"]["id"].as_str());
+    if let Some(source) = source {
+        asked.push(Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::ServiceAccount, ns, source),
+        ));
+        if !secrets.iter().any(|s| s == source) {
+            secrets.push(source.to_string());
+        }
+    }
+    for secret in &secrets {
+        let resource = Resource::owned(ResourceKind::Secret, ns, secret);
+        asked.push(Request::new(actor, Action::Operate, resource.clone()));
+        asked.push(Request::new(
+            &revision.service_principal_id,
+            Action::Operate,
+            resource,
+        ));
+    }
+    asked
+}
+
 impl RevisionReconciler {
     fn load(&self, pass: &Pass<'_>) -> Result<Option<Loaded>, PassError> {
         let claim = pass.claim;
@@ -181,7 +238,8 @@ impl RevisionReconciler {
         }
         let policy = {
             let mut db = pass.db()?;
-            iam::load(&mut *db)?
+            let principal = revision.service_principal_id.as_str();
+            iam::decide(&mut *db, &asked(&pass.claim.actor_id, l), &[principal])?
         };
         let actor = &pass.claim.actor_id;
         let ns = &revision.namespace_id;
@@ -227,19 +285,19 @@ impl RevisionReconciler {
         };
         let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
         let source_id = auth["source"]["id"].as_str().unwrap_or_default();
-        if source_ns != ns.as_str() {
-            return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
-        }
-        let mut account = None;
-        match auth["method"].as_str() {
+        let account = match auth["method"].as_str() {
             Some("secret") => {
+                if source_ns != ns.as_str() {
+                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+                }
                 if !refs.iter().any(|(_, id)| id == source_id) {
                     refs.push((ns.clone(), source_id.to_string()));
                 }
+                None
             }
-            Some("service_account") => account = Some(source_id.to_string()),
+            Some("service_account") => ManagedAccountAuth::from_harness_auth(auth),
             _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
-        }
+        };
         for (_, secret) in &refs {
             let resource = Resource::owned(ResourceKind::Secret, ns, secret);
             let requests = [
@@ -250,51 +308,64 @@ impl RevisionReconciler {
                 return Ok(Some(denied));
             }
         }
-        if let Some(account) = account {
-            if let Some(refused) = self.check_service_account(pass, &policy, l, auth, &account)? {
-                return Ok(Some(refused));
-            }
+        if let Some(refused) = account
+            .as_ref()
+            .and_then(|a| check_account_access(&policy, actor, ns, a))
+        {
+            return Ok(Some(refused));
+        }
+        if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
+            return Ok(Some(refused));
         }
         Ok(self.check_secret_resolution(revision, l.secret_driver.as_deref()))
     }
 
-    /// The managed account's `read` grant, source and backend binding still match the
-    /// snapshot (R2).
-    fn check_service_account(
+    /// M2 steps 2-4 (seed 004 `resolveRevisionBackend`, 5083-5130), decided again on every
+    /// pass: the revision's backend is a configured `chatgpt` backend (any auth method); a
+    /// managed account still holds the admitted access-token reference
+    /// (`HARNESS_AUTH_SOURCE_CHANGED`) and a binding valid for that backend, equal to the
+    /// admitted one in all four fields (`SERVICE_ACCOUNT_BACKEND_MISMATCH`).
+    fn check_backend(
         &self,
         pass: &Pass<'_>,
-        policy: &Policy,
-        l: &Loaded,
-        auth: &Value,
-        account: &str,
+        revision: &RevisionRow,
+        admitted: Option<&ManagedAccountAuth>,
     ) -> Result<Option<Report>, PassError> {
-        let actor = &pass.claim.actor_id;
-        let ns = &l.revision.namespace_id;
-        let request = Request::new(
-            actor,
-            Action::Read,
-            Resource::owned(ResourceKind::ServiceAccount, ns, account),
-        );
-        if let Some(denied) = deny(policy, request, actor) {
-            return Ok(Some(denied));
-        }
-        let row = {
-            let mut db = pass.db()?;
-            db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
+        let mut db = pass.db()?;
+        let backend_type: Option<String> = match &revision.backend_id {
+            Some(id) => db.query_opt(BACKEND, &[id])?.map(|r| r.get(0)),
+            None => None,
         };
-        let Some(row) = row else {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        };
-        let (token_ref, backend, available): (String, String, bool) =
-            (row.get(0), row.get(1), row.get(2));
-        if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        }
-        if auth["backendId"].as_str() != Some(backend.as_str()) {
-            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
-        }
-        if !available {
+        if revision.backend_id.is_some() && backend_type.as_deref() != Some(CHATGPT_BACKEND) {
             return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
+        }
+        let Some(admitted) = admitted else {
+            return Ok(None);
+        };
+        let Some(row) = db.query_opt(SERVICE_ACCOUNT, &[&revision.namespace_id, &admitted.id])?
+        else {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+        };
+        let credential: Option<Credential> = row
+            .get::<_, Option<Value>>(0)
+            .and_then(|c| serde_json::from_value(c).ok());
+        let current_token = credential.as_ref().map(Credential::secret_ref);
+        match (current_token, admitted.access_token()) {
+            (Some(current), Some(frozen)) if current == frozen => {}
+            _ => return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED"))),
+        }
+        let binding: Option<BackendBinding> = row
+            .get::<_, Option<Value>>(1)
+            .and_then(|b| serde_json::from_value(b).ok());
+        let valid = binding.as_ref().is_some_and(|b| {
+            Some(&b.backend_id) == revision.backend_id.as_ref()
+                && backend_type.as_deref() == Some(CHATGPT_BACKEND)
+                && b.credential_issued
+                && !b.driver_id.is_empty()
+                && !b.workspace_id.is_empty()
+        });
+        if !valid || binding != admitted.backend_binding {
+            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
         }
         Ok(None)
     }
@@ -858,6 +929,21 @@ enum Observed {
     Ended(Box<Report>),
 }
 
+/// M2 step 1 (seed 004 5057-5079), after the Secret checks: the account must be the revision's
+/// Namespace's (`INVALID_HARNESS_AUTH`) and the actor may still `read` it (a denial).
+fn check_account_access(
+    policy: &Policy,
+    actor: &str,
+    ns: &str,
+    account: &ManagedAccountAuth,
+) -> Option<Report> {
+    if account.namespace_id != ns {
+        return Some(Report::permanent("INVALID_HARNESS_AUTH"));
+    }
+    let resource = Resource::owned(ResourceKind::ServiceAccount, ns, &account.id);
+    deny(policy, Request::new(actor, Action::Read, resource), actor)
+}
+
 fn first_denial<const N: usize>(
     policy: &Policy,
     requests: [Request; N],
@@ -881,7 +967,7 @@ impl Reconciler for RevisionReconciler {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

@@ -7,6 +7,7 @@
 //! leaves its loop early: it drains until every in-flight pass has reported. Threads are named,
 //! stopped by closing channels, and joined.
 
+pub mod budget;
 mod lease;
 pub mod records;
 

@@ -153,6 +153,8 @@ pub struct ScriptedDriver {
     pub lane_db: Option<String>,
     /// What the driver says it does with runtime credentials (SPEC Z11).
     pub credentials: RuntimeCredentials,
+    /// The spec of every `prepare_revision` call, in order: what the driver was given.
+    pub prepared: Mutex<Vec<RevisionSpec>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -234,6 +236,7 @@ impl Default for ScriptedDriver {
             overlaps: Default::default(),
             lane_db: None,
             credentials: RuntimeCredentials::None,
+            prepared: Mutex::default(),
         }
     }
 }
@@ -393,6 +396,7 @@ impl ComputeDriver for ScriptedDriver {
             &revision.revision_id,
             cancel,
         )?;
+        self.prepared.lock().push(revision.clone());
         let step = self
             .prepare
             .lock()
@@ -587,8 +591,12 @@ fn run_events(
         let mut queue = QueueOptions::new(lease, 5);
         queue.retry_base = Duration::from_millis(50);
         let ctx = Arc::new(Context {
-            pool: occ_worker::db::pool(url, Duration::from_secs(10), (concurrency as u32) * 2 + 4)
-                .expect("worker pool"),
+            pool: occ_worker::db::pool(
+                url,
+                Duration::from_secs(10),
+                occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
+            )
+            .expect("worker pool"),
             compute: driver.clone(),
             installation_id: "inst".into(),
             queue,

@@ -358,6 +358,7 @@ impl Client {
         let (method, path) = (request.method, request.path);
         let cancelled = |c| KubeError::cancelled(method, path, c);
         cancel.check().map_err(cancelled)?;
+        let started = std::time::Instant::now();
         let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
         if timeout.is_zero() {
             // The lease ran out between the two reads of the clock.
@@ -378,6 +379,15 @@ impl Client {
                 .map(|r| self.run(r, timeout)),
         };
         let result = result.map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
+        if let Ok(reply) = &result {
+            log::trace!(
+                "kubernetes {} {}: {} in {} µs",
+                method.as_str(),
+                path_template(path),
+                reply.status,
+                started.elapsed().as_micros()
+            );
+        }
         result.map_err(|e| match cancel.check() {
             // A request cut short by the end of the lease is a cancellation, not an outage.
             Err(c) => cancelled(c),
