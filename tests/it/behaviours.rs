@@ -797,3 +797,73 @@ fn z10_namespace_reasons_need_a_failure() {
     assert_eq!(completed[1]["code"], "NAMESPACE_RECONCILED");
     assert!(completed.iter().all(|e| e.get("reason").is_none()));
 }
+
+#[test]
+fn z4_admin_secret_create_names_the_owning_driver_and_backend_uid() {
+    // SPEC Z4: `--driver` and `--backend-uid`; a bad uid is bad input naming the flag.
+    let db = TestDb::bootstrapped();
+    crate::support::insert_namespace(&mut db.client(), "ns1", "ready");
+    let created = crate::agent::cli(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "ns1",
+            "tok",
+            "--backend-ref",
+            "ns1/tok/value",
+            "--driver",
+            "vault",
+            "--backend-uid",
+            "6f1c2a10-0b1e-4c7e-9d2a-3a4b5c6d7e8f",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(
+        created,
+        json!({"namespaceId": "ns1", "id": "tok", "backendRef": "ns1/tok/value",
+               "driverId": "vault", "uid": "6f1c2a10-0b1e-4c7e-9d2a-3a4b5c6d7e8f"})
+    );
+    let defaulted = crate::agent::cli(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "ns1",
+            "key",
+            "--backend-ref",
+            "ns1/key/value",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(defaulted["driverId"], "occ-secrets");
+    assert!(defaulted["uid"].as_str().is_some_and(|u| u.len() == 36));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(["--database-url", &db.url])
+        .args([
+            "admin",
+            "secret",
+            "create",
+            "ns1",
+            "bad",
+            "--backend-ref",
+            "ns1/bad/value",
+            "--backend-uid",
+            " spaced",
+            "--actor",
+            "admin",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+        (
+            Some(2),
+            "occ-worker: secret create refused: --backend-uid must be 1 to 128 letters, digits, -, ., _ and :, starting with a letter or digit, got \" spaced\"\n"
+        )
+    );
+}
