@@ -26,7 +26,7 @@
 
 use super::agent::{
     audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
-    readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
+    readiness_recheck, stop_yield_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
 use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
@@ -65,6 +65,10 @@ const REDECIDED_REFUSALS: &[&str] = &[
     "SERVICE_ACCOUNT_BACKEND_MISMATCH",
     "BACKEND_UNAVAILABLE",
 ];
+
+/// How long a deployment that ends failed waits for a yielded predecessor stop's drain before
+/// it names the stop `predecessorStop` and publishes the failure anyway (SPEC Z5).
+pub const PREDECESSOR_DRAIN_WAIT: Duration = Duration::from_secs(60);
 
 /// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
 pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
@@ -640,9 +644,10 @@ impl RevisionReconciler {
 
     /// Before a deployment ends failed, superseded or stopped, it finishes the exclusive
     /// predecessor stop it yielded earlier, so the predecessor does not keep its runtime with
-    /// nothing left to stop it (SPEC Z5, seed 004 6104-6158). A failure still ends failed and
-    /// names the stop's class (`predecessorStop`); a superseded pass whose stop drains yields
-    /// again, and a stopped one yields or retries like its own stop.
+    /// nothing left to stop it (SPEC Z5, seed 004 6104-6158). A failure waits for the drain up
+    /// to `PREDECESSOR_DRAIN_WAIT`, then still ends failed and names a stop that did not finish
+    /// (`predecessorStop`, its class); a superseded pass whose stop drains yields again, and a
+    /// stopped one yields or retries like its own stop.
     fn finish_yielded_predecessor_stops(
         &self,
         pass: &Pass<'_>,
@@ -687,7 +692,18 @@ impl RevisionReconciler {
             .filter(|r| r.revision < l.revision.revision && !r.retired && r.owned_by(pass))
         {
             let earlier = earlier.spec(&ctx.installation_id);
-            let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? else {
+            let mut stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            // A failure waits for the drain, bounded (seed 004 "drain wait"): the deployment
+            // ends for good, and nothing else would finish this stop.
+            let waited = std::time::Instant::now();
+            while resolved.outcome == Outcome::Permanent
+                && waited.elapsed() < PREDECESSOR_DRAIN_WAIT
+                && matches!(&stopped_at, Err(e) if matches!(e.kind(), ComputeErrorKind::Draining))
+            {
+                pass.cancel().sleep(stop_yield_recheck(pass.age()))?;
+                stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            }
+            let Err(e) = stopped_at else {
                 continue;
             };
             let draining = matches!(e.kind(), ComputeErrorKind::Draining);

@@ -867,3 +867,47 @@ fn z4_admin_secret_create_names_the_owning_driver_and_backend_uid() {
         )
     );
 }
+
+#[test]
+fn z5_a_failing_deployment_waits_for_its_yielded_predecessors_drain() {
+    // SPEC Z5 (seed 004 6104-6158, "drain wait"): a deployment that ends failed waits, bounded,
+    // for the predecessor stop it yielded, so the predecessor ends stopped.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver {
+        exclusive: true,
+        ..ScriptedDriver::default()
+    });
+    let first = deployed(&f, &driver);
+    let mut c = f.db.client();
+    let second = crate::agent::deploy(&mut c, &f.agent);
+    let draining = || ComputeError::draining("kubernetes_pods_terminating");
+    driver.fail("stop_revision", &first, draining());
+    run_until(
+        &f.db,
+        driver.clone(),
+        deferred_after(&driver, "stop_revision", 1, &key(&second)),
+    );
+    driver.clear_calls();
+    c.execute(
+        "UPDATE occ.approved_harnesses SET version = '1.0.1' WHERE harness_id = 'codex' AND mode = 'dedicated'",
+        &[],
+    )
+    .unwrap();
+    driver.fail("stop_revision", &first, draining());
+    driver.fail("stop_revision", &first, draining());
+    let events = run_captured(&f.db, driver.clone(), Opts::default(), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&second));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
+    );
+    assert_eq!(driver.log(), vec![format!("stop_revision:{first}"); 3]);
+    let completed = about(&events, "worker.completed", &key(&second));
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(completed[0]["outcome"], "permanent");
+    assert!(
+        completed[0].get("predecessorStop").is_none(),
+        "{}",
+        completed[0]
+    );
+}
