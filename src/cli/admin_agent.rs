@@ -168,6 +168,12 @@ pub enum SecretCommand {
         id: String,
         #[arg(long)]
         backend_ref: String,
+        /// The Secret Driver that owns the Secret (default: the Installation's selection).
+        #[arg(long)]
+        driver: Option<String>,
+        /// The backend object's uid (default: a generated one).
+        #[arg(long)]
+        backend_uid: Option<String>,
         #[arg(long)]
         actor: String,
     },
@@ -305,6 +311,8 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             namespace,
             id,
             backend_ref,
+            driver,
+            backend_uid,
             actor,
         }) => call(
             globals,
@@ -313,9 +321,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 ("NAMESPACE", &namespace),
                 ("ID", &id),
                 ("--backend-ref", &backend_ref),
+                ("--driver", driver.as_deref().unwrap_or_default()),
+                ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
             ],
-            "SELECT occ.secret_create($1, $2, $3, $4)",
-            &[&namespace, &id, &backend_ref, &actor],
+            "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
+            &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
         ),
     }
 }

@@ -36,6 +36,11 @@ fn checked_argument(constraint: &str) -> Option<(&'static str, &'static str)> {
             "--backend-ref",
             "must look like NAMESPACE/NAME/KEY (a Kubernetes namespace and Secret name, then the key)",
         ),
+        "secrets_driver_id_check" => ("--driver", IDENT_RULE),
+        "secrets_uid_check" => (
+            "--backend-uid",
+            "must be 1 to 128 letters, digits, -, ., _ and :, starting with a letter or digit",
+        ),
         "secrets_id_check" | "configurations_id_check" | "identities_id_check" | "iam_groups_id_check"
         | "service_accounts_id_check" | "backends_id_check" => ("ID", IDENT_RULE),
         "service_account_bindings_backend_id_check" => ("--backend", IDENT_RULE),

@@ -15,6 +15,7 @@ use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{probe, Context, Registry};
 use occ_worker::runtime::budget::{self, ConnectionBudget, ServerLimit};
 use occ_worker::runtime::{RuntimeOptions, Worker};
+use occ_worker::secret::SecretDriver;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,7 +100,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
             .get()
             .map_err(|e| CliError::new(format!("database unreachable: {e}")))?;
         let rows = client
-            .query("SELECT id FROM occ.installation", &[])
+            .query("SELECT id, secret_driver_id FROM occ.installation", &[])
             .map_err(|e| {
                 if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
                     CliError::new("the database has no occ schema: run `occ-worker migrate` first")
@@ -111,7 +112,14 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 }
             })?;
         match rows.first() {
-            Some(row) => row.get::<_, String>(0),
+            Some(row) => {
+                // SPEC Z4: the Installation's Secret Driver must be this worker's.
+                let selected: Option<String> = row.get(1);
+                SecretDriver::reference(&config.secret_driver)
+                    .check_selected(selected.as_deref())
+                    .map_err(|e| CliError::config(e.to_string()))?;
+                row.get::<_, String>(0)
+            }
             None => {
                 return Err(CliError::new(
                     "no Installation: run `occ-worker bootstrap --installation ID --admin IDENTITY` first",
@@ -182,6 +190,7 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
         "status": "ok",
         "installation": s.installation_id,
         "computeDriver": s.compute.id(),
+        "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
     }));
     Ok(())

@@ -567,6 +567,7 @@ impl ComputeDriver for DockerDriver {
                         complete: false,
                         failure: None,
                         pending_reason: Some(SUBNET_CONTENDED.to_string()),
+                        reason: None,
                     })
                 }
             },
@@ -583,6 +584,7 @@ impl ComputeDriver for DockerDriver {
             complete: true,
             failure: None,
             pending_reason: None,
+            reason: None,
         })
     }
 
@@ -619,6 +621,7 @@ impl ComputeDriver for DockerDriver {
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
             complete: pending_reason.is_none(),
+            reason: None,
             failure: None,
             pending_reason: pending_reason.map(str::to_string),
         })

@@ -7,7 +7,8 @@
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{
-    AgentSpec, ComputeError, ComputeErrorKind, ManagedAccountAuth, RevisionSpec, SecretProjection,
+    AgentSpec, ComputeError, ComputeErrorKind, ManagedAccountAuth, RevisionSpec,
+    RuntimeCredentials, SecretProjection,
 };
 use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
@@ -74,6 +75,8 @@ pub struct RevisionRow {
     pub backend_id: Option<String>,
     pub retired: bool,
     pub admitted_before_work: bool,
+    /// The Secret Driver the Installation selected when the revision was admitted (SPEC Z4).
+    pub secret_driver_id: Option<String>,
 }
 
 impl RevisionRow {
@@ -192,6 +195,7 @@ pub fn load_revisions(
                     .map_err(broken)?,
                 admitted_before_work: r.get(21),
                 backend_id: r.get(22),
+                secret_driver_id: r.get(23),
             })
         })
         .collect()
@@ -596,7 +600,7 @@ pub struct StopFacts {
 ///
 /// Errors: `INVALID_AGENT_OWNER` (the Agent is gone), `INVALID_AGENT_STATE` (not `deleting` and
 /// `stopped`), `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`, `INVALID_REVISION_OWNER`,
-/// `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures retry within the attempt budget.
+/// `COMPUTE_DRIVER_MISMATCH`, `CREDENTIAL_DELETION_UNSUPPORTED` fail for good; Compute failures retry within the attempt budget.
 pub struct AgentDelete;
 
 impl Reconciler for AgentDelete {
@@ -635,6 +639,11 @@ impl Reconciler for AgentDelete {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }
         let driver = pass.ctx.compute.clone();
+        // A Compute that provisions runtime credentials it cannot delete would leave them
+        // behind: refused before any effect (SPEC Z11, seed 004 2817-2828).
+        if driver.runtime_credentials() == RuntimeCredentials::ProvisionedOnly {
+            return Ok(Report::permanent("CREDENTIAL_DELETION_UNSUPPORTED"));
+        }
         let spec = agent.spec(&pass.ctx.installation_id);
         // The Agent's own objects come back before its revisions retire (seed 004 2876).
         if !revisions.is_empty() {

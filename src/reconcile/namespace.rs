@@ -357,6 +357,14 @@ impl Reconciler for NamespaceReconciler {
             Some(FailureClass::Retryable) => Report::retry(code),
             None => Report::pending(code, recheck_delay(pass.age())),
         };
+        // The driver's own words on a failed ensure go to `worker.completed` only, when
+        // non-empty, bounded and printable; audit and status keep the class (SPEC Z10).
+        if target == Target::Ready && observation.failure.is_some() {
+            report.failure.namespace_reason = observation
+                .reason
+                .clone()
+                .filter(|r| !r.is_empty() && compute::printable(r));
+        }
         let pending = matches!(report.outcome, Outcome::Pending { .. });
         let details = observation_details(compute.id(), &observation, pending);
         if pending {

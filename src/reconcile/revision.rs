@@ -26,17 +26,19 @@
 
 use super::agent::{
     audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
-    readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
+    readiness_recheck, stop_yield_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
-use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
+use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
     held_runtime_failure, revision_pending_code, valid_revision_observation, BackendBinding,
-    ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec,
+    ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec, SecretProjection,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::time::Duration;
+use std::time::Instant;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
@@ -63,6 +65,10 @@ const REDECIDED_REFUSALS: &[&str] = &[
     "SERVICE_ACCOUNT_BACKEND_MISMATCH",
     "BACKEND_UNAVAILABLE",
 ];
+
+/// How long a deployment that ends failed waits for a yielded predecessor stop's drain before
+/// it names the stop `predecessorStop` and publishes the failure anyway (SPEC Z5).
+pub const PREDECESSOR_DRAIN_WAIT: Duration = Duration::from_secs(60);
 
 /// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
 pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
@@ -94,6 +100,10 @@ struct Loaded {
     reconcile_code: Option<String>,
     /// The refusal of the latest attempt when its candidate's stop was still pending (R9).
     stored_refusal: Option<String>,
+    /// This work yielded an exclusive predecessor's stop at least once (SPEC Z5).
+    predecessor_stop_yielded: bool,
+    /// The Installation's selected Secret Driver (SPEC Z4).
+    secret_driver: Option<String>,
 }
 
 fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static str> {
@@ -197,6 +207,8 @@ impl RevisionReconciler {
             reconcile_state: row.get(2),
             reconcile_code: row.get(3),
             stored_refusal: row.get(4),
+            predecessor_stop_yielded: row.get(5),
+            secret_driver: row.get(6),
         }))
     }
 
@@ -309,7 +321,7 @@ impl RevisionReconciler {
         if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
             return Ok(Some(refused));
         }
-        Ok(self.check_secret_resolution(revision))
+        Ok(self.check_secret_resolution(revision, l.secret_driver.as_deref()))
     }
 
     /// M2 steps 2-4 (seed 004 `resolveRevisionBackend`, 5083-5130), decided again on every
@@ -363,19 +375,36 @@ impl RevisionReconciler {
     }
 
     /// Every Secret binding, and a `secret` harness auth, resolves to an existing Secret of
-    /// the Namespace (seed 004 5300-5343): a driver references the Secret's metadata, never a
-    /// value. A missing one is `SECRET_BINDING_UNAVAILABLE` / `HARNESS_AUTH_SOURCE_UNAVAILABLE`.
-    fn check_secret_resolution(&self, revision: &RevisionRow) -> Option<Report> {
+    /// the Namespace (seed 004 5284-5346): a driver references the Secret's metadata, never a
+    /// value. Bindings need a selected Secret Driver, and the one the revision froze at
+    /// admission; so does a `secret` harness auth (`SECRET_DRIVER_MISMATCH`, SPEC Z4). A Secret
+    /// counts only when the selected driver owns it and its backend reference and uid are not
+    /// blank; else `SECRET_BINDING_UNAVAILABLE` / `HARNESS_AUTH_SOURCE_UNAVAILABLE`.
+    fn check_secret_resolution(
+        &self,
+        revision: &RevisionRow,
+        selected: Option<&str>,
+    ) -> Option<Report> {
         let bindings = revision.secret_bindings.as_object().map_or(0, |b| b.len());
-        if revision.secrets.len() != bindings {
+        if bindings > 0 && (selected.is_none() || revision.secret_driver_id.as_deref() != selected)
+        {
+            return Some(Report::permanent("SECRET_DRIVER_MISMATCH"));
+        }
+        let counts = |s: &SecretProjection| selected.is_some_and(|d| s.resolvable_by(d));
+        if revision.secrets.len() != bindings || !revision.secrets.iter().all(counts) {
             return Some(Report::permanent("SECRET_BINDING_UNAVAILABLE"));
         }
         let secret_auth = revision
             .harness_auth
             .as_ref()
-            .is_some_and(|a| a["method"].as_str() == Some("secret"));
-        if secret_auth && revision.harness_secret.is_none() {
-            return Some(Report::permanent("HARNESS_AUTH_SOURCE_UNAVAILABLE"));
+            .filter(|a| a["method"].as_str() == Some("secret"));
+        if let Some(auth) = secret_auth {
+            if selected.is_none() || auth["secretDriverId"].as_str() != selected {
+                return Some(Report::permanent("SECRET_DRIVER_MISMATCH"));
+            }
+            if !revision.harness_secret.as_ref().is_some_and(counts) {
+                return Some(Report::permanent("HARNESS_AUTH_SOURCE_UNAVAILABLE"));
+            }
         }
         None
     }
@@ -451,10 +480,14 @@ impl RevisionReconciler {
         report
     }
 
-    fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+    fn run(&self, pass: &Pass<'_>, scratch: &Scratch) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
             return Ok(refused("INVALID_REVISION_OWNER"));
         };
+        scratch
+            .predecessor_stop_yielded
+            .set(l.predecessor_stop_yielded);
+        let phases = &scratch.phases;
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         if let Some(mut refusal) = self.check(pass, &l)? {
             if refusal.facts == Facts::Plain {
@@ -560,8 +593,34 @@ impl RevisionReconciler {
                 }
             });
         }
-        // R8: exclusive replacement stops every earlier runtime before the candidate starts.
-        if !already_active && driver.requires_stopped_predecessors(&spec) {
+        let started = Instant::now();
+        let observed = self.prepare(pass, &l, &spec, already_active, phases);
+        let mut spent = phases.get().unwrap_or_default();
+        spent.prepare = started.elapsed();
+        phases.set(Some(spent));
+        let result = match observed? {
+            Observed::Ready(result) => result,
+            Observed::Ended(report) => return Ok(*report),
+        };
+        self.activate(pass, &l, &spec, already_active, result)
+    }
+
+    /// R8 then R5: exclusive replacement stops every earlier runtime before the candidate
+    /// starts, then the candidate is prepared and observed. A predecessor still draining yields
+    /// (`PREDECESSOR_STOP_YIELDED`, SPEC Z5): the first yield is recorded as evidence, so a
+    /// deployment that ends before the stop finished can finish it (see
+    /// `finish_yielded_predecessor_stops`); later ones are not.
+    fn prepare(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &RevisionSpec,
+        already_active: bool,
+        phases: &Phases,
+    ) -> Result<Observed, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let revision = &l.revision;
+        if !already_active && driver.requires_stopped_predecessors(spec) {
             for earlier in l
                 .all
                 .iter()
@@ -571,18 +630,95 @@ impl RevisionReconciler {
                 if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
                     let mut report = compute_report(&e, pass).at("stop");
                     if matches!(e.kind(), ComputeErrorKind::Draining) {
-                        // An exclusive predecessor still draining (SPEC Z5).
                         report.code = "PREDECESSOR_STOP_YIELDED".into();
+                        report.record_evidence = !l.predecessor_stop_yielded;
+                    } else {
+                        describe_prepare_failure(pass, spec, &e, false);
                     }
-                    return Ok(report);
+                    return Ok(Observed::Ended(Box::new(report)));
                 }
             }
         }
-        let result = match self.observe(pass, &l, &spec)? {
-            Observed::Ready(result) => result,
-            Observed::Ended(report) => return Ok(*report),
+        self.observe(pass, l, spec, phases)
+    }
+
+    /// Before a deployment ends failed, superseded or stopped, it finishes the exclusive
+    /// predecessor stop it yielded earlier, so the predecessor does not keep its runtime with
+    /// nothing left to stop it (SPEC Z5, seed 004 6104-6158). A failure waits for the drain up
+    /// to `PREDECESSOR_DRAIN_WAIT`, then still ends failed and names a stop that did not finish
+    /// (`predecessorStop`, its class); a superseded pass whose stop drains yields again, and a
+    /// stopped one yields or retries like its own stop.
+    fn finish_yielded_predecessor_stops(
+        &self,
+        pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        if pass.claim.operation != Operation::RevisionReconcile {
+            return Ok(report);
+        }
+        let ctx = pass.ctx;
+        let resolved = super::resolve(
+            report.clone(),
+            pass.claim.attempt,
+            ctx.queue.max_attempts,
+            pass.age(),
+            ctx.convergence_timeout,
+        );
+        let stopped = matches!(
+            report.facts,
+            Facts::Revision(RevisionFacts::Stopped {
+                retired_before: None
+            })
+        );
+        let ends = match resolved.outcome {
+            Outcome::Permanent => true,
+            Outcome::Success => stopped || report.code == "REVISION_SUPERSEDED",
+            _ => false,
         };
-        self.activate(pass, &l, &spec, already_active, result)
+        if !ends {
+            return Ok(report);
+        }
+        let Some(l) = self.load(pass)? else {
+            return Ok(report);
+        };
+        let driver = ctx.compute.clone();
+        let spec = l.revision.spec(&ctx.installation_id);
+        if !l.predecessor_stop_yielded || !driver.requires_stopped_predecessors(&spec) {
+            return Ok(report);
+        }
+        for earlier in l
+            .all
+            .iter()
+            .filter(|r| r.revision < l.revision.revision && !r.retired && r.owned_by(pass))
+        {
+            let earlier = earlier.spec(&ctx.installation_id);
+            let mut stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            // A failure waits for the drain, bounded (seed 004 "drain wait"): the deployment
+            // ends for good, and nothing else would finish this stop.
+            let waited = std::time::Instant::now();
+            while resolved.outcome == Outcome::Permanent
+                && waited.elapsed() < PREDECESSOR_DRAIN_WAIT
+                && matches!(&stopped_at, Err(e) if matches!(e.kind(), ComputeErrorKind::Draining))
+            {
+                pass.cancel().sleep(stop_yield_recheck(pass.age()))?;
+                stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            }
+            let Err(e) = stopped_at else {
+                continue;
+            };
+            let draining = matches!(e.kind(), ComputeErrorKind::Draining);
+            if resolved.outcome == Outcome::Success && (draining || stopped) {
+                let mut again = compute_report(&e, pass).at("stop");
+                if draining && !stopped {
+                    again.code = "PREDECESSOR_STOP_YIELDED".into();
+                }
+                return Ok(again);
+            }
+            let mut report = report;
+            report.failure.predecessor_stop = Some(e.class().to_string());
+            return Ok(report);
+        }
+        Ok(report)
     }
 
     /// R5: prepare and observe the revision. A driver refusal after the candidate may have
@@ -594,6 +730,7 @@ impl RevisionReconciler {
         pass: &Pass<'_>,
         l: &Loaded,
         spec: &RevisionSpec,
+        phases: &Phases,
     ) -> Result<Observed, PassError> {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         let driver = pass.ctx.compute.clone();
@@ -607,6 +744,7 @@ impl RevisionReconciler {
         let observation = match effect(pass, "prepare", |c| driver.prepare_revision(spec, c))? {
             Ok(o) => o,
             Err(e) => {
+                describe_prepare_failure(pass, spec, &e, true);
                 let report = compute_report(&e, pass).at("prepare");
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
@@ -618,6 +756,13 @@ impl RevisionReconciler {
         if !valid_revision_observation(&observation, spec) {
             return refused(Report::permanent("INVALID_DRIVER_OBSERVATION"));
         }
+        let mut seen = phases.get().unwrap_or_default();
+        if observation.ready {
+            seen.ready_at = Some(Instant::now());
+        } else {
+            seen.unready_at = Some(Instant::now());
+        }
+        phases.set(Some(seen));
         if observation.ready {
             let warnings: Vec<Value> = observation
                 .warnings
@@ -740,6 +885,58 @@ fn refused(code: &str) -> Report {
     Report::permanent(code).with_facts(Facts::Revision(RevisionFacts::Refused))
 }
 
+/// Where a deployment pass spent its time, filled in as it goes (SPEC Z9).
+type Phases = Cell<Option<DeployPhases>>;
+
+/// What one pass notes for after its report: its phases, and whether the work yielded an
+/// exclusive predecessor's stop before (SPEC Z5).
+#[derive(Default)]
+struct Scratch {
+    phases: Phases,
+    predecessor_stop_yielded: Cell<bool>,
+}
+
+/// `worker.compute-prepare-failed` (SPEC Z6, seed 004 1865-1897): the driver's description of
+/// a failed preparation (or of an exclusive predecessor's stop before it), only when every
+/// field is within its bounds. A drain or a cancelled call is no preparation failure. It never
+/// changes the outcome.
+fn describe_prepare_failure(pass: &Pass<'_>, spec: &RevisionSpec, e: &ComputeError, reached: bool) {
+    if matches!(
+        e.kind(),
+        ComputeErrorKind::Draining | ComputeErrorKind::Cancelled(_)
+    ) {
+        return;
+    }
+    let Some(d) = e.diagnostic().filter(|d| d.valid()) else {
+        return;
+    };
+    let claim = pass.claim;
+    let mut fields = json!({
+        "workId": claim.key,
+        "attempt": claim.attempt,
+        "operation": claim.operation.as_str(),
+        "namespaceId": spec.namespace_id,
+        "agentId": spec.agent_id,
+        "revisionId": spec.revision_id,
+        "computeDriverId": pass.ctx.compute.id(),
+        "code": d.code,
+        "step": d.stage,
+        "candidatePreparationReached": reached,
+    });
+    if let Some(class) = &d.error_class {
+        fields["errorClass"] = json!(class);
+    }
+    if let Some(message) = &d.message {
+        fields["message"] = json!(message);
+    }
+    if let Some(status) = d.status {
+        fields["status"] = json!(status);
+    }
+    pass.ctx
+        .events
+        .emit("worker.compute-prepare-failed", fields);
+}
+
 /// What preparing a revision came to.
 enum Observed {
     /// Ready, with the plugin-warning result data.
@@ -773,7 +970,15 @@ fn first_denial<const N: usize>(
 
 impl Reconciler for RevisionReconciler {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
-        self.run(pass)
+        let scratch = Scratch::default();
+        let report = self.run(pass, &scratch)?;
+        let mut report = if scratch.predecessor_stop_yielded.get() {
+            self.finish_yielded_predecessor_stops(pass, report)?
+        } else {
+            report
+        };
+        report.deploy = scratch.phases.get();
+        Ok(report)
     }
 
     fn publish(

@@ -1175,7 +1175,8 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
     });
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
-    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let events =
+        crate::scripted::run_captured(&w.db, w.kube.driver.clone(), Opts::default(), quiet);
     let (state, code, _, _) = work(&mut c, &rkey(&rev));
     assert_eq!(
         (state.as_str(), code.as_deref()),
@@ -1183,6 +1184,25 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
             "failed_permanent",
             Some("KUBERNETES_FORBIDDEN_SERVICEACCOUNTS")
         )
+    );
+    // SPEC Z12: the API's status and Status reason reach the ended pass's line, never its
+    // message.
+    let completed: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["workId"] == rkey(&rev).as_str())
+        .collect();
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(
+        (
+            &completed[0]["cause"],
+            &completed[0]["status"],
+            &completed[0]["reason"],
+            completed[0].get("dependency")
+        ),
+        (&json!("kubernetes"), &json!(403), &json!("Forbidden"), None),
+        "{}",
+        completed[0]
     );
     let forbidden = w
         .kube

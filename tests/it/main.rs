@@ -2,6 +2,7 @@
 //! its own database.
 
 mod agent;
+mod behaviours;
 mod cli;
 mod conventions;
 mod docker;

@@ -112,6 +112,7 @@ pub fn ns_observation(
         complete,
         failure,
         pending_reason: pending_reason.map(str::to_string),
+        reason: None,
     }
 }
 
@@ -150,6 +151,8 @@ pub struct ScriptedDriver {
     /// `public.occ_driver_calls` / `public.occ_driver_overlaps`, so lane exclusion is checked
     /// across worker processes (see `LaneRecorder`).
     pub lane_db: Option<String>,
+    /// What the driver says it does with runtime credentials (SPEC Z11).
+    pub credentials: RuntimeCredentials,
     /// The spec of every `prepare_revision` call, in order: what the driver was given.
     pub prepared: Mutex<Vec<RevisionSpec>>,
 }
@@ -232,6 +235,7 @@ impl Default for ScriptedDriver {
             inflight: Mutex::default(),
             overlaps: Default::default(),
             lane_db: None,
+            credentials: RuntimeCredentials::None,
             prepared: Mutex::default(),
         }
     }
@@ -479,6 +483,10 @@ impl ComputeDriver for ScriptedDriver {
 
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         self.exclusive
+    }
+
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        self.credentials
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {

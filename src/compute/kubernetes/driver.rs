@@ -28,7 +28,7 @@ use super::settings::Settings;
 use crate::cancel::CancelToken;
 use crate::compute::{
     AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec,
+    RevisionObservation, RevisionSpec, RuntimeCredentials,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -649,6 +649,7 @@ impl KubernetesDriver {
             complete: pending.is_none(),
             failure: None,
             pending_reason: pending.map(str::to_string),
+            reason: None,
         }
     }
 }
@@ -991,6 +992,12 @@ impl ComputeDriver for KubernetesDriver {
 
     /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
     /// gateway and Harness claim.
+    /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
+    /// removes it (SPEC Z11).
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        RuntimeCredentials::ProvisionedAndDeleted
+    }
+
     fn delete_agent_runtime_credentials(
         &self,
         agent: &AgentSpec,
