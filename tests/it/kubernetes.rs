@@ -1198,9 +1198,16 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
             &completed[0]["cause"],
             &completed[0]["status"],
             &completed[0]["reason"],
+            &completed[0]["method"],
             completed[0].get("dependency")
         ),
-        (&json!("kubernetes"), &json!(403), &json!("Forbidden"), None),
+        (
+            &json!("kubernetes"),
+            &json!(403),
+            &json!("Forbidden"),
+            &json!("POST"),
+            None
+        ),
         "{}",
         completed[0]
     );

@@ -13,7 +13,7 @@
 
 use super::connection::{read_token, Auth, Connection, ConnectionError};
 use crate::cancel::{CancelToken, Cancelled};
-use crate::compute::ComputeError;
+use crate::compute::{ComputeError, RequestDiagnostic};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -665,6 +665,14 @@ impl KubeError {
     /// requests keep `KUBERNETES_FORBIDDEN`, `KUBERNETES_UNAUTHORIZED` and
     /// `KUBERNETES_INVALID_REQUEST`. Callers that treat `AlreadyExists`, `NotFound` or
     /// `NamespaceTerminating` as answers handle them before mapping.
+    /// The request diagnostic of a failed request (SPEC Z12): the HTTP verb.
+    pub fn diagnostic(&self) -> RequestDiagnostic {
+        RequestDiagnostic {
+            method: Some(self.method.to_string()),
+            ..RequestDiagnostic::default()
+        }
+    }
+
     pub fn into_compute(self, permanent_code: &str) -> ComputeError {
         const CLASS: &str = "kubernetes";
         let status = self.status;
@@ -690,6 +698,7 @@ impl KubeError {
             KubeErrorKind::Decode => ComputeError::retryable("kubernetes_decode", status),
             KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
         };
+        let error = error.with_request(self.diagnostic());
         match &self.reason {
             Some(reason) => error.with_reason(reason),
             None => error,

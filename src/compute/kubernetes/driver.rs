@@ -108,7 +108,9 @@ fn fail(e: KubeError, resource: &str) -> ComputeError {
             "KUBERNETES_FORBIDDEN_{}",
             resource.to_ascii_uppercase().replace('.', "_")
         );
-        return ComputeError::permanent(&code, "kubernetes", e.status()).with_reason("Forbidden");
+        return ComputeError::permanent(&code, "kubernetes", e.status())
+            .with_reason("Forbidden")
+            .with_request(e.diagnostic());
     }
     e.into_compute("KUBERNETES_BAD_REQUEST")
 }
