@@ -5,8 +5,8 @@
 //! describes or not at all. Audit rows are append-only (a trigger refuses updates and deletes);
 //! details carry codes and ids, never secret values or provider text.
 
+use crate::db::GenericClient;
 use crate::reconcile::PassError;
-use postgres::GenericClient;
 use serde_json::Value;
 
 const AUDIT_APPEND: &str = include_str!("../sql/queries/audit_append.sql");

@@ -52,6 +52,9 @@ pub struct Config {
     pub kubernetes_config: Option<std::path::PathBuf>,
     /// The kubeconfig context (`OCC_KUBERNETES_CONTEXT`); the current context when absent.
     pub kubernetes_context: Option<String>,
+    /// The Secret Driver this worker provides (`OCC_SECRET_DRIVER`, SPEC Z4); start-up checks
+    /// it is the one the Installation selects.
+    pub secret_driver: String,
 }
 
 /// A configuration error naming the variable at fault.
@@ -214,6 +217,21 @@ impl Config {
                 err("OCC_DOCKER_SUBNET_POOL", format!("{problem}, got {raw:?}"))
             })?,
         };
+        let secret_driver = get("OCC_SECRET_DRIVER")
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| crate::secret::DEFAULT_SECRET_DRIVER.into());
+        let ident = |v: &str| {
+            v.len() <= 63
+                && v.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && v.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        };
+        if !ident(&secret_driver) {
+            return Err(err(
+                "OCC_SECRET_DRIVER",
+                format!("must be a Secret Driver id (lower-case letters, digits, - and _), got {secret_driver:?}"),
+            ));
+        }
         // The schema bounds a lease to one hour past its claim or renewal (V7).
         let lease_ms = positive("OCC_WORKER_LEASE_MS", 5_000)?;
         if lease_ms > 3_600_000 {
@@ -244,6 +262,7 @@ impl Config {
             docker_subnet_pool,
             kubernetes_config,
             kubernetes_context,
+            secret_driver,
         })
     }
 

@@ -1,19 +1,25 @@
-//! Native IAM: loads the current policy from PostgreSQL and decides
-//! `authorize(principal, action, resource)` with evidence.
+//! Native IAM: decides `authorize(principal, action, resource)` with evidence.
+//!
+//! A pass asks every question it may need at once (`decide`): one statement runs SQL
+//! `occ.authorize` (`sql/V3__namespace_admission.sql`, its evidence order fixed by
+//! `sql/V12__authorize_evidence_order.sql`) for each request in one snapshot and returns the
+//! decisions with the identities asked about, as a `Policy`. Nothing loads the installation's
+//! whole policy during a pass. `Model` is that whole policy in memory, deciding the same way in
+//! Rust: the reference the tests hold `occ.authorize` to, decision and evidence alike.
 //!
 //! Scopes nest installation → namespace → exact resource; a role grants its actions on its
 //! resource kinds within the binding's scope; restrictions are deny overlays that win over
 //! every binding. A binding or restriction names one identity or a group (a restriction may
 //! also name nobody, meaning everyone); a group's binding or restriction applies to each of its
-//! members, and the evidence names the groups it matched through. The policy is loaded fresh
-//! for every pass and never cached across passes. This module only reads; SQL
-//! `occ.authorize` (`sql/V3__namespace_admission.sql`) makes the same decisions.
+//! members, and the evidence names the groups it matched through. Decisions are made fresh
+//! for every pass and never cached across passes. This module only reads.
 
 use crate::db::DbError;
-use postgres::GenericClient;
+use crate::db::GenericClient;
 use serde::{Deserialize, Serialize};
 
 const LOAD: &str = include_str!("../sql/queries/iam_load.sql");
+const DECIDE: &str = include_str!("../sql/queries/iam_decide.sql");
 
 /// The actions of SPEC section 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +138,7 @@ impl Request {
 }
 
 /// What matched: the evidence audit events keep.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {
     #[serde(rename = "identityId")]
     pub identity_id: Option<String>,
@@ -226,23 +232,138 @@ struct Restriction {
     scope: Scope,
 }
 
-/// One consistent snapshot of the policy.
-#[derive(Clone, Debug, Deserialize)]
+/// The decisions one pass needs, made by `occ.authorize` in one statement (one snapshot),
+/// and the identities asked about.
+#[derive(Clone, Debug)]
 pub struct Policy {
+    decided: Vec<(Request, Decision)>,
+    identities: Vec<Identity>,
+}
+
+/// A decision as `occ.authorize` returns it.
+#[derive(Deserialize)]
+struct Decided {
+    allowed: bool,
+    reason: String,
+    evidence: Evidence,
+}
+
+/// Decides every request in `requests` with `occ.authorize`, and reads the identities of
+/// their principals and of `identities`, in one statement. Asking more than a pass ends up
+/// needing costs nothing but rows; a question not asked is refused (see `Policy::authorize`).
+pub fn decide(
+    client: &mut impl GenericClient,
+    requests: &[Request],
+    identities: &[&str],
+) -> Result<Policy, DbError> {
+    let column = |f: &dyn Fn(&Request) -> Option<String>| -> Vec<Option<String>> {
+        requests.iter().map(f).collect()
+    };
+    let principals = column(&|r| Some(r.principal_id.clone()));
+    let actions = column(&|r| Some(r.action.as_str().into()));
+    let kinds = column(&|r| Some(r.resource.kind.as_str().into()));
+    let ids = column(&|r| Some(r.resource.id.clone()));
+    let namespaces = column(&|r| r.resource.namespace_id.clone());
+    let mut wanted: Vec<&str> = requests.iter().map(|r| r.principal_id.as_str()).collect();
+    wanted.extend_from_slice(identities);
+    let row = client.query_one(
+        DECIDE,
+        &[&principals, &actions, &kinds, &ids, &namespaces, &wanted],
+    )?;
+    let unreadable = |e: serde_json::Error| {
+        DbError::Unavailable(format!("occ.authorize answered what does not parse: {e}"))
+    };
+    let decided: Vec<Decided> = serde_json::from_value(row.get(0)).map_err(unreadable)?;
+    let identities: Vec<Identity> = serde_json::from_value(row.get(1)).map_err(unreadable)?;
+    if decided.len() != requests.len() {
+        return Err(DbError::Unavailable(format!(
+            "occ.authorize answered {} of {} requests",
+            decided.len(),
+            requests.len()
+        )));
+    }
+    let decided = requests
+        .iter()
+        .cloned()
+        .zip(decided)
+        .map(|(request, d)| {
+            let reason = REASONS
+                .into_iter()
+                .find(|r| *r == d.reason)
+                .ok_or_else(|| {
+                    DbError::Unavailable("occ.authorize answered an unknown reason".into())
+                })?;
+            let decision = Decision {
+                allowed: d.allowed,
+                reason,
+                evidence: d.evidence,
+            };
+            Ok((request, decision))
+        })
+        .collect::<Result<_, DbError>>()?;
+    Ok(Policy {
+        decided,
+        identities,
+    })
+}
+
+/// Every reason a decision can give.
+const REASONS: [&str; 4] = [
+    "ALLOWED",
+    "NO_IDENTITY",
+    "NO_MATCHING_BINDING",
+    "RESTRICTED",
+];
+
+/// The reason of a decision about a request the pass did not ask about (a broken invariant:
+/// refused, never allowed).
+pub const NOT_ASKED: &str = "NOT_ASKED";
+
+impl Policy {
+    /// One of the identities asked about.
+    pub fn identity(&self, id: &str) -> Option<&Identity> {
+        self.identities.iter().find(|i| i.id == id)
+    }
+
+    /// Whether a principal asked about still exists (a removed identity is revoked).
+    pub fn identity_exists(&self, id: &str) -> bool {
+        self.identity(id).is_some()
+    }
+
+    /// The decision on `request`, as `decide` asked it. A request that was not asked is a
+    /// broken invariant: debug builds stop on it, release builds refuse it (`NOT_ASKED`).
+    pub fn authorize(&self, request: &Request) -> Decision {
+        let found = self.decided.iter().find(|(r, _)| r == request);
+        debug_assert!(found.is_some(), "authorization not asked: {request:?}");
+        match found {
+            Some((_, decision)) => decision.clone(),
+            None => Decision {
+                allowed: false,
+                reason: NOT_ASKED,
+                evidence: Evidence::default(),
+            },
+        }
+    }
+}
+
+/// The whole IAM policy of the installation in one snapshot, decided in Rust: the reference
+/// model `occ.authorize` is tested against. No pass loads it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Model {
     identities: Vec<Identity>,
     bindings: Vec<Binding>,
     restrictions: Vec<Restriction>,
 }
 
-/// Loads the current policy (one statement, one snapshot).
-pub fn load(client: &mut impl GenericClient) -> Result<Policy, DbError> {
+/// Loads the whole current policy (one statement, one snapshot).
+pub fn load(client: &mut impl GenericClient) -> Result<Model, DbError> {
     let row = client.query_one(LOAD, &[])?;
     let value: serde_json::Value = row.get(0);
     serde_json::from_value(value)
         .map_err(|e| DbError::Unavailable(format!("persisted IAM policy does not parse: {e}")))
 }
 
-impl Policy {
+impl Model {
     pub fn identity(&self, id: &str) -> Option<&Identity> {
         self.identities.iter().find(|i| i.id == id)
     }

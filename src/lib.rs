@@ -18,3 +18,4 @@ pub mod operator;
 pub mod queue;
 pub mod reconcile;
 pub mod runtime;
+pub mod secret;

@@ -65,11 +65,14 @@ pub fn run(client: &mut Client) -> Result<Report, MigrateError> {
     })
 }
 
-/// The names of every embedded migration, in order (used by the sequence test).
+/// The names of every embedded migration, in version order (used by the sequence test; the
+/// embedded list is in file-name order, where `V12__` comes before `V1__`).
 pub fn embedded_names() -> Vec<(i32, String)> {
-    embedded::migrations::runner()
+    let mut names: Vec<(i32, String)> = embedded::migrations::runner()
         .get_migrations()
         .iter()
         .map(|m| (m.version(), m.name().to_string()))
-        .collect()
+        .collect();
+    names.sort();
+    names
 }

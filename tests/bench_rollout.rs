@@ -85,8 +85,20 @@ fn worker(url: &str, fake: &KubeFake, dir: &std::path::Path, concurrency: usize)
         .env("OCC_WORKER_CONCURRENCY", concurrency.to_string())
         .env("OCC_WORKER_LEASE_MS", "10000")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(match std::env::var_os("OCC_BENCH_WORKER_EVENTS") {
+            // The worker's event lines, to see where a run spends its time.
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("worker events file")),
+            None => Stdio::null(),
+        })
+        .stderr(match std::env::var_os("OCC_BENCH_WORKER_LOG") {
+            // The worker's log (RUST_LOG is passed on), e.g. trace for request timings.
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("worker log file")),
+            None => Stdio::null(),
+        })
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .spawn()
         .expect("spawn occ-worker")
 }
@@ -223,10 +235,25 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench { 500 } else { 4 });
-    let latency = Duration::from_millis(if bench { 20 } else { 0 });
-    let concurrencies: &[usize] = if bench { &[1, 4, 16] } else { &[2] };
+    let latency = Duration::from_millis(match std::env::var("OCC_BENCH_LATENCY_MS") {
+        Ok(ms) => ms.parse().expect("OCC_BENCH_LATENCY_MS: milliseconds"),
+        Err(_) if bench => 20,
+        Err(_) => 0,
+    });
+    let concurrencies: Vec<usize> = match std::env::var("OCC_BENCH_CONCURRENCY") {
+        Ok(list) => list
+            .split(',')
+            .map(|c| {
+                c.trim()
+                    .parse()
+                    .expect("OCC_BENCH_CONCURRENCY: comma-separated numbers")
+            })
+            .collect(),
+        Err(_) if bench => vec![1, 4, 16],
+        Err(_) => vec![2],
+    };
     let mut rows = Vec::new();
-    for &concurrency in concurrencies {
+    for &concurrency in &concurrencies {
         let spec = Run {
             agents,
             namespaces: agents.clamp(1, 20),

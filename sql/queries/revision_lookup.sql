@@ -1,10 +1,15 @@
 -- Facts a revision pass needs besides the rows themselves.
 -- $1 work id, $2 the revision's reconcile key.
 SELECT
-    (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1) AS attempts,
+    -- A yielded predecessor stop never touched the candidate (SPEC Z5).
+    (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1
+        AND code IS DISTINCT FROM 'PREDECESSOR_STOP_YIELDED') AS attempts,
     (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1
         AND code = 'REFUSED_CANDIDATE_STOP_PENDING') AS refused_stop_attempts,
     (SELECT state FROM occ.work WHERE idempotency_key = $2) AS reconcile_state,
     (SELECT reason_code FROM occ.work WHERE idempotency_key = $2) AS reconcile_code,
     (SELECT a.refusal FROM occ.work_attempts a WHERE a.work_id = $1
-        ORDER BY a.id DESC LIMIT 1) AS stored_refusal
+        ORDER BY a.id DESC LIMIT 1) AS stored_refusal,
+    (SELECT EXISTS (SELECT 1 FROM occ.work_attempts WHERE work_id = $1
+        AND code = 'PREDECESSOR_STOP_YIELDED')) AS predecessor_stop_yielded,
+    (SELECT secret_driver_id FROM occ.installation) AS secret_driver

@@ -45,7 +45,10 @@ pub enum AdminCommand {
     /// The approved-Harness catalog: one exact version per Harness and mode (R2).
     #[command(subcommand)]
     Harness(HarnessCommand),
-    /// Agents, Configurations and Secrets (`admin_agent.rs`).
+    /// The Installation's backends a managed account binds to (SPEC M4).
+    #[command(subcommand)]
+    Backend(BackendCommand),
+    /// Agents, Configurations, Secrets and service accounts (`admin_agent.rs`).
     #[command(flatten)]
     AgentAdmin(super::admin_agent::AgentAdmin),
 }
@@ -67,6 +70,32 @@ pub enum HarnessCommand {
         #[arg(long)]
         actor: String,
     },
+}
+
+#[derive(Subcommand)]
+pub enum BackendCommand {
+    /// List the configured backends.
+    List,
+    /// Configure a backend (installation administrators; audited).
+    Add {
+        id: String,
+        #[arg(long, value_enum)]
+        r#type: BackendType,
+        #[arg(long)]
+        actor: String,
+    },
+    /// Remove a backend: revisions admitted on it fail BACKEND_UNAVAILABLE from their next pass.
+    Remove {
+        id: String,
+        #[arg(long)]
+        actor: String,
+    },
+}
+
+/// The backend types a managed account binds to.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum BackendType {
+    Chatgpt,
 }
 
 #[derive(Subcommand)]
@@ -361,6 +390,32 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             &[("ID", &id), ("--version", &version)],
             "SELECT occ.harness_approve($1, $2, $3, $4)",
             &[&actor, &id, &mode.as_str().to_string(), &version],
+        ),
+        AdminCommand::Backend(BackendCommand::List) => call(
+            globals,
+            "backend list",
+            &[],
+            "SELECT occ.backend_list()",
+            &[],
+        ),
+        AdminCommand::Backend(BackendCommand::Add { id, r#type, actor }) => {
+            let kind = match r#type {
+                BackendType::Chatgpt => "chatgpt",
+            };
+            call(
+                globals,
+                "backend add",
+                &[("ID", &id)],
+                "SELECT occ.backend_add($1, $2, $3)",
+                &[&actor, &id, &kind],
+            )
+        }
+        AdminCommand::Backend(BackendCommand::Remove { id, actor }) => call(
+            globals,
+            "backend remove",
+            &[("ID", &id)],
+            "SELECT occ.backend_remove($1, $2)",
+            &[&actor, &id],
         ),
         AdminCommand::Namespace(cmd) => namespace(globals, cmd),
         AdminCommand::Work(cmd) => work(globals, cmd),

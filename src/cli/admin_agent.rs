@@ -1,5 +1,5 @@
-//! `occ-worker admin agent|configuration|secret …`: Agent, revision, Configuration and Secret
-//! admission (SPEC A1, A2, R1, R12, section 9).
+//! `occ-worker admin agent|configuration|secret|service-account …`: Agent, revision,
+//! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9).
 //!
 //! Every command calls one PostgreSQL function of `sql/V4__agent_admission.sql`, which
 //! authorizes `--actor`, refuses with a one-line error and audits. This module only parses,
@@ -22,6 +22,10 @@ pub enum AgentAdmin {
     /// Namespace-owned Secret metadata (backend references, never values).
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// Namespace-owned managed ChatGPT accounts: an access-token reference and a backend
+    /// binding (SPEC M1, M4).
+    #[command(subcommand)]
+    ServiceAccount(ServiceAccountCommand),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -57,8 +61,17 @@ pub struct DeployArgs {
     harness: Harness,
     #[arg(long, value_enum)]
     mode: Mode,
+    /// The Secret holding the harness API key (the `secret` harness auth).
+    #[arg(
+        long,
+        required_unless_present = "service_account",
+        conflicts_with = "service_account"
+    )]
+    harness_secret: Option<String>,
+    /// A managed ChatGPT account instead: issued, bound to a configured backend, and readable
+    /// by `--actor` (SPEC M1).
     #[arg(long)]
-    harness_secret: String,
+    service_account: Option<String>,
     /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
     compute_id: Option<String>,
@@ -117,6 +130,37 @@ pub enum ConfigurationCommand {
 }
 
 #[derive(Subcommand)]
+pub enum ServiceAccountCommand {
+    /// Create a service account, or issue it again, with its access token's Secret reference
+    /// SECRET_NAME/KEY (a Kubernetes Secret in the Agent's namespace; never a value).
+    Create {
+        namespace: String,
+        id: String,
+        #[arg(long)]
+        access_token: String,
+        #[arg(long)]
+        actor: String,
+    },
+    /// Bind an issued account to a configured chatgpt backend, its driver and workspace.
+    Bind {
+        namespace: String,
+        id: String,
+        #[arg(long)]
+        backend: String,
+        #[arg(long)]
+        driver: String,
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        actor: String,
+    },
+    /// List the Namespace's service accounts with their credential and binding.
+    List { namespace: String },
+    /// Show one service account.
+    Show { namespace: String, id: String },
+}
+
+#[derive(Subcommand)]
 pub enum SecretCommand {
     /// Register a Secret by its backend reference NAMESPACE/NAME/KEY.
     Create {
@@ -124,6 +168,12 @@ pub enum SecretCommand {
         id: String,
         #[arg(long)]
         backend_ref: String,
+        /// The Secret Driver that owns the Secret (default: the Installation's selection).
+        #[arg(long)]
+        driver: Option<String>,
+        /// The backend object's uid (default: a generated one).
+        #[arg(long)]
+        backend_uid: Option<String>,
         #[arg(long)]
         actor: String,
     },
@@ -182,10 +232,18 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     ("NAMESPACE", &a.namespace),
                     ("AGENT", &a.agent),
                     ("--configuration", &a.configuration),
-                    ("--harness-secret", &a.harness_secret),
+                    (
+                        "--harness-secret",
+                        a.harness_secret.as_deref().unwrap_or_default(),
+                    ),
+                    (
+                        "--service-account",
+                        a.service_account.as_deref().unwrap_or_default(),
+                    ),
                     ("--compute-id", &compute_id),
                 ],
-                "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                    p_service_account => $10)",
                 &[
                     &a.namespace,
                     &a.agent,
@@ -196,6 +254,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &a.harness_secret,
                     &compute_id,
                     &implementation,
+                    &a.service_account,
                 ],
             )
         }
@@ -247,10 +306,13 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 &[&namespace, &id, &document, &actor],
             )
         }
+        AgentAdmin::ServiceAccount(cmd) => service_account(globals, cmd),
         AgentAdmin::Secret(SecretCommand::Create {
             namespace,
             id,
             backend_ref,
+            driver,
+            backend_uid,
             actor,
         }) => call(
             globals,
@@ -259,9 +321,67 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 ("NAMESPACE", &namespace),
                 ("ID", &id),
                 ("--backend-ref", &backend_ref),
+                ("--driver", driver.as_deref().unwrap_or_default()),
+                ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
             ],
-            "SELECT occ.secret_create($1, $2, $3, $4)",
-            &[&namespace, &id, &backend_ref, &actor],
+            "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
+            &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
+        ),
+    }
+}
+
+/// `admin service-account …`: each calls one function of `sql/V9__managed_accounts.sql`.
+fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<(), CliError> {
+    match command {
+        ServiceAccountCommand::Create {
+            namespace,
+            id,
+            access_token,
+            actor,
+        } => call(
+            globals,
+            "service-account create",
+            &[
+                ("NAMESPACE", &namespace),
+                ("ID", &id),
+                ("--access-token", &access_token),
+            ],
+            "SELECT occ.service_account_create($1, $2, $3, $4)",
+            &[&namespace, &id, &access_token, &actor],
+        ),
+        ServiceAccountCommand::Bind {
+            namespace,
+            id,
+            backend,
+            driver,
+            workspace,
+            actor,
+        } => call(
+            globals,
+            "service-account bind",
+            &[
+                ("NAMESPACE", &namespace),
+                ("ID", &id),
+                ("--backend", &backend),
+                ("--driver", &driver),
+                ("--workspace", &workspace),
+            ],
+            "SELECT occ.service_account_bind($1, $2, $3, $4, $5, $6)",
+            &[&namespace, &id, &backend, &driver, &workspace, &actor],
+        ),
+        ServiceAccountCommand::List { namespace } => call(
+            globals,
+            "service-account list",
+            &[("NAMESPACE", &namespace)],
+            "SELECT occ.service_account_list($1)",
+            &[&namespace],
+        ),
+        ServiceAccountCommand::Show { namespace, id } => call(
+            globals,
+            "service-account show",
+            &[("NAMESPACE", &namespace), ("ID", &id)],
+            "SELECT occ.service_account_show($1, $2)",
+            &[&namespace, &id],
         ),
     }
 }

@@ -36,9 +36,19 @@ fn checked_argument(constraint: &str) -> Option<(&'static str, &'static str)> {
             "--backend-ref",
             "must look like NAMESPACE/NAME/KEY (a Kubernetes namespace and Secret name, then the key)",
         ),
-        "secrets_id_check" | "configurations_id_check" | "identities_id_check" | "iam_groups_id_check" => {
-            ("ID", IDENT_RULE)
-        }
+        "secrets_driver_id_check" => ("--driver", IDENT_RULE),
+        "secrets_uid_check" => (
+            "--backend-uid",
+            "must be 1 to 128 letters, digits, -, ., _ and :, starting with a letter or digit",
+        ),
+        "secrets_id_check" | "configurations_id_check" | "identities_id_check" | "iam_groups_id_check"
+        | "service_accounts_id_check" | "backends_id_check" => ("ID", IDENT_RULE),
+        "service_account_bindings_backend_id_check" => ("--backend", IDENT_RULE),
+        "service_account_bindings_driver_id_check" => ("--driver", IDENT_RULE),
+        "service_account_bindings_workspace_id_check" => (
+            "--workspace",
+            "must be 1 to 128 letters, digits, ., _, : and -, starting with a letter or digit",
+        ),
         "agents_name_check" | "namespaces_all_name_check" => ("NAME", IDENT_RULE),
         "configurations_document_check" => ("--file", "must hold a JSON object"),
         _ => return None,
@@ -59,6 +69,7 @@ fn duplicate(constraint: &str, inputs: &Inputs) -> Option<String> {
             inputs.arg("NAMESPACE")
         ),
         "identities_pkey" => format!("identity {} already exists", inputs.arg("ID")),
+        "backends_pkey" => format!("backend {} already exists", inputs.arg("ID")),
         "iam_groups_pkey" => format!("group {} already exists", inputs.arg("ID")),
         _ => return None,
     })

@@ -13,7 +13,9 @@ use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{probe, Context, Registry};
+use occ_worker::runtime::budget::{self, ConnectionBudget, ServerLimit};
 use occ_worker::runtime::{RuntimeOptions, Worker};
+use occ_worker::secret::SecretDriver;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,12 +63,29 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     // First, so even start-up's own statements cannot wait past the database timeout.
     let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
         .map_err(|e| CliError::config(format!("invalid configuration: OCC_DATABASE_URL: {e}")))?;
-    let size = (config.concurrency as u32) * 2 + 4;
     // One direct connection first: a missing database, a refused login or a closed port is
-    // reported at once with the address, instead of after the pool's connection timeout.
-    drop(globals.connect_to(&config.database_url, config.db_timeout)?);
-    let pool =
-        occ_worker::db::pool(&config.database_url, config.db_timeout, size).map_err(|e| {
+    // reported at once with the address, instead of after the pool's connection timeout. It
+    // also checks the connection budget before the pool takes any of it (issue 10 item 8).
+    let budget = ConnectionBudget::new(config.concurrency);
+    {
+        let mut direct = globals.connect_to(&config.database_url, config.db_timeout)?;
+        let limit = ServerLimit::read(&mut direct).map_err(|e| {
+            CliError::new(format!("cannot read the server's connection limit: {e}"))
+        })?;
+        budget::check(budget, limit)
+            .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+        if budget.total() > limit.free() {
+            events.emit(
+                "worker.connection-budget-warning",
+                json!({
+                    "needed": budget.total(), "free": limit.free(), "inUse": limit.in_use,
+                    "maxConnections": limit.max_connections, "reserved": limit.reserved,
+                }),
+            );
+        }
+    }
+    let pool = occ_worker::db::pool(&config.database_url, config.db_timeout, budget.pool_size())
+        .map_err(|e| {
             let target = occ_worker::db::config(&config.database_url, config.db_timeout)
                 .map(|(c, _)| occ_worker::db::describe(&c))
                 .unwrap_or_default();
@@ -81,7 +100,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
             .get()
             .map_err(|e| CliError::new(format!("database unreachable: {e}")))?;
         let rows = client
-            .query("SELECT id FROM occ.installation", &[])
+            .query("SELECT id, secret_driver_id FROM occ.installation", &[])
             .map_err(|e| {
                 if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
                     CliError::new("the database has no occ schema: run `occ-worker migrate` first")
@@ -93,7 +112,14 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 }
             })?;
         match rows.first() {
-            Some(row) => row.get::<_, String>(0),
+            Some(row) => {
+                // SPEC Z4: the Installation's Secret Driver must be this worker's.
+                let selected: Option<String> = row.get(1);
+                SecretDriver::reference(&config.secret_driver)
+                    .check_selected(selected.as_deref())
+                    .map_err(|e| CliError::config(e.to_string()))?;
+                row.get::<_, String>(0)
+            }
             None => {
                 return Err(CliError::new(
                     "no Installation: run `occ-worker bootstrap --installation ID --admin IDENTITY` first",
@@ -164,6 +190,7 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
         "status": "ok",
         "installation": s.installation_id,
         "computeDriver": s.compute.id(),
+        "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
     }));
     Ok(())

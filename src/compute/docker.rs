@@ -7,7 +7,8 @@
 //! default pools), its deletion (every container and network labelled with the Namespace,
 //! reported pending until none is left), API version negotiation (`GET /_ping`, capped at
 //! 1.41) and the mapping of Docker answers to typed `ComputeError`s. Agent deployment is
-//! refused with `HARNESS_BINDING_UNSUPPORTED`.
+//! refused with `HARNESS_BINDING_UNSUPPORTED`, whatever its harness auth (an API-key Secret or
+//! a managed account's access token, SPEC M3): the development driver binds no harness.
 //!
 //! Subnets are shared by every creator on the Engine, so the driver never picks one on its
 //! own: it reserves it in the `SubnetLedger` it is given (PostgreSQL, claim-fenced, when the
@@ -566,6 +567,7 @@ impl ComputeDriver for DockerDriver {
                         complete: false,
                         failure: None,
                         pending_reason: Some(SUBNET_CONTENDED.to_string()),
+                        reason: None,
                     })
                 }
             },
@@ -582,6 +584,7 @@ impl ComputeDriver for DockerDriver {
             complete: true,
             failure: None,
             pending_reason: None,
+            reason: None,
         })
     }
 
@@ -618,6 +621,7 @@ impl ComputeDriver for DockerDriver {
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
             complete: pending_reason.is_none(),
+            reason: None,
             failure: None,
             pending_reason: pending_reason.map(str::to_string),
         })

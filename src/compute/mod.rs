@@ -49,7 +49,87 @@ pub struct RevisionSpec {
     pub secrets: Vec<SecretProjection>,
     /// The Secret behind a `secret` harness auth, resolved the same way.
     pub harness_secret: Option<SecretProjection>,
+    /// A `service_account` harness auth exactly as admitted (SPEC M3): no Secret projection;
+    /// the driver mounts the access token from its `secretRef` and the worker never reads it.
+    pub managed_account: Option<ManagedAccountAuth>,
+    /// The revision's backend (SPEC M1), when it has one.
+    pub backend_id: Option<String>,
     pub plugin_ids: Vec<String>,
+}
+
+/// Where a managed account's access token is: a Kubernetes Secret's name and data key in the
+/// Agent's namespace (seed 004 5103-5110). Never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SecretRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// A managed account's credential; `access_token` is the one kind (seed 004 5103-5110).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Credential {
+    AccessToken {
+        #[serde(rename = "secretRef")]
+        secret_ref: SecretRef,
+    },
+}
+
+impl Credential {
+    /// Where the credential's value is.
+    pub fn secret_ref(&self) -> &SecretRef {
+        match self {
+            Credential::AccessToken { secret_ref } => secret_ref,
+        }
+    }
+}
+
+/// A managed account's backend binding (seed 004 5096-5102, 5116-5123).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendBinding {
+    pub backend_id: String,
+    pub driver_id: String,
+    pub workspace_id: String,
+    pub credential_issued: bool,
+}
+
+/// The admitted `service_account` harness auth `{method, source: {namespaceId, id},
+/// credential, backendBinding}` (SPEC §10). PostgreSQL enforces the shape; a legacy snapshot
+/// may lack the credential or the binding (`None`), which the worker refuses before Compute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ManagedAccountAuth {
+    #[serde(rename = "namespaceId")]
+    pub namespace_id: String,
+    /// The service account's id in its Namespace.
+    pub id: String,
+    pub credential: Option<Credential>,
+    #[serde(rename = "backendBinding")]
+    pub backend_binding: Option<BackendBinding>,
+}
+
+impl ManagedAccountAuth {
+    /// The managed account an admitted harness auth names, `None` for any other method.
+    pub fn from_harness_auth(auth: &serde_json::Value) -> Option<ManagedAccountAuth> {
+        if auth["method"].as_str() != Some("service_account") {
+            return None;
+        }
+        let field = |name: &str| auth.get(name).cloned().unwrap_or_default();
+        Some(ManagedAccountAuth {
+            namespace_id: auth["source"]["namespaceId"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            id: auth["source"]["id"].as_str().unwrap_or_default().into(),
+            credential: serde_json::from_value(field("credential")).ok(),
+            backend_binding: serde_json::from_value(field("backendBinding")).ok(),
+        })
+    }
+
+    /// The access token's Secret reference, when the snapshot holds an access-token credential.
+    pub fn access_token(&self) -> Option<&SecretRef> {
+        self.credential.as_ref().map(Credential::secret_ref)
+    }
 }
 
 /// A Secret binding resolved to the Secret's metadata: what a driver needs to reference the
@@ -63,6 +143,26 @@ pub struct SecretProjection {
     /// The Secret's backend reference, `NAMESPACE/NAME/KEY`.
     #[serde(rename = "backendRef")]
     pub backend_ref: String,
+    /// The Secret Driver that owns the Secret (SPEC Z4).
+    #[serde(rename = "driverId", default, skip_serializing_if = "Option::is_none")]
+    pub driver_id: Option<String>,
+    /// The backend object's uid (SPEC Z4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl SecretProjection {
+    /// Whether the Secret counts for a pass whose Installation selects `driver` (SPEC Z4):
+    /// owned by that Secret Driver, with a backend reference naming a non-blank namespace,
+    /// name and key, and a non-blank uid.
+    pub fn resolvable_by(&self, driver: &str) -> bool {
+        let blank = |s: &str| s.trim().is_empty();
+        let parts: Vec<&str> = self.backend_ref.splitn(3, '/').collect();
+        self.driver_id.as_deref() == Some(driver)
+            && parts.len() == 3
+            && parts.iter().all(|p| !blank(p))
+            && self.uid.as_deref().is_some_and(|u| !blank(u))
+    }
 }
 
 /// What a driver needs to know about an Agent: its per-Agent objects (`bind_agent`) and its
@@ -92,6 +192,10 @@ pub struct NamespaceObservation {
     pub failure: Option<FailureClass>,
     /// A bounded code naming what is still pending, e.g. `NETWORK_REMOVAL_PENDING`.
     pub pending_reason: Option<String>,
+    /// The driver's description of a failure (`failure` set), for `worker.completed` only
+    /// (SPEC Z10): kept when non-empty, at most 256 characters and printable, else dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A plugin warning: an allowed code and an admitted plugin id, nothing else.
@@ -197,6 +301,17 @@ pub fn held_runtime_failure(failure: &RuntimeFailure) -> Option<&'static str> {
         .map(|(_, code)| *code)
 }
 
+/// How a driver handles an Agent's runtime credentials (SPEC Z11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeCredentials {
+    /// The driver provisions none.
+    None,
+    /// Provisioned, and deleted by `delete_agent_runtime_credentials`.
+    ProvisionedAndDeleted,
+    /// Provisioned, but the driver cannot delete them.
+    ProvisionedOnly,
+}
+
 /// A warning from preflight, logged at start-up.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PreflightWarning {
@@ -221,6 +336,77 @@ pub enum ComputeErrorKind {
     Cancelled(Cancelled),
 }
 
+/// A driver's description of a failed preparation (SPEC Z6, seed 004 835-862, 1865-1897): the
+/// worker emits `worker.compute-prepare-failed` only when every field is within its bounds
+/// (`valid`), and never lets it change the outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrepareDiagnostic {
+    /// `^[A-Z][A-Z0-9_]{0,63}$`.
+    pub code: String,
+    /// Where preparation failed, `^[a-z][a-z0-9_]{0,63}$`.
+    pub stage: String,
+    /// `^[A-Za-z][A-Za-z0-9]{0,63}$`.
+    pub error_class: Option<String>,
+    /// At most 256 printable characters.
+    pub message: Option<String>,
+    /// 0-999.
+    pub status: Option<u32>,
+}
+
+impl PrepareDiagnostic {
+    pub fn new(code: &str, stage: &str) -> PrepareDiagnostic {
+        PrepareDiagnostic {
+            code: code.into(),
+            stage: stage.into(),
+            error_class: None,
+            message: None,
+            status: None,
+        }
+    }
+
+    /// Whether every field is within the seed's bounds.
+    pub fn valid(&self) -> bool {
+        let token = |v: &str, first: fn(char) -> bool, rest: fn(char) -> bool| {
+            let mut chars = v.chars();
+            v.len() <= 64 && chars.next().is_some_and(first) && chars.all(rest)
+        };
+        token(
+            &self.code,
+            |c| c.is_ascii_uppercase(),
+            |c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_',
+        ) && token(
+            &self.stage,
+            |c| c.is_ascii_lowercase(),
+            |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_',
+        ) && self.error_class.as_deref().is_none_or(|v| {
+            token(
+                v,
+                |c| c.is_ascii_alphabetic(),
+                |c| c.is_ascii_alphanumeric(),
+            )
+        }) && self.message.as_deref().is_none_or(printable)
+            && self.status.is_none_or(|s| s <= 999)
+    }
+}
+
+/// A driver's fixed request diagnostic (seed 004 `requestDiagnostic`): the method it called,
+/// a gRPC status and a validation category, each when the driver knows it. Never free text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestDiagnostic {
+    /// `^[A-Za-z][A-Za-z0-9_.]{0,63}$` (an HTTP verb or RPC name).
+    pub method: Option<String>,
+    /// 0-16.
+    pub grpc_status: Option<u8>,
+    /// `^[a-z][a-z0-9_]{0,63}$`.
+    pub validation_category: Option<String>,
+}
+
+/// At most 256 characters, none of them a control character (seed 004
+/// `printableComputeFailureMessage`).
+pub fn printable(value: &str) -> bool {
+    value.chars().count() <= 256 && value.chars().all(|c| c >= ' ' && c != '\u{7f}')
+}
+
 /// A driver error. It carries codes, classes and HTTP statuses only, never provider free
 /// text, so it is always safe to log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,6 +417,13 @@ pub struct ComputeError {
     status: Option<u16>,
     /// A provider reason code when the API gives one (Kubernetes Status reason).
     reason: Option<String>,
+    /// The driver's description of a failed preparation (SPEC Z6).
+    diagnostic: Option<Box<PrepareDiagnostic>>,
+    /// The driver's request diagnostic (SPEC Z12).
+    request: Option<Box<RequestDiagnostic>>,
+    /// The class of the first cleanup that failed after this failure (SPEC Z12): this error
+    /// still decides the outcome.
+    cleanup_class: Option<&'static str>,
 }
 
 impl ComputeError {
@@ -240,6 +433,9 @@ impl ComputeError {
             class,
             status,
             reason: None,
+            diagnostic: None,
+            request: None,
+            cleanup_class: None,
         }
     }
 
@@ -249,6 +445,9 @@ impl ComputeError {
             class,
             status,
             reason: None,
+            diagnostic: None,
+            request: None,
+            cleanup_class: None,
         }
     }
 
@@ -259,6 +458,9 @@ impl ComputeError {
             class,
             status: None,
             reason: None,
+            diagnostic: None,
+            request: None,
+            cleanup_class: None,
         }
     }
 
@@ -268,6 +470,9 @@ impl ComputeError {
             class,
             status,
             reason: None,
+            diagnostic: None,
+            request: None,
+            cleanup_class: None,
         }
     }
 
@@ -277,6 +482,9 @@ impl ComputeError {
             class: "cancelled",
             status: None,
             reason: None,
+            diagnostic: None,
+            request: None,
+            cleanup_class: None,
         }
     }
 
@@ -291,6 +499,36 @@ impl ComputeError {
             self.reason = Some(bounded);
         }
         self
+    }
+
+    /// Attaches the driver's description of a failed preparation (SPEC Z6).
+    pub fn with_diagnostic(mut self, diagnostic: PrepareDiagnostic) -> ComputeError {
+        self.diagnostic = Some(Box::new(diagnostic));
+        self
+    }
+
+    /// Attaches the driver's request diagnostic (SPEC Z12).
+    pub fn with_request(mut self, request: RequestDiagnostic) -> ComputeError {
+        self.request = Some(Box::new(request));
+        self
+    }
+
+    /// Records that a cleanup after this failure failed too, with its class (SPEC Z12).
+    pub fn with_failed_cleanup(mut self, class: &'static str) -> ComputeError {
+        self.cleanup_class = Some(class);
+        self
+    }
+
+    pub fn diagnostic(&self) -> Option<&PrepareDiagnostic> {
+        self.diagnostic.as_deref()
+    }
+
+    pub fn request(&self) -> Option<&RequestDiagnostic> {
+        self.request.as_deref()
+    }
+
+    pub fn cleanup_class(&self) -> Option<&'static str> {
+        self.cleanup_class
     }
 
     pub fn kind(&self) -> &ComputeErrorKind {
@@ -415,6 +653,12 @@ pub trait ComputeDriver: Send + Sync {
         agent: &AgentSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError>;
+    /// What the driver does with an Agent's runtime credentials (SPEC Z11): a driver that
+    /// provisions them but cannot delete them makes every Agent deletion fail for good
+    /// (`CREDENTIAL_DELETION_UNSUPPORTED`) before any effect.
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        RuntimeCredentials::None
+    }
     /// Whether every earlier runtime must be stopped before this revision is prepared (R8).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool;
     /// The maintenance interval for active revisions, if the driver wants one (R11).
@@ -488,6 +732,47 @@ mod tests {
         assert!(!is_code("revision incomplete"));
         assert!(!is_code(""));
         assert!(!is_code(&"A".repeat(65)));
+    }
+
+    #[test]
+    fn prepare_diagnostics_are_kept_only_within_the_seeds_bounds() {
+        // Seed 004 835-862.
+        let ok = PrepareDiagnostic {
+            error_class: Some("ApiError".into()),
+            message: Some("x".repeat(256)),
+            status: Some(999),
+            ..PrepareDiagnostic::new("A_1", "s_1")
+        };
+        assert!(ok.valid());
+        let broken = [
+            PrepareDiagnostic::new("", "s"),
+            PrepareDiagnostic::new(&"A".repeat(65), "s"),
+            PrepareDiagnostic::new("1A", "s"),
+            PrepareDiagnostic::new("A", "S"),
+            PrepareDiagnostic {
+                error_class: Some("Api_Error".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("x".repeat(257)),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("tab\there".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                message: Some("del\u{7f}".into()),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+            PrepareDiagnostic {
+                status: Some(1000),
+                ..PrepareDiagnostic::new("A", "s")
+            },
+        ];
+        for d in broken {
+            assert!(!d.valid(), "{d:?}");
+        }
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! never wedges a thread for longer than the database timeout plus one watchdog tick. It writes
 //! no SQL of its own beyond session settings.
 
+mod client;
 pub mod tls;
 mod watchdog;
 
+pub use client::{Conn, GenericClient, Statements, Tx};
 pub use watchdog::Watchdog;
 
 use postgres::Client;
@@ -20,12 +22,17 @@ pub type Pool = r2d2::Pool<Manager>;
 pub type PooledClient = r2d2::PooledConnection<Manager>;
 
 /// The pool's connection manager: connects with the worker's session settings and tests a
-/// connection at check-out with a no-op query bounded by the database timeout (r2d2_postgres'
-/// own test waits without bound). r2d2 tests idle connections one after another until one
-/// passes, and drops each that fails (a drop says goodbye and waits for the server to close):
-/// so once a test has failed the database is *suspect* for one timeout, during which tests
-/// wait only `SUSPECT_WAIT` and the `Watchdog` ends unanswered requests after that long too.
-/// One check-out never adds up many timeouts.
+/// connection at check-out without a round trip: it reads what the socket already holds, so a
+/// connection the server closed or the `Watchdog` shut down is seen closed and replaced (the
+/// `has_broken` test at check-in catches one that failed in use). Only a connection idle for
+/// half the database timeout or longer (`IDLE_PING_DIVISOR`), which the watchdog may shut down
+/// as unanswered at any moment (see `watchdog`), is also asked a no-op query bounded by the
+/// database timeout (r2d2_postgres' own test waits without bound), which renews it. r2d2
+/// tests idle connections one after another until one passes, and drops each that fails (a
+/// drop says goodbye and waits for the server to close): so once a ping has failed the
+/// database is *suspect* for one timeout, during which pings wait only `SUSPECT_WAIT` and the
+/// `Watchdog` ends unanswered requests after that long too. One check-out never adds up many
+/// timeouts.
 pub struct Manager {
     config: postgres::Config,
     tls: tls::Connector,
@@ -72,15 +79,38 @@ pub fn is_suspect() -> bool {
     now_ms() < SUSPECT_UNTIL.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// The part of the database timeout a pooled connection may stay idle and still be handed
+/// out without a ping: the watchdog shuts an idle connection down only after at least three
+/// quarters of the timeout (the timeout less one tick of at most a quarter), so one idle for
+/// less than half of it is never shut down between its check-out and its first statement.
+const IDLE_PING_DIVISOR: u32 = 2;
+
 impl r2d2::ManageConnection for Manager {
-    type Connection = Client;
+    type Connection = Conn;
     type Error = postgres::Error;
 
-    fn connect(&self) -> Result<Client, postgres::Error> {
-        self.config.connect(self.tls.clone())
+    fn connect(&self) -> Result<Conn, postgres::Error> {
+        Ok(Conn::new(self.config.connect(self.tls.clone())?))
     }
 
-    fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        // No round trip: drain what the socket holds; an end-of-file or a reset fails here and
+        // marks the client closed.
+        let client = conn.client();
+        if let Some(e) =
+            postgres::fallible_iterator::FallibleIterator::next(&mut client.notifications().iter())
+                .err()
+        {
+            return Err(e);
+        }
+        if client.is_closed() {
+            // Fails at once with the closed-connection error, sending nothing.
+            return client.batch_execute("");
+        }
+        if conn.returned.elapsed() < self.timeout / IDLE_PING_DIVISOR {
+            return Ok(());
+        }
+        let client = conn.client();
         let bound = if is_suspect() {
             SUSPECT_WAIT.min(self.timeout)
         } else {
@@ -96,8 +126,11 @@ impl r2d2::ManageConnection for Manager {
         answer
     }
 
-    fn has_broken(&self, client: &mut Client) -> bool {
-        client.is_closed()
+    /// Called when a connection is returned: it is dropped if closed, else its idle time
+    /// starts now.
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.returned = std::time::Instant::now();
+        conn.client().is_closed()
     }
 }
 

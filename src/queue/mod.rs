@@ -6,7 +6,7 @@
 //! SQL. Ages and deadlines come from the database clock.
 
 use crate::db::DbError;
-use postgres::GenericClient;
+use crate::db::GenericClient;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;

@@ -6,10 +6,13 @@
 
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
-use crate::compute::{AgentSpec, ComputeError, ComputeErrorKind, RevisionSpec, SecretProjection};
+use crate::compute::{
+    AgentSpec, ComputeError, ComputeErrorKind, ManagedAccountAuth, RevisionSpec,
+    RuntimeCredentials, SecretProjection,
+};
+use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::Operation;
-use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -68,8 +71,12 @@ pub struct RevisionRow {
     pub secrets: Vec<SecretProjection>,
     /// The Secret of a `secret` harness auth, when it exists.
     pub harness_secret: Option<SecretProjection>,
+    /// The revision's backend (SPEC M1), when it has one.
+    pub backend_id: Option<String>,
     pub retired: bool,
     pub admitted_before_work: bool,
+    /// The Secret Driver the Installation selected when the revision was admitted (SPEC Z4).
+    pub secret_driver_id: Option<String>,
 }
 
 impl RevisionRow {
@@ -116,6 +123,11 @@ impl RevisionRow {
             secret_bindings: self.secret_bindings.clone(),
             secrets: self.secrets.clone(),
             harness_secret: self.harness_secret.clone(),
+            managed_account: self
+                .harness_auth
+                .as_ref()
+                .and_then(ManagedAccountAuth::from_harness_auth),
+            backend_id: self.backend_id.clone(),
             plugin_ids: self.plugin_ids(),
         }
     }
@@ -182,6 +194,8 @@ pub fn load_revisions(
                     .transpose()
                     .map_err(broken)?,
                 admitted_before_work: r.get(21),
+                backend_id: r.get(22),
+                secret_driver_id: r.get(23),
             })
         })
         .collect()
@@ -200,7 +214,7 @@ pub struct Audit<'a> {
 
 /// Appends an audit event in the fenced transaction, attributed to the work's actor.
 pub fn audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     event: Audit<'_>,
 ) -> Result<(), PassError> {
@@ -258,7 +272,7 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
 /// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
 /// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
 pub fn denial_audit(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     action: &str,
     agent_id: &str,
@@ -397,18 +411,18 @@ impl Reconciler for AgentStop {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
-        let policy = {
-            let mut db = pass.db()?;
-            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
-                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
-            }
-            iam::load(&mut *db)?
-        };
         let request = Request::new(
             &pass.claim.actor_id,
             Action::Operate,
             agent_resource(pass, &agent_id),
         );
+        let policy = {
+            let mut db = pass.db()?;
+            if load_agent(&mut *db, &ns, &agent_id)?.is_none() {
+                return Ok(Report::permanent("INVALID_AGENT_OWNER"));
+            }
+            iam::decide(&mut *db, std::slice::from_ref(&request), &[])?
+        };
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
@@ -489,7 +503,7 @@ impl Reconciler for AgentStop {
     /// (seed 004 3061-3070).
     fn settle(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         mut report: Report,
     ) -> Result<Report, PassError> {
@@ -511,7 +525,7 @@ impl Reconciler for AgentStop {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
@@ -586,30 +600,31 @@ pub struct StopFacts {
 ///
 /// Errors: `INVALID_AGENT_OWNER` (the Agent is gone), `INVALID_AGENT_STATE` (not `deleting` and
 /// `stopped`), `ACTOR_REVOKED`, `AUTHORIZATION_DENIED`, `INVALID_REVISION_OWNER`,
-/// `COMPUTE_DRIVER_MISMATCH` fail for good; Compute failures retry within the attempt budget.
+/// `COMPUTE_DRIVER_MISMATCH`, `CREDENTIAL_DELETION_UNSUPPORTED` fail for good; Compute failures retry within the attempt budget.
 pub struct AgentDelete;
 
 impl Reconciler for AgentDelete {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id = claim_agent(pass)?;
         let ns = pass.claim.namespace_id.clone();
+        let request = Request::new(
+            &pass.claim.actor_id,
+            Action::Delete,
+            agent_resource(pass, &agent_id),
+        );
         let (agent, policy) = {
             let mut db = pass.db()?;
             let Some(agent) = load_agent(&mut *db, &ns, &agent_id)? else {
                 return Ok(Report::permanent("INVALID_AGENT_OWNER"));
             };
-            (agent, iam::load(&mut *db)?)
+            let policy = iam::decide(&mut *db, std::slice::from_ref(&request), &[])?;
+            (agent, policy)
         };
         // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
         // this work cannot act on (seed 004 2769-2777).
         if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
             return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
-        let request = Request::new(
-            &pass.claim.actor_id,
-            Action::Delete,
-            agent_resource(pass, &agent_id),
-        );
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
@@ -624,6 +639,11 @@ impl Reconciler for AgentDelete {
             return Ok(Report::permanent("COMPUTE_DRIVER_MISMATCH"));
         }
         let driver = pass.ctx.compute.clone();
+        // A Compute that provisions runtime credentials it cannot delete would leave them
+        // behind: refused before any effect (SPEC Z11, seed 004 2817-2828).
+        if driver.runtime_credentials() == RuntimeCredentials::ProvisionedOnly {
+            return Ok(Report::permanent("CREDENTIAL_DELETION_UNSUPPORTED"));
+        }
         let spec = agent.spec(&pass.ctx.installation_id);
         // The Agent's own objects come back before its revisions retire (seed 004 2876).
         if !revisions.is_empty() {
@@ -672,7 +692,7 @@ impl Reconciler for AgentDelete {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

@@ -8,7 +8,9 @@
 //! only through `Context::compute`.
 
 use crate::cancel::{CancelToken, Cancelled, LossCause};
-use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind, RuntimeFailure};
+use crate::compute::{
+    ComputeDriver, ComputeError, ComputeErrorKind, RequestDiagnostic, RuntimeFailure,
+};
 use crate::db::{DbError, Pool, PooledClient};
 use crate::events::Events;
 use crate::iam::{Decision, Request};
@@ -114,6 +116,31 @@ pub struct Failure {
     pub class: Option<String>,
     pub status: Option<u16>,
     pub reason: Option<String>,
+    /// The failure was a transient dependency's (SPEC Z12: `dependency` and `cause`).
+    pub transient: bool,
+    /// The dependency that failed, when it is not the Compute Driver (`database`).
+    pub dependency: Option<&'static str>,
+    /// The driver's request diagnostic (SPEC Z12).
+    pub request: Option<RequestDiagnostic>,
+    /// The class of the first cleanup that failed beside the failure (SPEC Z12).
+    pub cleanup_class: Option<&'static str>,
+    /// The class of a yielded predecessor stop that could not be finished before the
+    /// deployment ended (SPEC Z5).
+    pub predecessor_stop: Option<String>,
+    /// The driver's bounded description of a failed Namespace observation (SPEC Z10).
+    pub namespace_reason: Option<String>,
+}
+
+/// What a deployment pass spent where, for the deploy timings of `worker.completed` (SPEC Z9,
+/// seed 004 823-834, 1846-1901, 4118-4172): the runtime adds passes of one reconcile key up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeployPhases {
+    /// Predecessor stops and preparation in this pass.
+    pub prepare: Duration,
+    /// When this pass observed the revision unready.
+    pub unready_at: Option<Instant>,
+    /// When this pass observed it ready.
+    pub ready_at: Option<Instant>,
 }
 
 /// What happened in a pass.
@@ -139,6 +166,8 @@ pub struct Report {
     /// What the pass did, typed per reconciler, for its own `settle` and `publish`; policy
     /// never reads it.
     pub facts: Facts,
+    /// Where a deployment pass spent its time (SPEC Z9); diagnostics only.
+    pub deploy: Option<DeployPhases>,
     /// The reconciler already published this outcome in its own claim-fenced transaction and
     /// the work row no longer exists (an Agent deletion removes its own work, A2): `finalize`
     /// resolves the report but writes nothing and makes no queue transition. Only a successful
@@ -159,6 +188,7 @@ impl Report {
             record_evidence: true,
             failure: Failure::default(),
             facts: Facts::Plain,
+            deploy: None,
             already_published: false,
         }
     }
@@ -198,6 +228,9 @@ impl Report {
             .reason()
             .filter(|r| r.len() <= 64 && r.chars().all(|c| c.is_ascii_alphabetic()))
             .map(String::from);
+        self.failure.transient = e.is_transient();
+        self.failure.request = e.request().cloned();
+        self.failure.cleanup_class = e.cleanup_class();
         self
     }
 
@@ -329,7 +362,7 @@ impl LeaseState {
     /// renewal waited, not because another worker took the claim.
     pub fn renew(
         &self,
-        client: &mut impl postgres::GenericClient,
+        client: &mut impl crate::db::GenericClient,
         claim: &Claim,
         options: &QueueOptions,
         events: &Events,
@@ -441,7 +474,7 @@ impl<'a> Pass<'a> {
     /// still ours and the pass was not cancelled (Q6). Zero rows: `ClaimLost`.
     pub fn fenced<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, PassError>,
+        f: impl FnOnce(&mut crate::db::Tx<'_>) -> Result<T, PassError>,
     ) -> Result<T, PassError> {
         let mut client = self.db()?;
         let mut tx = client.transaction()?;
@@ -464,7 +497,7 @@ pub trait Reconciler: Send + Sync {
     /// later deployment superseded while it ran). By default the report stands.
     fn settle(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut crate::db::Tx<'_>,
         _pass: &Pass<'_>,
         report: Report,
     ) -> Result<Report, PassError> {
@@ -476,7 +509,7 @@ pub trait Reconciler: Send + Sync {
     /// transaction.
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError>;
@@ -517,7 +550,7 @@ impl Reconciler for Unsupported {
 
     fn publish(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut crate::db::Tx<'_>,
         _pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {
@@ -613,7 +646,7 @@ pub fn finalize_resolved(pass: &Pass<'_>, report: Report) -> Resolved {
 /// its queue transition; `ClaimLost` when the claim is no longer ours, and the pass's
 /// cancellation is checked last. The caller commits.
 pub fn finalize_in(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     reconciler: &dyn Reconciler,
     resolved: Report,

@@ -10,7 +10,7 @@
 //!
 //! 1. Load the Namespace, tombstones included. Not in the expected status (`provisioning` for
 //!    ensure, `deleting` for delete): success `SUPERSEDED_TARGET`, no Compute call.
-//! 2. Reload IAM (`iam::load`). The actor is gone: permanent `ACTOR_REVOKED`. Ensure needs
+//! 2. Reauthorize (`iam::decide`, one statement). The actor is gone: permanent `ACTOR_REVOKED`. Ensure needs
 //!    `create` on Namespaces in the installation, `administer` on the installation when it
 //!    adopts an `existing_namespace`, and no restriction on the exact-Namespace `create`
 //!    decision; delete needs `delete` on the Namespace. Otherwise permanent
@@ -66,9 +66,9 @@ use super::subnets::FencedSubnetLedger;
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
+use crate::db::GenericClient;
 use crate::iam::{self, Action, Request, Resource};
 use crate::queue::Operation;
-use postgres::GenericClient;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -157,6 +157,32 @@ pub enum NamespaceFacts {
 }
 
 impl NamespaceReconciler {
+    /// Every question `authorize` may ask, decided together in one statement.
+    fn asked(
+        actor: &str,
+        installation_id: &str,
+        namespace: &Namespace,
+        target: Target,
+    ) -> Vec<Request> {
+        let exact = |action| Request::new(actor, action, Resource::namespace(&namespace.id));
+        match target {
+            Target::Ready => vec![
+                Request::new(
+                    actor,
+                    Action::Create,
+                    Resource::namespaces_in(installation_id),
+                ),
+                Request::new(
+                    actor,
+                    Action::Administer,
+                    Resource::installation(installation_id),
+                ),
+                exact(Action::Create),
+            ],
+            Target::Deleted => vec![exact(Action::Delete)],
+        }
+    }
+
     /// N2 / N4 reauthorization. `Some(report)` is a denial.
     fn authorize(
         &self,
@@ -259,7 +285,8 @@ impl Reconciler for NamespaceReconciler {
                         .with_facts(Facts::Namespace(NamespaceFacts::Superseded)))
                 }
             };
-            let policy = iam::load(&mut *client)?;
+            let asked = Self::asked(&claim.actor_id, installation_id, &namespace, target);
+            let policy = iam::decide(&mut *client, &asked, &[])?;
             if let Some(denial) = self.authorize(
                 &policy,
                 &claim.actor_id,
@@ -330,6 +357,14 @@ impl Reconciler for NamespaceReconciler {
             Some(FailureClass::Retryable) => Report::retry(code),
             None => Report::pending(code, recheck_delay(pass.age())),
         };
+        // The driver's own words on a failed ensure go to `worker.completed` only, when
+        // non-empty, bounded and printable; audit and status keep the class (SPEC Z10).
+        if target == Target::Ready && observation.failure.is_some() {
+            report.failure.namespace_reason = observation
+                .reason
+                .clone()
+                .filter(|r| !r.is_empty() && compute::printable(r));
+        }
         let pending = matches!(report.outcome, Outcome::Pending { .. });
         let details = observation_details(compute.id(), &observation, pending);
         if pending {
@@ -352,7 +387,7 @@ impl Reconciler for NamespaceReconciler {
     /// observation (a pending one once per distinct observation).
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
@@ -381,11 +416,7 @@ struct Released {
 }
 
 /// Whether the Namespace, locked, still has the status this work acts on.
-fn still_expected(
-    tx: &mut postgres::Transaction<'_>,
-    ns: &str,
-    target: Target,
-) -> Result<bool, PassError> {
+fn still_expected(tx: &mut crate::db::Tx<'_>, ns: &str, target: Target) -> Result<bool, PassError> {
     Ok(tx.query_opt(LOCK, &[&ns])?.is_some_and(|row| {
         let status: String = row.get(0);
         let tombstoned: bool = row.get(1);
@@ -397,7 +428,7 @@ fn still_expected(
 /// and policy removal for a delete. Returns what a tombstoned Namespace gave up: its removed
 /// policy and its released subnet reservations.
 fn transition(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     ns: &str,
     target: Target,
     report: &Report,
@@ -429,7 +460,7 @@ fn transition(
 
 /// The `authorization_denial` audit of a refused ensure or delete (N5).
 fn audit_denial(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     target: Target,
     report: &Report,
@@ -461,7 +492,7 @@ fn audit_denial(
 /// once per distinct observation. A dependency failure without an observation says enough in
 /// its attempt evidence.
 fn audit_observation(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
     target: Target,
     report: &Report,

@@ -40,7 +40,7 @@ impl Reconciler for Noop {
 
     fn publish(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut crate::db::Tx<'_>,
         _pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {
@@ -95,7 +95,7 @@ impl Reconciler for Probe {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

@@ -1,7 +1,9 @@
 //! AgentRevision deployment (SPEC R2-R11): the reconcile work of an admitted revision and its
 //! periodic maintenance.
 //!
-//! Expected flow, in the seed's order: R2 checks on every pass before any effect; R3 a stopped
+//! Expected flow, in the seed's order: R2 checks on every pass before any effect (a managed
+//! account's M2 checks among them: its `read` grant after the Secret checks, then the backend,
+//! the access-token source and the binding, each against the admitted snapshot); R3 a stopped
 //! Agent stops the revision; R4 a newer active revision supersedes it; R8 earlier runtimes
 //! are stopped first when the driver requires it; R5 prepare and observe readiness; R6
 //! reload the Agent, compare-and-set the active pointer in a fenced transaction, activate the
@@ -24,24 +26,30 @@
 
 use super::agent::{
     audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
-    readiness_recheck, try_effect, AgentRow, Audit, RevisionRow,
+    readiness_recheck, stop_yield_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
-use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
+use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, ComputeErrorKind,
-    RevisionSpec,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, BackendBinding,
+    ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec, SecretProjection,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::time::Duration;
+use std::time::Instant;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
+const BACKEND: &str = include_str!("../../sql/queries/revision_backend.sql");
 const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+
+/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
+const CHATGPT_BACKEND: &str = "chatgpt";
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
 /// candidate whose stop was pending may continue. Any other stored refusal stands.
@@ -57,6 +65,10 @@ const REDECIDED_REFUSALS: &[&str] = &[
     "SERVICE_ACCOUNT_BACKEND_MISMATCH",
     "BACKEND_UNAVAILABLE",
 ];
+
+/// How long a deployment that ends failed waits for a yielded predecessor stop's drain before
+/// it names the stop `predecessorStop` and publishes the failure anyway (SPEC Z5).
+pub const PREDECESSOR_DRAIN_WAIT: Duration = Duration::from_secs(60);
 
 /// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
 pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
@@ -88,6 +100,10 @@ struct Loaded {
     reconcile_code: Option<String>,
     /// The refusal of the latest attempt when its candidate's stop was still pending (R9).
     stored_refusal: Option<String>,
+    /// This work yielded an exclusive predecessor's stop at least once (SPEC Z5).
+    predecessor_stop_yielded: bool,
+    /// The Installation's selected Secret Driver (SPEC Z4).
+    secret_driver: Option<String>,
 }
 
 fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static str> {
@@ -106,6 +122,57 @@ fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static
         }
     }
     Ok(refs)
+}
+
+/// Every question `check` may ask about `l`'s revision, decided together in one statement:
+/// `deploy` on the Agent and `read` on the Configuration by the actor; `operate` on each bound
+/// Secret and on the harness auth source as a Secret, by the actor and by the service
+/// principal; `read` on the source as a managed account by the actor. Asking one that a pass
+/// ends up not needing costs a row, nothing more.
+fn asked(actor: &str, l: &Loaded) -> Vec<Request> {
+    let (agent, revision) = (&l.agent, &l.revision);
+    let ns = &revision.namespace_id;
+    let mut asked = vec![
+        Request::new(
+            actor,
+            Action::Deploy,
+            Resource::owned(ResourceKind::Agent, ns, &agent.id),
+        ),
+        Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
+        ),
+    ];
+    let mut secrets: Vec<String> = secret_refs(revision)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    let source = revision
+        .harness_auth
+        .as_ref()
+        .and_then(|auth| auth["source"]["id"].as_str());
+    if let Some(source) = source {
+        asked.push(Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(ResourceKind::ServiceAccount, ns, source),
+        ));
+        if !secrets.iter().any(|s| s == source) {
+            secrets.push(source.to_string());
+        }
+    }
+    for secret in &secrets {
+        let resource = Resource::owned(ResourceKind::Secret, ns, secret);
+        asked.push(Request::new(actor, Action::Operate, resource.clone()));
+        asked.push(Request::new(
+            &revision.service_principal_id,
+            Action::Operate,
+            resource,
+        ));
+    }
+    asked
 }
 
 impl RevisionReconciler {
@@ -140,6 +207,8 @@ impl RevisionReconciler {
             reconcile_state: row.get(2),
             reconcile_code: row.get(3),
             stored_refusal: row.get(4),
+            predecessor_stop_yielded: row.get(5),
+            secret_driver: row.get(6),
         }))
     }
 
@@ -173,7 +242,8 @@ impl RevisionReconciler {
         }
         let policy = {
             let mut db = pass.db()?;
-            iam::load(&mut *db)?
+            let principal = revision.service_principal_id.as_str();
+            iam::decide(&mut *db, &asked(&pass.claim.actor_id, l), &[principal])?
         };
         let actor = &pass.claim.actor_id;
         let ns = &revision.namespace_id;
@@ -219,19 +289,19 @@ impl RevisionReconciler {
         };
         let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
         let source_id = auth["source"]["id"].as_str().unwrap_or_default();
-        if source_ns != ns.as_str() {
-            return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
-        }
-        let mut account = None;
-        match auth["method"].as_str() {
+        let account = match auth["method"].as_str() {
             Some("secret") => {
+                if source_ns != ns.as_str() {
+                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+                }
                 if !refs.iter().any(|(_, id)| id == source_id) {
                     refs.push((ns.clone(), source_id.to_string()));
                 }
+                None
             }
-            Some("service_account") => account = Some(source_id.to_string()),
+            Some("service_account") => ManagedAccountAuth::from_harness_auth(auth),
             _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
-        }
+        };
         for (_, secret) in &refs {
             let resource = Resource::owned(ResourceKind::Secret, ns, secret);
             let requests = [
@@ -242,69 +312,99 @@ impl RevisionReconciler {
                 return Ok(Some(denied));
             }
         }
-        if let Some(account) = account {
-            if let Some(refused) = self.check_service_account(pass, &policy, l, auth, &account)? {
-                return Ok(Some(refused));
-            }
+        if let Some(refused) = account
+            .as_ref()
+            .and_then(|a| check_account_access(&policy, actor, ns, a))
+        {
+            return Ok(Some(refused));
         }
-        Ok(self.check_secret_resolution(revision))
+        if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
+            return Ok(Some(refused));
+        }
+        Ok(self.check_secret_resolution(revision, l.secret_driver.as_deref()))
     }
 
-    /// The managed account's `read` grant, source and backend binding still match the
-    /// snapshot (R2).
-    fn check_service_account(
+    /// M2 steps 2-4 (seed 004 `resolveRevisionBackend`, 5083-5130), decided again on every
+    /// pass: the revision's backend is a configured `chatgpt` backend (any auth method); a
+    /// managed account still holds the admitted access-token reference
+    /// (`HARNESS_AUTH_SOURCE_CHANGED`) and a binding valid for that backend, equal to the
+    /// admitted one in all four fields (`SERVICE_ACCOUNT_BACKEND_MISMATCH`).
+    fn check_backend(
         &self,
         pass: &Pass<'_>,
-        policy: &Policy,
-        l: &Loaded,
-        auth: &Value,
-        account: &str,
+        revision: &RevisionRow,
+        admitted: Option<&ManagedAccountAuth>,
     ) -> Result<Option<Report>, PassError> {
-        let actor = &pass.claim.actor_id;
-        let ns = &l.revision.namespace_id;
-        let request = Request::new(
-            actor,
-            Action::Read,
-            Resource::owned(ResourceKind::ServiceAccount, ns, account),
-        );
-        if let Some(denied) = deny(policy, request, actor) {
-            return Ok(Some(denied));
-        }
-        let row = {
-            let mut db = pass.db()?;
-            db.query_opt(SERVICE_ACCOUNT, &[ns, &account])?
+        let mut db = pass.db()?;
+        let backend_type: Option<String> = match &revision.backend_id {
+            Some(id) => db.query_opt(BACKEND, &[id])?.map(|r| r.get(0)),
+            None => None,
         };
-        let Some(row) = row else {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        };
-        let (token_ref, backend, available): (String, String, bool) =
-            (row.get(0), row.get(1), row.get(2));
-        if auth["accessTokenRef"].as_str() != Some(token_ref.as_str()) {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
-        }
-        if auth["backendId"].as_str() != Some(backend.as_str()) {
-            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
-        }
-        if !available {
+        if revision.backend_id.is_some() && backend_type.as_deref() != Some(CHATGPT_BACKEND) {
             return Ok(Some(Report::permanent("BACKEND_UNAVAILABLE")));
+        }
+        let Some(admitted) = admitted else {
+            return Ok(None);
+        };
+        let Some(row) = db.query_opt(SERVICE_ACCOUNT, &[&revision.namespace_id, &admitted.id])?
+        else {
+            return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED")));
+        };
+        let credential: Option<Credential> = row
+            .get::<_, Option<Value>>(0)
+            .and_then(|c| serde_json::from_value(c).ok());
+        let current_token = credential.as_ref().map(Credential::secret_ref);
+        match (current_token, admitted.access_token()) {
+            (Some(current), Some(frozen)) if current == frozen => {}
+            _ => return Ok(Some(Report::permanent("HARNESS_AUTH_SOURCE_CHANGED"))),
+        }
+        let binding: Option<BackendBinding> = row
+            .get::<_, Option<Value>>(1)
+            .and_then(|b| serde_json::from_value(b).ok());
+        let valid = binding.as_ref().is_some_and(|b| {
+            Some(&b.backend_id) == revision.backend_id.as_ref()
+                && backend_type.as_deref() == Some(CHATGPT_BACKEND)
+                && b.credential_issued
+                && !b.driver_id.is_empty()
+                && !b.workspace_id.is_empty()
+        });
+        if !valid || binding != admitted.backend_binding {
+            return Ok(Some(Report::permanent("SERVICE_ACCOUNT_BACKEND_MISMATCH")));
         }
         Ok(None)
     }
 
     /// Every Secret binding, and a `secret` harness auth, resolves to an existing Secret of
-    /// the Namespace (seed 004 5300-5343): a driver references the Secret's metadata, never a
-    /// value. A missing one is `SECRET_BINDING_UNAVAILABLE` / `HARNESS_AUTH_SOURCE_UNAVAILABLE`.
-    fn check_secret_resolution(&self, revision: &RevisionRow) -> Option<Report> {
+    /// the Namespace (seed 004 5284-5346): a driver references the Secret's metadata, never a
+    /// value. Bindings need a selected Secret Driver, and the one the revision froze at
+    /// admission; so does a `secret` harness auth (`SECRET_DRIVER_MISMATCH`, SPEC Z4). A Secret
+    /// counts only when the selected driver owns it and its backend reference and uid are not
+    /// blank; else `SECRET_BINDING_UNAVAILABLE` / `HARNESS_AUTH_SOURCE_UNAVAILABLE`.
+    fn check_secret_resolution(
+        &self,
+        revision: &RevisionRow,
+        selected: Option<&str>,
+    ) -> Option<Report> {
         let bindings = revision.secret_bindings.as_object().map_or(0, |b| b.len());
-        if revision.secrets.len() != bindings {
+        if bindings > 0 && (selected.is_none() || revision.secret_driver_id.as_deref() != selected)
+        {
+            return Some(Report::permanent("SECRET_DRIVER_MISMATCH"));
+        }
+        let counts = |s: &SecretProjection| selected.is_some_and(|d| s.resolvable_by(d));
+        if revision.secrets.len() != bindings || !revision.secrets.iter().all(counts) {
             return Some(Report::permanent("SECRET_BINDING_UNAVAILABLE"));
         }
         let secret_auth = revision
             .harness_auth
             .as_ref()
-            .is_some_and(|a| a["method"].as_str() == Some("secret"));
-        if secret_auth && revision.harness_secret.is_none() {
-            return Some(Report::permanent("HARNESS_AUTH_SOURCE_UNAVAILABLE"));
+            .filter(|a| a["method"].as_str() == Some("secret"));
+        if let Some(auth) = secret_auth {
+            if selected.is_none() || auth["secretDriverId"].as_str() != selected {
+                return Some(Report::permanent("SECRET_DRIVER_MISMATCH"));
+            }
+            if !revision.harness_secret.as_ref().is_some_and(counts) {
+                return Some(Report::permanent("HARNESS_AUTH_SOURCE_UNAVAILABLE"));
+            }
         }
         None
     }
@@ -380,10 +480,14 @@ impl RevisionReconciler {
         report
     }
 
-    fn run(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+    fn run(&self, pass: &Pass<'_>, scratch: &Scratch) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
             return Ok(refused("INVALID_REVISION_OWNER"));
         };
+        scratch
+            .predecessor_stop_yielded
+            .set(l.predecessor_stop_yielded);
+        let phases = &scratch.phases;
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         if let Some(mut refusal) = self.check(pass, &l)? {
             if refusal.facts == Facts::Plain {
@@ -489,8 +593,34 @@ impl RevisionReconciler {
                 }
             });
         }
-        // R8: exclusive replacement stops every earlier runtime before the candidate starts.
-        if !already_active && driver.requires_stopped_predecessors(&spec) {
+        let started = Instant::now();
+        let observed = self.prepare(pass, &l, &spec, already_active, phases);
+        let mut spent = phases.get().unwrap_or_default();
+        spent.prepare = started.elapsed();
+        phases.set(Some(spent));
+        let result = match observed? {
+            Observed::Ready(result) => result,
+            Observed::Ended(report) => return Ok(*report),
+        };
+        self.activate(pass, &l, &spec, already_active, result)
+    }
+
+    /// R8 then R5: exclusive replacement stops every earlier runtime before the candidate
+    /// starts, then the candidate is prepared and observed. A predecessor still draining yields
+    /// (`PREDECESSOR_STOP_YIELDED`, SPEC Z5): the first yield is recorded as evidence, so a
+    /// deployment that ends before the stop finished can finish it (see
+    /// `finish_yielded_predecessor_stops`); later ones are not.
+    fn prepare(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &RevisionSpec,
+        already_active: bool,
+        phases: &Phases,
+    ) -> Result<Observed, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let revision = &l.revision;
+        if !already_active && driver.requires_stopped_predecessors(spec) {
             for earlier in l
                 .all
                 .iter()
@@ -500,18 +630,95 @@ impl RevisionReconciler {
                 if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
                     let mut report = compute_report(&e, pass).at("stop");
                     if matches!(e.kind(), ComputeErrorKind::Draining) {
-                        // An exclusive predecessor still draining (SPEC Z5).
                         report.code = "PREDECESSOR_STOP_YIELDED".into();
+                        report.record_evidence = !l.predecessor_stop_yielded;
+                    } else {
+                        describe_prepare_failure(pass, spec, &e, false);
                     }
-                    return Ok(report);
+                    return Ok(Observed::Ended(Box::new(report)));
                 }
             }
         }
-        let result = match self.observe(pass, &l, &spec)? {
-            Observed::Ready(result) => result,
-            Observed::Ended(report) => return Ok(*report),
+        self.observe(pass, l, spec, phases)
+    }
+
+    /// Before a deployment ends failed, superseded or stopped, it finishes the exclusive
+    /// predecessor stop it yielded earlier, so the predecessor does not keep its runtime with
+    /// nothing left to stop it (SPEC Z5, seed 004 6104-6158). A failure waits for the drain up
+    /// to `PREDECESSOR_DRAIN_WAIT`, then still ends failed and names a stop that did not finish
+    /// (`predecessorStop`, its class); a superseded pass whose stop drains yields again, and a
+    /// stopped one yields or retries like its own stop.
+    fn finish_yielded_predecessor_stops(
+        &self,
+        pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        if pass.claim.operation != Operation::RevisionReconcile {
+            return Ok(report);
+        }
+        let ctx = pass.ctx;
+        let resolved = super::resolve(
+            report.clone(),
+            pass.claim.attempt,
+            ctx.queue.max_attempts,
+            pass.age(),
+            ctx.convergence_timeout,
+        );
+        let stopped = matches!(
+            report.facts,
+            Facts::Revision(RevisionFacts::Stopped {
+                retired_before: None
+            })
+        );
+        let ends = match resolved.outcome {
+            Outcome::Permanent => true,
+            Outcome::Success => stopped || report.code == "REVISION_SUPERSEDED",
+            _ => false,
         };
-        self.activate(pass, &l, &spec, already_active, result)
+        if !ends {
+            return Ok(report);
+        }
+        let Some(l) = self.load(pass)? else {
+            return Ok(report);
+        };
+        let driver = ctx.compute.clone();
+        let spec = l.revision.spec(&ctx.installation_id);
+        if !l.predecessor_stop_yielded || !driver.requires_stopped_predecessors(&spec) {
+            return Ok(report);
+        }
+        for earlier in l
+            .all
+            .iter()
+            .filter(|r| r.revision < l.revision.revision && !r.retired && r.owned_by(pass))
+        {
+            let earlier = earlier.spec(&ctx.installation_id);
+            let mut stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            // A failure waits for the drain, bounded (seed 004 "drain wait"): the deployment
+            // ends for good, and nothing else would finish this stop.
+            let waited = std::time::Instant::now();
+            while resolved.outcome == Outcome::Permanent
+                && waited.elapsed() < PREDECESSOR_DRAIN_WAIT
+                && matches!(&stopped_at, Err(e) if matches!(e.kind(), ComputeErrorKind::Draining))
+            {
+                pass.cancel().sleep(stop_yield_recheck(pass.age()))?;
+                stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
+            }
+            let Err(e) = stopped_at else {
+                continue;
+            };
+            let draining = matches!(e.kind(), ComputeErrorKind::Draining);
+            if resolved.outcome == Outcome::Success && (draining || stopped) {
+                let mut again = compute_report(&e, pass).at("stop");
+                if draining && !stopped {
+                    again.code = "PREDECESSOR_STOP_YIELDED".into();
+                }
+                return Ok(again);
+            }
+            let mut report = report;
+            report.failure.predecessor_stop = Some(e.class().to_string());
+            return Ok(report);
+        }
+        Ok(report)
     }
 
     /// R5: prepare and observe the revision. A driver refusal after the candidate may have
@@ -523,6 +730,7 @@ impl RevisionReconciler {
         pass: &Pass<'_>,
         l: &Loaded,
         spec: &RevisionSpec,
+        phases: &Phases,
     ) -> Result<Observed, PassError> {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
         let driver = pass.ctx.compute.clone();
@@ -536,6 +744,7 @@ impl RevisionReconciler {
         let observation = match effect(pass, "prepare", |c| driver.prepare_revision(spec, c))? {
             Ok(o) => o,
             Err(e) => {
+                describe_prepare_failure(pass, spec, &e, true);
                 let report = compute_report(&e, pass).at("prepare");
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
@@ -547,6 +756,13 @@ impl RevisionReconciler {
         if !valid_revision_observation(&observation, spec) {
             return refused(Report::permanent("INVALID_DRIVER_OBSERVATION"));
         }
+        let mut seen = phases.get().unwrap_or_default();
+        if observation.ready {
+            seen.ready_at = Some(Instant::now());
+        } else {
+            seen.unready_at = Some(Instant::now());
+        }
+        phases.set(Some(seen));
         if observation.ready {
             let warnings: Vec<Value> = observation
                 .warnings
@@ -669,12 +885,79 @@ fn refused(code: &str) -> Report {
     Report::permanent(code).with_facts(Facts::Revision(RevisionFacts::Refused))
 }
 
+/// Where a deployment pass spent its time, filled in as it goes (SPEC Z9).
+type Phases = Cell<Option<DeployPhases>>;
+
+/// What one pass notes for after its report: its phases, and whether the work yielded an
+/// exclusive predecessor's stop before (SPEC Z5).
+#[derive(Default)]
+struct Scratch {
+    phases: Phases,
+    predecessor_stop_yielded: Cell<bool>,
+}
+
+/// `worker.compute-prepare-failed` (SPEC Z6, seed 004 1865-1897): the driver's description of
+/// a failed preparation (or of an exclusive predecessor's stop before it), only when every
+/// field is within its bounds. A drain or a cancelled call is no preparation failure. It never
+/// changes the outcome.
+fn describe_prepare_failure(pass: &Pass<'_>, spec: &RevisionSpec, e: &ComputeError, reached: bool) {
+    if matches!(
+        e.kind(),
+        ComputeErrorKind::Draining | ComputeErrorKind::Cancelled(_)
+    ) {
+        return;
+    }
+    let Some(d) = e.diagnostic().filter(|d| d.valid()) else {
+        return;
+    };
+    let claim = pass.claim;
+    let mut fields = json!({
+        "workId": claim.key,
+        "attempt": claim.attempt,
+        "operation": claim.operation.as_str(),
+        "namespaceId": spec.namespace_id,
+        "agentId": spec.agent_id,
+        "revisionId": spec.revision_id,
+        "computeDriverId": pass.ctx.compute.id(),
+        "code": d.code,
+        "step": d.stage,
+        "candidatePreparationReached": reached,
+    });
+    if let Some(class) = &d.error_class {
+        fields["errorClass"] = json!(class);
+    }
+    if let Some(message) = &d.message {
+        fields["message"] = json!(message);
+    }
+    if let Some(status) = d.status {
+        fields["status"] = json!(status);
+    }
+    pass.ctx
+        .events
+        .emit("worker.compute-prepare-failed", fields);
+}
+
 /// What preparing a revision came to.
 enum Observed {
     /// Ready, with the plugin-warning result data.
     Ready(Option<Value>),
     /// The pass ends with this report.
     Ended(Box<Report>),
+}
+
+/// M2 step 1 (seed 004 5057-5079), after the Secret checks: the account must be the revision's
+/// Namespace's (`INVALID_HARNESS_AUTH`) and the actor may still `read` it (a denial).
+fn check_account_access(
+    policy: &Policy,
+    actor: &str,
+    ns: &str,
+    account: &ManagedAccountAuth,
+) -> Option<Report> {
+    if account.namespace_id != ns {
+        return Some(Report::permanent("INVALID_HARNESS_AUTH"));
+    }
+    let resource = Resource::owned(ResourceKind::ServiceAccount, ns, &account.id);
+    deny(policy, Request::new(actor, Action::Read, resource), actor)
 }
 
 fn first_denial<const N: usize>(
@@ -687,12 +970,20 @@ fn first_denial<const N: usize>(
 
 impl Reconciler for RevisionReconciler {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
-        self.run(pass)
+        let scratch = Scratch::default();
+        let report = self.run(pass, &scratch)?;
+        let mut report = if scratch.predecessor_stop_yielded.get() {
+            self.finish_yielded_predecessor_stops(pass, report)?
+        } else {
+            report
+        };
+        report.deploy = scratch.phases.get();
+        Ok(report)
     }
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {

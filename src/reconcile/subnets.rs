@@ -11,7 +11,7 @@
 
 use super::{Pass, PassError};
 use crate::compute::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
-use postgres::GenericClient;
+use crate::db::GenericClient;
 use std::cell::RefCell;
 
 const LOCK: &str = include_str!("../../sql/queries/docker_subnet_lock.sql");

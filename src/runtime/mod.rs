@@ -9,8 +9,10 @@
 //! leaves its loop early: it drains until every in-flight pass has reported. Threads are named,
 //! stopped by closing channels, and joined.
 
+pub mod budget;
 mod finalizer;
 mod lease;
+pub mod records;
 
 use crate::cancel::LossCause;
 use crate::db::DbError;
@@ -19,6 +21,7 @@ use crate::reconcile::{Context, LeaseState, Outcome, Pass, PassError, Registry, 
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use postgres::fallible_iterator::FallibleIterator;
+use records::Records;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,6 +164,7 @@ impl Worker {
         };
         let (finalizer, finalizer_threads) =
             Finalizer::start(ctx.clone(), Finalizer::threads_for(options.concurrency))?;
+        let records = Arc::new(Records::new(options.poll_interval));
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(options.concurrency);
         let mut workers = Vec::with_capacity(options.concurrency);
         for i in 0..options.concurrency {
@@ -169,6 +173,7 @@ impl Worker {
             let ctx = ctx.clone();
             let registry = registry.clone();
             let finalizer = finalizer.clone();
+            let records = records.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("occ-work-{i}"))
@@ -180,7 +185,7 @@ impl Worker {
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    run_pass(&ctx, &registry, &finalizer, job)
+                                    run_pass(&ctx, &registry, &records, &finalizer, job)
                                 }));
                             if outcome.is_err() {
                                 ctx.events.emit(
@@ -211,7 +216,14 @@ impl Worker {
             std::thread::Builder::new()
                 .name("occ-claim".into())
                 .spawn(move || {
-                    coordinate(&claim_ctx, &options, &jobs_tx, &events_rx, &progress);
+                    coordinate(
+                        &claim_ctx,
+                        &options,
+                        &jobs_tx,
+                        &events_rx,
+                        &progress,
+                        &records.health,
+                    );
                     // Closing the job channel stops the pool; every in-flight pass has reported.
                     drop(jobs_tx);
                 })?;
@@ -262,6 +274,7 @@ fn coordinate(
     jobs: &crossbeam_channel::Sender<Job>,
     events: &Receiver<Event>,
     progress: &Progress,
+    health: &records::HealthBeat,
 ) {
     let mut free = options.concurrency;
     // Keyed by claim token, never by work id (see `Event::Done`).
@@ -312,7 +325,12 @@ fn coordinate(
                         continue;
                     }
                 }
-                Ok(_) => failures.clear(progress),
+                Ok(_) => {
+                    failures.clear(progress);
+                    // Idle: `worker.health` at most once per its interval (SPEC Z7).
+                    health.beat(ctx, false);
+                    progress.tick();
+                }
                 Err(e) => failures.report(ctx, progress, &e),
             }
         }
@@ -465,12 +483,110 @@ fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::V
     fields
 }
 
+/// A class a log line may name (seed 004 `LOGGED_ERROR_NAME`): the part before any `:` of an
+/// error class, when it is `^[A-Za-z][A-Za-z0-9_]{0,63}$`.
+fn logged_class(class: &str) -> Option<&str> {
+    let class = class.split(':').next().unwrap_or_default();
+    let mut chars = class.chars();
+    (class.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some(class)
+}
+
+/// The failure fields of an ended pass's `worker.completed` (SPEC Z12, seed 004 258-397): a
+/// transient dependency names itself (`dependency`) and its `cause`; any failure gives its
+/// class (`cause`), HTTP `status` (100-599) and one-word Status `reason`, the driver's request
+/// diagnostic, the class of a failed cleanup (`cleanupCause`), the `refusal` whose candidate
+/// stop is pending, and a yielded predecessor stop that could not be finished
+/// (`predecessorStop`). A Namespace observation's failure adds the driver's bounded `reason`
+/// instead (SPEC Z10). Never provider free text.
+fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &Report) {
+    let failure = &report.failure;
+    let cause = failure.class.as_deref().and_then(logged_class);
+    if failure.transient || failure.dependency.is_some() {
+        let dependency = failure
+            .dependency
+            .unwrap_or_else(|| ctx.compute.implementation());
+        fields["dependency"] = json!(dependency);
+    }
+    if let Some(cause) = cause {
+        fields["cause"] = json!(cause);
+    }
+    if let Some(status) = failure.status.filter(|s| (100..=599).contains(s)) {
+        fields["status"] = json!(status);
+    }
+    if let Some(reason) = &failure.reason {
+        fields["reason"] = json!(reason);
+    }
+    if let Some(request) = &failure.request {
+        let method = request.method.as_deref().filter(|m| {
+            m.len() <= 64
+                && m.starts_with(|c: char| c.is_ascii_alphabetic())
+                && m.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        });
+        if let Some(method) = method {
+            fields["method"] = json!(method);
+        }
+        if let Some(status) = request.grpc_status.filter(|s| *s <= 16) {
+            fields["grpcStatus"] = json!(status);
+        }
+        let category = request.validation_category.as_deref().filter(|v| {
+            v.len() <= 64
+                && v.starts_with(|c: char| c.is_ascii_lowercase())
+                && v.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        });
+        if let Some(category) = category {
+            fields["validationCategory"] = json!(category);
+        }
+    }
+    if let Some(cleanup) = failure.cleanup_class.and_then(logged_class) {
+        fields["cleanupCause"] = json!(cleanup);
+    }
+    // The refusal whose candidate stop is still pending (seed 004 470-480).
+    if let (Some(refusal), Outcome::Pending { .. }) = (&report.refusal, report.outcome) {
+        fields["refusal"] = json!(refusal);
+    }
+    if let Some(class) = failure.predecessor_stop.as_deref() {
+        fields["predecessorStop"] = json!(logged_class(class).unwrap_or("Error"));
+    }
+    if let Some(reason) = &failure.namespace_reason {
+        fields["reason"] = json!(reason);
+    }
+}
+
+/// Whether a report is a draining stop's yield (SPEC Z5).
+fn is_stop_yield(report: &Report) -> bool {
+    matches!(report.outcome, Outcome::Pending { .. })
+        && matches!(
+            report.code.as_str(),
+            "AGENT_STOP_YIELDED" | "PREDECESSOR_STOP_YIELDED"
+        )
+}
+
 /// Runs one pass on a worker thread: lease thread, reconcile, finalize, events, metrics.
-fn run_pass(ctx: &Arc<Context>, registry: &Registry, finalizer: &Finalizer, job: Job) {
+fn run_pass(
+    ctx: &Arc<Context>,
+    registry: &Registry,
+    records: &Records,
+    finalizer: &Finalizer,
+    job: Job,
+) {
     let Job { claim, lease } = job;
     let running = finalizer.pass_started();
     let started = Instant::now();
     let operation = claim.operation.as_str();
+    // Deploy timings follow a revision's own reconcile key only (SPEC Z9).
+    let deployment = claim.operation == queue::Operation::RevisionReconcile
+        && claim
+            .revision_id
+            .as_ref()
+            .is_some_and(|r| claim.key == format!("agent_revision:{r}:reconcile"));
+    if deployment {
+        records.timings.lock().begin(&claim.key, started);
+    }
     let heartbeat = match Lease::start(claim.clone(), lease.clone(), ctx.clone()) {
         Ok(h) => Some(h),
         Err(_) => {
@@ -494,8 +610,13 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, finalizer: &Finalizer, job:
             } else {
                 let mut report = Report::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
                 report.failure.class = Some(error_class(&e));
-                if let PassError::Compute(e) = &e {
-                    report = report.with_compute_error(e);
+                match &e {
+                    PassError::Compute(e) => report = report.with_compute_error(e),
+                    PassError::Db(_) => {
+                        report.failure.transient = true;
+                        report.failure.dependency = Some("database");
+                    }
+                    _ => {}
                 }
                 Ok(report)
             }
@@ -521,6 +642,13 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, finalizer: &Finalizer, job:
         "agentId": claim.agent_id,
         "revisionId": claim.revision_id,
     });
+    // A pass that did not yield ends the work's stop yields (seed 004 1495-1497).
+    let yielded = matches!(&result, Ok((_, report)) if is_stop_yield(report));
+    let stop_yields = if yielded {
+        None
+    } else {
+        records.stop_yields.lock().settled(&claim.key)
+    };
     match result {
         Ok((classified, report)) => {
             let outcome = report.outcome.as_str();
@@ -528,15 +656,51 @@ fn run_pass(ctx: &Arc<Context>, registry: &Registry, finalizer: &Finalizer, job:
                 .passes
                 .with_label_values(&[operation, outcome])
                 .inc();
-            if report.outcome != Outcome::Success {
-                ctx.events
-                    .emit("worker.pass-error", pass_error_fields(&fields, &report));
+            // A draining stop says so on its first yield, then at most once a minute (Z5).
+            let (stop_yields, due) = if yielded {
+                let (n, due) = records
+                    .stop_yields
+                    .lock()
+                    .yielded(&claim.key, Instant::now());
+                (Some(n), due)
+            } else {
+                (stop_yields, true)
+            };
+            if due {
+                if report.outcome != Outcome::Success {
+                    ctx.events
+                        .emit("worker.pass-error", pass_error_fields(&fields, &report));
+                }
+                fields["result"] = json!(classified.as_str());
+                fields["outcome"] = json!(outcome);
+                fields["code"] = json!(report.code);
+                fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});
+                failure_fields(&mut fields, ctx, &report);
+                if let Some(n) = stop_yields {
+                    fields["stopYields"] = json!(n);
+                }
             }
-            fields["result"] = json!(classified.as_str());
-            fields["outcome"] = json!(outcome);
-            fields["code"] = json!(report.code);
-            fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});
-            ctx.events.emit("worker.completed", fields);
+            if deployment {
+                let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+                let timings = records.timings.lock().finish(
+                    &claim.key,
+                    report.deploy.as_ref(),
+                    terminal,
+                    lease.age(),
+                    Instant::now(),
+                );
+                if let (true, Some(serde_json::Value::Object(timings))) = (due, timings) {
+                    for (k, v) in timings {
+                        fields[k] = v;
+                    }
+                }
+            }
+            if due {
+                ctx.events.emit("worker.completed", fields);
+            }
+            // After every pass that published (SPEC Z7); a pass that lost its claim or its
+            // database leaves the beat to the coordinator's idle cadence.
+            records.health.beat(ctx, true);
         }
         Err(e) if e.is_stopping() => {
             ctx.metrics

@@ -458,3 +458,263 @@ fn operator_reads_list_and_show_every_kind() {
         "grant list refused: no identity zed",
     );
 }
+
+// Issue 10 item 8: the pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
+// pooled, 1 listener); a worker the server's max_connections can never carry is refused at
+// start-up, before any pool connection, with one line naming both numbers (exit 2).
+#[test]
+fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let setting = |c: &mut postgres::Client, name: &str| -> i64 {
+        c.query_one("SELECT current_setting($1)::bigint", &[&name])
+            .unwrap()
+            .get(0)
+    };
+    let max = setting(&mut c, "max_connections");
+    let reserved = setting(&mut c, "superuser_reserved_connections");
+    // The smallest concurrency whose budget exceeds what the server admits.
+    let concurrency = (max - reserved - 4) / 2 + 1;
+    assert!((1..=1024).contains(&concurrency), "max_connections {max}");
+    let needs = 2 * concurrency + 4;
+    let check = |concurrency: i64| {
+        let out = Command::new(BIN)
+            .arg("check")
+            .env("OCC_DATABASE_URL", &db.url)
+            .env("OCC_COMPUTE_DRIVER", "docker")
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .env("OCC_WORKER_DB_TIMEOUT_MS", "3000")
+            .env("OCC_WORKER_CONCURRENCY", concurrency.to_string())
+            .output()
+            .expect("run occ-worker");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = check(concurrency);
+    assert_eq!(
+        (code, stderr),
+        (
+            Some(2),
+            format!(
+                "occ-worker: invalid configuration: OCC_WORKER_CONCURRENCY={concurrency} needs \
+                 {needs} database connections (2 x {concurrency} + 3 pooled, 1 listener) but the \
+                 server admits {} (max_connections {max} less {reserved} reserved): lower \
+                 OCC_WORKER_CONCURRENCY or raise max_connections\n",
+                max - reserved
+            )
+        )
+    );
+    // One worker thread fewer fits: start-up goes past the budget to the next check (here the
+    // missing Docker socket), never to the budget line.
+    let (code, stderr) = check(concurrency - 1);
+    assert_ne!(code, Some(0));
+    assert!(
+        !stderr.contains("max_connections") && stderr.contains("DOCKER_HOST"),
+        "{stderr}"
+    );
+}
+
+// M1, M4: backends and service accounts through the CLI, and a managed-account deployment
+// admitted or refused with one line.
+#[test]
+fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
+    let db = team_b();
+    let url = Some(db.url.as_str());
+    let added = ok(
+        &db,
+        &[
+            "admin", "backend", "add", "b1", "--type", "chatgpt", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        added,
+        json!({"id": "b1", "type": "chatgpt", "created": true})
+    );
+    let backends = ok(&db, &["admin", "backend", "list"]);
+    assert_eq!(
+        (
+            backends.as_array().unwrap().len(),
+            &backends[0]["id"],
+            &backends[0]["type"]
+        ),
+        (1, &json!("b1"), &json!("chatgpt"))
+    );
+    refused(
+        url,
+        &["admin", "service-account", "create", "team-b", "acct", "--access-token", "token", "--actor", "admin"],
+        2,
+        "service-account create refused: invalid --access-token token: must be SECRET_NAME/KEY (a Kubernetes Secret name in the Agent's namespace, then its key)",
+    );
+    let created = ok(
+        &db,
+        &[
+            "admin",
+            "service-account",
+            "create",
+            "team-b",
+            "acct",
+            "--access-token",
+            "chatgpt/token",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(
+        created["credential"],
+        json!({"kind": "access_token", "secretRef": {"name": "chatgpt", "key": "token"}})
+    );
+    assert_eq!(created["backendBinding"], Value::Null);
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b2", "--driver", "d1", "--workspace", "ws-1", "--actor", "admin"],
+        1,
+        "service-account bind refused: backend b2 is not a configured chatgpt backend (admin backend list)",
+    );
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b1", "--driver", "d1", "--workspace", "ws 1", "--actor", "admin"],
+        2,
+        "service-account bind refused: --workspace must be 1 to 128 letters, digits, ., _, : and -, starting with a letter or digit, got \"ws 1\"",
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "service-account",
+            "bind",
+            "team-b",
+            "acct",
+            "--backend",
+            "b1",
+            "--driver",
+            "d1",
+            "--workspace",
+            "ws-1",
+            "--actor",
+            "admin",
+        ],
+    );
+    let shown = ok(&db, &["admin", "service-account", "show", "team-b", "acct"]);
+    assert_eq!(
+        shown["backendBinding"],
+        json!({"backendId": "b1", "driverId": "d1", "workspaceId": "ws-1", "credentialIssued": true})
+    );
+    assert_eq!(
+        ok(&db, &["admin", "service-account", "list", "team-b"])[0]["id"],
+        json!("acct")
+    );
+
+    // An operator who may deploy the Agent and read the Configuration, but not the account.
+    let cfg = std::env::temp_dir().join(format!("occ-cli-managed-{}", db.name));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-b",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-b", "helper", "--actor", "admin",
+        ],
+    );
+    ok(
+        &db,
+        &["admin", "identity", "create", "bob", "--actor", "admin"],
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "agent-operator",
+            "--scope",
+            "namespace:team-b",
+            "--actor",
+            "admin",
+        ],
+    );
+    let deploy = |actor: &'static str| -> Vec<&'static str> {
+        vec![
+            "admin",
+            "agent",
+            "deploy",
+            "team-b",
+            "helper",
+            "--actor",
+            actor,
+            "--configuration",
+            "cfg",
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--service-account",
+            "acct",
+            "--compute-id",
+            "docker",
+        ]
+    };
+    refused(
+        url,
+        &deploy("bob"),
+        1,
+        "agent deploy refused: bob may not read service_account: NO_MATCHING_BINDING (needs read service_account on service_account acct in Namespace team-b)",
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "viewer",
+            "--scope",
+            "service_account:team-b/acct",
+            "--actor",
+            "admin",
+        ],
+    );
+    let admitted = ok(&db, &deploy("bob"));
+    assert_eq!(admitted["revision"], json!(1));
+    let auth: Value = db
+        .client()
+        .query_one(
+            "SELECT harness_auth FROM occ.agent_revisions WHERE id = $1",
+            &[&admitted["revisionId"].as_str().unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(auth["credential"], created["credential"]);
+    assert_eq!(auth["backendBinding"], shown["backendBinding"]);
+
+    // The binding fails validation once its backend is removed.
+    ok(
+        &db,
+        &["admin", "backend", "remove", "b1", "--actor", "admin"],
+    );
+    refused(
+        url,
+        &deploy("bob"),
+        1,
+        "agent deploy refused: service account team-b/acct has no valid backend binding (bind it to a configured chatgpt backend)",
+    );
+    // Exactly one harness source.
+    let mut both = deploy("admin");
+    both.extend(["--harness-secret", "key"]);
+    let (code, _, stderr) = run(url, &both);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}

@@ -77,6 +77,8 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         secret_bindings: serde_json::json!({}),
         secrets: vec![],
         harness_secret: None,
+        managed_account: None,
+        backend_id: None,
         plugin_ids: vec![],
     }
 }

@@ -1,5 +1,6 @@
-//! IAM on real tables (SPEC section 1, N2, N5): `iam::load` + `Policy::authorize` decide, and
-//! the SQL `occ.authorized` / `occ.authorize` used by admission agree on every case.
+//! IAM on real tables (SPEC section 1, N2, N5): the Rust model (`iam::load` +
+//! `Model::authorize`) decides, and the SQL `occ.authorized` / `occ.authorize` used by
+//! admission and by every pass (`iam::decide`) agree with it on every case, evidence included.
 
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::iam::{self, Action, Request, Resource, ResourceKind};
@@ -345,6 +346,11 @@ fn decide_both(c: &mut Client, principal: &str, action: Action, r: Resource) -> 
         "sql restrictions: {what}"
     );
     assert_eq!(
+        sql["evidence"]["roleIds"],
+        serde_json::json!(d.evidence.role_ids),
+        "sql roles: {what}"
+    );
+    assert_eq!(
         sql_decision(c, principal, action, &r),
         (d.allowed, d.reason.to_string()),
         "sql authorized: {what}"
@@ -604,4 +610,69 @@ fn the_admin_cli_manages_groups_and_grants_to_them() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+}
+
+/// Issue 10 item 5: a pass decides through `iam::decide` (one statement, `occ.authorize` for
+/// each request) instead of loading the whole policy. Its decisions, evidence order included
+/// (roles by first matching binding, groups bytewise), are exactly the Rust model's, so denial
+/// audit rows do not change.
+#[test]
+fn decide_gives_the_models_decisions_and_evidence_in_one_statement() {
+    let (_db, mut c) = group_world();
+    // erin matches through two groups whose byte order and dictionary order differ; bob's read
+    // of n1/a1 matches two roles whose binding order is not their name order.
+    c.batch_execute("INSERT INTO occ.identities (id, kind) VALUES ('erin', 'user');")
+        .unwrap();
+    for sql in [
+        "SELECT occ.group_create('admin', 'ops-b')",
+        "SELECT occ.group_create('admin', 'opsa')",
+        "SELECT occ.group_add_member('admin', 'opsa', 'erin')",
+        "SELECT occ.group_add_member('admin', 'ops-b', 'erin')",
+        "SELECT occ.binding_grant('admin', 'group:opsa', 'viewer', 'installation')",
+        "SELECT occ.binding_grant('admin', 'group:ops-b', 'agent-operator', 'namespace:n1')",
+    ] {
+        c.query_one(sql, &[]).unwrap();
+    }
+    c.batch_execute(
+        "INSERT INTO occ.iam_restrictions (group_id, actions, scope_kind, namespace_id)
+             VALUES ('opsa', '{operate}', 'namespace', 'n1');",
+    )
+    .unwrap();
+    let mut requests: Vec<Request> = cases()
+        .into_iter()
+        .map(|(p, a, r, _, _)| Request::new(p, a, r))
+        .collect();
+    for principal in ["carol", "dave", "erin", "bob", "ghost"] {
+        for action in [
+            Action::Read,
+            Action::Operate,
+            Action::Delete,
+            Action::Deploy,
+        ] {
+            requests.push(Request::new(principal, action, agent("n1", "a1")));
+            requests.push(Request::new(principal, action, agent("n2", "a1")));
+        }
+    }
+    let model = iam::load(&mut c).unwrap();
+    let decided = iam::decide(&mut c, &requests, &["ghost", "admin"]).unwrap();
+    for r in &requests {
+        assert_eq!(decided.authorize(r), model.authorize(r), "{r:?}");
+    }
+    let read = |p: &str| decided.authorize(&Request::new(p, Action::Read, agent("n1", "a1")));
+    assert_eq!(read("bob").evidence.role_ids, ["viewer", "agent-operator"]);
+    let erin = decided.authorize(&Request::new("erin", Action::Operate, agent("n1", "a1")));
+    assert_eq!((erin.allowed, erin.reason), (false, "RESTRICTED"));
+    assert_eq!(erin.evidence.group_ids, ["ops-b", "opsa"]);
+    assert_eq!(read("erin").evidence.role_ids, ["viewer", "agent-operator"]);
+    // The identities asked about: every principal, and the extra ones.
+    assert!(decided.identity_exists("admin") && decided.identity_exists("erin"));
+    assert!(!decided.identity_exists("ghost"));
+    assert_eq!(
+        decided.identity("bob").map(|i| i.kind.as_str()),
+        Some("user")
+    );
+    // Asking nothing is one statement that decides nothing.
+    assert!(!iam::decide(&mut c, &[], &[])
+        .unwrap()
+        .identity_exists("admin"));
 }

@@ -476,6 +476,8 @@ fn c3_a_stopped_workload_prepared_again_runs_again() {
         secret_bindings: json!({}),
         secrets: vec![],
         harness_secret: None,
+        managed_account: None,
+        backend_id: None,
         plugin_ids: vec![],
     };
     let ready = |what: &str| {
@@ -552,6 +554,8 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
         secret_bindings: json!({}),
         secrets: vec![],
         harness_secret: None,
+        managed_account: None,
+        backend_id: None,
         plugin_ids: vec![],
     };
     let (r1, r2) = (revision("rev-1", 1), revision("rev-2", 2));

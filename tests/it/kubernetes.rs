@@ -528,7 +528,7 @@ fn deployment(w: &AgentWorld, name: &str) -> Option<Value> {
 }
 
 /// Objects of `kind` that carry the Agent's label.
-fn agent_objects(w: &AgentWorld, kind: &str) -> Vec<Value> {
+fn agent_objects(w: &AgentWorld, kind: &'static str) -> Vec<Value> {
     w.kube
         .fake
         .objects(kind)
@@ -633,6 +633,73 @@ fn r6_a_dedicated_revision_runs_hardened_with_secret_references_only_and_activat
 
     // No request reads a Secret or carries its value, in any encoding.
     use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE);
+    for r in w.kube.fake.requests() {
+        assert!(!r.path.contains("/secrets"), "{} {}", r.method, r.path);
+        let body = r.body.map(|b| b.to_string()).unwrap_or_default();
+        assert!(
+            !body.contains(SECRET_VALUE) && !body.contains(&encoded),
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+}
+
+#[test]
+fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_ref() {
+    // SPEC M3 (seed 004 5395-5396): the admitted harness auth goes to Compute unchanged, with
+    // no Secret projection; the driver mounts the access token from `secretRef` in the Agent's
+    // namespace, and neither the worker nor the driver reads it.
+    let w = agent_world();
+    let mut c = w.db.client();
+    use base64::Engine;
+    w.kube.fake.put_object(
+        &format!("{CORE}/namespaces/{NS1}/secrets"),
+        json!({"metadata": {"name": "chatgpt"},
+               "data": {"token": base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE)}}),
+    );
+    w.kube.fake.clear_requests();
+    c.batch_execute(
+        "SELECT occ.backend_add('admin', 'b1', 'chatgpt');
+         SELECT occ.service_account_create('ns1', 'acct', 'chatgpt/token', 'admin');
+         SELECT occ.service_account_bind('ns1', 'acct', 'b1', 'chatgpt-driver', 'ws-1', 'admin');",
+    )
+    .unwrap();
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+               'kubernetes', 'kubernetes', p_service_account => 'acct')",
+            &[&w.agent],
+        )
+        .unwrap()
+        .get(0);
+    let rev = v["revisionId"].as_str().unwrap().to_string();
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("revision Deployment");
+    let container = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env_var(container, "OCC_HARNESS_ACCESS_TOKEN"),
+        &json!({"name": "OCC_HARNESS_ACCESS_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "chatgpt", "key": "token"}}})
+    );
+    assert_eq!(env_var(container, "OCC_HARNESS_BACKEND_ID")["value"], "b1");
+    assert_eq!(
+        env_var(container, "OCC_HARNESS_WORKSPACE_ID")["value"],
+        "ws-1"
+    );
+    let names: Vec<&str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(!names.contains(&"OCC_HARNESS_API_KEY"), "{names:?}");
     let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE);
     for r in w.kube.fake.requests() {
         assert!(!r.path.contains("/secrets"), "{} {}", r.method, r.path);
@@ -1108,7 +1175,8 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
     });
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
-    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let events =
+        crate::scripted::run_captured(&w.db, w.kube.driver.clone(), Opts::default(), quiet);
     let (state, code, _, _) = work(&mut c, &rkey(&rev));
     assert_eq!(
         (state.as_str(), code.as_deref()),
@@ -1116,6 +1184,32 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
             "failed_permanent",
             Some("KUBERNETES_FORBIDDEN_SERVICEACCOUNTS")
         )
+    );
+    // SPEC Z12: the API's status and Status reason reach the ended pass's line, never its
+    // message.
+    let completed: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["workId"] == rkey(&rev).as_str())
+        .collect();
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(
+        (
+            &completed[0]["cause"],
+            &completed[0]["status"],
+            &completed[0]["reason"],
+            &completed[0]["method"],
+            completed[0].get("dependency")
+        ),
+        (
+            &json!("kubernetes"),
+            &json!(403),
+            &json!("Forbidden"),
+            &json!("POST"),
+            None
+        ),
+        "{}",
+        completed[0]
     );
     let forbidden = w
         .kube

@@ -79,7 +79,7 @@ impl Reconciler for LaneRecorder {
 
     fn publish(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut occ_worker::db::Tx<'_>,
         _pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

@@ -2,6 +2,7 @@
 //! its own database.
 
 mod agent;
+mod behaviours;
 mod cli;
 mod conventions;
 mod docker;
@@ -16,6 +17,7 @@ mod kube_fake;
 mod kube_fake_tests;
 mod kubernetes;
 mod lanes;
+mod managed;
 mod migrate;
 mod namespace;
 mod outage;
@@ -24,6 +26,7 @@ mod queue_engine;
 mod queue_smoke;
 mod readme;
 mod revision;
+mod round_trips;
 mod runtime;
 mod scripted;
 mod scripts;

@@ -380,7 +380,7 @@ impl Reconciler for Publishes {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut occ_worker::db::Tx<'_>,
         pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

@@ -29,7 +29,7 @@ impl Reconciler for MarksReady {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut occ_worker::db::Tx<'_>,
         pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

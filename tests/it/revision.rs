@@ -420,39 +420,7 @@ fn r2_a_missing_harness_secret_is_unavailable() {
     assert_refused(&f, &rev, "HARNESS_AUTH_SOURCE_UNAVAILABLE");
 }
 
-#[test]
-fn r2_managed_account_source_backend_and_availability() {
-    for (code, change) in [
-        (
-            "HARNESS_AUTH_SOURCE_CHANGED",
-            "UPDATE occ.service_accounts SET access_token_ref = 'other'",
-        ),
-        (
-            "SERVICE_ACCOUNT_BACKEND_MISMATCH",
-            "UPDATE occ.service_accounts SET backend_id = 'b2'",
-        ),
-        (
-            "BACKEND_UNAVAILABLE",
-            "UPDATE occ.service_accounts SET backend_available = false",
-        ),
-    ] {
-        let f = fixture();
-        let mut c = f.db.client();
-        c.execute(
-            "INSERT INTO occ.service_accounts (namespace_id, id, access_token_ref, backend_id) VALUES ('ns1', 'acct', 'tok', 'b1')",
-            &[],
-        )
-        .unwrap();
-        let rev = insert_revision(
-            &mut c,
-            &f.agent,
-            json!({"method": "service_account", "source": {"namespaceId": "ns1", "id": "acct"},
-                   "accessTokenRef": "tok", "backendId": "b1"}),
-        );
-        c.execute(change, &[]).unwrap();
-        assert_refused(&f, &rev, code);
-    }
-}
+// The managed-account checks of R2 (SPEC M2) are in `managed.rs`.
 
 #[test]
 fn r3_a_stopped_agent_stops_the_revision() {

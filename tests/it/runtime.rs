@@ -94,7 +94,7 @@ impl Reconciler for Gate {
 
     fn publish(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        tx: &mut occ_worker::db::Tx<'_>,
         pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {
@@ -813,7 +813,7 @@ impl Reconciler for Stubborn {
 
     fn publish(
         &self,
-        _tx: &mut postgres::Transaction<'_>,
+        _tx: &mut occ_worker::db::Tx<'_>,
         _pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {

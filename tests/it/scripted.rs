@@ -112,6 +112,7 @@ pub fn ns_observation(
         complete,
         failure,
         pending_reason: pending_reason.map(str::to_string),
+        reason: None,
     }
 }
 
@@ -150,6 +151,10 @@ pub struct ScriptedDriver {
     /// `public.occ_driver_calls` / `public.occ_driver_overlaps`, so lane exclusion is checked
     /// across worker processes (see `LaneRecorder`).
     pub lane_db: Option<String>,
+    /// What the driver says it does with runtime credentials (SPEC Z11).
+    pub credentials: RuntimeCredentials,
+    /// The spec of every `prepare_revision` call, in order: what the driver was given.
+    pub prepared: Mutex<Vec<RevisionSpec>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -230,6 +235,8 @@ impl Default for ScriptedDriver {
             inflight: Mutex::default(),
             overlaps: Default::default(),
             lane_db: None,
+            credentials: RuntimeCredentials::None,
+            prepared: Mutex::default(),
         }
     }
 }
@@ -389,6 +396,7 @@ impl ComputeDriver for ScriptedDriver {
             &revision.revision_id,
             cancel,
         )?;
+        self.prepared.lock().push(revision.clone());
         let step = self
             .prepare
             .lock()
@@ -475,6 +483,10 @@ impl ComputeDriver for ScriptedDriver {
 
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         self.exclusive
+    }
+
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        self.credentials
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {
@@ -579,8 +591,12 @@ fn run_events(
         let mut queue = QueueOptions::new(lease, 5);
         queue.retry_base = Duration::from_millis(50);
         let ctx = Arc::new(Context {
-            pool: occ_worker::db::pool(url, Duration::from_secs(10), (concurrency as u32) * 2 + 4)
-                .expect("worker pool"),
+            pool: occ_worker::db::pool(
+                url,
+                Duration::from_secs(10),
+                occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
+            )
+            .expect("worker pool"),
             compute: driver.clone(),
             installation_id: "inst".into(),
             queue,

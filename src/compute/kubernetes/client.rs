@@ -13,7 +13,7 @@
 
 use super::connection::{read_token, Auth, Connection, ConnectionError};
 use crate::cancel::{CancelToken, Cancelled};
-use crate::compute::ComputeError;
+use crate::compute::{ComputeError, RequestDiagnostic};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -358,6 +358,7 @@ impl Client {
         let (method, path) = (request.method, request.path);
         let cancelled = |c| KubeError::cancelled(method, path, c);
         cancel.check().map_err(cancelled)?;
+        let started = std::time::Instant::now();
         let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
         if timeout.is_zero() {
             // The lease ran out between the two reads of the clock.
@@ -378,6 +379,15 @@ impl Client {
                 .map(|r| self.run(r, timeout)),
         };
         let result = result.map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
+        if let Ok(reply) = &result {
+            log::trace!(
+                "kubernetes {} {}: {} in {} µs",
+                method.as_str(),
+                path_template(path),
+                reply.status,
+                started.elapsed().as_micros()
+            );
+        }
         result.map_err(|e| match cancel.check() {
             // A request cut short by the end of the lease is a cancellation, not an outage.
             Err(c) => cancelled(c),
@@ -655,6 +665,14 @@ impl KubeError {
     /// requests keep `KUBERNETES_FORBIDDEN`, `KUBERNETES_UNAUTHORIZED` and
     /// `KUBERNETES_INVALID_REQUEST`. Callers that treat `AlreadyExists`, `NotFound` or
     /// `NamespaceTerminating` as answers handle them before mapping.
+    /// The request diagnostic of a failed request (SPEC Z12): the HTTP verb.
+    pub fn diagnostic(&self) -> RequestDiagnostic {
+        RequestDiagnostic {
+            method: Some(self.method.to_string()),
+            ..RequestDiagnostic::default()
+        }
+    }
+
     pub fn into_compute(self, permanent_code: &str) -> ComputeError {
         const CLASS: &str = "kubernetes";
         let status = self.status;
@@ -680,6 +698,7 @@ impl KubeError {
             KubeErrorKind::Decode => ComputeError::retryable("kubernetes_decode", status),
             KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
         };
+        let error = error.with_request(self.diagnostic());
         match &self.reason {
             Some(reason) => error.with_reason(reason),
             None => error,

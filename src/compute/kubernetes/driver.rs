@@ -28,12 +28,12 @@ use super::settings::Settings;
 use crate::cancel::CancelToken;
 use crate::compute::{
     AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec,
+    RevisionObservation, RevisionSpec, RuntimeCredentials,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const CORE: &str = "/api/v1";
 const APPS: &str = "/apis/apps/v1";
@@ -87,7 +87,18 @@ pub struct KubernetesDriver {
     /// Kubernetes namespace names by Namespace id: a Namespace's name never changes, so one
     /// lookup per process is enough.
     namespaces: Mutex<HashMap<String, String>>,
+    /// Paths of objects this driver created or found owned, and when: for `KNOWN_FOR` the
+    /// Agent's ServiceAccount, Service and Harness claim are not read again on every pass,
+    /// and an unknown object is created first (read only when it already exists).
+    known: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long an object the driver created or read is trusted to exist without a read: one
+/// deleted behind the driver's back is created again within this time.
+const KNOWN_FOR: Duration = Duration::from_secs(60);
+
+/// Above this many remembered paths, stale ones are dropped.
+const KNOWN_LIMIT: usize = 50_000;
 
 /// A request failure as a Compute error: 403 names the resource, everything else follows
 /// `KubeError::into_compute`.
@@ -97,7 +108,9 @@ fn fail(e: KubeError, resource: &str) -> ComputeError {
             "KUBERNETES_FORBIDDEN_{}",
             resource.to_ascii_uppercase().replace('.', "_")
         );
-        return ComputeError::permanent(&code, "kubernetes", e.status()).with_reason("Forbidden");
+        return ComputeError::permanent(&code, "kubernetes", e.status())
+            .with_reason("Forbidden")
+            .with_request(e.diagnostic());
     }
     e.into_compute("KUBERNETES_BAD_REQUEST")
 }
@@ -149,7 +162,28 @@ impl KubernetesDriver {
             client,
             settings,
             namespaces: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn is_known(&self, path: &str) -> bool {
+        self.known
+            .lock()
+            .get(path)
+            .is_some_and(|at| at.elapsed() < KNOWN_FOR)
+    }
+
+    fn remember(&self, path: &str) {
+        let mut known = self.known.lock();
+        if known.len() >= KNOWN_LIMIT {
+            known.retain(|_, at| at.elapsed() < KNOWN_FOR);
+        }
+        known.insert(path.to_string(), Instant::now());
+    }
+
+    /// Forgets `path`, or every path under it (a namespace's objects).
+    fn forget(&self, path: &str) {
+        self.known.lock().retain(|p, _| !p.starts_with(path));
     }
 
     /// API requests sent so far (benchmarks).
@@ -219,7 +253,8 @@ impl KubernetesDriver {
     }
 
     /// Creates `desired` in `collection` unless an object of that name exists; an existing
-    /// object must be owned. Returns the object as stored.
+    /// object must be owned. Returns the object as stored. An object the driver does not know
+    /// is created first and read only on 409 `AlreadyExists`; a known one is read first.
     fn create_absent(
         &self,
         collection: &str,
@@ -229,26 +264,56 @@ impl KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<Value, ComputeError> {
         let path = format!("{collection}/{}", name_of(desired));
+        let create = || match self.client.create(collection, desired, cancel) {
+            Ok(created) => Ok(Some(created)),
+            Err(e) if *e.kind() == KubeErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(self.terminating_or(e, resource)),
+        };
+        let mut created_first = false;
+        if !self.is_known(&path) {
+            if let Some(created) = create()? {
+                self.remember(&path);
+                return Ok(created);
+            }
+            created_first = true;
+        }
         let current = match self
             .client
             .get(&path, cancel)
             .map_err(|e| fail(e, resource))?
         {
             Some(current) => current,
-            None => match self.client.create(collection, desired, cancel) {
-                Ok(created) => return Ok(created),
-                Err(e) if *e.kind() == KubeErrorKind::AlreadyExists => self
-                    .client
-                    .get(&path, cancel)
-                    .map_err(|e| fail(e, resource))?
-                    .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?,
-                Err(e) => return Err(self.terminating_or(e, resource)),
-            },
+            // Known but gone (deleted behind the driver's back): create it again.
+            None if !created_first => {
+                self.forget(&path);
+                create()?
+                    .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?
+            }
+            None => return Err(ComputeError::retryable("kubernetes_conflict", Some(409))),
         };
         if !owned(&current, installation_id) {
+            self.forget(&path);
             return Err(not_owned());
         }
+        self.remember(&path);
         Ok(current)
+    }
+
+    /// `create_absent` for an object only its existence matters of (the Agent's
+    /// ServiceAccount and Service, the Harness claim): nothing is sent while it is known.
+    fn ensure_exists(
+        &self,
+        collection: &str,
+        desired: &Value,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        if self.is_known(&format!("{collection}/{}", name_of(desired))) {
+            return Ok(());
+        }
+        self.create_absent(collection, desired, installation_id, resource, cancel)
+            .map(drop)
     }
 
     /// Like `create_absent`, then replaces an owned object whose stamp differs from
@@ -316,6 +381,7 @@ impl KubernetesDriver {
         if !owned(&current, installation_id) {
             return Err(not_owned());
         }
+        self.forget(path);
         self.client
             .delete(path, Some("Background"), cancel)
             .map_err(|e| fail(e, resource))?;
@@ -585,6 +651,7 @@ impl KubernetesDriver {
             complete: pending.is_none(),
             failure: None,
             pending_reason: pending.map(str::to_string),
+            reason: None,
         }
     }
 }
@@ -740,6 +807,9 @@ impl ComputeDriver for KubernetesDriver {
     ) -> Result<NamespaceObservation, ComputeError> {
         let name = self.namespace_name(spec);
         let path = format!("{CORE}/namespaces/{name}");
+        // Nothing inside a namespace being emptied is known to exist any more.
+        let inside = format!("/namespaces/{name}/");
+        self.known.lock().retain(|p, _| !p.contains(&inside));
         let Some(current) = self
             .client
             .get(&path, cancel)
@@ -784,21 +854,20 @@ impl ComputeDriver for KubernetesDriver {
     /// until a revision activates) exist.
     fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
         let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
-        self.create_absent(
+        self.ensure_exists(
             &format!("{CORE}/namespaces/{namespace}/serviceaccounts"),
             &manifests::service_account(agent, &namespace),
             &agent.installation_id,
             "serviceaccounts",
             cancel,
         )?;
-        self.create_absent(
+        self.ensure_exists(
             &format!("{CORE}/namespaces/{namespace}/services"),
             &manifests::service(agent, &namespace),
             &agent.installation_id,
             "services",
             cancel,
-        )?;
-        Ok(())
+        )
     }
 
     /// Dedicated: writes the revision's Deployment (and the Agent's Harness claim) and
@@ -824,7 +893,7 @@ impl ComputeDriver for KubernetesDriver {
             }
         } else {
             let agent = manifests::agent_of(revision);
-            self.create_absent(
+            self.ensure_exists(
                 &format!("{CORE}/namespaces/{namespace}/persistentvolumeclaims"),
                 &manifests::harness_claim(&agent, &namespace, &self.settings),
                 &revision.installation_id,
@@ -916,6 +985,7 @@ impl ComputeDriver for KubernetesDriver {
         if revision.harness_mode != "dedicated" && !Self::runs(&workload, revision) {
             return Ok(());
         }
+        self.forget(&path);
         self.client
             .delete(&path, Some("Background"), cancel)
             .map_err(|e| fail(e, "deployments"))?;
@@ -924,6 +994,12 @@ impl ComputeDriver for KubernetesDriver {
 
     /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
     /// gateway and Harness claim.
+    /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
+    /// removes it (SPEC Z11).
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        RuntimeCredentials::ProvisionedAndDeleted
+    }
+
     fn delete_agent_runtime_credentials(
         &self,
         agent: &AgentSpec,

@@ -13,7 +13,9 @@ use super::names::{
 };
 use super::observe::HARNESS_CONTAINER;
 use super::settings::Settings;
-use crate::compute::{AgentSpec, ComputeError, NamespaceSpec, RevisionSpec, SecretProjection};
+use crate::compute::{
+    AgentSpec, ComputeError, ManagedAccountAuth, NamespaceSpec, RevisionSpec, SecretProjection,
+};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -335,7 +337,32 @@ fn env(revision: &RevisionSpec, namespace: &str) -> Result<Vec<Value>, ComputeEr
     if let Some(secret) = &revision.harness_secret {
         env.push(secret_env("OCC_HARNESS_API_KEY", secret, namespace)?);
     }
+    if let Some(account) = &revision.managed_account {
+        env.extend(managed_account_env(account)?);
+    }
     Ok(env)
+}
+
+/// A managed ChatGPT account (SPEC M3): the access token as a `secretKeyRef` to the admitted
+/// `secretRef`, a Secret of the Agent's own namespace (the Pod's), plus the binding's backend
+/// and workspace ids. The harness auth arrives as admitted, with no Secret projection; an
+/// account without an access token never got past the worker's checks, so it is refused.
+fn managed_account_env(account: &ManagedAccountAuth) -> Result<Vec<Value>, ComputeError> {
+    let (Some(token), Some(binding)) = (account.access_token(), &account.backend_binding) else {
+        return Err(ComputeError::permanent(
+            "INVALID_HARNESS_AUTH",
+            "kubernetes",
+            None,
+        ));
+    };
+    Ok(vec![
+        json!({
+            "name": "OCC_HARNESS_ACCESS_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
+        }),
+        json!({"name": "OCC_HARNESS_BACKEND_ID", "value": binding.backend_id}),
+        json!({"name": "OCC_HARNESS_WORKSPACE_ID", "value": binding.workspace_id}),
+    ])
 }
 
 /// One Secret as an environment variable; a backend reference outside the Agent's namespace
@@ -399,14 +426,50 @@ mod tests {
                 binding: "TOKEN".into(),
                 id: "tok".into(),
                 backend_ref: "occ-ns1/tok/value".into(),
+                driver_id: Some("occ-secrets".into()),
+                uid: Some("u1".into()),
             }],
             harness_secret: Some(SecretProjection {
                 binding: "harnessAuth".into(),
                 id: "key".into(),
                 backend_ref: "occ-ns1/openai/api-key".into(),
+                driver_id: Some("occ-secrets".into()),
+                uid: Some("u2".into()),
             }),
+            managed_account: None,
+            backend_id: None,
             plugin_ids: vec![],
         }
+    }
+
+    #[test]
+    fn a_managed_account_mounts_its_access_token_by_reference() {
+        let mut r = revision();
+        let auth = json!({"method": "service_account",
+            "source": {"namespaceId": "ns1", "id": "acct"},
+            "credential": {"kind": "access_token", "secretRef": {"name": "chatgpt", "key": "token"}},
+            "backendBinding": {"backendId": "b1", "driverId": "d1", "workspaceId": "ws-1",
+                               "credentialIssued": true}});
+        r.harness_secret = None;
+        r.managed_account = ManagedAccountAuth::from_harness_auth(&auth);
+        r.harness_auth = Some(auth);
+        let d = workload(&r, "occ-ns1", "img", &settings()).unwrap();
+        let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap();
+        let token = env
+            .iter()
+            .find(|e| e["name"] == "OCC_HARNESS_ACCESS_TOKEN")
+            .unwrap();
+        assert_eq!(
+            token,
+            &json!({"name": "OCC_HARNESS_ACCESS_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": "chatgpt", "key": "token"}}})
+        );
+        assert!(env.iter().all(|e| e["name"] != "OCC_HARNESS_API_KEY"));
+        // A legacy snapshot without its credential never reaches a workload.
+        r.managed_account.as_mut().unwrap().credential = None;
+        assert!(workload(&r, "occ-ns1", "img", &settings()).is_err());
     }
 
     #[test]

@@ -7,35 +7,71 @@
 //! Each step reads the store and writes only what changed, as the real controllers do; none of
 //! them answers a request.
 
-use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, Store};
+use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, Store, RESOURCES};
 use super::{FakeOptions, PodBehaviour};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Test-set pod behaviours: (namespace, deployment name prefix, behaviour).
 pub type Behaviours = [(String, String, PodBehaviour)];
 
-/// One pass of every controller.
-pub fn tick(store: &mut Store, opts: &FakeOptions, behaviours: &Behaviours, now: Instant) {
+/// The namespaces the next tick reads: written since the last one, or waiting on time (a
+/// pod still starting, a graceful deletion); `full` adds every namespace, as a resync does.
+/// Finishes due graceful deletions first.
+pub fn scope(store: &mut Store, opts: &FakeOptions, now: Instant, full: bool) -> Vec<String> {
     finish_graceful_deletions(store, opts, now);
-    collect_garbage(store);
-    for deployment in store.all("deployments", None) {
+    let mut scope = std::mem::take(&mut store.dirty);
+    if full || std::mem::take(&mut store.all_dirty) {
+        scope.extend(store.objects.keys().map(|(_, ns, _)| ns.clone()));
+    }
+    // Pods change with age until twice `pod_start` (image pull back-off); keep a margin.
+    let settling = opts.pod_start * 2 + Duration::from_millis(200);
+    scope.extend(
+        store
+            .pod_created
+            .values()
+            .filter(|(created, _)| now.duration_since(*created) <= settling)
+            .map(|(_, ns)| ns.clone()),
+    );
+    scope.extend(store.deleting.keys().map(|(plural, ns, name)| {
+        if *plural == "namespaces" {
+            name.clone()
+        } else {
+            ns.clone()
+        }
+    }));
+    scope.into_iter().collect()
+}
+
+/// One pass of every controller over one namespace. The controller thread takes the lock per
+/// namespace, so requests are not held up by a whole tick.
+pub fn tick_namespace(
+    store: &mut Store,
+    ns: &str,
+    opts: &FakeOptions,
+    behaviours: &Behaviours,
+    now: Instant,
+) {
+    collect_garbage(store, ns);
+    let ns = Some(ns);
+    for deployment in store.all("deployments", ns) {
         roll_out(store, &deployment);
     }
-    for rs in store.all("replicasets", None) {
+    for rs in store.all("replicasets", ns) {
         scale_replica_set(store, &rs, behaviours);
     }
-    for pod in store.all("pods", None) {
+    for pod in store.all("pods", ns) {
         run_pod(store, &pod, opts, behaviours, now);
     }
-    for rs in store.all("replicasets", None) {
+    for rs in store.all("replicasets", ns) {
         replica_set_status(store, &rs);
     }
-    for deployment in store.all("deployments", None) {
+    for deployment in store.all("deployments", ns) {
         deployment_status(store, &deployment);
     }
-    for service in store.all("services", None) {
+    for service in store.all("services", ns) {
         endpoint_slice(store, &service);
     }
 }
@@ -89,15 +125,20 @@ fn finish_graceful_deletions(store: &mut Store, opts: &FakeOptions, now: Instant
     }
 }
 
-/// Objects whose every owner is gone are deleted (pods gracefully).
-fn collect_garbage(store: &mut Store) {
-    let uids: HashSet<String> = store
-        .objects
-        .values()
-        .map(|o| meta(o, "uid").to_string())
+/// Objects of `ns` whose every owner is gone are deleted (pods gracefully); owners
+/// live in their dependents' namespace.
+fn collect_garbage(store: &mut Store, ns: &str) {
+    let objects: Vec<(Key, Arc<Value>)> = RESOURCES
+        .iter()
+        .flat_map(|r| {
+            store
+                .all(r.plural, Some(ns))
+                .into_iter()
+                .map(move |o| ((r.plural, ns.to_string(), meta(&o, "name").to_string()), o))
+        })
         .collect();
-    let orphans: Vec<(Key, Value)> = store
-        .objects
+    let uids: HashSet<&str> = objects.iter().map(|(_, o)| meta(o, "uid")).collect();
+    let orphans: Vec<(Key, Value)> = objects
         .iter()
         .filter(|(_, o)| {
             o["metadata"]["ownerReferences"]
@@ -109,7 +150,7 @@ fn collect_garbage(store: &mut Store) {
                             .all(|r| !uids.contains(r["uid"].as_str().unwrap_or("")))
                 })
         })
-        .map(|(k, o)| (k.clone(), o.clone()))
+        .map(|(k, o)| (k.clone(), Value::clone(o)))
         .collect();
     for (key, obj) in orphans {
         if key.0 == "pods" {
@@ -122,9 +163,9 @@ fn collect_garbage(store: &mut Store) {
     }
 }
 
-fn owned_by<'a>(objects: &'a [Value], owner: &Value) -> impl Iterator<Item = &'a Value> + 'a {
+fn owned_by<'a>(objects: &'a [Arc<Value>], owner: &Value) -> impl Iterator<Item = &'a Value> + 'a {
     let uid = meta(owner, "uid").to_string();
-    objects.iter().filter(move |o| {
+    objects.iter().map(|o| &**o).filter(move |o| {
         o["metadata"]["ownerReferences"]
             .as_array()
             .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
@@ -152,6 +193,20 @@ fn template_hash(template: &Value) -> String {
     safe_encode(h, 10)
 }
 
+/// The template hash of a Deployment, fixed by its uid and generation (computed once).
+fn hash_of(store: &mut Store, deployment: &Value) -> String {
+    let memo = (
+        meta(deployment, "uid").to_string(),
+        deployment["metadata"]["generation"].as_i64().unwrap_or(0),
+    );
+    if let Some(hash) = store.template_hashes.get(&memo) {
+        return hash.clone();
+    }
+    let hash = template_hash(&deployment["spec"]["template"]);
+    store.template_hashes.insert(memo, hash.clone());
+    hash
+}
+
 fn replicas(obj: &Value) -> i64 {
     obj["spec"]["replicas"].as_i64().unwrap_or(1)
 }
@@ -170,17 +225,16 @@ fn roll_out(store: &mut Store, deployment: &Value) {
     let ns = meta(deployment, "namespace");
     let name = meta(deployment, "name");
     let desired = replicas(deployment);
-    let mut template = deployment["spec"]["template"].clone();
-    let hash = template_hash(&template);
-    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+    let hash = hash_of(store, deployment);
     let new_name = format!("{name}-{hash}");
     let recreate = deployment["spec"]["strategy"]["type"] == "Recreate";
 
     let sets = store.all("replicasets", Some(ns));
     let pods = store.all("pods", Some(ns));
-    let owned: Vec<Value> = owned_by(&sets, deployment).cloned().collect();
+    let owned: Vec<&Value> = owned_by(&sets, deployment).collect();
     let old: Vec<&Value> = owned
         .iter()
+        .copied()
         .filter(|rs| meta(rs, "name") != new_name)
         .collect();
     let old_pods = old.iter().any(|rs| owned_by(&pods, rs).next().is_some());
@@ -202,17 +256,17 @@ fn roll_out(store: &mut Store, deployment: &Value) {
         }
     }
     let revision = owned.len() + usize::from(!owned.iter().any(|rs| meta(rs, "name") == new_name));
-    match store
-        .lookup(resource("replicasets"), ns, &new_name)
-        .cloned()
-    {
-        Some(mut rs) => {
-            if replicas(&rs) != new_replicas {
+    match store.lookup(resource("replicasets"), ns, &new_name) {
+        Some(rs) => {
+            if replicas(rs) != new_replicas {
+                let mut rs = rs.clone();
                 rs["spec"]["replicas"] = json!(new_replicas);
                 store.write(resource("replicasets"), rs);
             }
         }
         None => {
+            let mut template = deployment["spec"]["template"].clone();
+            template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             let mut labels = template["metadata"]["labels"].clone();
             labels["pod-template-hash"] = json!(hash);
             let mut selector = deployment["spec"]["selector"].clone();
@@ -319,7 +373,7 @@ fn run_pod(
     let age = store
         .pod_created
         .get(meta(pod, "uid"))
-        .map(|t| now.duration_since(*t))
+        .map(|(t, _)| now.duration_since(*t))
         .unwrap_or(Duration::MAX);
     let behaviour = behaviour_for(behaviours, meta(pod, "namespace"), meta(pod, "name"));
     let status = kubelet_status(pod, &behaviour, age, opts.pod_start);
@@ -439,10 +493,7 @@ fn omit_zero(status: &mut Map<String, Value>, field: &str, n: i64) {
 
 fn replica_set_status(store: &mut Store, rs: &Value) {
     let ns = meta(rs, "namespace");
-    let Some(mut rs) = store
-        .lookup(resource("replicasets"), ns, meta(rs, "name"))
-        .cloned()
-    else {
+    let Some(rs) = store.shared(resource("replicasets"), ns, meta(rs, "name")) else {
         return;
     };
     let pods = store.all("pods", Some(ns));
@@ -463,8 +514,12 @@ fn replica_set_status(store: &mut Store, rs: &Value) {
     {
         status.insert("conditions".into(), c.clone());
     }
-    rs["status"] = Value::Object(status);
-    store.write_if_changed(resource("replicasets"), rs);
+    let status = Value::Object(status);
+    if rs["status"] != status {
+        let mut rs = Value::clone(&rs);
+        rs["status"] = status;
+        store.write(resource("replicasets"), rs);
+    }
 }
 
 /// `maxUnavailable` of a RollingUpdate deployment (int or percent, rounded down); 0 for Recreate.
@@ -544,11 +599,11 @@ fn count_pods(store: &Store, deployment: &Value, new_name: &str) -> Counts {
 fn deployment_status(store: &mut Store, deployment: &Value) {
     let ns = meta(deployment, "namespace");
     let name = meta(deployment, "name");
-    let Some(mut deployment) = store.lookup(resource("deployments"), ns, name).cloned() else {
+    let Some(deployment) = store.shared(resource("deployments"), ns, name) else {
         return;
     };
     let desired = replicas(&deployment);
-    let new_name = format!("{name}-{}", template_hash(&deployment["spec"]["template"]));
+    let new_name = format!("{name}-{}", hash_of(store, &deployment));
     let Counts {
         total,
         updated,
@@ -618,8 +673,12 @@ fn deployment_status(store: &mut Store, deployment: &Value) {
         ));
     }
     status.insert("conditions".into(), Value::Array(conditions));
-    deployment["status"] = Value::Object(status);
-    store.write_if_changed(resource("deployments"), deployment);
+    let status = Value::Object(status);
+    if deployment["status"] != status {
+        let mut deployment = Value::clone(&deployment);
+        deployment["status"] = status;
+        store.write(resource("deployments"), deployment);
+    }
 }
 
 /// EndpointSlice controller: one slice per Service with a selector, listing the selected pods

@@ -222,12 +222,23 @@ impl KubeFake {
             std::thread::Builder::new()
                 .name("kube-fake-controller".into())
                 .spawn(move || {
+                    // Every 50th tick (about a second) reads everything, as a resync does.
+                    let mut ticks: u64 = 0;
                     while !shared.stop.wait(Duration::from_millis(20)) {
-                        let mut state = shared.state.lock();
-                        let State {
-                            store, behaviours, ..
-                        } = &mut *state;
-                        controller::tick(store, &shared.opts, behaviours, Instant::now());
+                        ticks += 1;
+                        let full = ticks.is_multiple_of(50);
+                        let now = Instant::now();
+                        let scope = {
+                            let mut state = shared.state.lock();
+                            controller::scope(&mut state.store, &shared.opts, now, full)
+                        };
+                        for ns in scope {
+                            let mut state = shared.state.lock();
+                            let State {
+                                store, behaviours, ..
+                            } = &mut *state;
+                            controller::tick_namespace(store, &ns, &shared.opts, behaviours, now);
+                        }
                     }
                 })
                 .expect("spawn kube fake controller")
@@ -379,6 +390,7 @@ impl KubeFake {
         state
             .behaviours
             .push((namespace.to_string(), name_prefix.to_string(), b));
+        state.store.all_dirty = true;
     }
 
     /// SelfSubjectAccessReviews for this verb and resource answer allowed=false.
@@ -390,8 +402,10 @@ impl KubeFake {
             .push((verb.to_string(), resource.to_string()));
     }
 
-    pub fn objects(&self, kind_plural: &str) -> Vec<Value> {
-        self.shared.state.lock().store.all(kind_plural, None)
+    pub fn objects(&self, kind_plural: &'static str) -> Vec<Value> {
+        let state = self.shared.state.lock();
+        let all = state.store.all(kind_plural, None);
+        all.iter().map(|o| Value::clone(o)).collect()
     }
 }
 
@@ -469,6 +483,8 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
     let Ok(conn) = ServerConnection::new(shared.tls.clone()) else {
         return;
     };
+    // As a real API server (Go's net/http) does: no Nagle delay on small answers.
+    let _ = socket.set_nodelay(true);
     let mut tls: Tls = StreamOwned::new(conn, socket);
     let mut buf = Vec::new();
     while !shared.stop.is_set() {
@@ -490,14 +506,12 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
+        // One write, so head and body leave in one TLS record.
+        head.push_str(&body);
         let close = request
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        if tls.write_all(head.as_bytes()).is_err()
-            || tls.write_all(body.as_bytes()).is_err()
-            || tls.flush().is_err()
-            || close
-        {
+        if tls.write_all(head.as_bytes()).is_err() || tls.flush().is_err() || close {
             return;
         }
     }

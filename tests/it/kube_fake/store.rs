@@ -8,7 +8,8 @@
 //! write, and the server maps a request onto these calls.
 
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// How a resource's names are validated.
@@ -501,11 +502,20 @@ pub struct Store {
     rv: u64,
     seq: u64,
     seed: u64,
-    pub objects: BTreeMap<Key, Value>,
+    /// Shared, so the controllers' reads copy a pointer, not the object.
+    pub objects: BTreeMap<Key, Arc<Value>>,
     /// Pods and namespaces with a deletionTimestamp: when it was set.
     pub deleting: HashMap<Key, Instant>,
-    /// When each pod (by uid) was created, so it starts after `pod_start`.
-    pub pod_created: HashMap<String, Instant>,
+    /// When each pod (by uid) was created, so it starts after `pod_start`, and its namespace.
+    pub pod_created: HashMap<String, (Instant, String)>,
+    /// Namespaces written since the controllers last looked at them: a tick reads only these
+    /// (plus those where time alone changes something), so its cost follows what changed,
+    /// not the size of the store.
+    pub dirty: BTreeSet<String>,
+    /// The next tick reads every namespace (pod behaviours changed).
+    pub all_dirty: bool,
+    /// `pod-template-hash` by Deployment (uid, generation).
+    pub template_hashes: HashMap<(String, i64), String>,
 }
 
 impl Store {
@@ -548,20 +558,31 @@ impl Store {
     pub fn write(&mut self, res: &Resource, mut obj: Value) -> Value {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.objects.insert(key_of(res, &obj), obj.clone());
+        let key = key_of(res, &obj);
+        self.touch(&key);
+        self.objects.insert(key, Arc::new(obj.clone()));
         obj
+    }
+
+    /// Marks the namespace of `key` (a namespace object: itself) for the next tick.
+    fn touch(&mut self, key: &Key) {
+        let ns = if key.0 == "namespaces" {
+            &key.2
+        } else {
+            &key.1
+        };
+        if !self.dirty.contains(ns) {
+            self.dirty.insert(ns.clone());
+        }
     }
 
     /// Writes only if something besides the resourceVersion changed, so idle ticks are no writes.
     pub fn write_if_changed(&mut self, res: &Resource, obj: Value) {
-        let mut old = match self.objects.get(&key_of(res, &obj)) {
-            Some(old) => old.clone(),
-            None => Value::Null,
-        };
-        let mut new = obj.clone();
-        old["metadata"]["resourceVersion"].take();
-        new["metadata"]["resourceVersion"].take();
-        if old != new {
+        let same = self
+            .objects
+            .get(&key_of(res, &obj))
+            .is_some_and(|old| same_but_version(old, &obj));
+        if !same {
             self.write(res, obj);
         }
     }
@@ -569,6 +590,7 @@ impl Store {
     pub fn remove(&mut self, key: &Key) {
         if let Some(obj) = self.objects.remove(key) {
             self.rv += 1;
+            self.touch(key);
             self.deleting.remove(key);
             if let Some(uid) = obj["metadata"]["uid"].as_str() {
                 self.pod_created.remove(uid);
@@ -579,14 +601,24 @@ impl Store {
     pub fn lookup(&self, res: &Resource, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
             .get(&(res.plural, namespace.to_string(), name.to_string()))
+            .map(|o| &**o)
     }
 
-    /// All objects of a resource, in one namespace or all.
-    pub fn all(&self, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+    /// One object, shared (a pointer copy).
+    pub fn shared(&self, res: &Resource, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.objects
-            .iter()
-            .filter(|((p, ns, _), _)| *p == plural && namespace.is_none_or(|n| n == ns))
-            .map(|(_, v)| v.clone())
+            .get(&(res.plural, namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The objects of one resource (in one namespace): a range of the ordered keys, so the
+    /// controllers' per-namespace reads do not scan the whole store.
+    pub fn all(&self, plural: &'static str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let from: Key = (plural, namespace.unwrap_or("").to_string(), String::new());
+        self.objects
+            .range(from..)
+            .take_while(|((p, ns, _), _)| *p == plural && namespace.is_none_or(|n| n == ns))
+            .map(|(_, v)| Arc::clone(v))
             .collect()
     }
 
@@ -611,7 +643,8 @@ impl Store {
                     .is_none_or(|s| label_selector_matches(s, o["metadata"].get("labels")))
             })
             .filter(|o| field_selector.is_none_or(|s| field_selector_matches(s, o)))
-            .map(|mut o| {
+            .map(|o| {
+                let mut o = Value::clone(&o);
                 // Items of a typed list carry no kind or apiVersion of their own.
                 if let Some(m) = o.as_object_mut() {
                     m.remove("kind");
@@ -721,7 +754,11 @@ impl Store {
         }
         apply_defaults(res, &mut obj, self.next_random());
         if res.plural == "pods" {
-            self.pod_created.insert(uid, Instant::now());
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            self.pod_created.insert(uid, (Instant::now(), ns));
         }
         Ok(self.write(res, obj))
     }
@@ -921,4 +958,28 @@ fn apply_defaults(res: &Resource, obj: &mut Value, random: u64) {
         }
         _ => {}
     }
+}
+
+/// Whether two versions of an object differ only in their resourceVersion.
+fn same_but_version(old: &Value, new: &Value) -> bool {
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return old == new;
+    };
+    let fields = |m: &Map<String, Value>| m.keys().filter(|k| *k != "resourceVersion").count();
+    let metadata_same = match (
+        old.get("metadata").and_then(Value::as_object),
+        new.get("metadata").and_then(Value::as_object),
+    ) {
+        (Some(a), Some(b)) => {
+            fields(a) == fields(b)
+                && a.iter()
+                    .all(|(k, v)| k == "resourceVersion" || b.get(k) == Some(v))
+        }
+        (a, b) => a.is_none() && b.is_none(),
+    };
+    old.len() == new.len()
+        && old
+            .iter()
+            .all(|(k, v)| k == "metadata" || new.get(k) == Some(v))
+        && metadata_same
 }
