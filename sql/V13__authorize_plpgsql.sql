@@ -3,7 +3,14 @@
 -- once per pass (sql/queries/iam_decide.sql) — about 3.5 ms of planning a pass under the
 -- rollout benchmark, the largest database cost of a deployment. PL/pgSQL keeps the plan for the
 -- connection's life (issue 7's benchmark, issue 10 item 5). The decision and its evidence are
--- identical (tests/it/iam.rs compares them with the Rust model). Forward-only.
+-- identical (tests/it/iam.rs compares them with the Rust model).
+-- The bindings are read by index, the principal's and its groups' separately (a binding names
+-- exactly one of the two, so the arms never overlap): with one binding per Agent's service
+-- principal, V12's `principal_id = … OR group_id IN (…)` read every binding of the
+-- installation on every decision. Forward-only.
+CREATE INDEX iam_bindings_by_principal ON occ.iam_bindings (principal_id)
+    WHERE principal_id IS NOT NULL;
+
 CREATE OR REPLACE FUNCTION occ.authorize(
     p_principal text, p_action text, p_kind text, p_id text, p_namespace text
 ) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
@@ -15,9 +22,15 @@ BEGIN
             SELECT m.group_id FROM occ.iam_group_members m WHERE m.identity_id = p_principal
         ), bindings AS (
             SELECT b.id, b.role_id, b.group_id
-            FROM occ.iam_bindings b JOIN occ.iam_roles r ON r.id = b.role_id
+            FROM (SELECT id, role_id, group_id, scope_kind, namespace_id, resource_kind,
+                         resource_id
+                  FROM occ.iam_bindings WHERE principal_id = p_principal
+                  UNION ALL
+                  SELECT id, role_id, group_id, scope_kind, namespace_id, resource_kind,
+                         resource_id
+                  FROM occ.iam_bindings WHERE group_id IN (SELECT group_id FROM groups)) b
+            JOIN occ.iam_roles r ON r.id = b.role_id
             WHERE EXISTS (SELECT 1 FROM ident)
-              AND (b.principal_id = p_principal OR b.group_id IN (SELECT group_id FROM groups))
               AND p_action = ANY (r.actions) AND p_kind = ANY (r.resource_kinds)
               AND occ.scope_covers(b.scope_kind, b.namespace_id, b.resource_kind, b.resource_id,
                                    p_kind, p_id, p_namespace)
