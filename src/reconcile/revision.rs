@@ -124,26 +124,37 @@ fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static
     Ok(refs)
 }
 
+/// The actor's `deploy` on the Agent and `read` on the revision's Configuration: the first
+/// authorization of every pass (R2), asked up front and checked in this order.
+fn deploy_requests(actor: &str, l: &Loaded) -> [Request; 2] {
+    let ns = &l.revision.namespace_id;
+    [
+        Request::new(
+            actor,
+            Action::Deploy,
+            Resource::owned(ResourceKind::Agent, ns, &l.agent.id),
+        ),
+        Request::new(
+            actor,
+            Action::Read,
+            Resource::owned(
+                ResourceKind::Configuration,
+                ns,
+                &l.revision.configuration_id,
+            ),
+        ),
+    ]
+}
+
 /// Every question `check` may ask about `l`'s revision, decided together in one statement:
 /// `deploy` on the Agent and `read` on the Configuration by the actor; `operate` on each bound
 /// Secret and on the harness auth source as a Secret, by the actor and by the service
 /// principal; `read` on the source as a managed account by the actor. Asking one that a pass
 /// ends up not needing costs a row, nothing more.
 fn asked(actor: &str, l: &Loaded) -> Vec<Request> {
-    let (agent, revision) = (&l.agent, &l.revision);
+    let revision = &l.revision;
     let ns = &revision.namespace_id;
-    let mut asked = vec![
-        Request::new(
-            actor,
-            Action::Deploy,
-            Resource::owned(ResourceKind::Agent, ns, &agent.id),
-        ),
-        Request::new(
-            actor,
-            Action::Read,
-            Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
-        ),
-    ];
+    let mut asked = deploy_requests(actor, l).to_vec();
     let mut secrets: Vec<String> = secret_refs(revision)
         .unwrap_or_default()
         .into_iter()
@@ -265,19 +276,7 @@ impl RevisionReconciler {
         if !principal_ok {
             return Ok(Some(Report::permanent("INVALID_AGENT_PRINCIPAL")));
         }
-        let requests = [
-            Request::new(
-                actor,
-                Action::Deploy,
-                Resource::owned(ResourceKind::Agent, ns, &agent.id),
-            ),
-            Request::new(
-                actor,
-                Action::Read,
-                Resource::owned(ResourceKind::Configuration, ns, &revision.configuration_id),
-            ),
-        ];
-        if let Some(denied) = first_denial(&policy, requests, actor) {
+        if let Some(denied) = first_denial(&policy, deploy_requests(actor, l), actor) {
             return Ok(Some(denied));
         }
         let Some(auth) = &revision.harness_auth else {

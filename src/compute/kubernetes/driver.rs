@@ -181,9 +181,14 @@ impl KubernetesDriver {
         known.insert(path.to_string(), Instant::now());
     }
 
-    /// Forgets `path`, or every path under it (a namespace's objects).
     fn forget(&self, path: &str) {
-        self.known.lock().retain(|p, _| !p.starts_with(path));
+        self.known.lock().remove(path);
+    }
+
+    /// Forgets every object inside Kubernetes namespace `name`, whatever its API group.
+    fn forget_namespace(&self, name: &str) {
+        let inside = format!("/namespaces/{name}/");
+        self.known.lock().retain(|p, _| !p.contains(&inside));
     }
 
     /// API requests sent so far (benchmarks).
@@ -808,8 +813,7 @@ impl ComputeDriver for KubernetesDriver {
         let name = self.namespace_name(spec);
         let path = format!("{CORE}/namespaces/{name}");
         // Nothing inside a namespace being emptied is known to exist any more.
-        let inside = format!("/namespaces/{name}/");
-        self.known.lock().retain(|p, _| !p.contains(&inside));
+        self.forget_namespace(&name);
         let Some(current) = self
             .client
             .get(&path, cancel)
