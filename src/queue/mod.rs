@@ -17,6 +17,8 @@ const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
 const HEARTBEAT: &str = include_str!("../../sql/queries/work_heartbeat.sql");
 const LOCK_CLAIM: &str = include_str!("../../sql/queries/work_lock_claim.sql");
 const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
+const LOCK_CLAIMS: &str = include_str!("../../sql/queries/work_lock_claims.sql");
+const COMPLETE_BATCH: &str = include_str!("../../sql/queries/work_complete_batch.sql");
 const FAIL: &str = include_str!("../../sql/queries/work_fail.sql");
 const RETRY: &str = include_str!("../../sql/queries/work_retry.sql");
 const DEFER: &str = include_str!("../../sql/queries/work_defer.sql");
@@ -417,6 +419,32 @@ pub fn work_lock_claim(client: &mut impl GenericClient, claim: &Claim) -> Result
         .query_opt(LOCK_CLAIM, &[&claim.id, &claim.token])?
         .map(|row| row.get(0))
         .ok_or(QueueError::ClaimLost)
+}
+
+/// Inside a finalizing transaction: locks the rows of the live claims among `claims` in one
+/// statement (Q6); returns the ids locked. A claim whose id is missing was lost.
+pub fn work_lock_claims(
+    client: &mut impl GenericClient,
+    claims: &[&Claim],
+) -> Result<Vec<i64>, QueueError> {
+    let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
+    let tokens: Vec<&str> = claims.iter().map(|c| c.token.as_str()).collect();
+    let rows = client.query(LOCK_CLAIMS, &[&ids, &tokens])?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Completes the live claims among `done` (`succeeded`) in one statement, each with its code
+/// and result data; returns the ids completed. A claim whose id is missing was lost.
+pub fn work_complete_batch(
+    client: &mut impl GenericClient,
+    done: &[(&Claim, &str, Option<&Value>)],
+) -> Result<Vec<i64>, QueueError> {
+    let ids: Vec<i64> = done.iter().map(|(c, _, _)| c.id).collect();
+    let tokens: Vec<&str> = done.iter().map(|(c, _, _)| c.token.as_str()).collect();
+    let codes: Vec<&str> = done.iter().map(|(_, code, _)| *code).collect();
+    let data: Vec<Option<&Value>> = done.iter().map(|(_, _, d)| *d).collect();
+    let rows = client.query(COMPLETE_BATCH, &[&ids, &tokens, &codes, &data])?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Completes the claim (`succeeded`).

@@ -653,8 +653,30 @@ pub fn finalize_in(
 ) -> Result<Report, PassError> {
     pass.cancel().check()?;
     queue::work_lock_claim(tx, pass.claim)?;
+    let resolved = settle_and_publish(tx, pass, reconciler, resolved)?;
+    transition(tx, pass, &resolved)?;
+    pass.cancel().check()?;
+    Ok(resolved)
+}
+
+/// Under the locked live claim: the reconciler's last look (`settle`) and its publication.
+pub fn settle_and_publish(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    reconciler: &dyn Reconciler,
+    resolved: Report,
+) -> Result<Report, PassError> {
     let resolved = reconciler.settle(tx, pass, resolved)?;
     reconciler.publish(tx, pass, &resolved)?;
+    Ok(resolved)
+}
+
+/// Under the locked live claim: the queue transition of a settled report.
+pub fn transition(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    resolved: &Report,
+) -> Result<(), PassError> {
     let claim = pass.claim;
     match resolved.outcome {
         Outcome::Success => {
@@ -679,8 +701,7 @@ pub fn finalize_in(
             resolved.refusal.as_deref(),
         )?,
     }
-    pass.cancel().check()?;
-    Ok(resolved)
+    Ok(())
 }
 
 #[cfg(test)]

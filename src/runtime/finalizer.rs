@@ -1,18 +1,23 @@
 //! The finalizer threads (`occ-finalize-N`, issue 10 item 4): publish the outcomes of passes
-//! that finish close together in one transaction, a savepoint per pass.
+//! that finish close together in one transaction: together (their claims locked in one
+//! statement, their completions made in one), or, when one of them fails, a savepoint per pass.
 //!
 //! A worker thread hands over its resolved report and blocks until the batch holding it has
-//! committed (or its own unit failed). Each unit is exactly the unbatched finalization
-//! (`reconcile::finalize_in`): it locks the live claim by token and lease first, so zero rows
-//! is still `ClaimLost` for that pass alone; a failing unit is rolled back to its savepoint and
-//! never loses another pass's publication. Deferred constraints are checked at the end of each
-//! unit, inside its savepoint, so no unit can make the shared commit fail. A batch waits for
+//! committed (or its own unit failed). Either way each pass is fenced as the unbatched
+//! finalization (`reconcile::finalize_in`) fences it: its live claim is locked by token and
+//! lease before anything of it is written, so a missing row is still `ClaimLost` for that pass
+//! alone. When anything else fails in the batch tried together, that transaction is rolled
+//! back whole and the batch runs unit by unit: a failing unit is rolled back to its savepoint
+//! and never loses another pass's publication; deferred constraints are checked at the end of
+//! each unit, inside its savepoint, so no unit can make the shared commit fail. A batch waits for
 //! more passes at most `LINGER`, and only while other passes are still running, so a lone
 //! completion does not wait. It never claims work and never touches a pass's lease.
 
 use crate::db::DbError;
-use crate::queue::Claim;
-use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Reconciler, Report, Resolved};
+use crate::queue::{self, Claim, QueueError};
+use crate::reconcile::{
+    self, Context, LeaseState, Outcome, Pass, PassError, Reconciler, Report, Resolved,
+};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,12 +69,14 @@ impl Finalizer {
         Ok((Finalizer { units, running }, handles))
     }
 
-    /// Finalizer threads for a pool of `concurrency`: one per 4 worker threads, at most 8.
-    /// A batch runs its units one after another on one connection, so a single finalizer
-    /// caps throughput at one unit's round trips; several overlap them, and each still
-    /// shares its commit among the passes that finished while the previous batch ran.
+    /// Finalizer threads for a pool of `concurrency`: one per 16 worker threads, at most 8.
+    /// A batch takes four round trips whatever its size (begin, lock, complete, commit), so
+    /// fewer threads make larger batches and fewer statements; a second thread from 17
+    /// worker threads on overlaps one batch's commit with the next one's statements.
+    /// Measured with `scripts/bench-queue --only drain` (README): one per 4 threads made
+    /// batches of 2-3 and drained 10-15 % slower at 16 and 64 threads.
     pub fn threads_for(concurrency: usize) -> usize {
-        concurrency.div_ceil(4).clamp(1, 8)
+        concurrency.div_ceil(16).clamp(1, 8)
     }
 
     /// A pass started on the pool.
@@ -176,11 +183,125 @@ pub struct BatchItem<'a> {
     pub resolved: Report,
 }
 
-/// Publishes `items` in one transaction, a savepoint each (`reconcile::finalize_in`); returns
-/// one answer per item, in order. A failing item (`ClaimLost`, a cancelled pass, a database
-/// error in its statements) is rolled back to its savepoint and the others still commit; if
-/// the connection or the commit fails, no item is published.
+/// Publishes `items` in one transaction; returns one answer per item, in order. A failing item
+/// (`ClaimLost`, a cancelled pass, a database error in its statements) publishes nothing and
+/// the others still commit; if the connection or the commit fails, no item is published.
+///
+/// The batch is first tried together (`finalize_together`): its live claims locked in one
+/// statement, and its completions made in one statement, because PostgreSQL prepares
+/// `occ.work`'s checks and triggers once per statement and that, not the rows, is most of a
+/// single completion's cost. If anything in it fails past the claim locks, that transaction
+/// is rolled back whole and the batch runs again unit by unit (`finalize_each`), a savepoint
+/// per unit, so the failing unit alone is refused.
 pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
+    match finalize_together(ctx, &items) {
+        Together::Done(answers) => answers,
+        Together::Unavailable(what) => (0..items.len()).map(|_| Err(unavailable(what))).collect(),
+        Together::OneByOne => finalize_each(ctx, items),
+    }
+}
+
+/// What trying a batch together came to.
+enum Together {
+    /// Every item answered, the transaction committed (or nothing needed publishing).
+    Done(Vec<Result<Report, PassError>>),
+    /// The connection or the commit failed: nothing is published.
+    Unavailable(&'static str),
+    /// An item failed past the claim locks; nothing was published: run unit by unit.
+    OneByOne,
+}
+
+/// The batch in one transaction without savepoints: cancelled passes and lost claims are
+/// answered first and publish nothing; every other item settles and publishes in order, then
+/// the successes complete in one statement and the other outcomes make their own transitions;
+/// deferred constraints are checked by the commit. Any failure after the locks rolls the
+/// whole transaction back (`Together::OneByOne`).
+fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
+    let mut answers: Vec<Option<Result<Report, PassError>>> = items
+        .iter()
+        .map(|item| item.pass.cancel().check().err().map(|e| Err(e.into())))
+        .collect();
+    let Ok(mut client) = ctx.pool.get() else {
+        return Together::Unavailable("no database connection for the batch");
+    };
+    let Ok(mut tx) = client.transaction() else {
+        return Together::Unavailable("the batch's transaction did not begin");
+    };
+    let wanted: Vec<&Claim> = items
+        .iter()
+        .zip(&answers)
+        .filter(|(_, a)| a.is_none())
+        .map(|(item, _)| item.pass.claim)
+        .collect();
+    if wanted.is_empty() {
+        return Together::Done(answers.into_iter().flatten().collect());
+    }
+    let live = match queue::work_lock_claims(&mut tx, &wanted) {
+        Ok(live) => live,
+        Err(_) => return Together::Unavailable("the batch's connection failed"),
+    };
+    let mut settled: Vec<(usize, Report)> = Vec::with_capacity(live.len());
+    for (i, item) in items.iter().enumerate() {
+        if answers[i].is_some() {
+            continue;
+        }
+        if !live.contains(&item.pass.claim.id) {
+            answers[i] = Some(Err(QueueError::ClaimLost.into()));
+            continue;
+        }
+        match reconcile::settle_and_publish(
+            &mut tx,
+            &item.pass,
+            item.reconciler,
+            item.resolved.clone(),
+        ) {
+            Ok(report) => settled.push((i, report)),
+            Err(_) => return Together::OneByOne,
+        }
+    }
+    let mut successes = Vec::new();
+    for (i, report) in &settled {
+        let pass = &items[*i].pass;
+        if report.outcome == Outcome::Success {
+            successes.push((
+                pass.claim,
+                report.code.as_str(),
+                report.result_data.as_ref(),
+            ));
+        } else if reconcile::transition(&mut tx, pass, report).is_err() {
+            return Together::OneByOne;
+        }
+    }
+    if !successes.is_empty() {
+        match queue::work_complete_batch(&mut tx, &successes) {
+            Ok(done) if done.len() == successes.len() => {}
+            _ => return Together::OneByOne,
+        }
+    }
+    drop(successes);
+    // A pass cancelled while the batch ran publishes nothing.
+    if settled
+        .iter()
+        .any(|(i, _)| items[*i].pass.cancel().check().is_err())
+    {
+        return Together::OneByOne;
+    }
+    match tx.commit() {
+        Ok(()) => {}
+        // A deferred constraint refused the commit: nothing is published; find the unit.
+        Err(e) if e.code().is_some_and(|c| c.code().starts_with("23")) => {
+            return Together::OneByOne
+        }
+        Err(_) => return Together::Unavailable("the batch did not commit"),
+    }
+    for (i, report) in settled {
+        answers[i] = Some(Ok(report));
+    }
+    Together::Done(answers.into_iter().flatten().collect())
+}
+
+/// The batch unit by unit in one transaction, a savepoint each (`reconcile::finalize_in`).
+fn finalize_each(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
     let n = items.len();
     let all = |what: &str| (0..n).map(|_| Err(unavailable(what))).collect();
     let Ok(mut client) = ctx.pool.get() else {

@@ -312,6 +312,115 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     assert_eq!(evidence, 0, "no evidence from the lost claim");
 }
 
+/// Marks its Namespace `ready`, except Namespace `b`, whose publication fails in the database
+/// (a status the table's check refuses).
+struct FailsForB;
+
+impl Reconciler for FailsForB {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        Ok(Report::success("DONE"))
+    }
+
+    fn publish(
+        &self,
+        tx: &mut occ_worker::db::Tx<'_>,
+        pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        let status = if pass.claim.namespace_id == "b" {
+            "not-a-status"
+        } else {
+            "ready"
+        };
+        tx.execute(
+            "UPDATE occ.namespaces_all SET status = $2 WHERE id = $1",
+            &[&pass.claim.namespace_id, &status],
+        )?;
+        Ok(())
+    }
+}
+
+// Issue 10 item 4: a batch is first finalized together (claims locked in one statement,
+// completions in one); when one pass's publication fails there, that transaction is rolled
+// back whole and the batch runs again a savepoint per pass: the failing pass publishes nothing
+// and keeps its claim, the others publish and complete, each with one attempt row.
+#[test]
+fn a_failing_publication_in_a_batch_loses_no_other_pass() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["a", "b", "c", "d"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claims = work_claim_batch(&mut c, &ctx.queue, 4).unwrap();
+    assert_eq!(claims.len(), 4);
+    let leases: Vec<LeaseState> = claims
+        .iter()
+        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
+        .collect();
+    let reconciler = FailsForB;
+    let items = claims
+        .iter()
+        .zip(&leases)
+        .map(|(claim, lease)| BatchItem {
+            pass: Pass {
+                claim,
+                ctx: &ctx,
+                lease,
+            },
+            reconciler: &reconciler,
+            resolved: Report::success("DONE"),
+        })
+        .collect();
+    let answers = finalize_batch(&ctx, items);
+    let by_ns: Vec<(&str, bool)> = claims
+        .iter()
+        .zip(&answers)
+        .map(|(cl, a)| (cl.namespace_id.as_str(), a.is_ok()))
+        .collect();
+    assert_eq!(
+        by_ns,
+        [("a", true), ("b", false), ("c", true), ("d", true)],
+        "{answers:?}"
+    );
+    assert!(
+        matches!(&answers[1], Err(PassError::Db(e)) if e.sqlstate() == Some("23514")),
+        "b's own check violation: {:?}",
+        answers[1]
+    );
+    for ns in ["a", "c", "d"] {
+        assert_eq!(status(&mut c, ns), "ready");
+    }
+    assert_eq!(
+        status(&mut c, "b"),
+        "provisioning",
+        "nothing of b published"
+    );
+    let states: Vec<(String, String, i64)> = c
+        .query(
+            "SELECT w.namespace_id, w.state,
+                    (SELECT count(*) FROM occ.work_attempts a WHERE a.work_id = w.id)
+             FROM occ.work w ORDER BY w.namespace_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let expected = [
+        ("a", "succeeded", 1),
+        ("b", "claimed", 0),
+        ("c", "succeeded", 1),
+        ("d", "succeeded", 1),
+    ];
+    assert_eq!(
+        states,
+        expected.map(|(n, s, k)| (n.to_string(), s.to_string(), k))
+    );
+}
+
 /// Lanes whose `occ.work_lanes` row differs from a full recomputation over `occ.work`.
 fn lanes_out_of_step(c: &mut Client) -> i64 {
     scalar(
