@@ -9,9 +9,10 @@
 //! alone. When anything else fails in the batch tried together, that transaction is rolled
 //! back whole and the batch runs unit by unit: a failing unit is rolled back to its savepoint
 //! and never loses another pass's publication; deferred constraints are checked at the end of
-//! each unit, inside its savepoint, so no unit can make the shared commit fail. A batch waits for
-//! more passes at most `LINGER`, and only while other passes are still running, so a lone
-//! completion does not wait. It never claims work and never touches a pass's lease.
+//! each unit, inside its savepoint, so no unit can make the shared commit fail. A batch of one
+//! pass waits for company at most `LINGER`, and only while other passes are still running, so a
+//! lone completion does not wait; a batch that found several passes waiting goes at once. It
+//! never claims work and never touches a pass's lease.
 
 use crate::db::DbError;
 use crate::queue::{self, Claim, QueueError};
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The longest a batch waits for more passes after its first one arrived.
+/// The longest a batch of one pass waits for more passes.
 pub const LINGER: Duration = Duration::from_millis(1);
 /// The most passes one transaction publishes.
 pub const MAX_BATCH: usize = 64;
@@ -42,8 +43,8 @@ struct Unit {
 #[derive(Clone)]
 pub struct Finalizer {
     units: Sender<Unit>,
-    /// Passes running on the pool and not yet handed over: while there are some, a batch
-    /// waits (at most `LINGER`) for them.
+    /// Passes running on the pool and not yet handed over: while there are some, a batch of
+    /// one pass waits (at most `LINGER`) for them.
     running: Arc<AtomicUsize>,
 }
 
@@ -74,7 +75,8 @@ impl Finalizer {
     /// fewer threads make larger batches and fewer statements; a second thread from 17
     /// worker threads on overlaps one batch's commit with the next one's statements.
     /// Measured with `scripts/bench-queue --only drain` (README): one per 4 threads made
-    /// batches of 2-3 and drained 10-15 % slower at 16 and 64 threads.
+    /// batches of 2-3 and drained 10-15 % slower at 16 and 64 threads; one per 8 or per 32
+    /// was no better than one per 16.
     pub fn threads_for(concurrency: usize) -> usize {
         concurrency.div_ceil(16).clamp(1, 8)
     }
@@ -145,8 +147,10 @@ fn run(ctx: &Context, units: &Receiver<Unit>, running: &AtomicUsize) {
     while let Ok(first) = units.recv() {
         let mut batch = vec![first];
         batch.extend(units.try_iter().take(MAX_BATCH - 1));
+        // Under load passes pile up while the previous batch commits, and the batch goes at
+        // once; only a lone pass waits (at most `LINGER`) for one still running.
         let deadline = Instant::now() + LINGER;
-        while batch.len() < MAX_BATCH && running.load(Ordering::SeqCst) > 0 {
+        while batch.len() == 1 && running.load(Ordering::SeqCst) > 0 {
             match units.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(unit) => batch.push(unit),
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,

@@ -236,6 +236,29 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
     assert_eq!(queued, 1000);
 }
 
+/// Finalizes every claim of `claims` as a success of `reconciler`, in one batch.
+fn finalize_successes(
+    ctx: &occ_worker::reconcile::Context,
+    claims: &[Claim],
+    sent: Instant,
+    reconciler: &dyn Reconciler,
+) -> Vec<Result<Report, PassError>> {
+    let leases: Vec<LeaseState> = claims
+        .iter()
+        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
+        .collect();
+    let items = claims
+        .iter()
+        .zip(&leases)
+        .map(|(claim, lease)| BatchItem {
+            pass: Pass { claim, ctx, lease },
+            reconciler,
+            resolved: Report::success("DONE"),
+        })
+        .collect();
+    finalize_batch(ctx, items)
+}
+
 // Issue 10 item 4: finalizations batched in one transaction, a savepoint each: the pass whose
 // claim was lost gets `ClaimLost` and publishes nothing; the others publish and complete.
 #[test]
@@ -256,25 +279,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
         &[&claims[1].id],
     )
     .unwrap();
-    let leases: Vec<LeaseState> = claims
-        .iter()
-        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
-        .collect();
-    let reconciler = MarksReady;
-    let items = claims
-        .iter()
-        .zip(&leases)
-        .map(|(claim, lease)| BatchItem {
-            pass: Pass {
-                claim,
-                ctx: &ctx,
-                lease,
-            },
-            reconciler: &reconciler,
-            resolved: Report::success("DONE"),
-        })
-        .collect();
-    let answers = finalize_batch(&ctx, items);
+    let answers = finalize_successes(&ctx, &claims, sent, &MarksReady);
     assert_eq!(answers.len(), 3);
     assert!(answers[0].is_ok(), "{:?}", answers[0]);
     assert!(
@@ -356,25 +361,7 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
     let sent = Instant::now();
     let claims = work_claim_batch(&mut c, &ctx.queue, 4).unwrap();
     assert_eq!(claims.len(), 4);
-    let leases: Vec<LeaseState> = claims
-        .iter()
-        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
-        .collect();
-    let reconciler = FailsForB;
-    let items = claims
-        .iter()
-        .zip(&leases)
-        .map(|(claim, lease)| BatchItem {
-            pass: Pass {
-                claim,
-                ctx: &ctx,
-                lease,
-            },
-            reconciler: &reconciler,
-            resolved: Report::success("DONE"),
-        })
-        .collect();
-    let answers = finalize_batch(&ctx, items);
+    let answers = finalize_successes(&ctx, &claims, sent, &FailsForB);
     let by_ns: Vec<(&str, bool)> = claims
         .iter()
         .zip(&answers)
