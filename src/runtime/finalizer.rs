@@ -242,6 +242,9 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
     }
     let live = match queue::work_lock_claims(&mut tx, &wanted) {
         Ok(live) => live,
+        // The server refused the statement (a lock timeout, say): unit by unit, each claim's
+        // own lock decides for its pass alone.
+        Err(QueueError::Db(e)) if e.sqlstate().is_some() => return Together::OneByOne,
         Err(_) => return Together::Unavailable("the batch's connection failed"),
     };
     let mut settled: Vec<(usize, Report)> = Vec::with_capacity(live.len());
