@@ -182,15 +182,9 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
     let db = BenchDb::create(admin, &format!("drain{concurrency}"))?;
     let mut c = db.client()?;
     let lanes = works.clamp(1, 1000);
-    c.batch_execute(&format!(
-        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
-         SELECT 'n' || l, 'n' || l, 'ready', 'admin' FROM generate_series(1, {lanes}) l;
-         INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         SELECT format('namespace:n%s:delete:%s', i % {lanes} + 1, i / {lanes} + 1),
-                'n' || (i % {lanes} + 1), 'deleted', 'admin'
-         FROM generate_series(0, {works} - 1) i ORDER BY i"
-    ))
-    .map_err(step("drain fill"))?;
+    namespaces(&mut c, "n", lanes)?;
+    c.batch_execute(&deletions("n", lanes, 1, 0, works - 1, NOW))
+        .map_err(step("drain fill"))?;
     c.batch_execute("VACUUM ANALYZE occ.work")
         .map_err(step("vacuum"))?;
     let worker = Worker::new(
@@ -419,6 +413,21 @@ fn fill_chunks(
 }
 
 /// Namespaces `<prefix>1..=<n>`, ready.
+/// Due now: the works' own default.
+const NOW: &str = "clock_timestamp()";
+
+/// The statement inserting Namespace deletions number `lo..=hi`, spread over the Namespaces
+/// `{prefix}1` to `{prefix}{lanes}` (one lane each) in turn: work `i` deletes Namespace
+/// `i % lanes + 1` for the `(first + i / lanes)`th time and is due at `due` (SQL of `i`).
+fn deletions(prefix: &str, lanes: i64, first: i64, lo: i64, hi: i64, due: &str) -> String {
+    format!(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
+         SELECT format('namespace:{prefix}%s:delete:%s', i % {lanes} + 1, {first} + i / {lanes}),
+                '{prefix}' || (i % {lanes} + 1), 'deleted', 'admin', {due}
+         FROM generate_series({lo}, {hi}) i ORDER BY i"
+    )
+}
+
 fn namespaces(c: &mut Client, prefix: &str, n: i64) -> Result<(), CliError> {
     c.batch_execute(&format!(
         "INSERT INTO occ.namespaces_all (id, name, status, created_by)
@@ -451,12 +460,7 @@ fn claim_busy_lanes(admin: &str, backlog: i64, cycles: usize) -> Result<Value, C
     let per_lane = (backlog / 100).max(1);
     let fill = Instant::now();
     fill_chunks(&mut c, per_lane * 100, "busy-lane backlog", |lo, hi| {
-        format!(
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-             SELECT format('namespace:b%s:delete:%s', i % 100 + 1, i / 100 + 1),
-                    'b' || (i % 100 + 1), 'deleted', 'admin'
-             FROM generate_series({lo}, {hi}) i ORDER BY i"
-        )
+        deletions("b", 100, 1, lo, hi, NOW)
     })?;
     c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
         .map_err(step("analyze"))?;
@@ -480,12 +484,7 @@ fn claim_after_completions(admin: &str, completed: i64, cycles: usize) -> Result
     let before = claim_probe(&mut c, cycles)?;
     let fill = Instant::now();
     fill_chunks(&mut c, completed, "completions fill", |lo, hi| {
-        format!(
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-             SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, i / 1000 + 1),
-                    'n' || (i % 1000 + 1), 'deleted', 'admin'
-             FROM generate_series({lo}, {hi}) i ORDER BY i"
-        )
+        deletions("n", 1000, 1, lo, hi, NOW)
     })?;
     let opts = QueueOptions::new(LEASE, 5);
     let mut done = 0i64;
@@ -519,12 +518,13 @@ fn claim_with_future(admin: &str, future: i64, cycles: usize) -> Result<Value, C
     let before = claim_probe(&mut c, cycles)?;
     let fill = Instant::now();
     fill_chunks(&mut c, future, "future fill", |lo, hi| {
-        format!(
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
-             SELECT format('namespace:f%s:delete:%s', i % 10000 + 1, i / 10000 + 1),
-                    'f' || (i % 10000 + 1), 'deleted', 'admin',
-                    clock_timestamp() + interval '1 hour' + i * interval '1 ms'
-             FROM generate_series({lo}, {hi}) i ORDER BY i"
+        deletions(
+            "f",
+            10_000,
+            1,
+            lo,
+            hi,
+            "clock_timestamp() + interval '1 hour' + i * interval '1 ms'",
         )
     })?;
     c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
@@ -797,12 +797,7 @@ fn occ_work_ceilings(
     let mut out = Vec::new();
     for (pass, &clients) in levels.iter().enumerate() {
         fill_chunks(&mut c, 20_000, "pgbench occ.work fill", |lo, hi| {
-            format!(
-                "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-                 SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, {pass} * 100 + i / 1000 + 1),
-                        'n' || (i % 1000 + 1), 'deleted', 'admin'
-                 FROM generate_series({lo}, {hi}) i ORDER BY i"
-            )
+            deletions("n", 1000, pass as i64 * 100 + 1, lo, hi, NOW)
         })?;
         c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
             .map_err(step("analyze"))?;

@@ -225,12 +225,6 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
         .iter()
         .map(|item| item.pass.cancel().check().err().map(|e| Err(e.into())))
         .collect();
-    let Ok(mut client) = ctx.pool.get() else {
-        return Together::Unavailable("no database connection for the batch");
-    };
-    let Ok(mut tx) = client.transaction() else {
-        return Together::Unavailable("the batch's transaction did not begin");
-    };
     let wanted: Vec<&Claim> = items
         .iter()
         .zip(&answers)
@@ -240,6 +234,12 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
     if wanted.is_empty() {
         return Together::Done(answers.into_iter().flatten().collect());
     }
+    let Ok(mut client) = ctx.pool.get() else {
+        return Together::Unavailable("no database connection for the batch");
+    };
+    let Ok(mut tx) = client.transaction() else {
+        return Together::Unavailable("the batch's transaction did not begin");
+    };
     let live = match queue::work_lock_claims(&mut tx, &wanted) {
         Ok(live) => live,
         // The server refused the statement (a lock timeout, say): unit by unit, each claim's
@@ -285,7 +285,6 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
             _ => return Together::OneByOne,
         }
     }
-    drop(successes);
     // A pass cancelled while the batch ran publishes nothing.
     if settled
         .iter()

@@ -19,8 +19,12 @@ fn deletion(ns: &str, n: u32) -> NewWork {
     NewWork::namespace_delete(ns, Some(n), "admin")
 }
 
-/// Marks its Namespace `ready` as its publication, so a test can see what was published.
-struct MarksReady;
+/// Marks its Namespace `ready` as its publication, so a test can see what was published;
+/// the publication of the Namespace named in `refused` fails in the database (a status the
+/// table's check refuses).
+struct MarksReady {
+    refused: Option<&'static str>,
+}
 
 impl Reconciler for MarksReady {
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
@@ -33,9 +37,15 @@ impl Reconciler for MarksReady {
         pass: &Pass<'_>,
         _report: &Report,
     ) -> Result<(), PassError> {
+        let namespace = pass.claim.namespace_id.as_str();
+        let status = if self.refused == Some(namespace) {
+            "not-a-status"
+        } else {
+            "ready"
+        };
         tx.execute(
-            "UPDATE occ.namespaces_all SET status = 'ready' WHERE id = $1",
-            &[&pass.claim.namespace_id],
+            "UPDATE occ.namespaces_all SET status = $2 WHERE id = $1",
+            &[&namespace, &status],
         )?;
         Ok(())
     }
@@ -279,7 +289,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
         &[&claims[1].id],
     )
     .unwrap();
-    let answers = finalize_successes(&ctx, &claims, sent, &MarksReady);
+    let answers = finalize_successes(&ctx, &claims, sent, &MarksReady { refused: None });
     assert_eq!(answers.len(), 3);
     assert!(answers[0].is_ok(), "{:?}", answers[0]);
     assert!(
@@ -317,34 +327,6 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     assert_eq!(evidence, 0, "no evidence from the lost claim");
 }
 
-/// Marks its Namespace `ready`, except Namespace `b`, whose publication fails in the database
-/// (a status the table's check refuses).
-struct FailsForB;
-
-impl Reconciler for FailsForB {
-    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
-        Ok(Report::success("DONE"))
-    }
-
-    fn publish(
-        &self,
-        tx: &mut occ_worker::db::Tx<'_>,
-        pass: &Pass<'_>,
-        _report: &Report,
-    ) -> Result<(), PassError> {
-        let status = if pass.claim.namespace_id == "b" {
-            "not-a-status"
-        } else {
-            "ready"
-        };
-        tx.execute(
-            "UPDATE occ.namespaces_all SET status = $2 WHERE id = $1",
-            &[&pass.claim.namespace_id, &status],
-        )?;
-        Ok(())
-    }
-}
-
 // Issue 10 item 4: a batch is first finalized together (claims locked in one statement,
 // completions in one); when one pass's publication fails there, that transaction is rolled
 // back whole and the batch runs again a savepoint per pass: the failing pass publishes nothing
@@ -361,7 +343,7 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
     let sent = Instant::now();
     let claims = work_claim_batch(&mut c, &ctx.queue, 4).unwrap();
     assert_eq!(claims.len(), 4);
-    let answers = finalize_successes(&ctx, &claims, sent, &FailsForB);
+    let answers = finalize_successes(&ctx, &claims, sent, &MarksReady { refused: Some("b") });
     let by_ns: Vec<(&str, bool)> = claims
         .iter()
         .zip(&answers)
