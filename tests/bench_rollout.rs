@@ -211,7 +211,7 @@ fn run(admin: &str, spec: &Run) -> Measured {
     wait("rollout", Duration::from_secs(3600), || {
         count(
             &mut c,
-            "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE 'agent_revision:%' AND state IN ('queued', 'claimed')",
+            "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE 'agent_revision:%' AND state IN ('queued', 'claimed')",
         ) == 0
     });
     let wall = started.elapsed();

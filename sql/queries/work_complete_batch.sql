@@ -5,15 +5,20 @@
 -- $1 ids, $2 claim tokens, $3 reason codes, $4 result data (aligned; NULL for none).
 WITH b AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[]) AS b(id, token, code, data)
+), fence AS (
+    SELECT w.id, l.claim_attempt, b.code, b.data
+    FROM b
+    JOIN occ.work w ON w.id = b.id
+    JOIN occ.work_lanes l ON l.lane = w.lane AND l.claim_id = w.id AND l.claim_token = b.token::uuid
+    WHERE l.lease_expires_at > clock_timestamp()
+    FOR UPDATE OF w FOR KEY SHARE OF l
 ), done AS (
     UPDATE occ.work w
-    SET state = 'succeeded', reason_code = b.code, result_data = b.data,
-        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-        completed_at = clock_timestamp(), updated_at = clock_timestamp()
-    FROM b
-    WHERE w.id = b.id AND w.claim_token = b.token::uuid AND w.state = 'claimed'
-      AND w.lease_expires_at > clock_timestamp()
-    RETURNING w.id, w.attempt_count, b.code
+    SET state = 'succeeded', attempt_count = f.claim_attempt, reason_code = f.code,
+        result_data = f.data, completed_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM fence f
+    WHERE w.id = f.id
+    RETURNING w.id, w.attempt_count, f.code
 )
 INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
 SELECT id, attempt_count, code, 'succeeded' FROM done ORDER BY id

@@ -1,13 +1,18 @@
--- Fails the current live claim for good (Q9) and records its evidence.
+-- Fails the current live claim for good (Q9) and records its evidence; the attempt is spent.
 -- $1 id, $2 claim token, $3 reason code, $4 result data (nullable jsonb), $5 refusal (nullable).
-WITH done AS (
-    UPDATE occ.work
-    SET state = 'failed_permanent', reason_code = $3, result_data = $4::jsonb,
-        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-        completed_at = clock_timestamp(), updated_at = clock_timestamp()
-    WHERE id = $1 AND claim_token = $2::text::uuid AND state = 'claimed'
-      AND lease_expires_at > clock_timestamp()
-    RETURNING id, attempt_count
+WITH fence AS (
+    SELECT w.id, l.claim_attempt
+    FROM occ.work w
+    JOIN occ.work_lanes l ON l.lane = w.lane AND l.claim_id = w.id
+    WHERE w.id = $1 AND l.claim_token = $2::text::uuid AND l.lease_expires_at > clock_timestamp()
+    FOR UPDATE OF w FOR KEY SHARE OF l
+), done AS (
+    UPDATE occ.work w
+    SET state = 'failed_permanent', attempt_count = f.claim_attempt, reason_code = $3,
+        result_data = $4::jsonb, completed_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM fence f
+    WHERE w.id = f.id
+    RETURNING w.id, w.attempt_count
 )
 INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
 SELECT id, attempt_count, $3, 'failed', $5 FROM done

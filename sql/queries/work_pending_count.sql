@@ -1,6 +1,13 @@
 -- Queued and claimed work: the readiness probe's and the metrics' queue depth. Bounded
--- (issue 10): each count stops at $1 rows (index-only scans of the partial indexes), so a
--- large backlog never makes readiness slow; a count equal to $1 means "at least".
+-- (issue 10): each count stops at $1 rows (index-only scans of partial indexes), so a large
+-- backlog never makes readiness slow; a count equal to $1 means "at least". A claimed work is
+-- `queued` in `occ.work` with its claim on its lane row (V14), so it is counted there and
+-- taken out of the queued count.
 -- $1 cap.
-SELECT (SELECT count(*) FROM (SELECT 1 FROM occ.work WHERE state = 'queued' LIMIT $1) q) AS queued,
-       (SELECT count(*) FROM (SELECT 1 FROM occ.work WHERE state = 'claimed' LIMIT $1) c) AS claimed
+WITH claimed AS (
+    SELECT count(*) AS n FROM (SELECT 1 FROM occ.work_lanes WHERE claim_id IS NOT NULL LIMIT $1) c
+)
+SELECT (SELECT count(*) FROM (SELECT 1 FROM occ.work WHERE state = 'queued'
+                               LIMIT $1 + (SELECT n FROM claimed)) q) - (SELECT n FROM claimed)
+           AS queued,
+       (SELECT n FROM claimed) AS claimed

@@ -3,37 +3,43 @@
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement.
--- Bounded (issue 10): expired claims are found among the live claims (the partial unique index
--- work_one_claim_per_lane), exhausted queued works in the range of work_queued_attempts above
+-- Bounded (issue 10): expired claims are found among the live claims on the lane rows (V14's
+-- partial index work_lanes_claims), exhausted queued works in the range of work_queued_attempts above
 -- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
--- ahead of the works queued behind it in its lane (lane order, Q4).
+-- ahead of the works queued behind it in its lane (lane order, Q4). A lane row a finalizing
+-- transaction holds (FOR KEY SHARE) is passed by.
 -- $1 max attempts.
 WITH stale AS (
     -- A refused candidate waiting on its stop (R9) keeps that wait: its latest evidence is a
     -- stop wait (or an earlier recovery of one) carrying the refusal.
-    SELECT w.id,
+    SELECT w.id, l.lane, l.claim_attempt,
            (SELECT a.refusal FROM occ.work_attempts a
             WHERE a.work_id = w.id
               AND a.code IN ('REFUSED_CANDIDATE_STOP_PENDING', 'LEASE_EXPIRED')
               AND a.id = (SELECT max(b.id) FROM occ.work_attempts b WHERE b.work_id = w.id)
            ) AS refusal
-    FROM occ.work w
-    WHERE w.state = 'claimed'
-      AND (w.lease_expires_at <= clock_timestamp() OR NOT isfinite(w.lease_expires_at))
-    FOR UPDATE OF w SKIP LOCKED
+    FROM occ.work_lanes l
+    JOIN occ.work w ON w.id = l.claim_id
+    WHERE l.claim_id IS NOT NULL
+      AND (l.lease_expires_at <= clock_timestamp() OR NOT isfinite(l.lease_expires_at))
+    FOR UPDATE OF l, w SKIP LOCKED
+), released AS (
+    UPDATE occ.work_lanes l
+    SET claim_id = NULL, claim_token = NULL, claimed_at = NULL, renewed_at = NULL,
+        lease_expires_at = NULL, claim_attempt = NULL
+    FROM stale s
+    WHERE l.lane = s.lane AND l.claim_id = s.id
 ), expired AS (
-    -- A stored wait refunds the attempt and never fails here: the work must not end with its
-    -- refused candidate running (seed 004 6285-6305, 6317-6329).
+    -- A stored wait refunds the attempt (the work keeps its count) and never fails here: the
+    -- work must not end with its refused candidate running (seed 004 6285-6305, 6317-6329).
     UPDATE occ.work w
-    SET state = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+    SET state = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
                      THEN 'failed_permanent' ELSE 'queued' END,
-        reason_code = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+        reason_code = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
                            THEN 'LEASE_EXPIRED' END,
-        completed_at = CASE WHEN s.refusal IS NULL AND w.attempt_count >= $1
+        completed_at = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
                             THEN clock_timestamp() END,
-        attempt_count = CASE WHEN s.refusal IS NULL THEN w.attempt_count
-                             ELSE greatest(w.attempt_count - 1, 0) END,
-        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
+        attempt_count = CASE WHEN s.refusal IS NULL THEN s.claim_attempt ELSE w.attempt_count END,
         updated_at = clock_timestamp()
     FROM stale s
     WHERE w.id = s.id
@@ -43,9 +49,11 @@ WITH stale AS (
     UPDATE occ.work w
     SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
         completed_at = clock_timestamp(), updated_at = clock_timestamp()
-    WHERE w.id IN (SELECT id FROM occ.work
-                   WHERE state = 'queued' AND attempt_count >= $1
-                   FOR UPDATE SKIP LOCKED)
+    WHERE w.id IN (SELECT q.id FROM occ.work q
+                   WHERE q.state = 'queued' AND q.attempt_count >= $1
+                     AND NOT EXISTS (SELECT 1 FROM occ.work_lanes l
+                                     WHERE l.lane = q.lane AND l.claim_id = q.id)
+                   FOR UPDATE OF q SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
               w.reason_code, NULL::text AS refusal
 ), changed AS (
@@ -71,6 +79,7 @@ WITH stale AS (
            jsonb_build_object('namespaceStatus', 'failed', 'recovery', true)
     FROM failed_namespaces f CROSS JOIN occ.installation i
 )
-SELECT (SELECT count(*) FROM changed WHERE state = 'queued') AS requeued,
+-- A requeued work is claimable at once (it kept its past due time): wake idle workers (Q13).
+SELECT (SELECT count(*) FROM changed WHERE state = 'queued' AND occ.work_wake()) AS requeued,
        (SELECT count(*) FROM changed WHERE state = 'failed_permanent') AS failed,
        (SELECT count(*) FROM failed_namespaces) AS failed_namespaces

@@ -1,18 +1,25 @@
 -- Releases the current live claim of a pass interrupted by a stopping worker (W4): back to
--- the queue at once, the attempt consumed by the claim refunded (like a deferral, Q8), with
--- WORKER_STOPPING evidence, so another worker resumes it without waiting for the lease. It
--- keeps its due time (already past), so it stays the head of its lane (Q4 lane order).
+-- the queue at once, the attempt the claim would have consumed refunded (like a deferral, Q8),
+-- with WORKER_STOPPING evidence, so another worker resumes it without waiting for the lease,
+-- and idle workers are woken (Q13). Only the lane row is written (V14): the work keeps its due
+-- time (already past) and its count, so it stays the head of its lane (Q4 lane order).
 -- $1 id, $2 claim token, $3 code.
-WITH done AS (
-    UPDATE occ.work
-    SET state = 'queued',
-        attempt_count = attempt_count - 1,
-        claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL,
-        updated_at = clock_timestamp()
-    WHERE id = $1 AND claim_token = $2::text::uuid AND state = 'claimed'
-      AND lease_expires_at > clock_timestamp()
-    RETURNING id, attempt_count
+WITH fence AS (
+    SELECT w.id, w.lane, l.claim_attempt
+    FROM occ.work w
+    JOIN occ.work_lanes l ON l.lane = w.lane AND l.claim_id = w.id
+    WHERE w.id = $1 AND l.claim_token = $2::text::uuid AND l.lease_expires_at > clock_timestamp()
+    FOR UPDATE OF w FOR KEY SHARE OF l
+), released AS (
+    UPDATE occ.work_lanes l
+    SET claim_id = NULL, claim_token = NULL, claimed_at = NULL, renewed_at = NULL,
+        lease_expires_at = NULL, claim_attempt = NULL
+    FROM fence f
+    WHERE l.lane = f.lane AND l.claim_id = f.id
+    RETURNING f.id, f.claim_attempt
+), evidence AS (
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
+    SELECT id, claim_attempt, $3, 'deferred' FROM released
+    RETURNING work_id
 )
-INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
-SELECT id, attempt_count + 1, $3, 'deferred' FROM done
-RETURNING work_id
+SELECT work_id FROM evidence WHERE occ.work_wake()

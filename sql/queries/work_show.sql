@@ -10,5 +10,5 @@ SELECT w.id, w.idempotency_key, w.operation, w.namespace_id, w.agent_id, w.revis
                     'at', to_char(a.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
                   ORDER BY a.id)
                  FROM occ.work_attempts a WHERE a.work_id = w.id), '[]'::jsonb) AS attempts
-FROM occ.work w
+FROM occ.work_status w
 WHERE w.idempotency_key = $1

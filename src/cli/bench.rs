@@ -197,7 +197,8 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
     let running = std::thread::spawn(move || worker.run());
     // Lanes with queued or claimed work (V11's lane rows, a thousand of them): a count over
     // `occ.work` would itself take a share of this two-core machine while it is measured.
-    let pending = "SELECT count(*) FROM occ.work_lanes WHERE head_id IS NOT NULL OR claimed";
+    let pending =
+        "SELECT count(*) FROM occ.work_lanes WHERE head_id IS NOT NULL OR claim_id IS NOT NULL";
     while count(&mut c, pending)? > 0 {
         std::thread::sleep(Duration::from_millis(20));
         if started.elapsed() > Duration::from_secs(600) {
@@ -282,7 +283,7 @@ fn latency(admin: &str, samples: usize) -> Result<Value, CliError> {
         }
         micros.push(at.duration_since(sent).as_micros() as u64);
         from_commit.push(at.saturating_duration_since(committed).as_micros() as u64);
-        let done = "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')";
+        let done = "SELECT count(*) FROM occ.work WHERE state = 'queued'";
         while count(&mut c, done)? > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -804,9 +805,8 @@ fn occ_work_ceilings(
         let tps = pgbench_tps(pgbench, &script, clients, seconds, &db.url)?;
         c.batch_execute(
             "UPDATE occ.work SET state = 'succeeded', reason_code = 'DONE',
-                 completed_at = clock_timestamp(), claim_token = NULL, claimed_at = NULL,
-                 lease_expires_at = NULL
-             WHERE state IN ('queued', 'claimed')",
+                 completed_at = clock_timestamp()
+             WHERE state = 'queued'",
         )
         .map_err(step("pgbench occ.work reset"))?;
         out.push((clients, round(tps, 0)));

@@ -1,8 +1,8 @@
 //! The durable work queue (SPEC Q1-Q13): one method per SQL statement, named `work_<verb>`.
 //!
-//! Every transition of a claimed row is written "only if still mine": the claim token, the
-//! `claimed` state and a live lease are all in the `WHERE`, and zero rows means the claim was
-//! lost, never success. The statements live in `sql/queries/`; no other module writes queue
+//! Every transition of a claimed work is written "only if still mine": the work joined to its
+//! lane row's claim (V14: the claimed work, the claim token and a live lease) is in the
+//! `WHERE`, and zero rows means the claim was lost, never success. The statements live in `sql/queries/`; no other module writes queue
 //! SQL. Ages and deadlines come from the database clock.
 
 use crate::db::DbError;
@@ -364,17 +364,11 @@ pub fn work_claim_batch(
     options: &QueueOptions,
     limit: usize,
 ) -> Result<Vec<Claim>, QueueError> {
-    let limit = limit.clamp(1, i64::MAX as usize) as i64;
-    // A concurrent claim in the same lane loses on the partial unique index; another
-    // candidate (or nothing) is then the right answer, so try again a few times.
-    for _ in 0..8 {
-        match client.query(CLAIM, &[&ms(options.lease), &limit]) {
-            Ok(rows) => return rows.iter().map(claim_from_row).collect(),
-            Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Vec::new())
+    // Concurrent claims never meet: each locks the lane rows it takes (SKIP LOCKED), and a
+    // lane row holds one claim (V14).
+    let limit = limit.clamp(1, 1 << 20) as i64;
+    let rows = client.query(CLAIM, &[&ms(options.lease), &limit])?;
+    rows.iter().map(claim_from_row).collect()
 }
 
 fn claim_from_row(row: &postgres::Row) -> Result<Claim, QueueError> {

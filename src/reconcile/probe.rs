@@ -26,8 +26,8 @@ COMMIT;
 const PROBE_ENTER: &str = "
 INSERT INTO public.occ_lane_probe AS p (lane, work_id, token) VALUES ($1, $2, $3)
 ON CONFLICT (lane) DO UPDATE SET work_id = excluded.work_id, token = excluded.token
-WHERE NOT EXISTS (SELECT 1 FROM occ.work w
-                  WHERE w.id = p.work_id AND w.state = 'claimed' AND w.claim_token::text = p.token)
+WHERE NOT EXISTS (SELECT 1 FROM occ.work_lanes l
+                  WHERE l.claim_id = p.work_id AND l.claim_token::text = p.token)
 ";
 
 /// Completes every work with `NOOP_COMPLETED`.

@@ -74,7 +74,7 @@ pub fn deploy(c: &mut Client, agent: &str) -> String {
 pub fn work(c: &mut Client, key: &str) -> (String, Option<String>, Option<Value>, i32) {
     let r = c
         .query_one(
-            "SELECT state, reason_code, result_data, attempt_count FROM occ.work WHERE idempotency_key = $1",
+            "SELECT state, reason_code, result_data, attempt_count FROM occ.work_status WHERE idempotency_key = $1",
             &[&key],
         )
         .unwrap();
@@ -84,7 +84,7 @@ pub fn work(c: &mut Client, key: &str) -> (String, Option<String>, Option<Value>
 /// The attempt evidence codes of one work row, oldest first, as "outcome:code".
 pub fn evidence(c: &mut Client, key: &str) -> Vec<String> {
     c.query(
-        "SELECT a.outcome || ':' || a.code FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+        "SELECT a.outcome || ':' || a.code FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
          WHERE w.idempotency_key = $1 ORDER BY a.id",
         &[&key],
     )
@@ -477,7 +477,7 @@ fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
     );
     for sql in [
         "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
-        "SELECT count(*) FROM occ.work WHERE agent_id = $1",
+        "SELECT count(*) FROM occ.work_status WHERE agent_id = $1",
         "SELECT count(*) FROM occ.identities WHERE agent_id = $1",
         "SELECT count(*) FROM occ.iam_bindings WHERE resource_id = $1",
     ] {
@@ -788,7 +788,7 @@ fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes(
         {
             let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
             c.execute(
-                "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE state = 'claimed'",
+                "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE claim_id IS NOT NULL",
                 &[],
             )
             .unwrap();

@@ -57,7 +57,7 @@ fn deferred_after(
     move |c| {
         driver.calls_of(method).len() >= calls
             && c.query_opt(
-                "SELECT 1 FROM occ.work WHERE idempotency_key = $1 AND state = 'queued'",
+                "SELECT 1 FROM occ.work_status WHERE idempotency_key = $1 AND state = 'queued'",
                 &[&key],
             )
             .unwrap()
@@ -227,7 +227,7 @@ fn z5_a_draining_stop_defers_on_its_cadence_and_logs_its_first_yield_then_its_en
         let r = c
             .query_one(
                 "SELECT attempt_count, extract(epoch FROM available_at - updated_at)::float8 * 1000
-                 FROM occ.work WHERE idempotency_key = $1",
+                 FROM occ.work_status WHERE idempotency_key = $1",
                 &[&key],
             )
             .unwrap();

@@ -289,7 +289,7 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
         wait_until(Duration::from_secs(30), key, || {
             let state: String = c
                 .query_one(
-                    "SELECT state FROM occ.work WHERE idempotency_key = $1",
+                    "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
                     &[&key],
                 )
                 .unwrap()
@@ -303,7 +303,7 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
     run_worker(&proxy, &format!("namespace:{revoked_ns}:ensure"));
     let row = c
         .query_one(
-            "SELECT state, reason_code FROM occ.work WHERE idempotency_key = $1",
+            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
             &[&format!("namespace:{revoked_ns}:ensure")],
         )
         .unwrap();

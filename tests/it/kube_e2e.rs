@@ -163,7 +163,7 @@ pub fn leftovers(fake: &KubeFake) -> Vec<String> {
 fn all_done(c: &mut Client, prefix: &str) -> bool {
     let open: i64 = c
         .query_one(
-            "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
+            "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
             &[&format!("{prefix}%")],
         )
         .unwrap()
@@ -262,7 +262,7 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
     });
     let stopped: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE 'agent:%:stop:%' AND reason_code = 'AGENT_STOPPED'",
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE 'agent:%:stop:%' AND reason_code = 'AGENT_STOPPED'",
     );
     assert_eq!(stopped, AGENTS as i64);
     let pods = fake
@@ -288,7 +288,7 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
     });
     let failed: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work WHERE state = 'failed_permanent'",
+        "SELECT count(*) FROM occ.work_status WHERE state = 'failed_permanent'",
     );
     assert_eq!(failed, 0);
     wait_for(

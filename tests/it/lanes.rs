@@ -41,12 +41,15 @@ fn fill(c: &mut Client) {
         LANES - 1
     ))
     .unwrap();
-    let lanes: i64 = scalar(c, "SELECT count(DISTINCT lane) FROM occ.work");
+    let lanes: i64 = scalar(c, "SELECT count(DISTINCT lane) FROM occ.work_status");
     assert_eq!(lanes, LANES as i64);
 }
 
 fn succeeded(c: &mut Client) -> i64 {
-    scalar(c, "SELECT count(*) FROM occ.work WHERE state = 'succeeded'")
+    scalar(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE state = 'succeeded'",
+    )
 }
 
 /// Records every lane it is in; entering a lane already held is a violation.
@@ -118,7 +121,7 @@ fn one_worker_with_sixteen_threads_never_runs_a_lane_twice_at_once() {
     );
     let retried: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work WHERE attempt_count <> 1",
+        "SELECT count(*) FROM occ.work_status WHERE attempt_count <> 1",
     );
     assert_eq!(retried, 0);
 }

@@ -60,7 +60,7 @@ fn run_rev(f: &Fixture, driver: &Arc<ScriptedDriver>, rev: &str) {
     let k = key(rev);
     run_until(&f.db, driver.clone(), move |c| {
         c.query_one(
-            "SELECT state FROM occ.work WHERE idempotency_key = $1",
+            "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
             &[&k],
         )
         .unwrap()
@@ -493,7 +493,7 @@ fn m2_a_read_granted_again_lifts_a_stored_refused_candidate_wait() {
     );
     let refusal: Option<String> = c
         .query_one(
-            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.code = 'REFUSED_CANDIDATE_STOP_PENDING'",
             &[&key(&rev)],
         )

@@ -135,7 +135,7 @@ impl Harness {
         let row = self
             .sql()
             .query_one(
-                "SELECT state, reason_code, attempt_count FROM occ.work WHERE idempotency_key = $1",
+                "SELECT state, reason_code, attempt_count FROM occ.work_status WHERE idempotency_key = $1",
                 &[&key],
             )
             .unwrap();
@@ -224,7 +224,7 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     let count: i64 = h
         .sql()
         .query_one(
-            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
+            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work_status)",
             &[],
         )
         .unwrap()
@@ -758,7 +758,7 @@ fn n3_pending_observations_are_audited_once_per_distinct_observation() {
     let evidence: i64 = h
         .sql()
         .query_one(
-            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.outcome = 'deferred'",
             &[&ensure_key(&ns)],
         )
@@ -799,7 +799,7 @@ fn q12_pending_past_the_convergence_deadline_fails_the_namespace() {
     let data: Value = h
         .sql()
         .query_one(
-            "SELECT result_data FROM occ.work WHERE idempotency_key = $1",
+            "SELECT result_data FROM occ.work_status WHERE idempotency_key = $1",
             &[&ensure_key(&ns)],
         )
         .unwrap()
@@ -975,7 +975,7 @@ fn q6_a_stale_claim_publishes_no_tombstone_policy_removal_or_audit() {
     let report = occ_worker::reconcile::Reconciler::reconcile(&reconciler, &pass).unwrap();
     assert_eq!(report.code, "NAMESPACE_RECONCILED");
     // Another worker took the work over meanwhile.
-    h.batch("UPDATE occ.work SET claim_token = gen_random_uuid() WHERE state = 'claimed'");
+    h.batch("UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id IS NOT NULL");
     let e = reconcile::finalize(&pass, &reconciler, report).unwrap_err();
     assert!(e.is_claim_loss());
     assert_eq!(h.status(&ns), "deleting");
@@ -1050,7 +1050,7 @@ fn w1_a_running_worker_drives_create_and_delete_to_completion() {
             let row = h
                 .sql()
                 .query_opt(
-                    "SELECT state FROM occ.work WHERE idempotency_key = $1",
+                    "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
                     &[&key],
                 )
                 .unwrap();

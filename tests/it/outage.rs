@@ -149,7 +149,7 @@ fn enqueue_namespace(c: &mut Client, id: &str) {
 
 fn state(c: &mut Client, id: &str) -> String {
     c.query_one(
-        "SELECT state FROM occ.work WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
+        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
         &[&id],
     )
     .unwrap()

@@ -27,7 +27,8 @@ fn refused(client: &mut Client, sql: &str) -> (SqlState, Option<String>) {
 fn expire_leases(client: &mut Client) {
     client
         .batch_execute(
-            "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 s' WHERE state = 'claimed'",
+            "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 s'
+             WHERE claim_id IS NOT NULL",
         )
         .unwrap();
 }
@@ -35,7 +36,7 @@ fn expire_leases(client: &mut Client) {
 fn row_state(client: &mut Client, id: i64) -> (String, i32, Option<String>) {
     let row = client
         .query_one(
-            "SELECT state, attempt_count, reason_code FROM occ.work WHERE id = $1",
+            "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE id = $1",
             &[&id],
         )
         .unwrap();
@@ -65,14 +66,17 @@ fn postgres_rejects_every_malformed_work_row() {
     insert_agent(&mut c, "ns1", "a1", 1);
     insert_agent(&mut c, "ns1", "a2", 1);
     insert_agent(&mut c, "ns2", "b1", 1);
-    // A valid claimed row, so a second claim in its lane can be attempted.
+    // A valid claimed work (the claim on its lane row, V14), so a second claim in its lane
+    // can be attempted.
     c.batch_execute(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, state,
-             attempt_count, claim_token, claimed_at, lease_expires_at)
-         VALUES ('namespace:ns2:ensure', 'ns2', 'ready', 'admin', 'claimed', 1,
-             gen_random_uuid(), now(), now() + interval '1 min')",
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         VALUES ('namespace:ns2:ensure', 'ns2', 'ready', 'admin');
+         UPDATE occ.work_lanes SET claim_id = head_id, claim_token = gen_random_uuid(),
+             claimed_at = now(), renewed_at = now(), lease_expires_at = now() + interval '1 min',
+             claim_attempt = 1
+         WHERE lane = 'namespace:ns2'",
     )
-    .expect("a well-formed claimed row is accepted");
+    .expect("a well-formed claim is accepted");
 
     let check = SqlState::CHECK_VIOLATION;
     let fk = SqlState::FOREIGN_KEY_VIOLATION;
@@ -163,26 +167,32 @@ fn postgres_rejects_every_malformed_work_row() {
             "work_namespace_id_fkey",
         ),
         (
-            "claimed without a claim token",
+            "a work row in the claimed state (a claim lives on its lane)",
             "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, state,
-                 attempt_count, claimed_at, lease_expires_at)
-             VALUES ('namespace:ns1:ensure', 'ns1', 'ready', 'admin', 'claimed', 1, now(), now())",
+                 attempt_count)
+             VALUES ('namespace:ns1:ensure', 'ns1', 'ready', 'admin', 'claimed', 1)",
             check.clone(),
-            "work_claim",
+            "work_state_check",
         ),
         (
-            "queued with a claim token",
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, claim_token)
-             VALUES ('namespace:ns1:ensure', 'ns1', 'ready', 'admin', gen_random_uuid())",
+            "a lane claim without a claim token",
+            "INSERT INTO occ.work_lanes (lane, claim_id, claimed_at, renewed_at, lease_expires_at,
+                 claim_attempt)
+             VALUES ('namespace:ns1', 1, now(), now(), now(), 1)",
             check.clone(),
-            "work_claim",
+            "work_lanes_claim",
         ),
         (
-            "queued with a lease but no token",
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, lease_expires_at)
-             VALUES ('namespace:ns1:ensure', 'ns1', 'ready', 'admin', now())",
+            "a lane with a claim token but no claimed work",
+            "INSERT INTO occ.work_lanes (lane, claim_token) VALUES ('namespace:ns1', gen_random_uuid())",
             check.clone(),
-            "work_claim",
+            "work_lanes_claim",
+        ),
+        (
+            "a lane with a lease but no claim",
+            "INSERT INTO occ.work_lanes (lane, lease_expires_at) VALUES ('namespace:ns1', now())",
+            check.clone(),
+            "work_lanes_claim",
         ),
         (
             "queued with a reason code",
@@ -192,13 +202,12 @@ fn postgres_rejects_every_malformed_work_row() {
             "work_result",
         ),
         (
-            "claimed before any attempt",
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, state,
-                 attempt_count, claim_token, claimed_at, lease_expires_at)
-             VALUES ('namespace:ns1:ensure', 'ns1', 'ready', 'admin', 'claimed', 0,
-                 gen_random_uuid(), now(), now())",
+            "a claim before any attempt",
+            "INSERT INTO occ.work_lanes (lane, claim_id, claim_token, claimed_at, renewed_at,
+                 lease_expires_at, claim_attempt)
+             VALUES ('namespace:ns1', 1, gen_random_uuid(), now(), now(), now(), 0)",
             check.clone(),
-            "work_claimed_attempt",
+            "work_lanes_claim_bounded",
         ),
         (
             "terminal without a reason code",
@@ -239,12 +248,12 @@ fn postgres_rejects_every_malformed_work_row() {
         ),
         (
             "a second live claim in one lane",
-            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, state,
-                 attempt_count, claim_token, claimed_at, lease_expires_at)
-             VALUES ('namespace:ns2:delete', 'ns2', 'deleted', 'admin', 'claimed', 1,
-                 gen_random_uuid(), now(), now() + interval '1 min')",
+            "INSERT INTO occ.work_lanes (lane, claim_id, claim_token, claimed_at, renewed_at,
+                 lease_expires_at, claim_attempt)
+             VALUES ('namespace:ns2', 1, gen_random_uuid(), now(), now(),
+                 now() + interval '1 min', 1)",
             SqlState::UNIQUE_VIOLATION,
-            "work_one_claim_per_lane",
+            "work_lanes_pkey",
         ),
     ];
     assert!(cases.len() >= 10);
@@ -257,7 +266,7 @@ fn postgres_rejects_every_malformed_work_row() {
             "{what}: refused by {name:?}, expected {constraint}"
         );
     }
-    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
+    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work_status");
     assert_eq!(rows, 1, "only the well-formed row exists");
 }
 
@@ -290,14 +299,14 @@ fn enqueue_of_an_existing_key_changes_nothing() {
     );
     let row = c
         .query_one(
-            "SELECT state, actor_id, attempt_count FROM occ.work WHERE id = $1",
+            "SELECT state, actor_id, attempt_count FROM occ.work_status WHERE id = $1",
             &[&first.id],
         )
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "succeeded");
     assert_eq!(row.get::<_, String>(1), "admin");
     assert_eq!(row.get::<_, i32>(2), 1);
-    let count: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
+    let count: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work_status");
     assert_eq!(count, 1);
 }
 
@@ -327,7 +336,7 @@ fn claim_takes_the_oldest_available_and_skips_future_rows() {
     let lease_ok: bool = c
         .query_one(
             "SELECT lease_expires_at > clock_timestamp() + interval '20 s' AND claim_token IS NOT NULL
-             FROM occ.work WHERE id = $1",
+             FROM occ.work_status WHERE id = $1",
             &[&first.id],
         )
         .unwrap()
@@ -479,7 +488,7 @@ fn a_stale_claim_token_can_publish_nothing() {
     assert_eq!(status, "provisioning");
     let row = c
         .query_one(
-            "SELECT state, claim_token::text, attempt_count FROM occ.work WHERE id = $1",
+            "SELECT state, claim_token::text, attempt_count FROM occ.work_status WHERE id = $1",
             &[&id],
         )
         .unwrap();
@@ -540,7 +549,7 @@ fn defer_refunds_the_attempt_and_never_exhausts_the_budget() {
     );
     let later: bool = scalar(
         &mut c,
-        "SELECT available_at > clock_timestamp() + interval '50 s' FROM occ.work",
+        "SELECT available_at > clock_timestamp() + interval '50 s' FROM occ.work_status",
     );
     assert!(later);
     for _ in 0..5 {
@@ -593,7 +602,7 @@ fn retry_backs_off_and_fails_at_the_attempt_limit() {
         assert!(work_claim(&mut c, &o).unwrap().is_none(), "backing off");
         let delay: f64 = scalar(
             &mut c,
-            "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 FROM occ.work",
+            "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 FROM occ.work_status",
         );
         delays.push(delay);
         c.batch_execute("UPDATE occ.work SET available_at = clock_timestamp()")
@@ -791,8 +800,10 @@ fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
         "UPDATE occ.namespaces_all SET deleted_at = 'infinity'",
         "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, at)
          SELECT id, 1, 'X', 'retry', '-infinity' FROM occ.work",
-        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), lease_expires_at = 'infinity'",
-        "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(), updated_at = now(), lease_expires_at = now() + interval '2 hours'",
+        "UPDATE occ.work_lanes SET claim_id = head_id, claim_token = gen_random_uuid(), claimed_at = now(),
+             renewed_at = now(), lease_expires_at = 'infinity', claim_attempt = 1",
+        "UPDATE occ.work_lanes SET claim_id = head_id, claim_token = gen_random_uuid(), claimed_at = now(),
+             renewed_at = now(), lease_expires_at = now() + interval '2 hours', claim_attempt = 1",
     ] {
         let (state, _) = refused(&mut c, sql);
         assert_eq!(state, SqlState::CHECK_VIOLATION, "{sql}");
@@ -812,11 +823,12 @@ fn rows_forced_past_the_checks_never_stop_the_queue() {
         work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
     }
     c.batch_execute(
-        "ALTER TABLE occ.work DROP CONSTRAINT work_times_finite, DROP CONSTRAINT work_lease_bounded;
+        "ALTER TABLE occ.work DROP CONSTRAINT work_times_finite;
+         ALTER TABLE occ.work_lanes DROP CONSTRAINT work_lanes_claim_bounded;
          UPDATE occ.work SET created_at = '-infinity' WHERE namespace_id = 'poison';
-         UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(), claimed_at = now(),
-                             lease_expires_at = 'infinity', attempt_count = 1
-          WHERE namespace_id = 'held';
+         UPDATE occ.work_lanes SET claim_id = head_id, claim_token = gen_random_uuid(),
+             claimed_at = now(), renewed_at = now(), lease_expires_at = 'infinity', claim_attempt = 1
+          WHERE lane = 'namespace:held';
          ALTER TABLE occ.work ADD CONSTRAINT work_times_finite CHECK (isfinite(created_at)) NOT VALID;",
     )
     .unwrap();
@@ -831,7 +843,7 @@ fn rows_forced_past_the_checks_never_stop_the_queue() {
     assert_eq!(claimed, ["held", "ns1", "ns2"]);
     let poison: String = scalar(
         &mut c,
-        "SELECT state FROM occ.work WHERE namespace_id = 'poison'",
+        "SELECT state FROM occ.work_status WHERE namespace_id = 'poison'",
     );
     assert_eq!(poison, "queued", "skipped, not fatal");
 }
@@ -861,8 +873,8 @@ fn one_failed_renewal_is_retried_within_the_lease_and_a_second_in_a_row_cancels(
              END IF;
              RETURN NEW;
          END $$;
-         CREATE TRIGGER fail_renewal BEFORE UPDATE OF lease_expires_at ON occ.work
-             FOR EACH ROW WHEN (OLD.state = 'claimed' AND NEW.state = 'claimed')
+         CREATE TRIGGER fail_renewal BEFORE UPDATE OF lease_expires_at ON occ.work_lanes
+             FOR EACH ROW WHEN (OLD.claim_id IS NOT NULL AND NEW.claim_id IS NOT NULL)
              EXECUTE FUNCTION public.fail_renewal();",
     )
     .unwrap();

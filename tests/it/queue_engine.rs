@@ -102,19 +102,20 @@ fn a_batch_claim_never_returns_two_works_of_one_lane() {
         rest.iter().map(|cl| cl.id).collect::<Vec<_>>(),
         [ids[&("b", 2)]]
     );
-    // PostgreSQL itself refuses a second live claim in a lane, whoever writes it.
+    // PostgreSQL itself refuses a second live claim in a lane, whoever writes it: a lane
+    // holds one claim (its row's claim columns, V14), and a second lane row is refused.
     let err = c
         .execute(
-            "UPDATE occ.work SET state = 'claimed', claim_token = gen_random_uuid(),
-                 claimed_at = now(), lease_expires_at = now() + interval '1 min',
-                 attempt_count = attempt_count + 1
-             WHERE id = $1",
+            "INSERT INTO occ.work_lanes (lane, claim_id, claim_token, claimed_at, renewed_at,
+                 lease_expires_at, claim_attempt)
+             VALUES ('namespace:a', $1, gen_random_uuid(), now(), now(),
+                 now() + interval '1 min', 1)",
             &[&ids[&("a", 3)]],
         )
         .expect_err("a second live claim in lane a");
     assert_eq!(
         err.as_db_error().and_then(|e| e.constraint()),
-        Some("work_one_claim_per_lane")
+        Some("work_lanes_pkey")
     );
     assert_eq!(lanes_out_of_step(&mut c), 0);
 }
@@ -132,7 +133,7 @@ fn lane_order_is_kept_across_lease_recovery() {
     assert_eq!(claim.id, first);
     let second = work_enqueue(&mut c, &deletion("a", 2)).unwrap().id;
     c.batch_execute(
-        "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 s' WHERE state = 'claimed'",
+        "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 s' WHERE claim_id IS NOT NULL",
     )
     .unwrap();
     assert_eq!(work_recover_stale(&mut c, &o).unwrap().requeued, 1);
@@ -241,7 +242,7 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
     );
     let queued: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work WHERE state = 'queued'",
+        "SELECT count(*) FROM occ.work_status WHERE state = 'queued'",
     );
     assert_eq!(queued, 1000);
 }
@@ -285,7 +286,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     assert_eq!(claims.len(), 3);
     // Another worker took b's claim over (its token is no longer ours).
     c.execute(
-        "UPDATE occ.work SET claim_token = gen_random_uuid() WHERE id = $1",
+        "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1",
         &[&claims[1].id],
     )
     .unwrap();
@@ -307,7 +308,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     assert_eq!(status(&mut c, "c"), "ready");
     let states: Vec<(String, String)> = c
         .query(
-            "SELECT namespace_id, state FROM occ.work ORDER BY namespace_id",
+            "SELECT namespace_id, state FROM occ.work_status ORDER BY namespace_id",
             &[],
         )
         .unwrap()
@@ -321,7 +322,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     );
     let evidence: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
          WHERE w.namespace_id = 'b'",
     );
     assert_eq!(evidence, 0, "no evidence from the lost claim");
@@ -371,7 +372,7 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
         .query(
             "SELECT w.namespace_id, w.state,
                     (SELECT count(*) FROM occ.work_attempts a WHERE a.work_id = w.id)
-             FROM occ.work w ORDER BY w.namespace_id",
+             FROM occ.work_status w ORDER BY w.namespace_id",
             &[],
         )
         .unwrap()
@@ -398,9 +399,10 @@ fn lanes_out_of_step(c: &mut Client) -> i64 {
          LEFT JOIN LATERAL (SELECT w.id, w.available_at FROM occ.work w
                             WHERE w.lane = l.lane AND w.state = 'queued'
                             ORDER BY w.available_at, w.id LIMIT 1) h ON true
-         WHERE (l.head_id, l.head_at, l.claimed) IS DISTINCT FROM
-               (h.id, h.available_at,
-                EXISTS (SELECT 1 FROM occ.work w WHERE w.lane = l.lane AND w.state = 'claimed'))",
+         WHERE (l.head_id, l.head_at) IS DISTINCT FROM (h.id, h.available_at)
+            OR (l.claim_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM occ.work w
+                                WHERE w.id = l.claim_id AND w.lane = l.lane AND w.state = 'queued'))",
     )
 }
 
@@ -468,8 +470,8 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
                     if i % 50 == 0 {
                         client
                             .batch_execute(
-                                "UPDATE occ.work SET lease_expires_at = clock_timestamp()
-                                 WHERE state = 'claimed' AND random() < 0.2",
+                                "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp()
+                                 WHERE claim_id IS NOT NULL AND random() < 0.2",
                             )
                             .unwrap();
                         work_recover_stale(&mut client, &o).unwrap();
@@ -498,7 +500,7 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
     assert_eq!(lanes_out_of_step(&mut c), 0);
     let left: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')",
+        "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
     );
     assert_eq!(left, 0);
 }
@@ -583,7 +585,7 @@ fn a_heartbeat_is_a_hot_update() {
         let row = tx
             .query_one(
                 "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
-                 WHERE relid = 'occ.work'::regclass",
+                 WHERE relid = 'occ.work_lanes'::regclass",
                 &[],
             )
             .unwrap();
@@ -599,4 +601,85 @@ fn a_heartbeat_is_a_hot_update() {
         "one update, and it was HOT"
     );
     tx.commit().unwrap();
+}
+
+// Issue 10 item 1, Q6, Q10 (V14): a finalizing transaction holds its lane only FOR KEY SHARE:
+// an admission into that lane, even one that holds the lane's Namespace row which the
+// finalizer then waits for, never waits on it (no deadlock), and recovery passes a held lane by
+// until the finalizer is done.
+#[test]
+fn a_finalizing_transaction_never_makes_admission_wait_and_recovery_passes_it_by() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "a", "ready");
+    let o = opts();
+    work_enqueue(&mut c, &deletion("a", 1)).unwrap();
+    let claim = work_claim(&mut c, &o).unwrap().expect("the first work");
+
+    // The admission side holds the Namespace row, as admission functions do.
+    let mut admission = db.client();
+    admission
+        .batch_execute("SET statement_timeout = '5s'; SET deadlock_timeout = '100ms'")
+        .unwrap();
+    let mut admit = admission.transaction().unwrap();
+    admit
+        .execute(
+            "SELECT 1 FROM occ.namespaces_all WHERE id = 'a' FOR UPDATE",
+            &[],
+        )
+        .unwrap();
+    // The finalizer locks its claim, then waits for the Namespace row (its publication).
+    let mut finalizer = db.client();
+    let fin_claim = claim.clone();
+    let (locked_tx, locked) = crossbeam_channel::bounded(1);
+    let fin = std::thread::spawn(move || {
+        let mut tx = finalizer.transaction().unwrap();
+        work_lock_claim(&mut tx, &fin_claim).expect("the claim is live");
+        locked_tx.send(()).unwrap();
+        tx.execute(
+            "SELECT 1 FROM occ.namespaces_all WHERE id = 'a' FOR UPDATE",
+            &[],
+        )
+        .expect("the Namespace row, once the admission commits");
+        work_complete(&mut tx, &fin_claim, "DONE", None).unwrap();
+        tx.commit().unwrap();
+    });
+    locked.recv().unwrap();
+    let second = work_enqueue(&mut admit, &deletion("a", 2))
+        .expect("the lane trigger does not wait for a finalizer's FOR KEY SHARE")
+        .id;
+    admit.commit().unwrap();
+    fin.join().unwrap();
+    let state: String = scalar(
+        &mut c,
+        &format!("SELECT state FROM occ.work_status WHERE id = {}", claim.id),
+    );
+    assert_eq!(
+        state, "succeeded",
+        "the finalizer published after the admission"
+    );
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+
+    // A held claim whose lease ran out is passed by, without waiting, until it is let go.
+    let next = work_claim(&mut c, &o).unwrap().expect("the admitted work");
+    assert_eq!(next.id, second);
+    let mut holder = db.client();
+    let mut held = holder.transaction().unwrap();
+    work_lock_claim(&mut held, &next).unwrap();
+    c.execute(
+        "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 s'
+         WHERE claim_id = $1",
+        &[&next.id],
+    )
+    .expect("a lease can be changed under FOR KEY SHARE");
+    let mut recovery = db.client();
+    recovery
+        .batch_execute("SET statement_timeout = '5s'")
+        .unwrap();
+    assert_eq!(work_recover_stale(&mut recovery, &o).unwrap().requeued, 0);
+    held.rollback().unwrap();
+    assert_eq!(work_recover_stale(&mut recovery, &o).unwrap().requeued, 1);
+    let again = work_claim(&mut c, &o).unwrap().expect("the recovered work");
+    assert_eq!((again.id, again.attempt), (second, 2));
+    assert_eq!(lanes_out_of_step(&mut c), 0);
 }

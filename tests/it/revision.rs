@@ -574,7 +574,7 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
     );
     let refusal: Option<String> = c
         .query_one(
-            "SELECT refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+            "SELECT refusal FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.outcome = 'failed'",
             &[&key(&rev)],
         )
@@ -606,7 +606,7 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
         {
             let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
             c.execute(
-                "UPDATE occ.work SET lease_expires_at = clock_timestamp() WHERE state = 'claimed'",
+                "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() WHERE claim_id IS NOT NULL",
                 &[],
             )
             .unwrap();
@@ -631,7 +631,7 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
     );
     let (refusals, attempts): (Vec<Option<String>>, Vec<i32>) = c
         .query(
-            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 ORDER BY a.id",
             &[&k],
         )
@@ -724,7 +724,7 @@ fn r11_a_refused_maintenance_pass_ends_the_chain_with_one_denial() {
     });
     let failed = |c: &mut Client| -> i64 {
         c.query_one(
-            "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+            "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
             &[],
         )
         .unwrap()
@@ -735,7 +735,7 @@ fn r11_a_refused_maintenance_pass_ends_the_chain_with_one_denial() {
     run_for(&f.db, driver.clone(), Duration::from_millis(800));
     let rows = c
         .query(
-            "SELECT state, reason_code FROM occ.work WHERE operation = 'revision_maintenance' ORDER BY id",
+            "SELECT state, reason_code FROM occ.work_status WHERE operation = 'revision_maintenance' ORDER BY id",
             &[],
         )
         .unwrap();
@@ -808,7 +808,7 @@ fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
     });
     let wait: f64 = c
         .query_one(
-            "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work
+            "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work_status
              WHERE idempotency_key = $1",
             &[&k],
         )
@@ -952,7 +952,7 @@ fn r6_r7_a_claim_lost_after_activation_ends_with_exactly_one_activation_audit() 
         if method == "activate_revision" && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
             c.execute(
-                "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE state = 'claimed'",
+                "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE claim_id IS NOT NULL",
                 &[],
             )
             .unwrap();
@@ -997,7 +997,7 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
     run_until(&f.db, driver.clone(), |c| {
         let failed: i64 = c
             .query_one(
-                "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+                "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
                 &[],
             )
             .unwrap()
@@ -1006,7 +1006,7 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
     });
     let rows = c
         .query(
-            "SELECT state, reason_code FROM occ.work WHERE operation = 'revision_maintenance' ORDER BY id",
+            "SELECT state, reason_code FROM occ.work_status WHERE operation = 'revision_maintenance' ORDER BY id",
             &[],
         )
         .unwrap();
@@ -1115,7 +1115,7 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
     let (activated, audited): (i64, i64) = {
         let r = c
             .query_one(
-                "SELECT (SELECT count(*) FROM occ.work WHERE reason_code IN ('REVISION_ACTIVATED', 'REVISION_ALREADY_ACTIVE')),
+                "SELECT (SELECT count(*) FROM occ.work_status WHERE reason_code IN ('REVISION_ACTIVATED', 'REVISION_ALREADY_ACTIVE')),
                         (SELECT count(DISTINCT resource_id) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate')",
                 &[],
             )
@@ -1129,7 +1129,7 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
     assert!(activated >= 200);
     let failed: i64 = c
         .query_one(
-            "SELECT count(*) FROM occ.work WHERE state <> 'succeeded'",
+            "SELECT count(*) FROM occ.work_status WHERE state <> 'succeeded'",
             &[],
         )
         .unwrap()
@@ -1433,7 +1433,7 @@ fn finish_after_the_lease(f: &Fixture, r1: &str, r2: &str, code: &str) {
     run_until(&f.db, driver.clone(), move |c| {
         let state: String = c
             .query_one(
-                "SELECT state FROM occ.work WHERE idempotency_key = $1",
+                "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
                 &[&work_key],
             )
             .unwrap()

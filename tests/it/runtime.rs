@@ -25,7 +25,7 @@ fn all_operations(reconciler: Arc<dyn Reconciler>) -> Registry {
 fn state_of(c: &mut Client, key: &str) -> (String, i32) {
     let row = c
         .query_one(
-            "SELECT state, attempt_count FROM occ.work WHERE idempotency_key = $1",
+            "SELECT state, attempt_count FROM occ.work_status WHERE idempotency_key = $1",
             &[&key],
         )
         .unwrap();
@@ -35,7 +35,7 @@ fn state_of(c: &mut Client, key: &str) -> (String, i32) {
 fn evidence(c: &mut Client, key: &str) -> Vec<(i32, String, String)> {
     c.query(
         "SELECT a.attempt, a.code, a.outcome FROM occ.work_attempts a
-         JOIN occ.work w ON w.id = a.work_id WHERE w.idempotency_key = $1 ORDER BY a.id",
+         JOIN occ.work_status w ON w.id = a.work_id WHERE w.idempotency_key = $1 ORDER BY a.id",
         &[&key],
     )
     .unwrap()
@@ -128,7 +128,7 @@ fn refused_renewal_cancels_the_pass_and_publishes_nothing() {
         .expect("claimed");
     let thief: String = c
         .query_one(
-            "UPDATE occ.work SET claim_token = gen_random_uuid() WHERE id = $1 RETURNING claim_token::text",
+            "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1 RETURNING claim_token::text",
             &[&id],
         )
         .unwrap()
@@ -156,7 +156,7 @@ fn refused_renewal_cancels_the_pass_and_publishes_nothing() {
     assert_eq!(attempts, 0);
     let row = c
         .query_one(
-            "SELECT state, claim_token::text FROM occ.work WHERE id = $1",
+            "SELECT state, claim_token::text FROM occ.work_status WHERE id = $1",
             &[&id],
         )
         .unwrap();
@@ -194,7 +194,10 @@ fn lease_lapsing_during_a_database_stall_cancels_the_pass() {
     let mut staller = db.client();
     let mut stall = staller.transaction().unwrap();
     stall
-        .execute("SELECT 1 FROM occ.work WHERE id = $1 FOR UPDATE", &[&id])
+        .execute(
+            "SELECT 1 FROM occ.work_lanes WHERE claim_id = $1 FOR UPDATE",
+            &[&id],
+        )
         .unwrap();
     go.send(()).unwrap();
     // The pass's renewal now waits on the row lock; keep the database stalled past the lease.
@@ -344,7 +347,7 @@ fn sigterm_finishes_in_flight_passes_and_stops_claiming() {
     wait_for("both claims", Duration::from_secs(15), || {
         scalar::<i64>(
             &mut c,
-            "SELECT count(*) FROM occ.work WHERE state = 'claimed'",
+            "SELECT count(*) FROM occ.work_status WHERE state = 'claimed'",
         ) == 2
     });
     worker.signal("TERM");
@@ -426,7 +429,7 @@ fn sigterm_interrupts_a_pass_longer_than_the_grace_and_another_process_resumes_i
     let row = c
         .query_one(
             "SELECT state, attempt_count, claim_token IS NULL, available_at <= clock_timestamp()
-             FROM occ.work WHERE id = $1",
+             FROM occ.work_status WHERE id = $1",
             &[&id],
         )
         .unwrap();
@@ -671,8 +674,11 @@ fn a_renewal_answered_after_the_trusted_lease_ran_out_is_late() {
     let (locked_tx, locked) = bounded(1);
     let stall = std::thread::spawn(move || {
         let mut tx = staller.transaction().unwrap();
-        tx.execute("SELECT 1 FROM occ.work WHERE id = $1 FOR UPDATE", &[&id])
-            .unwrap();
+        tx.execute(
+            "SELECT 1 FROM occ.work_lanes WHERE claim_id = $1 FOR UPDATE",
+            &[&id],
+        )
+        .unwrap();
         locked_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(700));
         tx.commit().unwrap();
@@ -760,7 +766,7 @@ fn an_operation_without_a_reconciler_fails_permanently_and_never_succeeds() {
 
     let row = c
         .query_one(
-            "SELECT state, attempt_count, reason_code FROM occ.work WHERE idempotency_key = 'namespace:ns1:ensure'",
+            "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE idempotency_key = 'namespace:ns1:ensure'",
             &[],
         )
         .unwrap();
@@ -852,8 +858,8 @@ fn a_stop_cancels_a_second_claim_of_the_same_work_after_the_first_pass_ended() {
     });
     // The first claim is lost (its heartbeat is refused from now on) while its pass is stuck.
     c.batch_execute(
-        "UPDATE occ.work SET lease_expires_at = clock_timestamp() - interval '1 s'
-         WHERE state = 'claimed'",
+        "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() - interval '1 s'
+         WHERE claim_id IS NOT NULL",
     )
     .unwrap();
     wait_for("the second claim", Duration::from_secs(15), || {

@@ -657,7 +657,7 @@ fn assert_reached(ok: bool, timeout: Duration) {
 pub fn quiet(client: &mut postgres::Client) -> bool {
     let n: i64 = client
         .query_one(
-            "SELECT count(*) FROM occ.work WHERE state IN ('queued', 'claimed')",
+            "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
             &[],
         )
         .unwrap()

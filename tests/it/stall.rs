@@ -157,7 +157,7 @@ fn enqueue(c: &mut Client, id: &str) {
 
 fn state(c: &mut Client, id: &str) -> String {
     c.query_one(
-        "SELECT state FROM occ.work WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
+        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
         &[&id],
     )
     .unwrap()
@@ -389,10 +389,10 @@ fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off(
     c.batch_execute(
         "CREATE FUNCTION public.refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-             IF NEW.state = 'claimed' THEN RAISE EXCEPTION 'claims refused'; END IF;
+             IF NEW.claim_id IS NOT NULL THEN RAISE EXCEPTION 'claims refused'; END IF;
              RETURN NEW;
          END $$;
-         CREATE TRIGGER refuse_claims BEFORE UPDATE ON occ.work
+         CREATE TRIGGER refuse_claims BEFORE UPDATE ON occ.work_lanes
              FOR EACH ROW EXECUTE FUNCTION public.refuse_claims();",
     )
     .unwrap();
@@ -417,7 +417,7 @@ fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off(
     assert!((1..=3).contains(&said), "said at most every 5 s: {said}");
     assert_eq!(state(&mut c, "ns0"), "queued");
 
-    c.batch_execute("DROP TRIGGER refuse_claims ON occ.work")
+    c.batch_execute("DROP TRIGGER refuse_claims ON occ.work_lanes")
         .unwrap();
     wait_for("the work once claims work", Duration::from_secs(20), || {
         state(&mut c, "ns0") == "succeeded"
