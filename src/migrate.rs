@@ -40,6 +40,16 @@ impl std::error::Error for MigrateError {}
 
 /// Applies every pending migration, holding the migration lock while it does.
 pub fn run(client: &mut Client) -> Result<Report, MigrateError> {
+    run_target(client, refinery::Target::Latest)
+}
+
+/// Applies the pending migrations up to `version` only: how an upgrade test builds the
+/// schema (and rows) an older release left behind before `run` applies the rest.
+pub fn run_to(client: &mut Client, version: i32) -> Result<Report, MigrateError> {
+    run_target(client, refinery::Target::Version(version))
+}
+
+fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, MigrateError> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .map_err(|e| MigrateError::Db(e.into()))?;
@@ -47,6 +57,7 @@ pub fn run(client: &mut Client) -> Result<Report, MigrateError> {
         .set_abort_divergent(true)
         .set_abort_missing(true)
         .set_grouped(false)
+        .set_target(target)
         .run(client);
     // The lock is released even when a migration failed; the session ends soon anyway.
     let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);

@@ -554,9 +554,9 @@ fn admission(admin: &str, seconds: u64) -> Result<Value, CliError> {
     for (round, wakeups) in [(0, false), (1, true), (2, true), (3, false)] {
         db.client()?
             .batch_execute(if wakeups {
-                "ALTER TABLE occ.work ENABLE TRIGGER work_notify, ENABLE TRIGGER work_notify_release"
+                "ALTER TABLE occ.work ENABLE TRIGGER work_notify"
             } else {
-                "ALTER TABLE occ.work DISABLE TRIGGER work_notify, DISABLE TRIGGER work_notify_release"
+                "ALTER TABLE occ.work DISABLE TRIGGER work_notify"
             })
             .map_err(step("wake-up trigger"))?;
         let until = Instant::now() + Duration::from_secs(seconds);

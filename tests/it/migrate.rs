@@ -62,3 +62,98 @@ fn two_concurrent_migrations_of_an_empty_database_both_succeed_and_apply_each_ve
     let roles: i64 = scalar(&mut c, "SELECT count(*) FROM occ.iam_roles WHERE builtin");
     assert_eq!(roles, 4, "the built-in roles were inserted once");
 }
+
+// Issue 10 (V14): an installation upgraded with live claims keeps them. A claim V13 held on
+// its work row moves to its lane row with its token, lease and attempt; the work is queued in
+// `occ.work` with its count before the claim; the claim's holder completes it as before.
+#[test]
+fn v14_moves_live_claims_from_work_rows_to_their_lanes() {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    occ_worker::migrate::run_to(&mut c, 13).expect("migrate to V13");
+    c.batch_execute(
+        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+             VALUES ('a', 'a', 'ready', 'admin'), ('b', 'b', 'ready', 'admin');
+         INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
+         VALUES ('namespace:a:delete:1', 'a', 'deleted', 'admin', now() - interval '2 s'),
+                ('namespace:a:delete:2', 'a', 'deleted', 'admin', now() - interval '1 s'),
+                ('namespace:b:delete:1', 'b', 'deleted', 'admin', now() - interval '1 s');
+         UPDATE occ.work SET state = 'claimed', claim_token = '00000000-0000-4000-8000-000000000001',
+             claimed_at = now(), updated_at = now(), lease_expires_at = now() + interval '1 min',
+             attempt_count = 2
+         WHERE idempotency_key = 'namespace:a:delete:1';",
+    )
+    .unwrap();
+    let report = occ_worker::migrate::run(&mut c).expect("migrate to the latest");
+    assert!(
+        report.applied.iter().any(|m| m.starts_with("V14__")),
+        "{:?}",
+        report.applied
+    );
+
+    let row = c
+        .query_one(
+            "SELECT w.state, w.attempt_count, l.claim_token::text, l.claim_attempt,
+                    l.lease_expires_at > now(), s.state, s.attempt_count
+             FROM occ.work w
+             JOIN occ.work_lanes l ON l.claim_id = w.id
+             JOIN occ.work_status s ON s.id = w.id
+             WHERE w.idempotency_key = 'namespace:a:delete:1'",
+            &[],
+        )
+        .expect("the claim is on its lane");
+    let got: (String, i32, String, i32, bool, String, i32) = (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        row.get(3),
+        row.get(4),
+        row.get(5),
+        row.get(6),
+    );
+    assert_eq!(
+        got,
+        (
+            "queued".into(),
+            1,
+            "00000000-0000-4000-8000-000000000001".into(),
+            2,
+            true,
+            "claimed".into(),
+            2
+        )
+    );
+    // The claim's holder completes it; lane b's work is claimable, lane a's second is not.
+    let id: i64 = scalar(
+        &mut c,
+        "SELECT id FROM occ.work WHERE idempotency_key = 'namespace:a:delete:1'",
+    );
+    let opts = occ_worker::queue::QueueOptions::new(std::time::Duration::from_secs(30), 5);
+    let claims = occ_worker::queue::work_claim_batch(&mut c, &opts, 10).unwrap();
+    let keys: Vec<&str> = claims.iter().map(|cl| cl.key.as_str()).collect();
+    assert_eq!(keys, ["namespace:b:delete:1"], "lane a is still held");
+    // What `queue::work_complete` sends for the claim it holds.
+    let completed = c
+        .query(
+            include_str!("../../sql/queries/work_complete.sql"),
+            &[
+                &id,
+                &"00000000-0000-4000-8000-000000000001",
+                &"DONE",
+                &None::<serde_json::Value>,
+            ],
+        )
+        .unwrap()
+        .len();
+    assert_eq!(completed, 1);
+    let (state, attempts): (String, i32) = {
+        let r = c
+            .query_one(
+                "SELECT state, attempt_count FROM occ.work WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((state.as_str(), attempts), ("succeeded", 2));
+}
