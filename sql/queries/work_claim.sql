@@ -17,13 +17,15 @@ WITH heads AS (
     LIMIT $2::bigint + 8
     FOR NO KEY UPDATE SKIP LOCKED
 ), eligible AS (
-    SELECT heads.lane, h.id, h.attempt_count
+    SELECT heads.lane, heads.head_at, h.id, h.attempt_count, h.idempotency_key, h.operation,
+           h.namespace_id, h.agent_id, h.revision_id, h.namespace_target, h.agent_target,
+           h.actor_id, h.created_at
     FROM heads
     JOIN occ.work h ON h.id = heads.head_id
     WHERE h.state = 'queued'
       -- The schema keeps timestamps finite (V7); a row forced past it is skipped, never fatal.
       AND isfinite(h.created_at) AND h.attempt_count < 2147483647
-    ORDER BY heads.head_at, heads.head_id
+    ORDER BY heads.head_at, h.id
     LIMIT $2::bigint
 ), claimed AS (
     UPDATE occ.work_lanes l
@@ -35,12 +37,14 @@ WITH heads AS (
         claim_attempt = e.attempt_count + 1
     FROM eligible e
     WHERE l.lane = e.lane
-    RETURNING l.claim_id, l.claim_token, l.claim_attempt
+    -- The work's columns come from the join above: the work row is read once.
+    RETURNING e.id, l.claim_token::text AS token, e.idempotency_key, e.operation,
+              e.namespace_id, e.agent_id, e.revision_id, e.namespace_target, e.agent_target,
+              e.actor_id, l.claim_attempt AS attempt_count,
+              (extract(epoch FROM clock_timestamp() - e.created_at) * 1000)::bigint AS age_ms,
+              e.lane, e.head_at
 )
-SELECT w.id, c.claim_token::text AS token, w.idempotency_key, w.operation, w.namespace_id,
-       w.agent_id, w.revision_id, w.namespace_target, w.agent_target, w.actor_id,
-       c.claim_attempt AS attempt_count,
-       (extract(epoch FROM clock_timestamp() - w.created_at) * 1000)::bigint AS age_ms, w.lane
-FROM claimed c
-JOIN occ.work w ON w.id = c.claim_id
-ORDER BY w.available_at, w.id
+SELECT id, token, idempotency_key, operation, namespace_id, agent_id, revision_id,
+       namespace_target, agent_target, actor_id, attempt_count, age_ms, lane
+FROM claimed
+ORDER BY head_at, id

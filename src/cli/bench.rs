@@ -195,10 +195,10 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
     let stop = worker.stop_handle();
     let started = Instant::now();
     let running = std::thread::spawn(move || worker.run());
-    // Lanes with queued or claimed work (V11's lane rows, a thousand of them): a count over
-    // `occ.work` would itself take a share of this two-core machine while it is measured.
-    let pending =
-        "SELECT count(*) FROM occ.work_lanes WHERE head_id IS NOT NULL OR claim_id IS NOT NULL";
+    // Lanes with queued work, claimed or not (a claimed work stays queued, the head of its
+    // lane; V11/V14's lane rows, a thousand of them): a count over `occ.work` would itself
+    // take a share of this two-core machine while it is measured.
+    let pending = "SELECT count(*) FROM occ.work_lanes WHERE head_id IS NOT NULL";
     while count(&mut c, pending)? > 0 {
         std::thread::sleep(Duration::from_millis(20));
         if started.elapsed() > Duration::from_secs(600) {
@@ -413,7 +413,6 @@ fn fill_chunks(
     Ok(())
 }
 
-/// Namespaces `<prefix>1..=<n>`, ready.
 /// Due now: the works' own default.
 const NOW: &str = "clock_timestamp()";
 
@@ -429,6 +428,7 @@ fn deletions(prefix: &str, lanes: i64, first: i64, lo: i64, hi: i64, due: &str) 
     )
 }
 
+/// Namespaces `<prefix>1..=<n>`, ready.
 fn namespaces(c: &mut Client, prefix: &str, n: i64) -> Result<(), CliError> {
     c.batch_execute(&format!(
         "INSERT INTO occ.namespaces_all (id, name, status, created_by)

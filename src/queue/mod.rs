@@ -2,8 +2,9 @@
 //!
 //! Every transition of a claimed work is written "only if still mine": the work joined to its
 //! lane row's claim (V14: the claimed work, the claim token and a live lease) is in the
-//! `WHERE`, and zero rows means the claim was lost, never success. The statements live in `sql/queries/`; no other module writes queue
-//! SQL. Ages and deadlines come from the database clock.
+//! `WHERE`, and zero rows means the claim was lost, never success. The statements live in
+//! `sql/queries/`; no other module writes queue SQL. Ages and deadlines come from the
+//! database clock.
 
 use crate::db::DbError;
 use crate::db::GenericClient;

@@ -84,7 +84,7 @@ pub fn work(c: &mut Client, key: &str) -> (String, Option<String>, Option<Value>
 /// The attempt evidence codes of one work row, oldest first, as "outcome:code".
 pub fn evidence(c: &mut Client, key: &str) -> Vec<String> {
     c.query(
-        "SELECT a.outcome || ':' || a.code FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+        "SELECT a.outcome || ':' || a.code FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
          WHERE w.idempotency_key = $1 ORDER BY a.id",
         &[&key],
     )
@@ -477,7 +477,7 @@ fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
     );
     for sql in [
         "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
-        "SELECT count(*) FROM occ.work_status WHERE agent_id = $1",
+        "SELECT count(*) FROM occ.work WHERE agent_id = $1",
         "SELECT count(*) FROM occ.identities WHERE agent_id = $1",
         "SELECT count(*) FROM occ.iam_bindings WHERE resource_id = $1",
     ] {

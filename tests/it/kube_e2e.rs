@@ -262,7 +262,7 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
     });
     let stopped: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE 'agent:%:stop:%' AND reason_code = 'AGENT_STOPPED'",
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE 'agent:%:stop:%' AND reason_code = 'AGENT_STOPPED'",
     );
     assert_eq!(stopped, AGENTS as i64);
     let pods = fake

@@ -179,7 +179,7 @@ fn tombstoned(c: &mut Sql, id: &str) -> bool {
 /// Whether the work's lifecycle audit trail names `pending_reason`.
 fn audited_pending(c: &mut Sql, key: &str, pending_reason: &str) -> bool {
     c.query_one(
-        "SELECT count(*) FROM occ.audit_events e JOIN occ.work_status w ON e.work_id = w.id
+        "SELECT count(*) FROM occ.audit_events e JOIN occ.work w ON e.work_id = w.id
          WHERE w.idempotency_key = $1 AND e.details::text LIKE '%' || $2 || '%'",
         &[&key, &pending_reason],
     )

@@ -41,7 +41,7 @@ fn fill(c: &mut Client) {
         LANES - 1
     ))
     .unwrap();
-    let lanes: i64 = scalar(c, "SELECT count(DISTINCT lane) FROM occ.work_status");
+    let lanes: i64 = scalar(c, "SELECT count(DISTINCT lane) FROM occ.work");
     assert_eq!(lanes, LANES as i64);
 }
 

@@ -493,7 +493,7 @@ fn m2_a_read_granted_again_lifts_a_stored_refused_candidate_wait() {
     );
     let refusal: Option<String> = c
         .query_one(
-            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.code = 'REFUSED_CANDIDATE_STOP_PENDING'",
             &[&key(&rev)],
         )

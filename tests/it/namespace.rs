@@ -224,7 +224,7 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     let count: i64 = h
         .sql()
         .query_one(
-            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work_status)",
+            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
             &[],
         )
         .unwrap()
@@ -758,7 +758,7 @@ fn n3_pending_observations_are_audited_once_per_distinct_observation() {
     let evidence: i64 = h
         .sql()
         .query_one(
-            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.outcome = 'deferred'",
             &[&ensure_key(&ns)],
         )
@@ -799,7 +799,7 @@ fn q12_pending_past_the_convergence_deadline_fails_the_namespace() {
     let data: Value = h
         .sql()
         .query_one(
-            "SELECT result_data FROM occ.work_status WHERE idempotency_key = $1",
+            "SELECT result_data FROM occ.work WHERE idempotency_key = $1",
             &[&ensure_key(&ns)],
         )
         .unwrap()

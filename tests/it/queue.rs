@@ -266,7 +266,7 @@ fn postgres_rejects_every_malformed_work_row() {
             "{what}: refused by {name:?}, expected {constraint}"
         );
     }
-    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work_status");
+    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
     assert_eq!(rows, 1, "only the well-formed row exists");
 }
 
@@ -306,7 +306,7 @@ fn enqueue_of_an_existing_key_changes_nothing() {
     assert_eq!(row.get::<_, String>(0), "succeeded");
     assert_eq!(row.get::<_, String>(1), "admin");
     assert_eq!(row.get::<_, i32>(2), 1);
-    let count: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work_status");
+    let count: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
     assert_eq!(count, 1);
 }
 
@@ -549,7 +549,7 @@ fn defer_refunds_the_attempt_and_never_exhausts_the_budget() {
     );
     let later: bool = scalar(
         &mut c,
-        "SELECT available_at > clock_timestamp() + interval '50 s' FROM occ.work_status",
+        "SELECT available_at > clock_timestamp() + interval '50 s' FROM occ.work",
     );
     assert!(later);
     for _ in 0..5 {
@@ -602,7 +602,7 @@ fn retry_backs_off_and_fails_at_the_attempt_limit() {
         assert!(work_claim(&mut c, &o).unwrap().is_none(), "backing off");
         let delay: f64 = scalar(
             &mut c,
-            "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 FROM occ.work_status",
+            "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 FROM occ.work",
         );
         delays.push(delay);
         c.batch_execute("UPDATE occ.work SET available_at = clock_timestamp()")

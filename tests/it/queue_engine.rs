@@ -322,7 +322,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     );
     let evidence: i64 = scalar(
         &mut c,
-        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
          WHERE w.namespace_id = 'b'",
     );
     assert_eq!(evidence, 0, "no evidence from the lost claim");

@@ -574,7 +574,7 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
     );
     let refusal: Option<String> = c
         .query_one(
-            "SELECT refusal FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+            "SELECT refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.outcome = 'failed'",
             &[&key(&rev)],
         )
@@ -631,7 +631,7 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
     );
     let (refusals, attempts): (Vec<Option<String>>, Vec<i32>) = c
         .query(
-            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work_status w ON w.id = a.work_id
+            "SELECT a.refusal, a.attempt FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 ORDER BY a.id",
             &[&k],
         )
@@ -1115,7 +1115,7 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
     let (activated, audited): (i64, i64) = {
         let r = c
             .query_one(
-                "SELECT (SELECT count(*) FROM occ.work_status WHERE reason_code IN ('REVISION_ACTIVATED', 'REVISION_ALREADY_ACTIVE')),
+                "SELECT (SELECT count(*) FROM occ.work WHERE reason_code IN ('REVISION_ACTIVATED', 'REVISION_ALREADY_ACTIVE')),
                         (SELECT count(DISTINCT resource_id) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate')",
                 &[],
             )

@@ -35,7 +35,7 @@ fn state_of(c: &mut Client, key: &str) -> (String, i32) {
 fn evidence(c: &mut Client, key: &str) -> Vec<(i32, String, String)> {
     c.query(
         "SELECT a.attempt, a.code, a.outcome FROM occ.work_attempts a
-         JOIN occ.work_status w ON w.id = a.work_id WHERE w.idempotency_key = $1 ORDER BY a.id",
+         JOIN occ.work w ON w.id = a.work_id WHERE w.idempotency_key = $1 ORDER BY a.id",
         &[&key],
     )
     .unwrap()
