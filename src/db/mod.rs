@@ -198,6 +198,12 @@ impl From<r2d2::Error> for DbError {
 /// connect timeout, keepalive, `tcp_user_timeout` (unacknowledged data fails the connection),
 /// server-side statement and lock timeouts, and the `sslmode` to negotiate. A peer whose
 /// kernel acknowledges but never answers is the `Watchdog`'s.
+///
+/// Prepared statements keep one generic plan (`plan_cache_mode`, issue 10 item 5): the
+/// worker's statements look rows up by key, id arrays and lane rows, whose best plan does not
+/// depend on the values bound, while PostgreSQL's default planned many of them again on every
+/// execution (its custom plans for array parameters cost about as much as the generic one).
+/// Measured on the drain at 16 threads: +10 % works/s, -10 % CPU per work (README).
 pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
     let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
     let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;
@@ -213,7 +219,8 @@ pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Co
         .keepalives_retries(3)
         .application_name("occ-worker")
         .options(&format!(
-            "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={}",
+            "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={} \
+             -c plan_cache_mode=force_generic_plan",
             ms * 6
         ));
     Ok((config, connector))

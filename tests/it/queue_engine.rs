@@ -505,6 +505,134 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
     assert_eq!(left, 0);
 }
 
+/// Each lane's `(head_id, claim_id)`, by lane.
+fn lane_rows(c: &mut Client) -> Vec<(String, Option<i64>, Option<i64>)> {
+    c.query(
+        "SELECT lane, head_id, claim_id FROM occ.work_lanes ORDER BY lane",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+// Issue 10 item 1, Q4 (V15): the lanes are kept once per statement. One statement that
+// inserts, completes, re-dates or deletes works of several lanes at once leaves every lane
+// as a full recomputation has it: heads moved, claims ended exactly when their work left the
+// queue or was deleted, untouched lanes and live claims left alone.
+#[test]
+fn one_statement_over_many_lanes_keeps_every_lane_exact() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let o = opts();
+    let mut ids = Vec::new();
+    for ns in ["n0", "n1", "n2", "n3"] {
+        insert_namespace(&mut c, ns, "ready");
+        ids.push(
+            (1..=3)
+                .map(|n| work_enqueue(&mut c, &deletion(ns, n)).unwrap().id)
+                .collect::<Vec<_>>(),
+        );
+    }
+    let claimed = work_claim_batch(&mut c, &o, 10).unwrap();
+    assert_eq!(claimed.len(), 4, "one head per lane");
+    let lane = |ns: &str| format!("namespace:{ns}");
+    let row = |rows: &[(String, Option<i64>, Option<i64>)], ns: &str| {
+        rows.iter()
+            .find(|r| r.0 == lane(ns))
+            .map(|r| (r.1, r.2))
+            .unwrap()
+    };
+
+    // One completion statement over three lanes: the claimed heads of n0 and n1, and a work
+    // queued behind n2's claimed head.
+    let done = c
+        .execute(
+            "UPDATE occ.work SET state = 'succeeded', reason_code = 'DONE',
+                 completed_at = clock_timestamp()
+             WHERE id = ANY ($1)",
+            &[&vec![ids[0][0], ids[1][0], ids[2][1]]],
+        )
+        .unwrap();
+    assert_eq!(done, 3);
+    let rows = lane_rows(&mut c);
+    assert_eq!(
+        row(&rows, "n0"),
+        (Some(ids[0][1]), None),
+        "claim ended, next head"
+    );
+    assert_eq!(
+        row(&rows, "n1"),
+        (Some(ids[1][1]), None),
+        "claim ended, next head"
+    );
+    assert_eq!(
+        row(&rows, "n2"),
+        (Some(ids[2][0]), Some(ids[2][0])),
+        "claim kept"
+    );
+    assert_eq!(
+        row(&rows, "n3"),
+        (Some(ids[3][0]), Some(ids[3][0])),
+        "untouched"
+    );
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+
+    // One statement re-dates the last work of every lane ahead of the others.
+    c.execute(
+        "UPDATE occ.work SET available_at = available_at - interval '1 hour'
+         WHERE id = ANY ($1)",
+        &[&vec![ids[0][2], ids[1][2], ids[2][2], ids[3][2]]],
+    )
+    .unwrap();
+    let rows = lane_rows(&mut c);
+    for (i, ns) in ["n0", "n1"].iter().enumerate() {
+        assert_eq!(row(&rows, ns), (Some(ids[i][2]), None));
+    }
+    // A claimed head keeps its claim; the lane's head is the earlier work, claimable once
+    // the claim ends.
+    assert_eq!(row(&rows, "n2"), (Some(ids[2][2]), Some(ids[2][0])));
+    assert_eq!(row(&rows, "n3"), (Some(ids[3][2]), Some(ids[3][0])));
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+
+    // One insert over two lanes, one work due before every queued one, one behind.
+    c.batch_execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id, available_at)
+         VALUES ('namespace:n0:delete:9', 'n0', 'deleted', 'admin', clock_timestamp() - interval '2 hours'),
+                ('namespace:n1:delete:9', 'n1', 'deleted', 'admin', clock_timestamp() + interval '1 hour')",
+    )
+    .unwrap();
+    let first_n0: i64 = scalar(
+        &mut c,
+        "SELECT id FROM occ.work WHERE idempotency_key = 'namespace:n0:delete:9'",
+    );
+    let rows = lane_rows(&mut c);
+    assert_eq!(row(&rows, "n0"), (Some(first_n0), None));
+    assert_eq!(row(&rows, "n1"), (Some(ids[1][2]), None));
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+
+    // One delete over two lanes takes their claimed works with it: both claims end.
+    let deleted = c
+        .execute(
+            "DELETE FROM occ.work WHERE namespace_id IN ('n2', 'n3') AND state = 'queued'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(deleted, 5);
+    let rows = lane_rows(&mut c);
+    assert_eq!(row(&rows, "n2"), (None, None));
+    assert_eq!(row(&rows, "n3"), (None, None));
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+    // The lanes of n0 and n1 are claimable again: a claim takes their heads, oldest first.
+    let again: Vec<i64> = work_claim_batch(&mut c, &o, 10)
+        .unwrap()
+        .iter()
+        .map(|cl| cl.id)
+        .collect();
+    assert_eq!(again, [first_n0, ids[1][2]]);
+}
+
 /// Notifications on `occ_work` that reached `listener` within a short wait.
 fn notifications(listener: &mut Client) -> usize {
     use postgres::fallible_iterator::FallibleIterator;
