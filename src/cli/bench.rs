@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
 const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
+const COMPLETE_BATCH: &str = include_str!("../../sql/queries/work_complete_batch.sql");
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -747,31 +748,34 @@ fn ceilings(
         out.push(row);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    for (clients, tps) in occ_work_ceilings(admin, pgbench, levels, seconds)? {
+    for (clients, single, batched) in occ_work_ceilings(admin, pgbench, levels, seconds)? {
         if let Some(row) = out
             .iter_mut()
             .find(|r| r["clients"].as_u64() == Some(clients as u64))
         {
-            row["occWorkSingleRow"] = json!(tps);
+            row["occWorkSingleRow"] = json!(single);
+            row["occWorkBatched10"] = json!(batched);
         }
     }
     Ok(Value::Array(out))
+}
+
+/// A statement file without its comment lines.
+fn strip_comments(sql: &str) -> String {
+    sql.lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The worker's own claim and completion statements as a pgbench script, one work per
 /// claim: what PostgreSQL can do for this schema (its checks, indexes and lane trigger)
 /// without the worker in between.
 fn occ_work_script() -> String {
-    let strip = |sql: &str| {
-        sql.lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let claim = strip(CLAIM)
+    let claim = strip_comments(CLAIM)
         .replace("$1::bigint", "30000::bigint")
         .replace("$2", "1");
-    let complete = strip(COMPLETE)
+    let complete = strip_comments(COMPLETE)
         .replace("$4", "NULL")
         .replace("$3", "'DONE'")
         .replace("$2", ":token")
@@ -779,37 +783,87 @@ fn occ_work_script() -> String {
     format!("{claim} \\gset\n{complete};\n")
 }
 
-/// pgbench's works per second of the worker's own single-row claim+complete statements on
-/// `occ.work` (`occ_work_script`) at each concurrency, 20,000 fresh works in 1,000 lanes each.
+/// The same, batched as the worker batches: the worker's own claim of up to ten works in one
+/// statement, then its batched completion of the works claimed (`work_complete_batch.sql`)
+/// in one statement. PostgreSQL's ceiling for this schema's work when batching, with neither
+/// the worker's lock statement nor its transactions around them.
+fn occ_work_batched_script() -> String {
+    let claim = strip_comments(CLAIM)
+        .replace("$1::bigint", "30000::bigint")
+        .replace("$2", "10");
+    let last = claim
+        .rfind("SELECT id, token")
+        .expect("the claim statement ends with its SELECT");
+    let claim = format!(
+        "{}SELECT coalesce(array_agg(id)::text, '{{}}') AS ids, \
+         coalesce(array_agg(token)::text, '{{}}') AS tokens FROM claimed",
+        &claim[..last]
+    );
+    let complete = strip_comments(COMPLETE_BATCH)
+        .replace(
+            "$3::text[]",
+            "array_fill('DONE'::text, ARRAY[cardinality(:ids::bigint[])])",
+        )
+        .replace(
+            "$4::jsonb[]",
+            "array_fill(NULL::jsonb, ARRAY[cardinality(:ids::bigint[])])",
+        )
+        .replace("$1::bigint[]", ":ids::bigint[]")
+        .replace("$2::text[]", ":tokens::text[]");
+    format!("{claim} \\gset\n{complete};\n")
+}
+
+/// pgbench's works per second of the worker's own claim+complete statements on `occ.work`
+/// at each concurrency, single-row (`occ_work_script`) and ten per statement
+/// (`occ_work_batched_script`), each run on fresh works in 1,000 lanes (20,000 and 60,000).
 fn occ_work_ceilings(
     admin: &str,
     pgbench: &std::path::Path,
     levels: &[usize],
     seconds: u64,
-) -> Result<Vec<(usize, f64)>, CliError> {
+) -> Result<Vec<(usize, f64, f64)>, CliError> {
     let db = BenchDb::create(admin, "pgbenchwork")?;
     let dir = std::env::temp_dir().join(format!("occ-bench-work-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
-    let script = dir.join("occ_work.sql");
-    std::fs::write(&script, occ_work_script())
+    let single = dir.join("occ_work.sql");
+    let batched = dir.join("occ_work_batched.sql");
+    std::fs::write(&single, occ_work_script())
+        .and_then(|()| std::fs::write(&batched, occ_work_batched_script()))
         .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
     let mut c = db.client()?;
     namespaces(&mut c, "n", 1000)?;
     let mut out = Vec::new();
-    for (pass, &clients) in levels.iter().enumerate() {
-        fill_chunks(&mut c, 20_000, "pgbench occ.work fill", |lo, hi| {
-            deletions("n", 1000, pass as i64 * 100 + 1, lo, hi, NOW)
-        })?;
-        c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
-            .map_err(step("analyze"))?;
-        let tps = pgbench_tps(pgbench, &script, clients, seconds, &db.url)?;
-        c.batch_execute(
-            "UPDATE occ.work SET state = 'succeeded', reason_code = 'DONE',
-                 completed_at = clock_timestamp()
-             WHERE state = 'queued'",
-        )
-        .map_err(step("pgbench occ.work reset"))?;
-        out.push((clients, round(tps, 0)));
+    let mut run = 0;
+    for &clients in levels {
+        let mut tps = [0.0; 2];
+        for (i, (script, per, fill)) in [(&single, 1.0, 20_000), (&batched, 10.0, 60_000)]
+            .into_iter()
+            .enumerate()
+        {
+            fill_chunks(&mut c, fill, "pgbench occ.work fill", |lo, hi| {
+                deletions("n", 1000, run * 100 + 1, lo, hi, NOW)
+            })?;
+            run += 1;
+            c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
+                .map_err(step("analyze"))?;
+            tps[i] = pgbench_tps(pgbench, script, clients, seconds, &db.url)? * per;
+            let left = count(
+                &mut c,
+                "SELECT count(*) FROM occ.work WHERE state = 'queued'",
+            )?;
+            if left == 0 {
+                return Err(CliError::new(
+                    "pgbench drained all of occ.work: raise the fill",
+                ));
+            }
+            c.batch_execute(
+                "UPDATE occ.work SET state = 'succeeded', reason_code = 'DONE',
+                     completed_at = clock_timestamp()
+                 WHERE state = 'queued'",
+            )
+            .map_err(step("pgbench occ.work reset"))?;
+        }
+        out.push((clients, round(tps[0], 0), round(tps[1], 0)));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
@@ -939,8 +993,8 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             if text {
                 for r in ceiling.as_array().into_iter().flatten() {
                     println!(
-                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={}",
-                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"]
+                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={} batched (10/statement) works/s={}",
+                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"], r["occWorkBatched10"]
                     );
                 }
             }
@@ -965,6 +1019,7 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
                 ("singleRow", "ceilingSingleRow"),
                 ("batched10", "ceilingBatched"),
                 ("occWorkSingleRow", "ceilingOccWork"),
+                ("occWorkBatched10", "ceilingOccWorkBatched"),
             ] {
                 if let Some(ceil) = ceiling_at(c, which).filter(|v| *v > 0.0) {
                     r[key] = json!(ceil);
@@ -973,11 +1028,12 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             }
             if text {
                 println!(
-                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {})",
+                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {})",
                     c, r["works"], r["seconds"], r["worksPerSecond"],
                     r["ceilingSingleRow"], r["ceilingSingleRowRatio"],
                     r["ceilingBatched"], r["ceilingBatchedRatio"],
-                    r["ceilingOccWork"], r["ceilingOccWorkRatio"]
+                    r["ceilingOccWork"], r["ceilingOccWorkRatio"],
+                    r["ceilingOccWorkBatched"], r["ceilingOccWorkBatchedRatio"]
                 );
             }
             drains.push(r);
@@ -1137,5 +1193,25 @@ impl ComputeDriver for Unused {
     }
     fn requires_stopped_predecessors(&self, _r: &RevisionSpec) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The pgbench scripts are built from the worker's own statement files: a statement that
+    // gains a parameter must not leave it unbound in the ceiling (pgbench would fail, or
+    // measure something else).
+    #[test]
+    fn the_own_statement_scripts_bind_every_parameter() {
+        for script in [occ_work_script(), occ_work_batched_script()] {
+            assert!(!script.contains('$'), "an unbound parameter in {script}");
+            assert_eq!(script.matches("\\gset").count(), 1, "{script}");
+            assert!(script.contains("INSERT INTO occ.work_attempts"), "{script}");
+        }
+        let batched = occ_work_batched_script();
+        assert!(batched.contains("LIMIT 10::bigint + 8"), "{batched}");
+        assert!(batched.contains(":ids::bigint[]") && batched.contains(":tokens::text[]"));
     }
 }
