@@ -768,13 +768,18 @@ fn strip_comments(sql: &str) -> String {
         .join("\n")
 }
 
+/// The worker's own claim statement for up to `limit` works, as pgbench runs it.
+fn own_claim(limit: u32) -> String {
+    strip_comments(CLAIM)
+        .replace("$1::bigint", "30000::bigint")
+        .replace("$2", &limit.to_string())
+}
+
 /// The worker's own claim and completion statements as a pgbench script, one work per
 /// claim: what PostgreSQL can do for this schema (its checks, indexes and lane trigger)
 /// without the worker in between.
 fn occ_work_script() -> String {
-    let claim = strip_comments(CLAIM)
-        .replace("$1::bigint", "30000::bigint")
-        .replace("$2", "1");
+    let claim = own_claim(1);
     let complete = strip_comments(COMPLETE)
         .replace("$4", "NULL")
         .replace("$3", "'DONE'")
@@ -788,9 +793,7 @@ fn occ_work_script() -> String {
 /// in one statement. PostgreSQL's ceiling for this schema's work when batching, with neither
 /// the worker's lock statement nor its transactions around them.
 fn occ_work_batched_script() -> String {
-    let claim = strip_comments(CLAIM)
-        .replace("$1::bigint", "30000::bigint")
-        .replace("$2", "10");
+    let claim = own_claim(10);
     let last = claim
         .rfind("SELECT id, token")
         .expect("the claim statement ends with its SELECT");

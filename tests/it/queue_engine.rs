@@ -505,16 +505,15 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
     assert_eq!(left, 0);
 }
 
-/// Each lane's `(head_id, claim_id)`, by lane.
-fn lane_rows(c: &mut Client) -> Vec<(String, Option<i64>, Option<i64>)> {
-    c.query(
-        "SELECT lane, head_id, claim_id FROM occ.work_lanes ORDER BY lane",
-        &[],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
-    .collect()
+/// The `(head_id, claim_id)` of Namespace `ns`'s lane.
+fn lane_row(c: &mut Client, ns: &str) -> (Option<i64>, Option<i64>) {
+    let row = c
+        .query_one(
+            "SELECT head_id, claim_id FROM occ.work_lanes WHERE lane = 'namespace:' || $1",
+            &[&ns],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
 }
 
 // Issue 10 item 1, Q4 (V15): the lanes are kept once per statement. One statement that
@@ -537,13 +536,6 @@ fn one_statement_over_many_lanes_keeps_every_lane_exact() {
     }
     let claimed = work_claim_batch(&mut c, &o, 10).unwrap();
     assert_eq!(claimed.len(), 4, "one head per lane");
-    let lane = |ns: &str| format!("namespace:{ns}");
-    let row = |rows: &[(String, Option<i64>, Option<i64>)], ns: &str| {
-        rows.iter()
-            .find(|r| r.0 == lane(ns))
-            .map(|r| (r.1, r.2))
-            .unwrap()
-    };
 
     // One completion statement over three lanes: the claimed heads of n0 and n1, and a work
     // queued behind n2's claimed head.
@@ -556,24 +548,23 @@ fn one_statement_over_many_lanes_keeps_every_lane_exact() {
         )
         .unwrap();
     assert_eq!(done, 3);
-    let rows = lane_rows(&mut c);
     assert_eq!(
-        row(&rows, "n0"),
+        lane_row(&mut c, "n0"),
         (Some(ids[0][1]), None),
         "claim ended, next head"
     );
     assert_eq!(
-        row(&rows, "n1"),
+        lane_row(&mut c, "n1"),
         (Some(ids[1][1]), None),
         "claim ended, next head"
     );
     assert_eq!(
-        row(&rows, "n2"),
+        lane_row(&mut c, "n2"),
         (Some(ids[2][0]), Some(ids[2][0])),
         "claim kept"
     );
     assert_eq!(
-        row(&rows, "n3"),
+        lane_row(&mut c, "n3"),
         (Some(ids[3][0]), Some(ids[3][0])),
         "untouched"
     );
@@ -586,14 +577,13 @@ fn one_statement_over_many_lanes_keeps_every_lane_exact() {
         &[&vec![ids[0][2], ids[1][2], ids[2][2], ids[3][2]]],
     )
     .unwrap();
-    let rows = lane_rows(&mut c);
     for (i, ns) in ["n0", "n1"].iter().enumerate() {
-        assert_eq!(row(&rows, ns), (Some(ids[i][2]), None));
+        assert_eq!(lane_row(&mut c, ns), (Some(ids[i][2]), None));
     }
     // A claimed head keeps its claim; the lane's head is the earlier work, claimable once
     // the claim ends.
-    assert_eq!(row(&rows, "n2"), (Some(ids[2][2]), Some(ids[2][0])));
-    assert_eq!(row(&rows, "n3"), (Some(ids[3][2]), Some(ids[3][0])));
+    assert_eq!(lane_row(&mut c, "n2"), (Some(ids[2][2]), Some(ids[2][0])));
+    assert_eq!(lane_row(&mut c, "n3"), (Some(ids[3][2]), Some(ids[3][0])));
     assert_eq!(lanes_out_of_step(&mut c), 0);
 
     // One insert over two lanes, one work due before every queued one, one behind.
@@ -607,9 +597,8 @@ fn one_statement_over_many_lanes_keeps_every_lane_exact() {
         &mut c,
         "SELECT id FROM occ.work WHERE idempotency_key = 'namespace:n0:delete:9'",
     );
-    let rows = lane_rows(&mut c);
-    assert_eq!(row(&rows, "n0"), (Some(first_n0), None));
-    assert_eq!(row(&rows, "n1"), (Some(ids[1][2]), None));
+    assert_eq!(lane_row(&mut c, "n0"), (Some(first_n0), None));
+    assert_eq!(lane_row(&mut c, "n1"), (Some(ids[1][2]), None));
     assert_eq!(lanes_out_of_step(&mut c), 0);
 
     // One delete over two lanes takes their claimed works with it: both claims end.
@@ -620,9 +609,8 @@ fn one_statement_over_many_lanes_keeps_every_lane_exact() {
         )
         .unwrap();
     assert_eq!(deleted, 5);
-    let rows = lane_rows(&mut c);
-    assert_eq!(row(&rows, "n2"), (None, None));
-    assert_eq!(row(&rows, "n3"), (None, None));
+    assert_eq!(lane_row(&mut c, "n2"), (None, None));
+    assert_eq!(lane_row(&mut c, "n3"), (None, None));
     assert_eq!(lanes_out_of_step(&mut c), 0);
     // The lanes of n0 and n1 are claimable again: a claim takes their heads, oldest first.
     let again: Vec<i64> = work_claim_batch(&mut c, &o, 10)
