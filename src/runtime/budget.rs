@@ -8,7 +8,7 @@
 //! | thread | connections |
 //! | --- | --- |
 //! | `occ-work-N`: a pass (reads, renewal before each effect, the fenced publication, a release at shutdown) | `concurrency` |
-//! | `occ-lease-<id>`: one heartbeat thread per live claim, at most one per worker thread | `concurrency` |
+//! | `occ-lease-<id>`: one heartbeat thread per live claim, one per worker thread (kept for its next claims) | `concurrency` |
 //! | `occ-claim`: claims and lease recovery | 1 |
 //! | `occ-finalize`: batched completions (issue 10 item 4) | 1 |
 //! | `occ-http-probe`: readiness' pending count | 1 |

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use finalizer::{finalize_batch, BatchItem, Finalizer, LINGER, MAX_BATCH};
-pub use lease::Lease;
+pub use lease::{Heartbeat, Lease};
 
 /// Settings of the runtime itself (the rest is in `Context`).
 #[derive(Clone, Debug)]
@@ -188,6 +188,8 @@ impl Worker {
                 std::thread::Builder::new()
                     .name(format!("occ-work-{i}"))
                     .spawn(move || {
+                        // This worker's heartbeat thread, kept from one pass to the next.
+                        let mut heartbeat = Heartbeat::new(ctx.clone());
                         for job in jobs {
                             let guard = DoneGuard {
                                 events: &done,
@@ -195,7 +197,14 @@ impl Worker {
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    run_pass(&ctx, &registry, &records, &finalizer, job)
+                                    run_pass(
+                                        &ctx,
+                                        &registry,
+                                        &records,
+                                        &finalizer,
+                                        &mut heartbeat,
+                                        job,
+                                    )
                                 }));
                             if outcome.is_err() {
                                 ctx.events.emit(
@@ -593,6 +602,7 @@ fn run_pass(
     registry: &Registry,
     records: &Records,
     finalizer: &Finalizer,
+    heartbeat: &mut Heartbeat,
     job: Job,
 ) {
     let Job { claim, lease } = job;
@@ -608,7 +618,7 @@ fn run_pass(
     if deployment {
         records.timings.lock().begin(&claim.key, started);
     }
-    let heartbeat = match Lease::start(claim.clone(), lease.clone(), ctx.clone()) {
+    let heartbeat = match heartbeat.start(claim.clone(), lease.clone()) {
         Ok(h) => Some(h),
         Err(_) => {
             lease.cancel.cancel(LossCause::RenewalFailed);

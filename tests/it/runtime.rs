@@ -927,3 +927,90 @@ fn a_panic_on_the_claim_thread_makes_the_worker_fail() {
     let e = result.expect_err("a panicked claim thread fails the run");
     assert!(e.to_string().contains("claim thread panicked"), "{e}");
 }
+
+/// Sleeps through its pass without renewing the claim itself, and notes which threads of this
+/// process are named after the work while it runs (`occ-lease-<id>`).
+struct Sleeper {
+    hold: Duration,
+    seen: Mutex<Vec<(i64, Vec<String>)>>,
+}
+
+impl Reconciler for Sleeper {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        pass.cancel().sleep(self.hold)?;
+        let name = format!("occ-lease-{}", pass.claim.id);
+        let mut tids = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap();
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                tids.push(task.file_name().to_string_lossy().into_owned());
+            }
+        }
+        self.seen.lock().unwrap().push((pass.claim.id, tids));
+        Ok(Report::success("SLEPT"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut occ_worker::db::Tx<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        Ok(())
+    }
+}
+
+// W1, W2: a live claim has one heartbeat thread, named after its work, which keeps the claim
+// while the pass renews nothing itself (a pass of more than twice the lease succeeds on its
+// first attempt); a worker thread's heartbeat thread serves that worker's next claims, so the
+// process never holds more heartbeat threads than worker threads.
+#[test]
+fn each_live_claim_has_one_heartbeat_thread_that_renews_it_and_serves_the_next_claim() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    // Work ids no other test's database reaches, so the thread names are this test's own
+    // (Linux keeps 15 bytes of a thread name: `occ-lease-` and five digits).
+    c.batch_execute("SELECT setval('occ.work_id_seq', 73000)")
+        .unwrap();
+    let keys = ["ns1", "ns2", "ns3"].map(|ns| {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+        format!("namespace:{ns}:ensure")
+    });
+    let (ctx, events) = context(&db, Duration::from_millis(900), 5);
+    let sleeper = Arc::new(Sleeper {
+        hold: Duration::from_millis(2000),
+        seen: Mutex::new(Vec::new()),
+    });
+    let worker = Worker::new(
+        ctx,
+        all_operations(sleeper.clone()),
+        runtime_options(&db, 1),
+    );
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+    wait_for("three passes", Duration::from_secs(30), || {
+        keys.iter().all(|k| state_of(&mut c, k).0 != "queued")
+    });
+    stop.stop();
+    running.join().unwrap();
+
+    for key in &keys {
+        assert_eq!(state_of(&mut c, key), ("succeeded".into(), 1), "{key}");
+    }
+    assert!(events.named("worker.error").is_empty());
+    let seen = sleeper.seen.lock().unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for (id, tids) in seen.iter() {
+        assert_eq!(
+            tids.len(),
+            1,
+            "one heartbeat thread named after work {id}: {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter().all(|(_, tids)| tids == &seen[0].1),
+        "one worker thread, one heartbeat thread serving each claim in turn: {seen:?}"
+    );
+}
