@@ -978,9 +978,9 @@ fn each_live_claim_has_one_heartbeat_thread_that_renews_it_and_serves_the_next_c
         work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
         format!("namespace:{ns}:ensure")
     });
-    let (ctx, events) = context(&db, Duration::from_millis(900), 5);
+    let (ctx, events) = context(&db, Duration::from_millis(1500), 5);
     let sleeper = Arc::new(Sleeper {
-        hold: Duration::from_millis(2000),
+        hold: Duration::from_millis(3200),
         seen: Mutex::new(Vec::new()),
     });
     let worker = Worker::new(
@@ -990,8 +990,9 @@ fn each_live_claim_has_one_heartbeat_thread_that_renews_it_and_serves_the_next_c
     );
     let stop = worker.stop_handle();
     let running = std::thread::spawn(move || worker.run().unwrap());
-    wait_for("three passes", Duration::from_secs(30), || {
-        keys.iter().all(|k| state_of(&mut c, k).0 != "queued")
+    wait_for("three finished passes", Duration::from_secs(40), || {
+        keys.iter()
+            .all(|k| !["queued", "claimed"].contains(&state_of(&mut c, k).0.as_str()))
     });
     stop.stop();
     running.join().unwrap();
