@@ -4,8 +4,8 @@
 //! next ones, so a live claim has exactly one heartbeat thread and the process never has more
 //! than one per worker thread. While it serves a claim the thread is named after the work
 //! (`occ-lease-<work id>`, what gdb and `top -H` show); between claims it is `occ-lease-idle`.
-//! Starting a thread for every claim and joining it afterwards cost about a fifth of the
-//! worker's CPU per work in the no-op drain (README, Benchmarks).
+//! Starting a thread for every claim and joining it afterwards cost about an eighth of the
+//! CPU per work (worker and PostgreSQL together) in the no-op drain (README, Benchmarks).
 //!
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row
@@ -55,34 +55,33 @@ impl Heartbeat {
     /// no heartbeat thread can be started (the pass must then not rely on renewals).
     pub fn start(&mut self, claim: Claim, state: Arc<LeaseState>) -> std::io::Result<Lease<'_>> {
         let (stop, stopped) = bounded::<()>(0);
-        let mut serve = Serve {
+        let serve = Serve {
             claim,
             state,
             stop: stopped,
         };
         // A thread that is gone (it cannot be, short of a panic) is replaced once.
-        for _ in 0..2 {
-            let running = match &mut self.thread {
-                Some(running) => running,
-                slot @ None => slot.insert(spawn(self.ctx.clone())?),
-            };
-            match running.serve.send(serve) {
-                Ok(()) => {
-                    let idle = &self.thread.as_ref().expect("the thread just served").idle;
-                    return Ok(Lease {
-                        stop: Some(stop),
-                        idle,
-                    });
-                }
-                Err(back) => {
-                    serve = back.into_inner();
-                    if let Some(gone) = self.thread.take() {
-                        let _ = gone.handle.join();
-                    }
-                }
+        if let Err(back) = self.running()?.serve.send(serve) {
+            if let Some(gone) = self.thread.take() {
+                let _ = gone.handle.join();
             }
+            self.running()?
+                .serve
+                .send(back.into_inner())
+                .map_err(|_| std::io::Error::other("the heartbeat thread is gone"))?;
         }
-        Err(std::io::Error::other("the heartbeat thread is gone"))
+        Ok(Lease {
+            stop: Some(stop),
+            idle: &self.running()?.idle,
+        })
+    }
+
+    /// The heartbeat thread, started if there is none.
+    fn running(&mut self) -> std::io::Result<&Running> {
+        Ok(match &mut self.thread {
+            Some(running) => running,
+            slot @ None => slot.insert(spawn(self.ctx.clone())?),
+        })
     }
 }
 
