@@ -1,37 +1,39 @@
-//! The finalizer threads (`occ-finalize-N`, issue 10 item 4): publish the outcomes of passes
-//! that finish close together in one transaction: together (their claims locked in one
-//! statement, their completions made in one), or, when one of them fails, a savepoint per pass.
+//! Publication (issue 10 item 4): the outcomes of passes that finish close together are
+//! published in one transaction by the coordinator (`occ-claim`), which claims the works for
+//! the slots they free in the same transaction.
 //!
-//! A worker thread hands over its resolved report and blocks until the batch holding it has
-//! committed (or its own unit failed). Either way each pass is fenced as the unbatched
-//! finalization (`reconcile::finalize_in`) fences it: its live claim is locked by token and
-//! lease before anything of it is written, so a missing row is still `ClaimLost` for that pass
-//! alone. When anything else fails in the batch tried together, that transaction is rolled
-//! back whole and the batch runs unit by unit: a failing unit is rolled back to its savepoint
-//! and never loses another pass's publication; deferred constraints are checked at the end of
-//! each unit, inside its savepoint, so no unit can make the shared commit fail. A batch of one
-//! pass waits for company at most `LINGER`, and only while other passes are still running, so a
-//! lone completion does not wait; a batch that found several passes waiting goes at once. It
-//! never claims work and never touches a pass's lease.
+//! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Publish`
+//! on the coordinator's channel) and blocks until the transaction holding it has committed (or
+//! its own unit failed). Either way each pass is fenced as the unbatched finalization
+//! (`reconcile::finalize_in`) fences it: its live claim is locked by token and lease before
+//! anything of it is written, so a missing row is still `ClaimLost` for that pass alone. When
+//! anything else fails in the batch tried together, that transaction is rolled back whole and
+//! the batch runs unit by unit: a failing unit is rolled back to its savepoint and never loses
+//! another pass's publication; deferred constraints are checked at the end of each unit, inside
+//! its savepoint, so no unit can make the shared commit fail. It never touches a pass's lease.
+//!
+//! The claim comes last, in the same transaction (`publish_and_claim`): the claims it makes and
+//! the claims the batch ends commit together, so the worker never holds more live claims than
+//! it has worker threads (W1), and one commit and one WAL flush serve both. A claim the server
+//! refuses is rolled back to its own savepoint; the batch's publications still commit.
 
+use super::Event;
 use crate::db::DbError;
 use crate::queue::{self, Claim, QueueError};
 use crate::reconcile::{
     self, Context, LeaseState, Outcome, Pass, PassError, Reconciler, Report, Resolved,
 };
-use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crossbeam_channel::{bounded, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The longest a batch of one pass waits for more passes.
+/// The longest the coordinator waits for more passes to hand over while others still run.
 pub const LINGER: Duration = Duration::from_millis(1);
 /// The most passes one transaction publishes.
 pub const MAX_BATCH: usize = 64;
 
-/// One pass's finalization, handed to the finalizer thread.
-struct Unit {
+/// One pass's finalization, handed to the coordinator.
+pub struct Unit {
     claim: Claim,
     lease: Arc<LeaseState>,
     reconciler: Arc<dyn Reconciler>,
@@ -39,66 +41,32 @@ struct Unit {
     reply: Sender<Result<Report, PassError>>,
 }
 
-/// The handle worker threads use; the thread stops when every handle is dropped.
+impl Unit {
+    /// The claim token of the pass (the coordinator's key for it).
+    pub fn token(&self) -> &str {
+        &self.claim.token
+    }
+}
+
+/// The handle worker threads use to hand their reports to the coordinator.
 #[derive(Clone)]
 pub struct Finalizer {
-    units: Sender<Unit>,
-    /// Passes running on the pool and not yet handed over: while there are some, a batch of
-    /// one pass waits (at most `LINGER`) for them.
-    running: Arc<AtomicUsize>,
+    events: Sender<Event>,
 }
 
 impl Finalizer {
-    /// Starts `threads` finalizer threads (`occ-finalize-N`), which take batches from one
-    /// queue, so one commits while the next gathers. Join the handles after dropping every
-    /// `Finalizer`.
-    pub fn start(
-        ctx: Arc<Context>,
-        threads: usize,
-    ) -> std::io::Result<(Finalizer, Vec<JoinHandle<()>>)> {
-        let (units, rx) = unbounded::<Unit>();
-        let running = Arc::new(AtomicUsize::new(0));
-        let mut handles = Vec::with_capacity(threads);
-        for i in 0..threads.max(1) {
-            let (ctx, rx, counter) = (ctx.clone(), rx.clone(), running.clone());
-            handles.push(
-                std::thread::Builder::new()
-                    .name(format!("occ-finalize-{i}"))
-                    .spawn(move || run(&ctx, &rx, &counter))?,
-            );
-        }
-        Ok((Finalizer { units, running }, handles))
-    }
-
-    /// Finalizer threads for a pool of `concurrency`: one per 16 worker threads, at most 8.
-    /// A batch takes four round trips whatever its size (begin, lock, complete, commit), so
-    /// fewer threads make larger batches and fewer statements; a second thread from 17
-    /// worker threads on overlaps one batch's commit with the next one's statements.
-    /// Measured with `scripts/bench-queue --only drain` (README): one per 4 threads made
-    /// batches of 2-3 and drained 10-15 % slower at 16 and 64 threads; one per 8 or per 32
-    /// was no better than one per 16.
-    pub fn threads_for(concurrency: usize) -> usize {
-        concurrency.div_ceil(16).clamp(1, 8)
-    }
-
-    /// A pass started on the pool.
-    pub fn pass_started(&self) -> PassRunning<'_> {
-        self.running.fetch_add(1, Ordering::SeqCst);
-        PassRunning {
-            running: &self.running,
-            done: false,
-        }
+    pub fn new(events: Sender<Event>) -> Finalizer {
+        Finalizer { events }
     }
 
     /// Finalizes `report` (`reconcile::finalize`, batched): blocks until it is published or
-    /// refused. `running` is the pass's own guard, released as the report is handed over.
+    /// refused.
     pub fn finalize(
         &self,
         pass: &Pass<'_>,
         lease: &Arc<LeaseState>,
         reconciler: Arc<dyn Reconciler>,
         report: Report,
-        mut running: PassRunning<'_>,
     ) -> Result<Report, PassError> {
         let resolved = match reconcile::finalize_resolved(pass, report) {
             Resolved::Published(published) => return Ok(published),
@@ -112,56 +80,24 @@ impl Finalizer {
             resolved,
             reply,
         };
-        running.release();
-        if self.units.send(unit).is_err() {
-            return Err(PassError::Invariant("the finalizer thread is gone".into()));
+        if self.events.send(Event::Publish(Box::new(unit))).is_err() {
+            return Err(PassError::Invariant("the coordinator is gone".into()));
         }
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(PassError::Invariant("the finalizer dropped a pass".into())))
+        answer.recv().unwrap_or_else(|_| {
+            Err(PassError::Invariant(
+                "the coordinator dropped a pass".into(),
+            ))
+        })
     }
 }
 
-/// Counts a running pass until its report is handed over (or the pass ends without one).
-pub struct PassRunning<'a> {
-    running: &'a AtomicUsize,
-    done: bool,
-}
+/// What a transaction's claim came to: `None` when it asked for nothing; the claims and when
+/// the statement was sent (their leases count from then).
+pub type Claimed = Option<Result<(Vec<Claim>, Instant), PassError>>;
 
-impl PassRunning<'_> {
-    fn release(&mut self) {
-        if !self.done {
-            self.done = true;
-            self.running.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-impl Drop for PassRunning<'_> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
-fn run(ctx: &Context, units: &Receiver<Unit>, running: &AtomicUsize) {
-    while let Ok(first) = units.recv() {
-        let mut batch = vec![first];
-        batch.extend(units.try_iter().take(MAX_BATCH - 1));
-        // Under load passes pile up while the previous batch commits, and the batch goes at
-        // once; only a lone pass waits (at most `LINGER`) for one still running.
-        let deadline = Instant::now() + LINGER;
-        while batch.len() == 1 && running.load(Ordering::SeqCst) > 0 {
-            match units.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(unit) => batch.push(unit),
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        publish(ctx, batch);
-    }
-}
-
-/// The thread's side of a batch: runs it and answers every pass.
-fn publish(ctx: &Context, batch: Vec<Unit>) {
+/// The coordinator's side of a batch: publishes it, claims up to `claim` works in the same
+/// transaction, answers every pass, and returns the claims.
+pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize) -> Claimed {
     let items: Vec<BatchItem<'_>> = batch
         .iter()
         .map(|u| BatchItem {
@@ -174,10 +110,26 @@ fn publish(ctx: &Context, batch: Vec<Unit>) {
             resolved: u.resolved.clone(),
         })
         .collect();
-    let answers = finalize_batch(ctx, items);
+    let (answers, claimed) = publish_and_claim(ctx, items, claim);
     for (unit, answer) in batch.iter().zip(answers) {
         let _ = unit.reply.send(answer);
     }
+    claimed
+}
+
+/// Claims up to `limit` works in a transaction of their own (nothing to publish with them).
+pub fn claim_alone(ctx: &Context, limit: usize) -> Claimed {
+    if limit == 0 {
+        return None;
+    }
+    Some((|| {
+        let mut client = ctx.pool.get()?;
+        let sent = Instant::now();
+        Ok((
+            queue::work_claim_batch(&mut *client, &ctx.queue, limit)?,
+            sent,
+        ))
+    })())
 }
 
 /// One pass's resolved report (`reconcile::finalize_resolved`) in a batch.
@@ -190,37 +142,56 @@ pub struct BatchItem<'a> {
 /// Publishes `items` in one transaction; returns one answer per item, in order. A failing item
 /// (`ClaimLost`, a cancelled pass, a database error in its statements) publishes nothing and
 /// the others still commit; if the connection or the commit fails, no item is published.
+pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
+    publish_and_claim(ctx, items, 0).0
+}
+
+/// `finalize_batch`, then up to `claim` works claimed in the same transaction, after the
+/// publications (so a lane the batch moved on is claimable at once).
 ///
 /// The batch is first tried together (`finalize_together`): its live claims locked in one
 /// statement, and its completions made in one statement, because PostgreSQL prepares
 /// `occ.work`'s checks and triggers once per statement and that, not the rows, is most of a
-/// single completion's cost. If anything in it fails past the claim locks, that transaction
-/// is rolled back whole and the batch runs again unit by unit (`finalize_each`), a savepoint
-/// per unit, so the failing unit alone is refused.
-pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
-    match finalize_together(ctx, &items) {
-        Together::Done(answers) => answers,
-        Together::Unavailable(what) => (0..items.len()).map(|_| Err(unavailable(what))).collect(),
-        Together::OneByOne => finalize_each(ctx, items),
+/// single completion's cost. If anything in it fails past the claim locks, the claim included,
+/// that transaction is rolled back whole and the batch runs again unit by unit
+/// (`finalize_each`), a savepoint per unit and one for the claim, so the failing unit alone is
+/// refused. Claims whose transaction did not commit are not returned.
+pub fn publish_and_claim(
+    ctx: &Context,
+    items: Vec<BatchItem<'_>>,
+    claim: usize,
+) -> (Vec<Result<Report, PassError>>, Claimed) {
+    if items.is_empty() {
+        return (Vec::new(), claim_alone(ctx, claim));
+    }
+    let refused = |what: &'static str| (claim > 0).then(|| Err(unavailable(what)));
+    match finalize_together(ctx, &items, claim) {
+        Together::Done(answers, claimed) => (answers, claimed),
+        Together::Unavailable(what) => (
+            (0..items.len()).map(|_| Err(unavailable(what))).collect(),
+            refused(what),
+        ),
+        Together::OneByOne => finalize_each(ctx, items, claim),
     }
 }
 
 /// What trying a batch together came to.
 enum Together {
     /// Every item answered, the transaction committed (or nothing needed publishing).
-    Done(Vec<Result<Report, PassError>>),
-    /// The connection or the commit failed: nothing is published.
+    Done(Vec<Result<Report, PassError>>, Claimed),
+    /// The connection or the commit failed: nothing is published or claimed.
     Unavailable(&'static str),
-    /// An item failed past the claim locks; nothing was published: run unit by unit.
+    /// An item or the claim failed past the claim locks; nothing was published: run unit by
+    /// unit.
     OneByOne,
 }
 
 /// The batch in one transaction without savepoints: cancelled passes and lost claims are
 /// answered first and publish nothing; every other item settles and publishes in order, then
 /// the successes complete in one statement and the other outcomes make their own transitions;
-/// deferred constraints are checked by the commit. Any failure after the locks rolls the
-/// whole transaction back (`Together::OneByOne`).
-fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
+/// then the claim; deferred constraints are checked by the commit. Any failure after the locks
+/// rolls the whole transaction back (`Together::OneByOne`).
+fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> Together {
     let mut answers: Vec<Option<Result<Report, PassError>>> = items
         .iter()
         .map(|item| item.pass.cancel().check().err().map(|e| Err(e.into())))
@@ -232,7 +203,10 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
         .map(|(item, _)| item.pass.claim)
         .collect();
     if wanted.is_empty() {
-        return Together::Done(answers.into_iter().flatten().collect());
+        return Together::Done(
+            answers.into_iter().flatten().collect(),
+            claim_alone(ctx, claim),
+        );
     }
     let Ok(mut client) = ctx.pool.get() else {
         return Together::Unavailable("no database connection for the batch");
@@ -292,6 +266,15 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
     {
         return Together::OneByOne;
     }
+    let claimed = if claim > 0 {
+        let sent = Instant::now();
+        match queue::work_claim_batch(&mut tx, &ctx.queue, claim) {
+            Ok(claims) => Some((claims, sent)),
+            Err(_) => return Together::OneByOne,
+        }
+    } else {
+        None
+    };
     match tx.commit() {
         Ok(()) => {}
         // A deferred constraint refused the commit: nothing is published; find the unit.
@@ -303,13 +286,23 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>]) -> Together {
     for (i, report) in settled {
         answers[i] = Some(Ok(report));
     }
-    Together::Done(answers.into_iter().flatten().collect())
+    Together::Done(answers.into_iter().flatten().collect(), claimed.map(Ok))
 }
 
-/// The batch unit by unit in one transaction, a savepoint each (`reconcile::finalize_in`).
-fn finalize_each(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
+/// The batch unit by unit in one transaction, a savepoint each (`reconcile::finalize_in`),
+/// then the claim in a savepoint of its own.
+fn finalize_each(
+    ctx: &Context,
+    items: Vec<BatchItem<'_>>,
+    claim: usize,
+) -> (Vec<Result<Report, PassError>>, Claimed) {
     let n = items.len();
-    let all = |what: &str| (0..n).map(|_| Err(unavailable(what))).collect();
+    let all = |what: &'static str| {
+        (
+            (0..n).map(|_| Err(unavailable(what))).collect(),
+            (claim > 0).then(|| Err(unavailable(what))),
+        )
+    };
     let Ok(mut client) = ctx.pool.get() else {
         return all("no database connection for the batch");
     };
@@ -339,10 +332,25 @@ fn finalize_each(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report,
         }
         answers.push(outcome);
     }
+    // The claim in the savepoint still open: a refused claim is rolled back alone.
+    let claimed = if claim > 0 {
+        let sent = Instant::now();
+        match queue::work_claim_batch(&mut tx, &ctx.queue, claim) {
+            Ok(claims) => Some(Ok((claims, sent))),
+            Err(e) => {
+                if tx.batch_execute("ROLLBACK TO SAVEPOINT occ_unit").is_err() {
+                    return all("the batch's connection failed");
+                }
+                Some(Err(e.into()))
+            }
+        }
+    } else {
+        None
+    };
     if tx.commit().is_err() {
         return all("the batch did not commit");
     }
-    answers
+    (answers, claimed)
 }
 
 /// Nothing of the batch was published; its claims stay until their leases run out.

@@ -1,8 +1,8 @@
 //! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
-//! named worker threads, one heartbeat thread per live claim, finalizer threads that publish
-//! passes finishing close together in one transaction, and a LISTEN thread that turns
+//! named worker threads, one heartbeat thread per live claim, and a LISTEN thread that turns
 //! notifications into wake-ups. The coordinator claims as many works as it has free slots in
-//! one statement (issue 10).
+//! one statement (issue 10), and publishes the passes that finish close together in one
+//! transaction, which also claims the works for the slots they free (`finalizer`).
 //!
 //! The coordinator owns all scheduling state; workers and the listener only send `Event`s
 //! back over one channel, so every cause of activity is in one `match`. The coordinator never
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use finalizer::{finalize_batch, BatchItem, Finalizer, LINGER, MAX_BATCH};
+pub use finalizer::{finalize_batch, publish_and_claim, BatchItem, Finalizer, LINGER, MAX_BATCH};
 pub use lease::{Heartbeat, Lease};
 
 /// Settings of the runtime itself (the rest is in `Context`).
@@ -54,20 +54,12 @@ pub enum Event {
     Stop,
     /// The poll interval (or a follow-up after a wake-up) passed without an event.
     Poll,
+    /// A worker's finished pass, to publish (its thread waits for the answer).
+    Publish(Box<finalizer::Unit>),
 }
 
 /// How long after a wake-up the coordinator claims once more (see `coordinate`).
 const FOLLOW_UP: Duration = Duration::from_millis(15);
-
-/// Under load, slots free up a few at a time as a finalizer batch answers its passes: while
-/// fewer than half the pool's slots (and fewer than `CLAIM_COMPANY`) are free and passes still
-/// run, the coordinator waits at most `CLAIM_LINGER` for more before claiming, so one
-/// statement claims for the whole batch. Measured with `occ-worker bench --only drain`
-/// (README): at 16 threads claims went from about four works per statement to about eight,
-/// +18 % works/s and -10 % CPU per work; neutral at 4 and 64 threads. An idle worker (no pass
-/// running) never lingers, so enqueue-to-claim latency is unchanged.
-const CLAIM_LINGER: Duration = Duration::from_millis(1);
-const CLAIM_COMPANY: usize = 8;
 
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
@@ -172,8 +164,7 @@ impl Worker {
             )?),
             None => None,
         };
-        let (finalizer, finalizer_threads) =
-            Finalizer::start(ctx.clone(), Finalizer::threads_for(options.concurrency))?;
+        let finalizer = Finalizer::new(events_tx.clone());
         let records = Arc::new(Records::new(options.poll_interval));
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(options.concurrency);
         let mut workers = Vec::with_capacity(options.concurrency);
@@ -218,7 +209,6 @@ impl Worker {
             );
         }
         drop(jobs_rx);
-        // The workers hold the only other handles: the finalizer ends once they have.
         drop(finalizer);
 
         ctx.events.emit(
@@ -253,9 +243,6 @@ impl Worker {
         for w in workers {
             let _ = w.join();
         }
-        for f in finalizer_threads {
-            let _ = f.join();
-        }
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
             let _ = l.join();
@@ -286,7 +273,15 @@ impl Drop for DoneGuard<'_> {
     }
 }
 
-/// The claim loop. Claims only while a pool slot is free; sleeps on the event channel.
+/// The claim loop. Claims only for free slots; publishes finished passes, claiming for the
+/// slots they free in the same transaction; sleeps on the event channel.
+///
+/// A finished pass hands over its report (`Event::Publish`) and waits. The coordinator
+/// publishes once every dispatched pass has handed over, or `MAX_BATCH` have, or the first of
+/// them has waited `LINGER` (passes still running): under load one transaction publishes what
+/// the pool finished and claims as many works, so a statement's fixed cost is shared by the
+/// whole pool instead of half of it, and one commit serves both. A lone pass (nothing else
+/// running) is published at once.
 fn coordinate(
     ctx: &Context,
     options: &RuntimeOptions,
@@ -296,8 +291,12 @@ fn coordinate(
     health: &records::HealthBeat,
 ) {
     let mut free = options.concurrency;
-    // Keyed by claim token, never by work id (see `Event::Done`).
+    // Dispatched passes not yet published or reported done, keyed by claim token, never by
+    // work id (see `Event::Done`).
     let mut in_flight: HashMap<String, Arc<LeaseState>> = HashMap::new();
+    // Finished passes waiting for their publication, and since when the first of them waits.
+    let mut units: Vec<finalizer::Unit> = Vec::new();
+    let mut gathering: Option<Instant> = None;
     let mut stopping: Option<Instant> = None;
     let mut cancelled_all = false;
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
@@ -306,37 +305,48 @@ fn coordinate(
     // After a notification, one more claim shortly after: a transaction that left the
     // wake-up to a concurrent one (V11) may commit just after the notifying one.
     let mut follow_up: Option<Instant> = None;
-    let mut linger: Option<Instant> = None;
     loop {
         progress.tick();
-        let lingering = free > 0
-            && free < (options.concurrency / 2).min(CLAIM_COMPANY)
-            && !in_flight.is_empty()
-            && linger.is_none_or(|at| Instant::now() < at);
-        if !lingering {
-            linger = None;
-        } else if linger.is_none() {
-            linger = Some(Instant::now() + CLAIM_LINGER);
-        }
+        let publish_due = !units.is_empty()
+            && (units.len() >= in_flight.len()
+                || units.len() >= MAX_BATCH
+                || gathering.is_some_and(|t| t.elapsed() >= LINGER));
         // A requested stop is seen before the next database wait, not after it.
-        if stopping.is_none() && free > 0 && !lingering && !progress.stopping() {
-            if last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
+        let claiming = stopping.is_none() && !progress.stopping();
+        if publish_due || (claiming && free > 0 && units.is_empty()) {
+            let batch = if publish_due {
+                gathering = None;
+                std::mem::take(&mut units)
+            } else {
+                Vec::new()
+            };
+            // Every pass of the batch is answered by the transaction below, and its claim ends
+            // with it (or is no longer ours): its slot is free for what that transaction claims.
+            for unit in &batch {
+                if in_flight.remove(unit.token()).is_some() {
+                    free += 1;
+                }
+            }
+            let mut wanted = if claiming { free } else { 0 };
+            if wanted > 0 && last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
                 last_recovery = Some(Instant::now());
                 if let Err(e) = recover(ctx) {
                     failures.report(ctx, progress, &e);
                 }
                 // Each database wait is bounded on its own; liveness counts them one by one.
                 progress.tick();
+                if progress.stopping() {
+                    wanted = 0;
+                }
             }
-            if progress.stopping() {
-                continue;
-            }
-            match claim(ctx, free) {
-                Ok((claims, sent)) if !claims.is_empty() => {
+            let idle = batch.is_empty();
+            match finalizer::publish(ctx, batch, wanted) {
+                Some(Ok((claims, sent))) => {
                     failures.clear(progress);
-                    // Fewer than asked: nothing more is claimable now, so wait for an event
-                    // instead of asking again at once.
-                    let all_free_filled = claims.len() == free;
+                    if claims.is_empty() && idle {
+                        // Idle: `worker.health` at most once per its interval (SPEC Z7).
+                        health.beat(ctx, false);
+                    }
                     let mut pool_gone = false;
                     for claim in claims {
                         let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
@@ -350,31 +360,28 @@ fn coordinate(
                         // The pool is gone; nothing will report. Stop claiming.
                         break;
                     }
-                    if all_free_filled {
-                        continue;
-                    }
                 }
-                Ok(_) => {
-                    failures.clear(progress);
-                    // Idle: `worker.health` at most once per its interval (SPEC Z7).
-                    health.beat(ctx, false);
-                    progress.tick();
-                }
-                Err(e) => failures.report(ctx, progress, &e),
+                Some(Err(e)) => failures.report(ctx, progress, &e),
+                None => {}
             }
+            progress.tick();
         }
         if stopping.is_some() && in_flight.is_empty() {
             break;
         }
+        let now = Instant::now();
+        let gathered = gathering.map(|t| (t + LINGER).saturating_duration_since(now));
         let wait = match stopping {
-            Some(deadline) if !cancelled_all => deadline.saturating_duration_since(Instant::now()),
+            Some(deadline) if !cancelled_all => deadline.saturating_duration_since(now),
             Some(_) => Duration::from_millis(200),
-            // A pending follow-up stays pending while the coordinator lingers.
-            None => match linger.or_else(|| follow_up.take()) {
-                Some(at) => at.saturating_duration_since(Instant::now()),
+            // A pending follow-up stays pending while passes gather for publication.
+            None if gathered.is_some() => Duration::MAX,
+            None => match follow_up.take() {
+                Some(at) => at.saturating_duration_since(now),
                 None => options.poll_interval,
             },
         };
+        let wait = gathered.map_or(wait, |g| g.min(wait));
         let first = match events.recv_timeout(wait) {
             Ok(event) => event,
             Err(RecvTimeoutError::Timeout) => Event::Poll,
@@ -385,10 +392,17 @@ fn coordinate(
             match event {
                 Event::Poll => {}
                 Event::Wake => follow_up = Some(Instant::now() + FOLLOW_UP),
-
+                Event::Publish(unit) => {
+                    if units.is_empty() {
+                        gathering = Some(Instant::now());
+                    }
+                    units.push(*unit);
+                }
+                // A published pass's slot was freed with its publication.
                 Event::Done { token } => {
-                    in_flight.remove(&token);
-                    free += 1;
+                    if in_flight.remove(&token).is_some() {
+                        free += 1;
+                    }
                 }
                 Event::Stop => {
                     if stopping.is_none() {
@@ -405,6 +419,7 @@ fn coordinate(
             if !cancelled_all && Instant::now() >= deadline {
                 // Grace is over: the remaining passes stop at their next cancellation point and
                 // release their claims, attempt refunded, so another worker resumes them (W4).
+                // A pass waiting for its publication is refused by it (`WORKER_STOPPING`).
                 for lease in in_flight.values() {
                     lease.cancel.cancel(LossCause::WorkerStopping);
                 }
@@ -468,17 +483,6 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
     Ok(())
 }
 
-/// Claims up to `free` works in one statement (issue 10 item 3), each from a distinct lane.
-fn claim(ctx: &Context, free: usize) -> Result<(Vec<Claim>, Instant), PassError> {
-    let mut client = ctx.pool.get()?;
-    let sent = Instant::now();
-    Ok((
-        queue::work_claim_batch(&mut *client, &ctx.queue, free)?,
-        sent,
-    ))
-}
-
-/// A short class for an error, safe to log.
 fn error_class(e: &PassError) -> String {
     match e {
         PassError::Db(DbError::Unavailable(_)) => "DatabaseUnavailable".into(),
@@ -606,7 +610,6 @@ fn run_pass(
     job: Job,
 ) {
     let Job { claim, lease } = job;
-    let running = finalizer.pass_started();
     let started = Instant::now();
     let operation = claim.operation.as_str();
     // Deploy timings follow a revision's own reconcile key only (SPEC Z9).
@@ -655,7 +658,7 @@ fn run_pass(
         .and_then(|report| {
             let classified = report.outcome;
             finalizer
-                .finalize(&pass, &lease, reconciler.clone(), report, running)
+                .finalize(&pass, &lease, reconciler.clone(), report)
                 .map(|r| (classified, r))
         });
     drop(heartbeat);

@@ -1015,3 +1015,109 @@ fn each_live_claim_has_one_heartbeat_thread_that_renews_it_and_serves_the_next_c
         "one worker thread, one heartbeat thread serving each claim in turn: {seen:?}"
     );
 }
+
+/// Records, as each pass starts, the transaction that wrote its claim (its lane row's `xmin`).
+struct ClaimTransactions {
+    client: Mutex<Client>,
+    seen: Mutex<Vec<(i64, String)>>,
+}
+
+impl Reconciler for ClaimTransactions {
+    fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
+        let xmin: String = self
+            .client
+            .lock()
+            .unwrap()
+            .query_one(
+                "SELECT xmin::text FROM occ.work_lanes WHERE claim_id = $1",
+                &[&pass.claim.id],
+            )
+            .unwrap()
+            .get(0);
+        self.seen.lock().unwrap().push((pass.claim.id, xmin));
+        Ok(Report::success("RECORDED"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut occ_worker::db::Tx<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        Ok(())
+    }
+}
+
+// W1, issue 10 item 4: the transaction that publishes a pass claims the works for the slot it
+// frees, so a claim never outlives its slot and one commit serves both. Three works in one
+// lane at concurrency 1: the first is claimed alone; each later one is claimed by the very
+// transaction that completed its predecessor (the lane moved on inside it), and every work
+// succeeds on its first attempt.
+#[test]
+fn the_transaction_that_publishes_a_pass_claims_the_next_work_for_its_slot() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "lane", "ready");
+    let keys: Vec<String> = (1..=3)
+        .map(|n| {
+            work_enqueue(&mut c, &NewWork::namespace_delete("lane", Some(n), "admin")).unwrap();
+            format!("namespace:lane:delete:{n}")
+        })
+        .collect();
+    let (ctx, events) = context(&db, Duration::from_secs(30), 5);
+    let recorder = Arc::new(ClaimTransactions {
+        client: Mutex::new(db.client()),
+        seen: Mutex::new(Vec::new()),
+    });
+    let worker = Worker::new(
+        ctx,
+        all_operations(recorder.clone()),
+        runtime_options(&db, 1),
+    );
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+    wait_for("three finished passes", Duration::from_secs(30), || {
+        keys.iter().all(|k| state_of(&mut c, k).0 == "succeeded")
+    });
+    stop.stop();
+    running.join().unwrap();
+
+    for key in &keys {
+        assert_eq!(state_of(&mut c, key), ("succeeded".into(), 1), "{key}");
+    }
+    assert!(events.named("worker.error").is_empty());
+    let seen = recorder.seen.lock().unwrap().clone();
+    let ids: Vec<i64> = keys
+        .iter()
+        .map(|k| {
+            c.query_one("SELECT id FROM occ.work WHERE idempotency_key = $1", &[k])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    assert_eq!(
+        seen.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        ids,
+        "the lane's works in order"
+    );
+    for pair in seen.windows(2) {
+        // The completion of the predecessor: its row's last writer (a terminal row is not
+        // written again).
+        let completed_by: String = c
+            .query_one(
+                "SELECT xmin::text FROM occ.work WHERE id = $1",
+                &[&pair[0].0],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            pair[1].1, completed_by,
+            "work {} was claimed by the transaction that completed work {}: {seen:?}",
+            pair[1].0, pair[0].0
+        );
+    }
+    assert_ne!(
+        seen[0].1, seen[1].1,
+        "the first claim had nothing to publish with it: {seen:?}"
+    );
+}
