@@ -96,8 +96,10 @@ impl Finalizer {
 pub type Claimed = Option<Result<(Vec<Claim>, Instant), PassError>>;
 
 /// The coordinator's side of a batch: publishes it, claims up to `claim` works in the same
-/// transaction, answers every pass, and returns the claims.
-pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize) -> Claimed {
+/// transaction, answers every pass, and returns the claims. `tick` is called after each step
+/// (each bounded by the database timeout), so the coordinator's liveness counts them one by
+/// one, however many passes the batch holds.
+pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize, tick: &dyn Fn()) -> Claimed {
     let items: Vec<BatchItem<'_>> = batch
         .iter()
         .map(|u| BatchItem {
@@ -110,7 +112,7 @@ pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize) -> Claimed {
             resolved: u.resolved.clone(),
         })
         .collect();
-    let (answers, claimed) = publish_and_claim(ctx, items, claim);
+    let (answers, claimed) = publish_and_claim(ctx, items, claim, tick);
     for (unit, answer) in batch.iter().zip(answers) {
         let _ = unit.reply.send(answer);
     }
@@ -143,7 +145,7 @@ pub struct BatchItem<'a> {
 /// (`ClaimLost`, a cancelled pass, a database error in its statements) publishes nothing and
 /// the others still commit; if the connection or the commit fails, no item is published.
 pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
-    publish_and_claim(ctx, items, 0).0
+    publish_and_claim(ctx, items, 0, &|| {}).0
 }
 
 /// `finalize_batch`, then up to `claim` works claimed in the same transaction, after the
@@ -160,18 +162,19 @@ pub fn publish_and_claim(
     ctx: &Context,
     items: Vec<BatchItem<'_>>,
     claim: usize,
+    tick: &dyn Fn(),
 ) -> (Vec<Result<Report, PassError>>, Claimed) {
     if items.is_empty() {
         return (Vec::new(), claim_alone(ctx, claim));
     }
     let refused = |what: &'static str| (claim > 0).then(|| Err(unavailable(what)));
-    match finalize_together(ctx, &items, claim) {
+    match finalize_together(ctx, &items, claim, tick) {
         Together::Done(answers, claimed) => (answers, claimed),
         Together::Unavailable(what) => (
             (0..items.len()).map(|_| Err(unavailable(what))).collect(),
             refused(what),
         ),
-        Together::OneByOne => finalize_each(ctx, items, claim),
+        Together::OneByOne => finalize_each(ctx, items, claim, tick),
     }
 }
 
@@ -191,7 +194,12 @@ enum Together {
 /// the successes complete in one statement and the other outcomes make their own transitions;
 /// then the claim; deferred constraints are checked by the commit. Any failure after the locks
 /// rolls the whole transaction back (`Together::OneByOne`).
-fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> Together {
+fn finalize_together(
+    ctx: &Context,
+    items: &[BatchItem<'_>],
+    claim: usize,
+    tick: &dyn Fn(),
+) -> Together {
     let mut answers: Vec<Option<Result<Report, PassError>>> = items
         .iter()
         .map(|item| item.pass.cancel().check().err().map(|e| Err(e.into())))
@@ -221,6 +229,7 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> To
         Err(QueueError::Db(e)) if e.sqlstate().is_some() => return Together::OneByOne,
         Err(_) => return Together::Unavailable("the batch's connection failed"),
     };
+    tick();
     let mut settled: Vec<(usize, Report)> = Vec::with_capacity(live.len());
     for (i, item) in items.iter().enumerate() {
         if answers[i].is_some() {
@@ -239,6 +248,7 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> To
             Ok(report) => settled.push((i, report)),
             Err(_) => return Together::OneByOne,
         }
+        tick();
     }
     let mut successes = Vec::new();
     for (i, report) in &settled {
@@ -252,12 +262,14 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> To
         } else if reconcile::transition(&mut tx, pass, report).is_err() {
             return Together::OneByOne;
         }
+        tick();
     }
     if !successes.is_empty() {
         match queue::work_complete_batch(&mut tx, &successes) {
             Ok(done) if done.len() == successes.len() => {}
             _ => return Together::OneByOne,
         }
+        tick();
     }
     // A pass cancelled while the batch ran publishes nothing.
     if settled
@@ -275,6 +287,7 @@ fn finalize_together(ctx: &Context, items: &[BatchItem<'_>], claim: usize) -> To
     } else {
         None
     };
+    tick();
     match tx.commit() {
         Ok(()) => {}
         // A deferred constraint refused the commit: nothing is published; find the unit.
@@ -295,6 +308,7 @@ fn finalize_each(
     ctx: &Context,
     items: Vec<BatchItem<'_>>,
     claim: usize,
+    tick: &dyn Fn(),
 ) -> (Vec<Result<Report, PassError>>, Claimed) {
     let n = items.len();
     let all = |what: &'static str| {
@@ -331,6 +345,7 @@ fn finalize_each(
             return all("the batch's connection failed");
         }
         answers.push(outcome);
+        tick();
     }
     // The claim in the savepoint still open: a refused claim is rolled back alone.
     let claimed = if claim > 0 {
@@ -347,6 +362,7 @@ fn finalize_each(
     } else {
         None
     };
+    tick();
     if tx.commit().is_err() {
         return all("the batch did not commit");
     }

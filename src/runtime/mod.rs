@@ -340,7 +340,7 @@ fn coordinate(
                 }
             }
             let idle = batch.is_empty();
-            match finalizer::publish(ctx, batch, wanted) {
+            match finalizer::publish(ctx, batch, wanted, &|| progress.tick()) {
                 Some(Ok((claims, sent))) => {
                     failures.clear(progress);
                     if claims.is_empty() && idle {
