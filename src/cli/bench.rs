@@ -21,7 +21,7 @@ use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::{self, NewWork, QueueOptions};
 use occ_worker::reconcile::{probe, Context, Pass, PassError, Reconciler, Registry, Report};
-use occ_worker::runtime::{RuntimeOptions, Worker};
+use occ_worker::runtime::{RuntimeOptions, Worker, MAX_BATCH};
 use postgres::Client;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
 const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
 const COMPLETE_BATCH: &str = include_str!("../../sql/queries/work_complete_batch.sql");
+const LOCK_CLAIMS: &str = include_str!("../../sql/queries/work_lock_claims.sql");
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -748,13 +749,14 @@ fn ceilings(
         out.push(row);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    for (clients, single, batched) in occ_work_ceilings(admin, pgbench, levels, seconds)? {
+    for (clients, [single, batched, cycle]) in occ_work_ceilings(admin, pgbench, levels, seconds)? {
         if let Some(row) = out
             .iter_mut()
             .find(|r| r["clients"].as_u64() == Some(clients as u64))
         {
             row["occWorkSingleRow"] = json!(single);
             row["occWorkBatched10"] = json!(batched);
+            row["occWorkCycle"] = json!(cycle);
         }
     }
     Ok(Value::Array(out))
@@ -816,15 +818,52 @@ fn occ_work_batched_script() -> String {
     format!("{claim} \\gset\n{complete};\n")
 }
 
+/// The worker's publication cycle at concurrency `batch`, as one session runs it: in one
+/// transaction, the lock of the works the previous transaction claimed
+/// (`work_lock_claims.sql`), their batched completion, and the claim of up to `batch` works
+/// (carried to the next transaction). PostgreSQL's ceiling for the coordinator's own serial
+/// work at that concurrency, without the pool's threads in between.
+fn occ_work_cycle_script(batch: usize) -> String {
+    let claim = own_claim(batch as u32);
+    let last = claim
+        .rfind("SELECT id, token")
+        .expect("the claim statement ends with its SELECT");
+    let claim = format!(
+        "{}SELECT coalesce(array_agg(id)::text, '{{}}') AS ids, \
+         coalesce(array_agg(token)::text, '{{}}') AS tokens FROM claimed",
+        &claim[..last]
+    );
+    let arrays = |sql: &str| {
+        strip_comments(sql)
+            .replace(
+                "$3::text[]",
+                "array_fill('DONE'::text, ARRAY[cardinality(:ids::bigint[])])",
+            )
+            .replace(
+                "$4::jsonb[]",
+                "array_fill(NULL::jsonb, ARRAY[cardinality(:ids::bigint[])])",
+            )
+            .replace("$1::bigint[]", ":ids::bigint[]")
+            .replace("$2::text[]", ":tokens::text[]")
+    };
+    format!(
+        "BEGIN;\n{};\n{};\n{claim} \\gset\nCOMMIT;\n",
+        arrays(LOCK_CLAIMS).replace('\n', " "),
+        arrays(COMPLETE_BATCH).replace('\n', " ")
+    )
+}
+
 /// pgbench's works per second of the worker's own claim+complete statements on `occ.work`
 /// at each concurrency, single-row (`occ_work_script`) and ten per statement
-/// (`occ_work_batched_script`), each run on fresh works in 1,000 lanes (20,000 and 60,000).
+/// (`occ_work_batched_script`), each run on fresh works in 1,000 lanes (20,000 and 60,000),
+/// and the publication cycle of that concurrency run by one session
+/// (`occ_work_cycle_script`, on 100,000).
 fn occ_work_ceilings(
     admin: &str,
     pgbench: &std::path::Path,
     levels: &[usize],
     seconds: u64,
-) -> Result<Vec<(usize, f64, f64)>, CliError> {
+) -> Result<Vec<(usize, [f64; 3])>, CliError> {
     let db = BenchDb::create(admin, "pgbenchwork")?;
     let dir = std::env::temp_dir().join(format!("occ-bench-work-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
@@ -838,10 +877,17 @@ fn occ_work_ceilings(
     let mut out = Vec::new();
     let mut run = 0;
     for &clients in levels {
-        let mut tps = [0.0; 2];
-        for (i, (script, per, fill)) in [(&single, 1.0, 20_000), (&batched, 10.0, 60_000)]
-            .into_iter()
-            .enumerate()
+        let cycle = dir.join(format!("occ_work_cycle{clients}.sql"));
+        std::fs::write(&cycle, occ_work_cycle_script(clients.min(MAX_BATCH)))
+            .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+        let mut tps = [0.0; 3];
+        for (i, (script, sessions, per, fill)) in [
+            (&single, clients, 1.0, 20_000),
+            (&batched, clients, 10.0, 60_000),
+            (&cycle, 1, clients.min(MAX_BATCH) as f64, 100_000),
+        ]
+        .into_iter()
+        .enumerate()
         {
             fill_chunks(&mut c, fill, "pgbench occ.work fill", |lo, hi| {
                 deletions("n", 1000, run * 100 + 1, lo, hi, NOW)
@@ -849,7 +895,7 @@ fn occ_work_ceilings(
             run += 1;
             c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
                 .map_err(step("analyze"))?;
-            tps[i] = pgbench_tps(pgbench, script, clients, seconds, &db.url)? * per;
+            tps[i] = pgbench_tps(pgbench, script, sessions, seconds, &db.url)? * per;
             let left = count(
                 &mut c,
                 "SELECT count(*) FROM occ.work WHERE state = 'queued'",
@@ -866,7 +912,7 @@ fn occ_work_ceilings(
             )
             .map_err(step("pgbench occ.work reset"))?;
         }
-        out.push((clients, round(tps[0], 0), round(tps[1], 0)));
+        out.push((clients, tps.map(|t| round(t, 0))));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
@@ -882,6 +928,8 @@ fn pgbench_tps(
 ) -> Result<f64, CliError> {
     let output = std::process::Command::new(pgbench)
         .args(["-n", "-M", "prepared", "-T", &seconds.to_string()])
+        // The cycle script's claimed works before its first claim: none.
+        .args(["-D", "ids={}", "-D", "tokens={}"])
         .args([
             "-c",
             &clients.to_string(),
@@ -996,8 +1044,8 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             if text {
                 for r in ceiling.as_array().into_iter().flatten() {
                     println!(
-                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={} batched (10/statement) works/s={}",
-                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"], r["occWorkBatched10"]
+                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={} batched (10/statement) works/s={} the coordinator's cycle of that many works, one session, works/s={}",
+                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"], r["occWorkBatched10"], r["occWorkCycle"]
                     );
                 }
             }
@@ -1023,6 +1071,7 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
                 ("batched10", "ceilingBatched"),
                 ("occWorkSingleRow", "ceilingOccWork"),
                 ("occWorkBatched10", "ceilingOccWorkBatched"),
+                ("occWorkCycle", "ceilingOccWorkCycle"),
             ] {
                 if let Some(ceil) = ceiling_at(c, which).filter(|v| *v > 0.0) {
                     r[key] = json!(ceil);
@@ -1031,12 +1080,13 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             }
             if text {
                 println!(
-                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {})",
+                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {}; the coordinator's cycle {} ratio {})",
                     c, r["works"], r["seconds"], r["worksPerSecond"],
                     r["ceilingSingleRow"], r["ceilingSingleRowRatio"],
                     r["ceilingBatched"], r["ceilingBatchedRatio"],
                     r["ceilingOccWork"], r["ceilingOccWorkRatio"],
-                    r["ceilingOccWorkBatched"], r["ceilingOccWorkBatchedRatio"]
+                    r["ceilingOccWorkBatched"], r["ceilingOccWorkBatchedRatio"],
+                    r["ceilingOccWorkCycle"], r["ceilingOccWorkCycleRatio"]
                 );
             }
             drains.push(r);
@@ -1208,7 +1258,11 @@ mod tests {
     // measure something else).
     #[test]
     fn the_own_statement_scripts_bind_every_parameter() {
-        for script in [occ_work_script(), occ_work_batched_script()] {
+        for script in [
+            occ_work_script(),
+            occ_work_batched_script(),
+            occ_work_cycle_script(16),
+        ] {
             assert!(!script.contains('$'), "an unbound parameter in {script}");
             assert_eq!(script.matches("\\gset").count(), 1, "{script}");
             assert!(script.contains("INSERT INTO occ.work_attempts"), "{script}");
@@ -1216,5 +1270,18 @@ mod tests {
         let batched = occ_work_batched_script();
         assert!(batched.contains("LIMIT 10::bigint + 8"), "{batched}");
         assert!(batched.contains(":ids::bigint[]") && batched.contains(":tokens::text[]"));
+        // One transaction: the previous claims locked and completed, then the next claimed.
+        let cycle = occ_work_cycle_script(16);
+        let at = |what: &str| {
+            cycle
+                .find(what)
+                .unwrap_or_else(|| panic!("{what} in {cycle}"))
+        };
+        assert!(
+            cycle.starts_with("BEGIN;\n") && cycle.ends_with("COMMIT;\n"),
+            "{cycle}"
+        );
+        assert!(at("FOR UPDATE OF w FOR KEY SHARE OF l;") < at("UPDATE occ.work w"));
+        assert!(at("UPDATE occ.work w") < at("LIMIT 16::bigint + 8"));
     }
 }

@@ -370,18 +370,17 @@ fn coordinate(
             break;
         }
         let now = Instant::now();
-        let gathered = gathering.map(|t| (t + LINGER).saturating_duration_since(now));
-        let wait = match stopping {
-            Some(deadline) if !cancelled_all => deadline.saturating_duration_since(now),
-            Some(_) => Duration::from_millis(200),
-            // A pending follow-up stays pending while passes gather for publication.
-            None if gathered.is_some() => Duration::MAX,
-            None => match follow_up.take() {
+        let wait = match (gathering, stopping) {
+            // Passes gather for publication: at most `LINGER`, shorter than any other wait. A
+            // pending follow-up stays pending meanwhile.
+            (Some(first), _) => (first + LINGER).saturating_duration_since(now),
+            (None, Some(deadline)) if !cancelled_all => deadline.saturating_duration_since(now),
+            (None, Some(_)) => Duration::from_millis(200),
+            (None, None) => match follow_up.take() {
                 Some(at) => at.saturating_duration_since(now),
                 None => options.poll_interval,
             },
         };
-        let wait = gathered.map_or(wait, |g| g.min(wait));
         let first = match events.recv_timeout(wait) {
             Ok(event) => event,
             Err(RecvTimeoutError::Timeout) => Event::Poll,
