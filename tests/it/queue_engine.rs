@@ -1,12 +1,13 @@
 //! The queue engine of issue 10 against a real PostgreSQL: batched claims take one head per
 //! lane, lane order survives lease recovery, claims never read future-dated rows or the
 //! backlog behind a busy lane, and a batched finalization publishes every pass whose claim is
-//! live while reporting the lost one as `ClaimLost`.
+//! live while reporting the lost one as `ClaimLost`, and the claim a publication makes for the
+//! slots it frees commits with it, or alone is refused.
 
 use crate::support::{context, insert_namespace, scalar, TestDb};
 use occ_worker::queue::*;
 use occ_worker::reconcile::{LeaseState, Pass, PassError, Reconciler, Report};
-use occ_worker::runtime::{finalize_batch, BatchItem};
+use occ_worker::runtime::{finalize_batch, publish_and_claim, BatchItem};
 use postgres::Client;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -247,6 +248,36 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
     assert_eq!(queued, 1000);
 }
 
+/// One answer per pass of a batch.
+type Answers = Vec<Result<Report, PassError>>;
+
+/// Publishes every claim of `claims` as a success of `MarksReady` in one transaction that
+/// then claims up to `claim` works; returns the answers and the claimed works.
+fn publish_successes_and_claim(
+    ctx: &occ_worker::reconcile::Context,
+    claims: &[Claim],
+    sent: Instant,
+    claim: usize,
+) -> (Answers, Result<Vec<Claim>, PassError>) {
+    let leases: Vec<LeaseState> = claims
+        .iter()
+        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
+        .collect();
+    let reconciler = MarksReady { refused: None };
+    let items = claims
+        .iter()
+        .zip(&leases)
+        .map(|(claim, lease)| BatchItem {
+            pass: Pass { claim, ctx, lease },
+            reconciler: &reconciler,
+            resolved: Report::success("DONE"),
+        })
+        .collect();
+    let (answers, claimed) = publish_and_claim(ctx, items, claim, &|| {});
+    let claimed = claimed.expect("a claim was asked for").map(|(c, _)| c);
+    (answers, claimed)
+}
+
 /// Finalizes every claim of `claims` as a success of `reconciler`, in one batch.
 fn finalize_successes(
     ctx: &occ_worker::reconcile::Context,
@@ -389,6 +420,90 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
         states,
         expected.map(|(n, s, k)| (n.to_string(), s.to_string(), k))
     );
+}
+
+// W1, issue 10 item 4: the coordinator's publication claims for the slots it frees in the same
+// transaction, after the completions, so a lane the batch moved on is claimable in it; the
+// claims commit with the publications. A claim the server refuses is rolled back alone: every
+// publication still commits and nothing is claimed.
+#[test]
+fn a_publication_claims_in_its_own_transaction_and_a_refused_claim_loses_no_publication() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["a", "b", "c", "d"] {
+        insert_namespace(&mut c, ns, "provisioning");
+    }
+    for (ns, n) in [("a", 1), ("a", 2), ("b", 1), ("c", 1)] {
+        work_enqueue(&mut c, &deletion(ns, n)).unwrap();
+    }
+    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
+    let key = |cl: &Claim| cl.key.clone();
+    let sent = Instant::now();
+    let first = work_claim_batch(&mut c, &ctx.queue, 2).unwrap();
+    assert_eq!(
+        first.iter().map(key).collect::<Vec<_>>(),
+        ["namespace:a:delete:1", "namespace:b:delete:1"]
+    );
+    let (answers, claimed) = publish_successes_and_claim(&ctx, &first, sent, 3);
+    assert!(answers.iter().all(|a| a.is_ok()), "{answers:?}");
+    let second = claimed.unwrap();
+    let mut keys: Vec<String> = second.iter().map(key).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["namespace:a:delete:2", "namespace:c:delete:1"],
+        "lane a moved on inside the transaction; b has nothing more"
+    );
+    for cl in &second {
+        let token: String = c
+            .query_one(
+                "SELECT claim_token::text FROM occ.work_lanes WHERE claim_id = $1",
+                &[&cl.id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(token, cl.token, "{}", cl.key);
+    }
+
+    // Now every claim is refused by the server; the publication still commits.
+    work_enqueue(&mut c, &deletion("d", 1)).unwrap();
+    c.batch_execute(
+        "CREATE FUNCTION public.refuse_claims() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'claims refused'; END $$;
+         CREATE TRIGGER refuse_claims BEFORE UPDATE ON occ.work_lanes FOR EACH ROW
+             WHEN (OLD.claim_id IS NULL AND NEW.claim_id IS NOT NULL)
+             EXECUTE FUNCTION public.refuse_claims();",
+    )
+    .unwrap();
+    let (answers, claimed) = publish_successes_and_claim(&ctx, &second, sent, 2);
+    assert!(answers.iter().all(|a| a.is_ok()), "{answers:?}");
+    assert!(
+        matches!(&claimed, Err(PassError::Db(e)) if e.sqlstate() == Some("P0001")),
+        "the refused claim is reported: {claimed:?}"
+    );
+    let states: Vec<(String, String)> = c
+        .query(
+            "SELECT idempotency_key, state FROM occ.work_status ORDER BY idempotency_key",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let expected = [
+        ("namespace:a:delete:1", "succeeded"),
+        ("namespace:a:delete:2", "succeeded"),
+        ("namespace:b:delete:1", "succeeded"),
+        ("namespace:c:delete:1", "succeeded"),
+        ("namespace:d:delete:1", "queued"),
+    ];
+    assert_eq!(
+        states,
+        expected.map(|(k, s)| (k.to_string(), s.to_string()))
+    );
+    for ns in ["a", "b", "c"] {
+        assert_eq!(status(&mut c, ns), "ready", "{ns} published");
+    }
 }
 
 /// Lanes whose `occ.work_lanes` row differs from a full recomputation over `occ.work`.
