@@ -795,16 +795,31 @@ fn occ_work_script() -> String {
 /// in one statement. PostgreSQL's ceiling for this schema's work when batching, with neither
 /// the worker's lock statement nor its transactions around them.
 fn occ_work_batched_script() -> String {
-    let claim = own_claim(10);
+    format!(
+        "{} \\gset\n{};\n",
+        claim_into_arrays(10),
+        bind_arrays(COMPLETE_BATCH)
+    )
+}
+
+/// The worker's claim of up to `limit` works, answering the claimed ids and tokens as two
+/// arrays for `\gset` (`ids`, `tokens`).
+fn claim_into_arrays(limit: usize) -> String {
+    let claim = own_claim(limit as u32);
     let last = claim
         .rfind("SELECT id, token")
         .expect("the claim statement ends with its SELECT");
-    let claim = format!(
+    format!(
         "{}SELECT coalesce(array_agg(id)::text, '{{}}') AS ids, \
          coalesce(array_agg(token)::text, '{{}}') AS tokens FROM claimed",
         &claim[..last]
-    );
-    let complete = strip_comments(COMPLETE_BATCH)
+    )
+}
+
+/// A batched statement of the worker (`$1` ids, `$2` tokens, `$3` codes, `$4` result data)
+/// bound to the `ids` and `tokens` a claim set: every code `DONE`, no result data.
+fn bind_arrays(sql: &str) -> String {
+    strip_comments(sql)
         .replace(
             "$3::text[]",
             "array_fill('DONE'::text, ARRAY[cardinality(:ids::bigint[])])",
@@ -814,8 +829,7 @@ fn occ_work_batched_script() -> String {
             "array_fill(NULL::jsonb, ARRAY[cardinality(:ids::bigint[])])",
         )
         .replace("$1::bigint[]", ":ids::bigint[]")
-        .replace("$2::text[]", ":tokens::text[]");
-    format!("{claim} \\gset\n{complete};\n")
+        .replace("$2::text[]", ":tokens::text[]")
 }
 
 /// The worker's publication cycle at concurrency `batch`, as one session runs it: in one
@@ -824,32 +838,11 @@ fn occ_work_batched_script() -> String {
 /// (carried to the next transaction). PostgreSQL's ceiling for the coordinator's own serial
 /// work at that concurrency, without the pool's threads in between.
 fn occ_work_cycle_script(batch: usize) -> String {
-    let claim = own_claim(batch as u32);
-    let last = claim
-        .rfind("SELECT id, token")
-        .expect("the claim statement ends with its SELECT");
-    let claim = format!(
-        "{}SELECT coalesce(array_agg(id)::text, '{{}}') AS ids, \
-         coalesce(array_agg(token)::text, '{{}}') AS tokens FROM claimed",
-        &claim[..last]
-    );
-    let arrays = |sql: &str| {
-        strip_comments(sql)
-            .replace(
-                "$3::text[]",
-                "array_fill('DONE'::text, ARRAY[cardinality(:ids::bigint[])])",
-            )
-            .replace(
-                "$4::jsonb[]",
-                "array_fill(NULL::jsonb, ARRAY[cardinality(:ids::bigint[])])",
-            )
-            .replace("$1::bigint[]", ":ids::bigint[]")
-            .replace("$2::text[]", ":tokens::text[]")
-    };
     format!(
-        "BEGIN;\n{};\n{};\n{claim} \\gset\nCOMMIT;\n",
-        arrays(LOCK_CLAIMS).replace('\n', " "),
-        arrays(COMPLETE_BATCH).replace('\n', " ")
+        "BEGIN;\n{};\n{};\n{} \\gset\nCOMMIT;\n",
+        bind_arrays(LOCK_CLAIMS).replace('\n', " "),
+        bind_arrays(COMPLETE_BATCH).replace('\n', " "),
+        claim_into_arrays(batch)
     )
 }
 

@@ -251,40 +251,14 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
 /// One answer per pass of a batch.
 type Answers = Vec<Result<Report, PassError>>;
 
-/// Publishes every claim of `claims` as a success of `MarksReady` in one transaction that
-/// then claims up to `claim` works; returns the answers and the claimed works.
-fn publish_successes_and_claim(
-    ctx: &occ_worker::reconcile::Context,
-    claims: &[Claim],
-    sent: Instant,
-    claim: usize,
-) -> (Answers, Result<Vec<Claim>, PassError>) {
-    let leases: Vec<LeaseState> = claims
-        .iter()
-        .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
-        .collect();
-    let reconciler = MarksReady { refused: None };
-    let items = claims
-        .iter()
-        .zip(&leases)
-        .map(|(claim, lease)| BatchItem {
-            pass: Pass { claim, ctx, lease },
-            reconciler: &reconciler,
-            resolved: Report::success("DONE"),
-        })
-        .collect();
-    let (answers, claimed) = publish_and_claim(ctx, items, claim, &|| {});
-    let claimed = claimed.expect("a claim was asked for").map(|(c, _)| c);
-    (answers, claimed)
-}
-
-/// Finalizes every claim of `claims` as a success of `reconciler`, in one batch.
-fn finalize_successes(
+/// Runs `run` with one batch item per claim of `claims`, each a success of `reconciler`.
+fn with_successes<T>(
     ctx: &occ_worker::reconcile::Context,
     claims: &[Claim],
     sent: Instant,
     reconciler: &dyn Reconciler,
-) -> Vec<Result<Report, PassError>> {
+    run: impl FnOnce(Vec<BatchItem<'_>>) -> T,
+) -> T {
     let leases: Vec<LeaseState> = claims
         .iter()
         .map(|cl| LeaseState::new(cl, sent, ctx.queue.lease))
@@ -298,7 +272,35 @@ fn finalize_successes(
             resolved: Report::success("DONE"),
         })
         .collect();
-    finalize_batch(ctx, items)
+    run(items)
+}
+
+/// Publishes every claim of `claims` as a success of `MarksReady` in one transaction that
+/// then claims up to `claim` works; returns the answers and the claimed works.
+fn publish_successes_and_claim(
+    ctx: &occ_worker::reconcile::Context,
+    claims: &[Claim],
+    sent: Instant,
+    claim: usize,
+) -> (Answers, Result<Vec<Claim>, PassError>) {
+    let (answers, claimed) =
+        with_successes(ctx, claims, sent, &MarksReady { refused: None }, |items| {
+            publish_and_claim(ctx, items, claim, &|| {})
+        });
+    let claimed = claimed.expect("a claim was asked for").map(|(c, _)| c);
+    (answers, claimed)
+}
+
+/// Finalizes every claim of `claims` as a success of `reconciler`, in one batch.
+fn finalize_successes(
+    ctx: &occ_worker::reconcile::Context,
+    claims: &[Claim],
+    sent: Instant,
+    reconciler: &dyn Reconciler,
+) -> Answers {
+    with_successes(ctx, claims, sent, reconciler, |items| {
+        finalize_batch(ctx, items)
+    })
 }
 
 // Issue 10 item 4: finalizations batched in one transaction, a savepoint each: the pass whose
