@@ -790,7 +790,7 @@ fn strip_comments(sql: &str) -> String {
 }
 
 /// The worker's own claim statement for up to `limit` works, as pgbench runs it.
-fn own_claim(limit: u32) -> String {
+fn own_claim(limit: usize) -> String {
     strip_comments(CLAIM)
         .replace("$1::bigint", "30000::bigint")
         .replace("$2", &limit.to_string())
@@ -824,7 +824,7 @@ fn occ_work_batched_script() -> String {
 /// The worker's claim of up to `limit` works, answering the claimed ids and tokens as two
 /// arrays for `\gset` (`ids`, `tokens`).
 fn claim_into_arrays(limit: usize) -> String {
-    let claim = own_claim(limit as u32);
+    let claim = own_claim(limit);
     let last = claim
         .rfind("SELECT id, token")
         .expect("the claim statement ends with its SELECT");

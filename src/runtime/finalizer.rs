@@ -18,7 +18,7 @@
 //! refuses is rolled back to its own savepoint; the batch's publications still commit.
 
 use super::Event;
-use crate::db::DbError;
+use crate::db::{DbError, GenericClient};
 use crate::queue::{self, Claim, QueueError};
 use crate::reconcile::{
     self, Context, LeaseState, Outcome, Pass, PassError, Reconciler, Report, Resolved,
@@ -120,18 +120,26 @@ pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize, tick: &dyn Fn()) -
 }
 
 /// Claims up to `limit` works in a transaction of their own (nothing to publish with them).
-pub fn claim_alone(ctx: &Context, limit: usize) -> Claimed {
+fn claim_alone(ctx: &Context, limit: usize) -> Claimed {
     if limit == 0 {
         return None;
     }
-    Some((|| {
-        let mut client = ctx.pool.get()?;
-        let sent = Instant::now();
-        Ok((
-            queue::work_claim_batch(&mut *client, &ctx.queue, limit)?,
-            sent,
-        ))
-    })())
+    Some(
+        ctx.pool
+            .get()
+            .map_err(PassError::from)
+            .and_then(|mut client| Ok(claim_on(&mut *client, ctx, limit)?)),
+    )
+}
+
+/// The claim statement on `client` (`queue::work_claim_batch`), with when it was sent.
+fn claim_on(
+    client: &mut impl GenericClient,
+    ctx: &Context,
+    limit: usize,
+) -> Result<(Vec<Claim>, Instant), QueueError> {
+    let sent = Instant::now();
+    Ok((queue::work_claim_batch(client, &ctx.queue, limit)?, sent))
 }
 
 /// One pass's resolved report (`reconcile::finalize_resolved`) in a batch.
@@ -167,13 +175,9 @@ pub fn publish_and_claim(
     if items.is_empty() {
         return (Vec::new(), claim_alone(ctx, claim));
     }
-    let refused = |what: &'static str| (claim > 0).then(|| Err(unavailable(what)));
     match finalize_together(ctx, &items, claim, tick) {
         Together::Done(answers, claimed) => (answers, claimed),
-        Together::Unavailable(what) => (
-            (0..items.len()).map(|_| Err(unavailable(what))).collect(),
-            refused(what),
-        ),
+        Together::Unavailable(what) => unavailable_batch(items.len(), claim, what),
         Together::OneByOne => finalize_each(ctx, items, claim, tick),
     }
 }
@@ -279,9 +283,8 @@ fn finalize_together(
         return Together::OneByOne;
     }
     let claimed = if claim > 0 {
-        let sent = Instant::now();
-        match queue::work_claim_batch(&mut tx, &ctx.queue, claim) {
-            Ok(claims) => Some((claims, sent)),
+        match claim_on(&mut tx, ctx, claim) {
+            Ok(claimed) => Some(claimed),
             Err(_) => return Together::OneByOne,
         }
     } else {
@@ -311,12 +314,7 @@ fn finalize_each(
     tick: &dyn Fn(),
 ) -> (Vec<Result<Report, PassError>>, Claimed) {
     let n = items.len();
-    let all = |what: &'static str| {
-        (
-            (0..n).map(|_| Err(unavailable(what))).collect(),
-            (claim > 0).then(|| Err(unavailable(what))),
-        )
-    };
+    let all = |what: &'static str| unavailable_batch(n, claim, what);
     let Ok(mut client) = ctx.pool.get() else {
         return all("no database connection for the batch");
     };
@@ -349,9 +347,8 @@ fn finalize_each(
     }
     // The claim in the savepoint still open: a refused claim is rolled back alone.
     let claimed = if claim > 0 {
-        let sent = Instant::now();
-        match queue::work_claim_batch(&mut tx, &ctx.queue, claim) {
-            Ok(claims) => Some(Ok((claims, sent))),
+        match claim_on(&mut tx, ctx, claim) {
+            Ok(claimed) => Some(Ok(claimed)),
             Err(e) => {
                 if tx.batch_execute("ROLLBACK TO SAVEPOINT occ_unit").is_err() {
                     return all("the batch's connection failed");
@@ -372,4 +369,17 @@ fn finalize_each(
 /// Nothing of the batch was published; its claims stay until their leases run out.
 fn unavailable(what: &str) -> PassError {
     PassError::Db(DbError::Unavailable(what.into()))
+}
+
+/// The answers of a batch of `n` passes none of which was published, and of its claim (if it
+/// asked for one), which claimed nothing.
+fn unavailable_batch(
+    n: usize,
+    claim: usize,
+    what: &str,
+) -> (Vec<Result<Report, PassError>>, Claimed) {
+    (
+        (0..n).map(|_| Err(unavailable(what))).collect(),
+        (claim > 0).then(|| Err(unavailable(what))),
+    )
 }
