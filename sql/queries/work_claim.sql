@@ -21,10 +21,17 @@ WITH heads AS (
            h.namespace_id, h.agent_id, h.revision_id, h.namespace_target, h.agent_target,
            h.actor_id, h.created_at
     FROM heads
-    JOIN occ.work h ON h.id = heads.head_id
-    WHERE h.state = 'queued'
-      -- The schema keeps timestamps finite (V7); a row forced past it is skipped, never fatal.
-      AND isfinite(h.created_at) AND h.attempt_count < 2147483647
+    -- One probe of the work's key per lane head, whatever the planner estimates of `heads`
+    -- (its LIMIT is a parameter): the LIMIT 1 keeps the lookup from being joined otherwise,
+    -- which for a small queue was a scan of every work (issue 10 item 1).
+    CROSS JOIN LATERAL (
+        SELECT w.* FROM occ.work w
+        WHERE w.id = heads.head_id AND w.state = 'queued'
+          -- The schema keeps timestamps finite (V7); a row forced past it is skipped, never
+          -- fatal.
+          AND isfinite(w.created_at) AND w.attempt_count < 2147483647
+        LIMIT 1
+    ) h
     ORDER BY heads.head_at, h.id
     LIMIT $2::bigint
 ), claimed AS (

@@ -204,6 +204,13 @@ impl From<r2d2::Error> for DbError {
 /// depend on the values bound, while PostgreSQL's default planned many of them again on every
 /// execution (its custom plans for array parameters cost about as much as the generic one).
 /// Measured on the drain at 16 threads: +10 % works/s, -10 % CPU per work (README).
+///
+/// They are planned as for a working set in memory (`random_page_cost` 1.1, PostgreSQL's
+/// advice for a cached database; its default of 4 prices each index probe as four pages read
+/// in order). With the default, a statement over the 16 lanes of a publication scanned the
+/// whole lane table whenever it had fewer than a few thousand rows, and the lock of the lane
+/// trigger compared every row with each lane named: three scans per publication, most of the
+/// gap between the drain and PostgreSQL's own cycle (issue 10; README, Benchmarks).
 pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
     let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
     let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;
@@ -220,7 +227,7 @@ pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Co
         .application_name("occ-worker")
         .options(&format!(
             "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={} \
-             -c plan_cache_mode=force_generic_plan",
+             -c plan_cache_mode=force_generic_plan -c random_page_cost=1.1",
             ms * 6
         ));
     Ok((config, connector))

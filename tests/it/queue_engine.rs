@@ -248,6 +248,63 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
     assert_eq!(queued, 1000);
 }
 
+// Issue 10 items 1 and 4: a publication's statements and the claim after it, on the worker's
+// own session settings, find the lane rows they name by key, never by reading the lane table:
+// with 1,000 lanes, each probe of a statement over 16 lanes is cheaper than a scan of the
+// table to PostgreSQL's default cost model (a page fetched at random costs four read in
+// order), so without the worker's `random_page_cost` the lock and update of the lane trigger
+// and the claim's update each scanned all 1,000 lane rows (and the lock compared each with
+// the 16 lanes named): a third of the drain's time at 16 threads (README, Benchmarks).
+#[test]
+fn a_publication_and_its_claim_never_scan_the_lane_table() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+         SELECT 'n' || i, 'n' || i, 'ready', 'admin' FROM generate_series(1, 1000) i;
+         INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         SELECT format('namespace:n%s:delete:%s', i % 1000 + 1, 1 + i / 1000),
+                'n' || (i % 1000 + 1), 'deleted', 'admin'
+         FROM generate_series(0, 1999) i ORDER BY i;
+         ANALYZE occ.work; ANALYZE occ.work_lanes;",
+    )
+    .unwrap();
+    let o = opts();
+    let pool = db.pool(1);
+    let mut worker = pool.get().unwrap();
+    let claims = work_claim_batch(&mut *worker, &o, 16).unwrap();
+    assert_eq!(claims.len(), 16);
+    let mut tx = worker.transaction().unwrap();
+    let wanted: Vec<&Claim> = claims.iter().collect();
+    assert_eq!(work_lock_claims(&mut tx, &wanted).unwrap().len(), 16);
+    let done: Vec<(&Claim, &str, Option<&Value>)> =
+        claims.iter().map(|cl| (cl, "DONE", None)).collect();
+    assert_eq!(work_complete_batch(&mut tx, &done).unwrap().len(), 16);
+    assert_eq!(work_claim_batch(&mut tx, &o, 16).unwrap().len(), 16);
+    let scans: Vec<(String, i64)> = tx
+        .query(
+            "SELECT relname::text, seq_scan FROM pg_stat_xact_user_tables
+             WHERE schemaname = 'occ' AND relname IN ('work', 'work_lanes', 'work_attempts')
+             ORDER BY relname",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    tx.commit().unwrap();
+    assert_eq!(
+        scans,
+        [
+            ("work".to_string(), 0),
+            ("work_attempts".to_string(), 0),
+            ("work_lanes".to_string(), 0)
+        ],
+        "sequential scans in the publication's transaction"
+    );
+    assert_eq!(lanes_out_of_step(&mut c), 0);
+}
+
 /// One answer per pass of a batch.
 type Answers = Vec<Result<Report, PassError>>;
 
