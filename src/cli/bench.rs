@@ -756,7 +756,7 @@ fn ceilings(
             .map_err(step("pgbench fill"))?;
             c.batch_execute("VACUUM ANALYZE bench_q")
                 .map_err(step("pgbench fill"))?;
-            let tps = pgbench_tps(pgbench, script, clients, seconds, &db.url)?;
+            let tps = pgbench_tps(pgbench, script, clients, seconds, &db.url, None)?;
             let done = count(&mut c, "SELECT count(*) FROM bench_q WHERE state = 'done'")?;
             if done as f64 >= 590_000.0 {
                 return Err(CliError::new(
@@ -869,7 +869,8 @@ fn occ_work_cycle_script(batch: usize) -> String {
 /// at each concurrency, single-row (`occ_work_script`) and ten per statement
 /// (`occ_work_batched_script`), each run on fresh works in 1,000 lanes (20,000 and 60,000),
 /// and the publication cycle of that concurrency run by one session
-/// (`occ_work_cycle_script`, on 100,000).
+/// (`occ_work_cycle_script`, on 100,000); every session plans as the worker's do
+/// (`db::PLANNER_OPTIONS`).
 fn occ_work_ceilings(
     admin: &str,
     pgbench: &std::path::Path,
@@ -907,7 +908,14 @@ fn occ_work_ceilings(
             run += 1;
             c.batch_execute("ANALYZE occ.work; ANALYZE occ.work_lanes")
                 .map_err(step("analyze"))?;
-            tps[i] = pgbench_tps(pgbench, script, sessions, seconds, &db.url)? * per;
+            tps[i] = pgbench_tps(
+                pgbench,
+                script,
+                sessions,
+                seconds,
+                &db.url,
+                Some(occ_worker::db::PLANNER_OPTIONS),
+            )? * per;
             let left = count(
                 &mut c,
                 "SELECT count(*) FROM occ.work WHERE state = 'queued'",
@@ -930,15 +938,21 @@ fn occ_work_ceilings(
     Ok(out)
 }
 
-/// Transactions per second of one pgbench run.
+/// Transactions per second of one pgbench run; `options` are its sessions' settings
+/// (`PGOPTIONS`).
 fn pgbench_tps(
     pgbench: &std::path::Path,
     script: &std::path::Path,
     clients: usize,
     seconds: u64,
     url: &str,
+    options: Option<&str>,
 ) -> Result<f64, CliError> {
-    let output = std::process::Command::new(pgbench)
+    let mut command = std::process::Command::new(pgbench);
+    if let Some(options) = options {
+        command.env("PGOPTIONS", options);
+    }
+    let output = command
         .args(["-n", "-M", "prepared", "-T", &seconds.to_string()])
         // The cycle script's claimed works before its first claim: none.
         .args(["-D", "ids={}", "-D", "tokens={}"])

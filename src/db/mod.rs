@@ -211,6 +211,10 @@ impl From<r2d2::Error> for DbError {
 /// whole lane table whenever it had fewer than a few thousand rows, and the lock of the lane
 /// trigger compared every row with each lane named: three scans per publication, most of the
 /// gap between the drain and PostgreSQL's own cycle (issue 10; README, Benchmarks).
+/// How the worker's sessions plan its statements (see `config`), as `options` of a connection
+/// (the benchmark runs the worker's statements under pgbench with them too).
+pub const PLANNER_OPTIONS: &str = "-c plan_cache_mode=force_generic_plan -c random_page_cost=1.1";
+
 pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
     let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
     let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;
@@ -227,7 +231,7 @@ pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Co
         .application_name("occ-worker")
         .options(&format!(
             "-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout={} \
-             -c plan_cache_mode=force_generic_plan -c random_page_cost=1.1",
+             {PLANNER_OPTIONS}",
             ms * 6
         ));
     Ok((config, connector))
