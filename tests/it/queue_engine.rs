@@ -249,12 +249,13 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
 }
 
 // Issue 10 items 1 and 4: a publication's statements and the claim after it, on the worker's
-// own session settings, find the lane rows they name by key, never by reading the lane table:
-// with 1,000 lanes, each probe of a statement over 16 lanes is cheaper than a scan of the
-// table to PostgreSQL's default cost model (a page fetched at random costs four read in
-// order), so without the worker's `random_page_cost` the lock and update of the lane trigger
-// and the claim's update each scanned all 1,000 lane rows (and the lock compared each with
-// the 16 lanes named): a third of the drain's time at 16 threads (README, Benchmarks).
+// own session settings, find the rows they name by key, never by reading the lane table or the
+// work table whole. With 1,000 lanes and 2,000 works, PostgreSQL's default cost model (a page
+// fetched at random costs four read in order) prices a scan below 16 probes by key: without
+// the worker's `random_page_cost` the lane trigger's lock and update and the claim's update
+// each scanned the lane table (the lock comparing every row with each lane named), and without
+// the claim's lateral probe its generic plan scanned `occ.work` for the heads' works: about a
+// fifth of the drain's time at 16 threads (README, Benchmarks).
 #[test]
 fn a_publication_and_its_claim_never_scan_the_lane_table() {
     let db = TestDb::bootstrapped();
