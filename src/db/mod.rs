@@ -194,10 +194,8 @@ impl From<r2d2::Error> for DbError {
     }
 }
 
-/// Parses `url` (its TLS settings apart, `tls`) and applies the worker's session settings:
-/// connect timeout, keepalive, `tcp_user_timeout` (unacknowledged data fails the connection),
-/// server-side statement and lock timeouts, and the `sslmode` to negotiate. A peer whose
-/// kernel acknowledges but never answers is the `Watchdog`'s.
+/// How the worker's sessions plan its statements, as `options` of a connection (`config`; the
+/// benchmark runs the worker's statements under pgbench with them too).
 ///
 /// Prepared statements keep one generic plan (`plan_cache_mode`, issue 10 item 5): the
 /// worker's statements look rows up by key, id arrays and lane rows, whose best plan does not
@@ -211,10 +209,13 @@ impl From<r2d2::Error> for DbError {
 /// whole lane table whenever it had fewer than a few thousand rows, and the lock of the lane
 /// trigger compared every row with each lane named: three scans per publication, most of the
 /// gap between the drain and PostgreSQL's own cycle (issue 10; README, Benchmarks).
-/// How the worker's sessions plan its statements (see `config`), as `options` of a connection
-/// (the benchmark runs the worker's statements under pgbench with them too).
 pub const PLANNER_OPTIONS: &str = "-c plan_cache_mode=force_generic_plan -c random_page_cost=1.1";
 
+/// Parses `url` (its TLS settings apart, `tls`) and applies the worker's session settings:
+/// connect timeout, keepalive, `tcp_user_timeout` (unacknowledged data fails the connection),
+/// server-side statement and lock timeouts, the planner settings (`PLANNER_OPTIONS`), and the
+/// `sslmode` to negotiate. A peer whose kernel acknowledges but never answers is the
+/// `Watchdog`'s.
 pub fn config(url: &str, timeout: Duration) -> Result<(postgres::Config, tls::Connector), DbError> {
     let (rest, settings) = tls::split(url).map_err(DbError::InvalidTls)?;
     let connector = tls::connector(&settings).map_err(DbError::InvalidTls)?;

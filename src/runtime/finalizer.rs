@@ -124,22 +124,23 @@ fn claim_alone(ctx: &Context, limit: usize) -> Claimed {
     if limit == 0 {
         return None;
     }
-    Some(
-        ctx.pool
-            .get()
-            .map_err(PassError::from)
-            .and_then(|mut client| Ok(claim_on(&mut *client, ctx, limit)?)),
-    )
+    match ctx.pool.get() {
+        Ok(mut client) => claim_on(&mut *client, ctx, limit).map(|c| c.map_err(PassError::from)),
+        Err(e) => Some(Err(e.into())),
+    }
 }
 
-/// The claim statement on `client` (`queue::work_claim_batch`), with when it was sent.
+/// The claim statement on `client` (`queue::work_claim_batch`) when `limit` asks for any
+/// work, with when it was sent.
 fn claim_on(
     client: &mut impl GenericClient,
     ctx: &Context,
     limit: usize,
-) -> Result<(Vec<Claim>, Instant), QueueError> {
-    let sent = Instant::now();
-    Ok((queue::work_claim_batch(client, &ctx.queue, limit)?, sent))
+) -> Option<Result<(Vec<Claim>, Instant), QueueError>> {
+    (limit > 0).then(|| {
+        let sent = Instant::now();
+        Ok((queue::work_claim_batch(client, &ctx.queue, limit)?, sent))
+    })
 }
 
 /// One pass's resolved report (`reconcile::finalize_resolved`) in a batch.
@@ -282,13 +283,8 @@ fn finalize_together(
     {
         return Together::OneByOne;
     }
-    let claimed = if claim > 0 {
-        match claim_on(&mut tx, ctx, claim) {
-            Ok(claimed) => Some(claimed),
-            Err(_) => return Together::OneByOne,
-        }
-    } else {
-        None
+    let Ok(claimed) = claim_on(&mut tx, ctx, claim).transpose() else {
+        return Together::OneByOne;
     };
     tick();
     match tx.commit() {
@@ -346,18 +342,15 @@ fn finalize_each(
         tick();
     }
     // The claim in the savepoint still open: a refused claim is rolled back alone.
-    let claimed = if claim > 0 {
-        match claim_on(&mut tx, ctx, claim) {
-            Ok(claimed) => Some(Ok(claimed)),
-            Err(e) => {
-                if tx.batch_execute("ROLLBACK TO SAVEPOINT occ_unit").is_err() {
-                    return all("the batch's connection failed");
-                }
-                Some(Err(e.into()))
+    let claimed = match claim_on(&mut tx, ctx, claim) {
+        Some(Err(e)) => {
+            if tx.batch_execute("ROLLBACK TO SAVEPOINT occ_unit").is_err() {
+                return all("the batch's connection failed");
             }
+            Some(Err(e.into()))
         }
-    } else {
-        None
+        Some(Ok(claimed)) => Some(Ok(claimed)),
+        None => None,
     };
     tick();
     if tx.commit().is_err() {

@@ -482,6 +482,7 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
     Ok(())
 }
 
+/// A short class for an error, safe to log.
 fn error_class(e: &PassError) -> String {
     match e {
         PassError::Db(DbError::Unavailable(_)) => "DatabaseUnavailable".into(),
