@@ -195,6 +195,7 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
         options(&db, concurrency),
     );
     let stop = worker.stop_handle();
+    let cpu_before = (machine_busy_ticks(), process_ticks());
     let started = Instant::now();
     let running = std::thread::spawn(move || worker.run());
     // Lanes with queued work, claimed or not (a claimed work stays queued, the head of its
@@ -208,6 +209,7 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
         }
     }
     let elapsed = started.elapsed();
+    let cpu_after = (machine_busy_ticks(), process_ticks());
     stop.stop();
     running
         .join()
@@ -216,12 +218,52 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
         &mut c,
         "SELECT count(*) FROM occ.work WHERE state = 'succeeded'",
     )?;
+    // CPU per work while the queue drained, in ms: the whole machine's (PostgreSQL, this
+    // process and anything else running) and this process's (the worker; the bench's own
+    // 20 ms count is a small share of it).
+    let per_work = |a: Option<u64>, b: Option<u64>| {
+        let ticks = b?.checked_sub(a?)?;
+        Some(round(
+            ticks as f64 * 1000.0 / clock_ticks() / done.max(1) as f64,
+            3,
+        ))
+    };
     Ok(json!({
         "concurrency": concurrency,
         "works": done,
         "seconds": round(elapsed.as_secs_f64(), 2),
         "worksPerSecond": round(done as f64 / elapsed.as_secs_f64(), 0),
+        "machineCpuMsPerWork": per_work(cpu_before.0, cpu_after.0),
+        "workerCpuMsPerWork": per_work(cpu_before.1, cpu_after.1),
     }))
+}
+
+/// Clock ticks per second (`/proc`'s CPU time unit).
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
+/// The machine's busy CPU time so far, in clock ticks, all cores (`/proc/stat`: every state
+/// but idle and iowait).
+fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal ...
+    Some(cpu.iter().take(8).sum::<u64>() - cpu.get(3)? - cpu.get(4)?)
+}
+
+/// This process's CPU time so far (user and system), in clock ticks.
+fn process_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// Wraps `Noop`, reporting when each pass started, and how long after its report was handed
@@ -670,8 +712,7 @@ fn idle(admin: &str, seconds: u64) -> Result<Value, CliError> {
     let elapsed = t0.elapsed().as_secs_f64();
     let _ = child.kill();
     let _ = child.wait();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = clock_ticks();
     let cpu = match (start, end) {
         (Some(a), Some(b)) => (b.saturating_sub(a)) as f64 / hz,
         _ => return Err(CliError::new("idle: the worker process ended early")),
@@ -768,7 +809,9 @@ fn ceilings(
         out.push(row);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    for (clients, [single, batched, cycle]) in occ_work_ceilings(admin, pgbench, levels, seconds)? {
+    for (clients, [single, batched, cycle, cycle2]) in
+        occ_work_ceilings(admin, pgbench, levels, seconds)?
+    {
         if let Some(row) = out
             .iter_mut()
             .find(|r| r["clients"].as_u64() == Some(clients as u64))
@@ -776,6 +819,7 @@ fn ceilings(
             row["occWorkSingleRow"] = json!(single);
             row["occWorkBatched10"] = json!(batched);
             row["occWorkCycle"] = json!(cycle);
+            row["occWorkCycleTwoSessions"] = json!(cycle2);
         }
     }
     Ok(Value::Array(out))
@@ -876,7 +920,7 @@ fn occ_work_ceilings(
     pgbench: &std::path::Path,
     levels: &[usize],
     seconds: u64,
-) -> Result<Vec<(usize, [f64; 3])>, CliError> {
+) -> Result<Vec<(usize, [f64; 4])>, CliError> {
     let db = BenchDb::create(admin, "pgbenchwork")?;
     let dir = std::env::temp_dir().join(format!("occ-bench-work-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
@@ -893,11 +937,16 @@ fn occ_work_ceilings(
         let cycle = dir.join(format!("occ_work_cycle{clients}.sql"));
         std::fs::write(&cycle, occ_work_cycle_script(clients.min(MAX_BATCH)))
             .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
-        let mut tps = [0.0; 3];
+        let half = clients.div_ceil(2).min(MAX_BATCH);
+        let cycle2 = dir.join(format!("occ_work_cycle{clients}x2.sql"));
+        std::fs::write(&cycle2, occ_work_cycle_script(half))
+            .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+        let mut tps = [0.0; 4];
         for (i, (script, sessions, per, fill)) in [
             (&single, clients, 1.0, 20_000),
             (&batched, clients, 10.0, 60_000),
             (&cycle, 1, clients.min(MAX_BATCH) as f64, 100_000),
+            (&cycle2, 2, half as f64, 100_000),
         ]
         .into_iter()
         .enumerate()
@@ -1070,8 +1119,8 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             if text {
                 for r in ceiling.as_array().into_iter().flatten() {
                     println!(
-                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={} batched (10/statement) works/s={} the coordinator's cycle of that many works, one session, works/s={}",
-                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"], r["occWorkBatched10"], r["occWorkCycle"]
+                        "pgbench clients={:<3} single-row claim+complete works/s={} batched (10/statement) works/s={} worker's own statements on occ.work works/s={} batched (10/statement) works/s={} the coordinator's cycle of that many works, one session, works/s={}, two sessions of half as many each, works/s={}",
+                        r["clients"], r["singleRow"], r["batched10"], r["occWorkSingleRow"], r["occWorkBatched10"], r["occWorkCycle"], r["occWorkCycleTwoSessions"]
                     );
                 }
             }
@@ -1106,8 +1155,9 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             }
             if text {
                 println!(
-                    "drain   concurrency={:<3} works={} seconds={} works/s={} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {}; the coordinator's cycle {} ratio {})",
+                    "drain   concurrency={:<3} works={} seconds={} works/s={} CPU ms/work: machine {} worker {} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {}; the coordinator's cycle {} ratio {})",
                     c, r["works"], r["seconds"], r["worksPerSecond"],
+                    r["machineCpuMsPerWork"], r["workerCpuMsPerWork"],
                     r["ceilingSingleRow"], r["ceilingSingleRowRatio"],
                     r["ceilingBatched"], r["ceilingBatchedRatio"],
                     r["ceilingOccWork"], r["ceilingOccWorkRatio"],

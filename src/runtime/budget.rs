@@ -9,20 +9,22 @@
 //! | --- | --- |
 //! | `occ-work-N`: a pass (reads, renewal before each effect, the fenced publication, a release at shutdown) | `concurrency` |
 //! | `occ-lease-<id>`: one heartbeat thread per live claim, one per worker thread (kept for its next claims) | `concurrency` |
-//! | `occ-claim`: claims, lease recovery and the batched publications (issue 10 item 4) | 1 |
+//! | `occ-publish-N`: the batched publications, claims, lease recovery and the idle health beat (issue 10 item 4) | `PUBLISHERS` (2) |
 //! | `occ-http-probe`: readiness' pending count | 1 |
 //!
+//! The claim thread (`occ-claim`) borrows none: it hands its database work to the publishers.
 //! The listener (`occ-listen`) keeps one dedicated connection outside the pool. So a worker
-//! needs `2 × concurrency + 2` pooled connections and `2 × concurrency + 3` in all.
+//! needs `2 × concurrency + 3` pooled connections and `2 × concurrency + 4` in all.
 
+use super::PUBLISHERS;
 use crate::db::{DbError, GenericClient};
 use std::fmt;
 
 const LIMIT: &str = include_str!("../../sql/queries/server_connection_limit.sql");
 
-/// The threads that borrow from the pool besides the worker and heartbeat threads: claim
-/// (which also publishes), readiness probe.
-const SINGLE_BORROWERS: u32 = 2;
+/// The threads that borrow from the pool besides the worker and heartbeat threads: the
+/// publishers and the readiness probe.
+const SINGLE_BORROWERS: u32 = PUBLISHERS as u32 + 1;
 /// Connections outside the pool: the listener.
 const DEDICATED: u32 = 1;
 
@@ -39,7 +41,7 @@ impl ConnectionBudget {
         }
     }
 
-    /// The pool's size: `2 × concurrency + 2`.
+    /// The pool's size: `2 × concurrency + 3`.
     pub fn pool_size(self) -> u32 {
         self.concurrency
             .saturating_mul(2)
@@ -97,12 +99,13 @@ impl fmt::Display for OverBudget {
         let (b, l) = (self.budget, self.limit);
         write!(
             f,
-            "OCC_WORKER_CONCURRENCY={} needs {} database connections (2 x {} + 2 pooled, 1 listener) \
+            "OCC_WORKER_CONCURRENCY={} needs {} database connections (2 x {} + {} pooled, 1 listener) \
              but the server admits {} (max_connections {} less {} reserved): lower \
              OCC_WORKER_CONCURRENCY or raise max_connections",
             b.concurrency,
             b.total(),
             b.concurrency,
+            SINGLE_BORROWERS,
             l.admits(),
             l.max_connections,
             l.reserved
@@ -137,19 +140,19 @@ mod tests {
     #[test]
     fn the_budget_follows_the_threads() {
         let b = ConnectionBudget::new(8);
-        assert_eq!((b.pool_size(), b.total()), (18, 19));
-        assert_eq!(ConnectionBudget::new(1).total(), 5);
+        assert_eq!((b.pool_size(), b.total()), (19, 20));
+        assert_eq!(ConnectionBudget::new(1).total(), 6);
     }
 
     #[test]
     fn a_budget_over_what_the_server_admits_is_refused_naming_both_numbers() {
         let b = ConnectionBudget::new(8);
-        assert_eq!(check(b, limit(22, 3)), Ok(()));
-        let e = check(b, limit(21, 3)).unwrap_err();
+        assert_eq!(check(b, limit(23, 3)), Ok(()));
+        let e = check(b, limit(22, 3)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "OCC_WORKER_CONCURRENCY=8 needs 19 database connections (2 x 8 + 2 pooled, 1 \
-             listener) but the server admits 18 (max_connections 21 less 3 reserved): lower \
+            "OCC_WORKER_CONCURRENCY=8 needs 20 database connections (2 x 8 + 3 pooled, 1 \
+             listener) but the server admits 19 (max_connections 22 less 3 reserved): lower \
              OCC_WORKER_CONCURRENCY or raise max_connections"
         );
     }

@@ -17,6 +17,7 @@
 //! it has worker threads (W1), and one commit and one WAL flush serve both. A claim the server
 //! refuses is rolled back to its own savepoint; the batch's publications still commit.
 
+use super::records::HealthBeat;
 use super::Event;
 use crate::db::{DbError, GenericClient};
 use crate::queue::{self, Claim, QueueError};
@@ -31,6 +32,33 @@ use std::time::{Duration, Instant};
 pub const LINGER: Duration = Duration::from_millis(1);
 /// The most passes one transaction publishes.
 pub const MAX_BATCH: usize = 64;
+/// The publisher threads (`occ-publish-N`), each with at most one publication under way on its
+/// own connection: while one waits for its statements and its commit, the next batch's are
+/// under way, so the database is not idle between the pool's batches (issue 10 item 4).
+pub const PUBLISHERS: usize = 2;
+/// The fewest passes a publication is cut to so that another publisher can take the rest.
+pub const MIN_SHARE: usize = 8;
+
+/// The publishers a worker of `concurrency` keeps busy at once: all of them only while each
+/// share of the pool holds `MIN_SHARE` passes or more (from concurrency 16). Below that the
+/// smaller batches cost more per work than the overlap gains (README, Benchmarks: at
+/// concurrency 4, two publishers drained 1,125-1,285 works/s against 1,494-1,525 for one).
+pub fn publishers_in_use(concurrency: usize) -> usize {
+    if concurrency >= PUBLISHERS * MIN_SHARE {
+        PUBLISHERS
+    } else {
+        1
+    }
+}
+
+/// The most passes one publication takes at `concurrency`: an even share of the pool per
+/// publisher in use, so the passes that finish together are published by every publisher at
+/// once.
+pub fn batch_share(concurrency: usize) -> usize {
+    concurrency
+        .div_ceil(publishers_in_use(concurrency))
+        .clamp(1, MAX_BATCH)
+}
 
 /// One pass's finalization, handed to the coordinator.
 pub struct Unit {
@@ -52,11 +80,22 @@ impl Unit {
 #[derive(Clone)]
 pub struct Finalizer {
     events: Sender<Event>,
+    /// Whether the coordinator answered this thread's last hand-over (`take_answered`).
+    answered: std::cell::Cell<bool>,
 }
 
 impl Finalizer {
     pub fn new(events: Sender<Event>) -> Finalizer {
-        Finalizer { events }
+        Finalizer {
+            events,
+            answered: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Whether the pass that just ended was answered by its publication, and forgets it. Its
+    /// slot was freed when the coordinator batched it, so its `Event::Done` would say nothing.
+    pub fn take_answered(&self) -> bool {
+        self.answered.replace(false)
     }
 
     /// Finalizes `report` (`reconcile::finalize`, batched): blocks until it is published or
@@ -83,11 +122,64 @@ impl Finalizer {
         if self.events.send(Event::Publish(Box::new(unit))).is_err() {
             return Err(PassError::Invariant("the coordinator is gone".into()));
         }
-        answer.recv().unwrap_or_else(|_| {
-            Err(PassError::Invariant(
+        match answer.recv() {
+            Ok(answer) => {
+                self.answered.set(true);
+                answer
+            }
+            Err(_) => Err(PassError::Invariant(
                 "the coordinator dropped a pass".into(),
-            ))
-        })
+            )),
+        }
+    }
+}
+
+/// A publication handed to a publisher thread: a batch (possibly empty) to publish, how many
+/// works to claim with it (the slots the coordinator reserved for it), and whether to recover
+/// expired leases first.
+pub struct Publication {
+    pub batch: Vec<Unit>,
+    pub claim: usize,
+    pub recover: bool,
+}
+
+/// What a publication came to, for the coordinator.
+pub struct Published {
+    /// The slots reserved for its claim (`Publication::claim`): those it did not fill are free
+    /// again.
+    pub reserved: usize,
+    /// A failed lease recovery.
+    pub recovery: Option<PassError>,
+    pub claimed: Claimed,
+}
+
+impl Publication {
+    /// Runs the publication on the calling publisher thread: the recovery when asked (the
+    /// claim is dropped if a stop was requested meanwhile), then `publish`. An idle claim (no
+    /// batch) that found nothing beats `worker.health`.
+    pub fn run(self, ctx: &Context, progress: &super::Progress, health: &HealthBeat) -> Published {
+        let reserved = self.claim;
+        let idle = self.batch.is_empty();
+        let mut claim = self.claim;
+        let mut recovery = None;
+        if self.recover {
+            recovery = super::recover(ctx).err();
+            // Each database wait is bounded on its own; liveness counts them one by one.
+            progress.tick();
+            if progress.stopping() {
+                claim = 0;
+            }
+        }
+        let claimed = publish(ctx, self.batch, claim, &|| progress.tick());
+        if idle && matches!(&claimed, Some(Ok((claims, _))) if claims.is_empty()) {
+            // Idle: `worker.health` at most once per its interval (SPEC Z7).
+            health.beat(ctx, false);
+        }
+        Published {
+            reserved,
+            recovery,
+            claimed,
+        }
     }
 }
 
@@ -375,4 +467,21 @@ fn unavailable_batch(
         (0..n).map(|_| Err(unavailable(what))).collect(),
         (claim > 0).then(|| Err(unavailable(what))),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_second_publisher_takes_a_share_only_from_concurrency_16() {
+        let at = |c| (publishers_in_use(c), batch_share(c));
+        assert_eq!(at(1), (1, 1));
+        assert_eq!(at(4), (1, 4));
+        assert_eq!(at(15), (1, 15));
+        assert_eq!(at(16), (2, 8));
+        assert_eq!(at(17), (2, 9));
+        assert_eq!(at(64), (2, 32));
+        assert_eq!(at(256), (2, MAX_BATCH));
+    }
 }

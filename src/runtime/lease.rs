@@ -10,20 +10,25 @@
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row
 //! (one is retried within the lease); a lapse is caught by the token itself at the next
-//! cancellation point. Dropping the `Lease` ends the service and waits until the thread has
-//! stopped renewing that claim. It never publishes anything.
+//! cancellation point. Dropping the `Lease` ends the service: it waits for a renewal of that
+//! claim under way (each renewal runs under the claim's `ended` lock and is skipped once the
+//! service ended), never for the thread to be scheduled, so a pass's start and end cost the
+//! worker thread no wait on its heartbeat thread. It never publishes anything.
 
 use crate::queue::Claim;
 use crate::reconcile::{Context, LeaseState};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// One claim handed to the heartbeat thread: renew it until `stop` closes.
+/// One claim handed to the heartbeat thread: renew it until `stop` closes, and never once
+/// `ended` is set.
 struct Serve {
     claim: Claim,
     state: Arc<LeaseState>,
     stop: Receiver<()>,
+    ended: Arc<Mutex<bool>>,
 }
 
 /// A worker thread's heartbeat thread; joined when dropped.
@@ -34,15 +39,14 @@ pub struct Heartbeat {
 
 struct Running {
     serve: Sender<Serve>,
-    /// One message per claim served, sent once the thread has stopped renewing it.
-    idle: Receiver<()>,
     handle: JoinHandle<()>,
 }
 
-/// The service of one claim; dropping it stops the renewals of that claim and waits for that.
-pub struct Lease<'a> {
+/// The service of one claim; dropping it stops the renewals of that claim (waiting for one
+/// under way).
+pub struct Lease {
     stop: Option<Sender<()>>,
-    idle: &'a Receiver<()>,
+    ended: Arc<Mutex<bool>>,
 }
 
 impl Heartbeat {
@@ -53,12 +57,14 @@ impl Heartbeat {
 
     /// Renews `claim` every `lease/3` until the returned `Lease` is dropped. Fails only when
     /// no heartbeat thread can be started (the pass must then not rely on renewals).
-    pub fn start(&mut self, claim: Claim, state: Arc<LeaseState>) -> std::io::Result<Lease<'_>> {
+    pub fn start(&mut self, claim: Claim, state: Arc<LeaseState>) -> std::io::Result<Lease> {
         let (stop, stopped) = bounded::<()>(0);
+        let ended = Arc::new(Mutex::new(false));
         let serve = Serve {
             claim,
             state,
             stop: stopped,
+            ended: ended.clone(),
         };
         // A thread that is gone (it cannot be, short of a panic) is replaced once.
         if let Err(back) = self.running()?.serve.send(serve) {
@@ -72,7 +78,7 @@ impl Heartbeat {
         }
         Ok(Lease {
             stop: Some(stop),
-            idle: &self.running()?.idle,
+            ended,
         })
     }
 
@@ -95,46 +101,55 @@ impl Drop for Heartbeat {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
-        // The thread stops renewing when the channel closes, then says so.
+        // No renewal of this claim starts after this (one under way is waited for); the
+        // thread leaves the claim when the channel closes.
+        *self.ended.lock() = true;
         self.stop.take();
-        let _ = self.idle.recv();
     }
 }
 
 fn spawn(ctx: Arc<Context>) -> std::io::Result<Running> {
-    let (serve, claims) = bounded::<Serve>(0);
-    let (done, idle) = bounded::<()>(1);
+    // One claim may wait while the thread leaves the previous one: the pass does not wait
+    // for the thread to be scheduled.
+    let (serve, claims) = bounded::<Serve>(1);
     let handle = std::thread::Builder::new()
         .name("occ-lease-idle".into())
         .spawn(move || {
-            for Serve { claim, state, stop } in claims {
+            for Serve {
+                claim,
+                state,
+                stop,
+                ended,
+            } in claims
+            {
                 name_this_thread(&format!("occ-lease-{}", claim.id));
-                renew_until_stopped(&ctx, &claim, &state, &stop);
+                renew_until_stopped(&ctx, &claim, &state, &stop, &ended);
                 name_this_thread("occ-lease-idle");
-                if done.send(()).is_err() {
-                    return;
-                }
             }
         })?;
-    Ok(Running {
-        serve,
-        idle,
-        handle,
-    })
+    Ok(Running { serve, handle })
 }
 
-/// Renews every `lease/3` until `stop` closes; after a renewal that ended the claim (or a
-/// cancelled pass) it only waits for `stop`, so the thread never serves two claims at once.
-fn renew_until_stopped(ctx: &Context, claim: &Claim, state: &LeaseState, stop: &Receiver<()>) {
+/// Renews every `lease/3` until `stop` closes, each renewal under the `ended` lock and only
+/// while it is unset; after a renewal that ended the claim (or a cancelled pass) it only waits
+/// for `stop`, so the thread never serves two claims at once.
+fn renew_until_stopped(
+    ctx: &Context,
+    claim: &Claim,
+    state: &LeaseState,
+    stop: &Receiver<()>,
+    ended: &Mutex<bool>,
+) {
     let every = (ctx.queue.lease / 3).max(std::time::Duration::from_millis(1));
     loop {
         match stop.recv_timeout(every) {
             Err(RecvTimeoutError::Timeout) => {}
             _ => return,
         }
-        if state.cancel.cause().is_some() {
+        let ended = ended.lock();
+        if *ended || state.cancel.cause().is_some() {
             break;
         }
         let renewed = match ctx.pool.get() {

@@ -29,7 +29,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use finalizer::{finalize_batch, publish_and_claim, BatchItem, Finalizer, LINGER, MAX_BATCH};
+pub use finalizer::{
+    batch_share, finalize_batch, publish_and_claim, publishers_in_use, BatchItem, Finalizer,
+    LINGER, MAX_BATCH, PUBLISHERS,
+};
 pub use lease::{Heartbeat, Lease};
 
 /// Settings of the runtime itself (the rest is in `Context`).
@@ -47,7 +50,8 @@ pub struct RuntimeOptions {
 pub enum Event {
     /// A notification: new or released work may be claimable.
     Wake,
-    /// A worker finished a pass (or panicked) and its slot is free. Keyed by claim token: the
+    /// A worker finished a pass its publication did not answer (or panicked) and its slot is
+    /// free; a published pass's slot was freed when it was batched. Keyed by claim token: the
     /// same work may be claimed again (after its lease ran out) while an old pass still runs.
     Done { token: String },
     /// SIGTERM/SIGINT or an in-process stop request.
@@ -56,6 +60,8 @@ pub enum Event {
     Poll,
     /// A worker's finished pass, to publish (its thread waits for the answer).
     Publish(Box<finalizer::Unit>),
+    /// A publisher thread finished a publication: its claims, and the slots it reserved.
+    Published(finalizer::Published),
 }
 
 /// How long after a wake-up the coordinator claims once more (see `coordinate`).
@@ -182,9 +188,10 @@ impl Worker {
                         // This worker's heartbeat thread, kept from one pass to the next.
                         let mut heartbeat = Heartbeat::new(ctx.clone());
                         for job in jobs {
-                            let guard = DoneGuard {
+                            let mut guard = DoneGuard {
                                 events: &done,
                                 token: job.claim.token.clone(),
+                                freed: false,
                             };
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -197,6 +204,8 @@ impl Worker {
                                         job,
                                     )
                                 }));
+                            // A pass its publication answered has its slot back already.
+                            guard.freed = finalizer.take_answered();
                             if outcome.is_err() {
                                 ctx.events.emit(
                                     "worker.error",
@@ -219,6 +228,50 @@ impl Worker {
                 "concurrency": options.concurrency,
             }),
         );
+        // The publisher threads: each runs the publications the coordinator hands it, one at a
+        // time, and answers with an `Event::Published`.
+        let (publications_tx, publications_rx) =
+            crossbeam_channel::bounded::<finalizer::Publication>(PUBLISHERS);
+        let mut publishers = Vec::with_capacity(PUBLISHERS);
+        for i in 0..PUBLISHERS {
+            let publications = publications_rx.clone();
+            let events = events_tx.clone();
+            let ctx = ctx.clone();
+            let progress = progress.clone();
+            let records = records.clone();
+            publishers.push(
+                std::thread::Builder::new()
+                    .name(format!("occ-publish-{i}"))
+                    .spawn(move || {
+                        for publication in publications {
+                            let reserved = publication.claim;
+                            let published =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    publication.run(&ctx, &progress, &records.health)
+                                }))
+                                .unwrap_or_else(|_| {
+                                    // The batch's passes were answered by their dropped reply
+                                    // channels; the reserved slots are free again.
+                                    ctx.events.emit(
+                                        "worker.error",
+                                        json!({"code": "WORKER_UNAVAILABLE", "cause": "PublicationPanicked"}),
+                                    );
+                                    finalizer::Published {
+                                        reserved,
+                                        recovery: None,
+                                        claimed: Some(Err(PassError::Invariant(
+                                            "a publication panicked".into(),
+                                        ))),
+                                    }
+                                });
+                            if events.send(Event::Published(published)).is_err() {
+                                break;
+                            }
+                        }
+                    })?,
+            );
+        }
+        drop(publications_rx);
         // The claim loop runs on its own named thread so thread tools show `occ-claim`.
         let claim_ctx = ctx.clone();
         let claim_thread =
@@ -229,19 +282,25 @@ impl Worker {
                         &claim_ctx,
                         &options,
                         &jobs_tx,
+                        &publications_tx,
                         &events_rx,
                         &progress,
-                        &records.health,
                     );
                     // Closing the job channel stops the pool; every in-flight pass has reported.
+                    // Closing the publication channel stops the publishers.
                     drop(jobs_tx);
+                    drop(publications_tx);
                 })?;
-        // A panic on the claim thread is a broken invariant: the pool drains (the job channel
-        // closed as the thread unwound), every thread is joined, and `run` fails (W4).
+        // A panic on the claim thread is a broken invariant: the pool and the publishers drain
+        // (their channels closed as the thread unwound), every thread is joined, and `run`
+        // fails (W4).
         let claim_panicked = claim_thread.join().is_err();
 
         for w in workers {
             let _ = w.join();
+        }
+        for p in publishers {
+            let _ = p.join();
         }
         listening.store(false, Ordering::SeqCst);
         if let Some(l) = listener {
@@ -259,44 +318,64 @@ impl Worker {
     }
 }
 
-/// Reports a finished pass even when the pass panicked.
+/// Reports a finished pass even when the pass panicked, unless its publication answered it
+/// (`freed`: the coordinator freed its slot when it batched it).
 struct DoneGuard<'a> {
     events: &'a Sender<Event>,
     token: String,
+    freed: bool,
 }
 
 impl Drop for DoneGuard<'_> {
     fn drop(&mut self) {
-        let _ = self.events.send(Event::Done {
-            token: std::mem::take(&mut self.token),
-        });
+        if !self.freed {
+            let _ = self.events.send(Event::Done {
+                token: std::mem::take(&mut self.token),
+            });
+        }
     }
 }
 
-/// The claim loop. Claims only for free slots; publishes finished passes, claiming for the
-/// slots they free in the same transaction; sleeps on the event channel.
+/// The claim loop. Claims only for free slots; has finished passes published, claiming for
+/// the slots they free in the same transaction; sleeps on the event channel. It never waits
+/// for the database itself: its publications and claims run on the publisher threads
+/// (`PUBLISHERS`), at most one each.
 ///
-/// A finished pass hands over its report (`Event::Publish`) and waits. The coordinator
-/// publishes once every dispatched pass has handed over, or `MAX_BATCH` have, or the first of
-/// them has waited `LINGER` (passes still running): under load one transaction publishes what
-/// the pool finished and claims as many works, so a statement's fixed cost is shared by the
-/// whole pool instead of half of it, and one commit serves both. A lone pass (nothing else
-/// running) is published at once.
+/// A finished pass hands over its report (`Event::Publish`) and waits. The coordinator hands a
+/// batch to a free publisher once every dispatched pass has handed over, or a publisher's
+/// share of the pool has (`batch_share`), or the first of them has waited `LINGER` (passes
+/// still running): under load each transaction publishes part of what the pool finished and
+/// claims as many works, so a statement's fixed cost is shared by many passes, one commit
+/// serves both, and one publication's statements run while another commits. A lone pass
+/// (nothing else running) is published at once.
+///
+/// W1 holds across publications under way: the slots a publication may claim for are
+/// reserved when it is handed over and freed by its answer for what it did not claim, so the
+/// live claims (dispatched, being published, being claimed) never outnumber the worker
+/// threads.
 fn coordinate(
     ctx: &Context,
     options: &RuntimeOptions,
     jobs: &crossbeam_channel::Sender<Job>,
+    publications: &crossbeam_channel::Sender<finalizer::Publication>,
     events: &Receiver<Event>,
     progress: &Progress,
-    health: &records::HealthBeat,
 ) {
     let mut free = options.concurrency;
-    // Dispatched passes not yet published or reported done, keyed by claim token, never by
-    // work id (see `Event::Done`).
+    let publishers = publishers_in_use(options.concurrency);
+    let share = batch_share(options.concurrency);
+    // Dispatched passes not yet handed to a publisher or reported done, keyed by claim token,
+    // never by work id (see `Event::Done`).
     let mut in_flight: HashMap<String, Arc<LeaseState>> = HashMap::new();
     // Finished passes waiting for their publication, and since when the first of them waits.
     let mut units: Vec<finalizer::Unit> = Vec::new();
     let mut gathering: Option<Instant> = None;
+    // Publications handed to a publisher and not answered yet.
+    let mut publishing = 0;
+    // Whether a claim for free slots is due: after a slot freed otherwise than by a
+    // publication (which claims for its own), a wake-up or a poll. A claim that came back
+    // short found the queue empty; the next one waits for one of those.
+    let mut claim_due = true;
     let mut stopping: Option<Instant> = None;
     let mut cancelled_all = false;
     let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
@@ -305,78 +384,69 @@ fn coordinate(
     // After a notification, one more claim shortly after: a transaction that left the
     // wake-up to a concurrent one (V11) may commit just after the notifying one.
     let mut follow_up: Option<Instant> = None;
-    loop {
+    'coordinator: loop {
         progress.tick();
-        let publish_due = !units.is_empty()
+        let publisher_free = publishing < publishers;
+        let publish_due = publisher_free
+            && !units.is_empty()
             && (units.len() >= in_flight.len()
-                || units.len() >= MAX_BATCH
+                || units.len() >= share
                 || gathering.is_some_and(|t| t.elapsed() >= LINGER));
         // A requested stop is seen before the next database wait, not after it.
         let claiming = stopping.is_none() && !progress.stopping();
-        if publish_due || (claiming && free > 0 && units.is_empty()) {
-            let batch = if publish_due {
-                gathering = None;
-                std::mem::take(&mut units)
+        let claim_now = claiming && claim_due && free > 0 && units.is_empty() && publisher_free;
+        if publish_due || claim_now {
+            let batch: Vec<finalizer::Unit> = if publish_due {
+                let batch = units.drain(..units.len().min(share)).collect();
+                if units.is_empty() {
+                    gathering = None;
+                }
+                batch
             } else {
                 Vec::new()
             };
-            // Every pass of the batch is answered by the transaction below, and its claim ends
-            // with it (or is no longer ours): its slot is free for what that transaction claims.
+            // Every pass of the batch is answered by its publication, and its claim ends with
+            // it (or is no longer ours): its slot is free for what that publication claims.
             for unit in &batch {
                 if in_flight.remove(unit.token()).is_some() {
                     free += 1;
                 }
             }
-            let mut wanted = if claiming { free } else { 0 };
-            if wanted > 0 && last_recovery.is_none_or(|t| t.elapsed() >= recovery_every) {
+            let claim = if claiming { free } else { 0 };
+            let recover = claim > 0 && last_recovery.is_none_or(|t| t.elapsed() >= recovery_every);
+            if recover {
                 last_recovery = Some(Instant::now());
-                if let Err(e) = recover(ctx) {
-                    failures.report(ctx, progress, &e);
-                }
-                // Each database wait is bounded on its own; liveness counts them one by one.
-                progress.tick();
-                if progress.stopping() {
-                    wanted = 0;
-                }
             }
-            let idle = batch.is_empty();
-            match finalizer::publish(ctx, batch, wanted, &|| progress.tick()) {
-                Some(Ok((claims, sent))) => {
-                    failures.clear(progress);
-                    if claims.is_empty() && idle {
-                        // Idle: `worker.health` at most once per its interval (SPEC Z7).
-                        health.beat(ctx, false);
-                    }
-                    let mut pool_gone = false;
-                    for claim in claims {
-                        let lease = Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
-                        in_flight.insert(claim.token.clone(), lease.clone());
-                        free -= 1;
-                        if jobs.send(Job { claim, lease }).is_err() {
-                            pool_gone = true;
-                        }
-                    }
-                    if pool_gone {
-                        // The pool is gone; nothing will report. Stop claiming.
-                        break;
-                    }
-                }
-                Some(Err(e)) => failures.report(ctx, progress, &e),
-                None => {}
+            if claim > 0 {
+                claim_due = false;
+            }
+            free -= claim;
+            publishing += 1;
+            let publication = finalizer::Publication {
+                batch,
+                claim,
+                recover,
+            };
+            if publications.send(publication).is_err() {
+                // The publishers are gone; nothing will be published. Stop claiming.
+                break;
             }
             progress.tick();
         }
-        if stopping.is_some() && in_flight.is_empty() {
+        if stopping.is_some() && in_flight.is_empty() && publishing == 0 {
             break;
         }
         let now = Instant::now();
         let wait = match (gathering, stopping) {
             // Passes gather for publication: at most `LINGER`, shorter than any other wait. A
-            // pending follow-up stays pending meanwhile.
-            (Some(first), _) => (first + LINGER).saturating_duration_since(now),
-            (None, Some(deadline)) if !cancelled_all => deadline.saturating_duration_since(now),
-            (None, Some(_)) => Duration::from_millis(200),
-            (None, None) => match follow_up.take() {
+            // pending follow-up stays pending meanwhile. With every publisher busy, the next
+            // answer wakes the loop.
+            (Some(first), _) if publishing < publishers => {
+                (first + LINGER).saturating_duration_since(now)
+            }
+            (_, Some(deadline)) if !cancelled_all => deadline.saturating_duration_since(now),
+            (_, Some(_)) => Duration::from_millis(200),
+            (_, None) => match follow_up.take() {
                 Some(at) => at.saturating_duration_since(now),
                 None => options.poll_interval,
             },
@@ -389,18 +459,50 @@ fn coordinate(
         // Handle everything already waiting, so a burst of notifications costs one claim.
         for event in std::iter::once(first).chain(events.try_iter()) {
             match event {
-                Event::Poll => {}
-                Event::Wake => follow_up = Some(Instant::now() + FOLLOW_UP),
+                Event::Poll => claim_due = true,
+                Event::Wake => {
+                    claim_due = true;
+                    follow_up = Some(Instant::now() + FOLLOW_UP);
+                }
                 Event::Publish(unit) => {
                     if units.is_empty() {
                         gathering = Some(Instant::now());
                     }
                     units.push(*unit);
                 }
+                Event::Published(published) => {
+                    publishing -= 1;
+                    free += published.reserved;
+                    if let Some(e) = &published.recovery {
+                        failures.report(ctx, progress, e);
+                    }
+                    match published.claimed {
+                        Some(Ok((claims, sent))) => {
+                            failures.clear(progress);
+                            let mut pool_gone = false;
+                            for claim in claims {
+                                let lease =
+                                    Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
+                                in_flight.insert(claim.token.clone(), lease.clone());
+                                free -= 1;
+                                if jobs.send(Job { claim, lease }).is_err() {
+                                    pool_gone = true;
+                                }
+                            }
+                            if pool_gone {
+                                // The pool is gone; nothing will report. Stop claiming.
+                                break 'coordinator;
+                            }
+                        }
+                        Some(Err(e)) => failures.report(ctx, progress, &e),
+                        None => {}
+                    }
+                }
                 // A published pass's slot was freed with its publication.
                 Event::Done { token } => {
                     if in_flight.remove(&token).is_some() {
                         free += 1;
+                        claim_due = true;
                     }
                 }
                 Event::Stop => {

@@ -459,7 +459,7 @@ fn operator_reads_list_and_show_every_kind() {
     );
 }
 
-// Issue 10 item 8: the pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 2
+// Issue 10 item 8: the pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
 // pooled, 1 listener); a worker the server's max_connections can never carry is refused at
 // start-up, before any pool connection, with one line naming both numbers (exit 2).
 #[test]
@@ -474,9 +474,9 @@ fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
     let max = setting(&mut c, "max_connections");
     let reserved = setting(&mut c, "superuser_reserved_connections");
     // The smallest concurrency whose budget exceeds what the server admits.
-    let concurrency = (max - reserved - 3) / 2 + 1;
+    let concurrency = (max - reserved - 4) / 2 + 1;
     assert!((1..=1024).contains(&concurrency), "max_connections {max}");
-    let needs = 2 * concurrency + 3;
+    let needs = 2 * concurrency + 4;
     let check = |concurrency: i64| {
         let out = Command::new(BIN)
             .arg("check")
@@ -499,7 +499,7 @@ fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
             Some(2),
             format!(
                 "occ-worker: invalid configuration: OCC_WORKER_CONCURRENCY={concurrency} needs \
-                 {needs} database connections (2 x {concurrency} + 2 pooled, 1 listener) but the \
+                 {needs} database connections (2 x {concurrency} + 3 pooled, 1 listener) but the \
                  server admits {} (max_connections {max} less {reserved} reserved): lower \
                  OCC_WORKER_CONCURRENCY or raise max_connections\n",
                 max - reserved

@@ -1121,3 +1121,101 @@ fn the_transaction_that_publishes_a_pass_claims_the_next_work_for_its_slot() {
         "the first claim had nothing to publish with it: {seen:?}"
     );
 }
+
+/// Holds the first publication inside its transaction until `hold_for` other passes have been
+/// published meanwhile (by the other publisher), and has every pass note how many live claims
+/// the database holds.
+struct HeldPublication {
+    client: Mutex<Client>,
+    hold_for: usize,
+    first: std::sync::atomic::AtomicBool,
+    others: AtomicUsize,
+    held_through: AtomicUsize,
+    most_live: AtomicUsize,
+}
+
+impl Reconciler for HeldPublication {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        let live: i64 = scalar(
+            &mut self.client.lock().unwrap(),
+            "SELECT count(*) FROM occ.work_lanes WHERE claim_id IS NOT NULL",
+        );
+        self.most_live
+            .fetch_max(usize::try_from(live).unwrap(), Ordering::SeqCst);
+        Ok(Report::success("COUNTED"))
+    }
+
+    fn publish(
+        &self,
+        _tx: &mut occ_worker::db::Tx<'_>,
+        _pass: &Pass<'_>,
+        _report: &Report,
+    ) -> Result<(), PassError> {
+        if self.first.swap(false, Ordering::SeqCst) {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.others.load(Ordering::SeqCst) < self.hold_for && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            self.held_through
+                .store(self.others.load(Ordering::SeqCst), Ordering::SeqCst);
+        } else {
+            self.others.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+// W1, issue 10 item 4: from concurrency 16 publications run on two publisher threads at once,
+// and the slots a publication may claim for are reserved when it is handed over, so the live
+// claims never outnumber the worker threads. 160 works in 160 lanes at concurrency 16: the
+// first publication stays inside its transaction (its passes' claims live) until 40 other
+// passes have been published by the other publisher meanwhile; every pass counts the live
+// claims in the database, and every work succeeds on its first attempt.
+#[test]
+fn two_publications_run_at_once_and_live_claims_never_outnumber_the_worker_threads() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    let keys: Vec<String> = (0..160)
+        .map(|n| {
+            let ns = format!("l{n}");
+            insert_namespace(&mut c, &ns, "ready");
+            work_enqueue(&mut c, &NewWork::namespace_delete(&ns, None, "admin")).unwrap();
+            format!("namespace:{ns}:delete")
+        })
+        .collect();
+    let (ctx, events) = context(&db, Duration::from_secs(30), 5);
+    let held = Arc::new(HeldPublication {
+        client: Mutex::new(db.client()),
+        hold_for: 40,
+        first: std::sync::atomic::AtomicBool::new(true),
+        others: AtomicUsize::new(0),
+        held_through: AtomicUsize::new(0),
+        most_live: AtomicUsize::new(0),
+    });
+    let worker = Worker::new(ctx, all_operations(held.clone()), runtime_options(&db, 16));
+    let stop = worker.stop_handle();
+    let running = std::thread::spawn(move || worker.run().unwrap());
+    wait_for("every work succeeded", Duration::from_secs(60), || {
+        scalar::<i64>(
+            &mut c,
+            "SELECT count(*) FROM occ.work_status WHERE state = 'succeeded'",
+        ) == 160
+    });
+    stop.stop();
+    running.join().unwrap();
+
+    assert!(
+        held.held_through.load(Ordering::SeqCst) >= 40,
+        "other passes were published while the first publication was under way: {}",
+        held.held_through.load(Ordering::SeqCst)
+    );
+    let most = held.most_live.load(Ordering::SeqCst);
+    assert!(
+        (1..=16).contains(&most),
+        "live claims seen by the passes: at most {most}, never more than the 16 worker threads"
+    );
+    for key in &keys {
+        assert_eq!(state_of(&mut c, key), ("succeeded".into(), 1), "{key}");
+    }
+    assert!(events.named("worker.error").is_empty());
+}
