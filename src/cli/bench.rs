@@ -913,8 +913,9 @@ fn occ_work_cycle_script(batch: usize) -> String {
 /// at each concurrency, single-row (`occ_work_script`) and ten per statement
 /// (`occ_work_batched_script`), each run on fresh works in 1,000 lanes (20,000 and 60,000),
 /// and the publication cycle of that concurrency run by one session
-/// (`occ_work_cycle_script`, on 100,000); every session plans as the worker's do
-/// (`db::PLANNER_OPTIONS`).
+/// (`occ_work_cycle_script`, on 100,000) and by two sessions of half as many works each (as
+/// the worker's two publishers share the pool from concurrency 16); every session plans as
+/// the worker's do (`db::PLANNER_OPTIONS`).
 fn occ_work_ceilings(
     admin: &str,
     pgbench: &std::path::Path,
@@ -1147,6 +1148,7 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
                 ("occWorkSingleRow", "ceilingOccWork"),
                 ("occWorkBatched10", "ceilingOccWorkBatched"),
                 ("occWorkCycle", "ceilingOccWorkCycle"),
+                ("occWorkCycleTwoSessions", "ceilingOccWorkCycleTwoSessions"),
             ] {
                 if let Some(ceil) = ceiling_at(c, which).filter(|v| *v > 0.0) {
                     r[key] = json!(ceil);
@@ -1155,14 +1157,15 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
             }
             if text {
                 println!(
-                    "drain   concurrency={:<3} works={} seconds={} works/s={} CPU ms/work: machine {} worker {} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {}; the coordinator's cycle {} ratio {})",
+                    "drain   concurrency={:<3} works={} seconds={} works/s={} CPU ms/work: machine {} worker {} (single-row ceiling {} ratio {}; batched ceiling {} ratio {}; occ.work statements {} ratio {}; batched {} ratio {}; the coordinator's cycle {} ratio {}; in two sessions {} ratio {})",
                     c, r["works"], r["seconds"], r["worksPerSecond"],
                     r["machineCpuMsPerWork"], r["workerCpuMsPerWork"],
                     r["ceilingSingleRow"], r["ceilingSingleRowRatio"],
                     r["ceilingBatched"], r["ceilingBatchedRatio"],
                     r["ceilingOccWork"], r["ceilingOccWorkRatio"],
                     r["ceilingOccWorkBatched"], r["ceilingOccWorkBatchedRatio"],
-                    r["ceilingOccWorkCycle"], r["ceilingOccWorkCycleRatio"]
+                    r["ceilingOccWorkCycle"], r["ceilingOccWorkCycleRatio"],
+                    r["ceilingOccWorkCycleTwoSessions"], r["ceilingOccWorkCycleTwoSessionsRatio"]
                 );
             }
             drains.push(r);
