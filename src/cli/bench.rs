@@ -195,7 +195,7 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
         options(&db, concurrency),
     );
     let stop = worker.stop_handle();
-    let cpu_before = (machine_busy_ticks(), process_ticks());
+    let cpu_before = (machine_busy_ticks(), process_ticks("self"));
     let started = Instant::now();
     let running = std::thread::spawn(move || worker.run());
     // Lanes with queued work, claimed or not (a claimed work stays queued, the head of its
@@ -209,7 +209,7 @@ fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, CliError>
         }
     }
     let elapsed = started.elapsed();
-    let cpu_after = (machine_busy_ticks(), process_ticks());
+    let cpu_after = (machine_busy_ticks(), process_ticks("self"));
     stop.stop();
     running
         .join()
@@ -259,9 +259,10 @@ fn machine_busy_ticks() -> Option<u64> {
     Some(cpu.iter().take(8).sum::<u64>() - cpu.get(3)? - cpu.get(4)?)
 }
 
-/// This process's CPU time so far (user and system), in clock ticks.
-fn process_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// A process's CPU time so far (user and system), in clock ticks; `pid` as `/proc` names it
+/// (`self` for this one).
+fn process_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
@@ -690,25 +691,19 @@ fn idle(admin: &str, seconds: u64) -> Result<Value, CliError> {
     let pid = child.id();
     // Past start-up: migrations are done, the pool and the listener are connected.
     std::thread::sleep(Duration::from_secs(3));
-    let ticks = |pid: u32| -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-    };
     let rss_kib = |pid: u32| -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
         line.split_whitespace().nth(1)?.parse().ok()
     };
-    let start = ticks(pid);
+    let start = process_ticks(&pid.to_string());
     let t0 = Instant::now();
     let mut max_rss = 0;
     while t0.elapsed() < Duration::from_secs(seconds) {
         max_rss = max_rss.max(rss_kib(pid).unwrap_or(0));
         std::thread::sleep(Duration::from_millis(500));
     }
-    let end = ticks(pid);
+    let end = process_ticks(&pid.to_string());
     let elapsed = t0.elapsed().as_secs_f64();
     let _ = child.kill();
     let _ = child.wait();

@@ -163,7 +163,7 @@ impl Publication {
         let mut claim = self.claim;
         let mut recovery = None;
         if self.recover {
-            recovery = super::recover(ctx).err();
+            recovery = recover(ctx).err();
             // Each database wait is bounded on its own; liveness counts them one by one.
             progress.tick();
             if progress.stopping() {
@@ -181,6 +181,19 @@ impl Publication {
             claimed,
         }
     }
+}
+
+/// Returns expired claims to their lanes (`queue::work_recover_stale`), saying what it did.
+fn recover(ctx: &Context) -> Result<(), PassError> {
+    let mut client = ctx.pool.get()?;
+    let recovered = queue::work_recover_stale(&mut *client, &ctx.queue)?;
+    if recovered != queue::Recovered::default() {
+        ctx.events.emit(
+            "worker.recovered",
+            serde_json::to_value(recovered).unwrap_or_default(),
+        );
+    }
+    Ok(())
 }
 
 /// What a transaction's claim came to: `None` when it asked for nothing; the claims and when

@@ -29,10 +29,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use finalizer::{
-    batch_share, finalize_batch, publish_and_claim, publishers_in_use, BatchItem, Finalizer,
-    LINGER, MAX_BATCH, PUBLISHERS,
-};
+use finalizer::{batch_share, publishers_in_use, PUBLISHERS};
+pub use finalizer::{finalize_batch, publish_and_claim, BatchItem, Finalizer, LINGER, MAX_BATCH};
 pub use lease::{Heartbeat, Lease};
 
 /// Settings of the runtime itself (the rest is in `Context`).
@@ -570,18 +568,6 @@ impl Failures {
         }
         self.suppressed = 0;
     }
-}
-
-fn recover(ctx: &Context) -> Result<(), PassError> {
-    let mut client = ctx.pool.get()?;
-    let recovered = queue::work_recover_stale(&mut *client, &ctx.queue)?;
-    if recovered != queue::Recovered::default() {
-        ctx.events.emit(
-            "worker.recovered",
-            serde_json::to_value(recovered).unwrap_or_default(),
-        );
-    }
-    Ok(())
 }
 
 /// A short class for an error, safe to log.
