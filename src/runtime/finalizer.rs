@@ -24,7 +24,8 @@ use crate::queue::{self, Claim, QueueError};
 use crate::reconcile::{
     self, Context, LeaseState, Outcome, Pass, PassError, Reconciler, Report, Resolved,
 };
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,7 @@ pub struct Unit {
     lease: Arc<LeaseState>,
     reconciler: Arc<dyn Reconciler>,
     resolved: Report,
-    reply: Sender<Result<Report, PassError>>,
+    reply: Reply<Result<Report, PassError>>,
 }
 
 impl Unit {
@@ -111,7 +112,7 @@ impl Finalizer {
             Resolved::Published(published) => return Ok(published),
             Resolved::Publish(resolved) => resolved,
         };
-        let (reply, answer) = bounded(1);
+        let (reply, answer) = reply();
         let unit = Unit {
             claim: pass.claim.clone(),
             lease: lease.clone(),
@@ -123,13 +124,70 @@ impl Finalizer {
             return Err(PassError::Invariant("the coordinator is gone".into()));
         }
         match answer.recv() {
-            Ok(answer) => {
+            Some(answer) => {
                 self.answered.set(true);
                 answer
             }
-            Err(_) => Err(PassError::Invariant(
+            None => Err(PassError::Invariant(
                 "the coordinator dropped a pass".into(),
             )),
+        }
+    }
+}
+
+/// One pass's answer from its publication: the worker thread waits for it parked, without
+/// the spinning and yielding a channel's receive does first (issue 10). A publication takes
+/// milliseconds, and on two cores each of those yields was a context switch of its own.
+struct Reply<T>(Arc<(Mutex<Answer<T>>, Condvar)>);
+
+/// The waiting side of a `Reply`.
+struct Awaited<T>(Arc<(Mutex<Answer<T>>, Condvar)>);
+
+enum Answer<T> {
+    Waiting,
+    Sent(T),
+    /// The reply was dropped unanswered (a publication that panicked).
+    Dropped,
+}
+
+fn reply<T>() -> (Reply<T>, Awaited<T>) {
+    let shared = Arc::new((Mutex::new(Answer::Waiting), Condvar::new()));
+    (Reply(shared.clone()), Awaited(shared))
+}
+
+impl<T> Reply<T> {
+    fn send(&self, value: T) {
+        let (answer, ready) = &*self.0;
+        *answer.lock() = Answer::Sent(value);
+        ready.notify_one();
+    }
+}
+
+impl<T> Drop for Reply<T> {
+    fn drop(&mut self) {
+        let (answer, ready) = &*self.0;
+        let mut answer = answer.lock();
+        if matches!(*answer, Answer::Waiting) {
+            *answer = Answer::Dropped;
+            ready.notify_one();
+        }
+    }
+}
+
+impl<T> Awaited<T> {
+    /// The answer; `None` when the reply was dropped unanswered.
+    fn recv(self) -> Option<T> {
+        let (answer, ready) = &*self.0;
+        let mut answer = answer.lock();
+        loop {
+            match std::mem::replace(&mut *answer, Answer::Dropped) {
+                Answer::Sent(value) => return Some(value),
+                Answer::Dropped => return None,
+                Answer::Waiting => {
+                    *answer = Answer::Waiting;
+                    ready.wait(&mut answer);
+                }
+            }
         }
     }
 }
@@ -219,7 +277,7 @@ pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize, tick: &dyn Fn()) -
         .collect();
     let (answers, claimed) = publish_and_claim(ctx, items, claim, tick);
     for (unit, answer) in batch.iter().zip(answers) {
-        let _ = unit.reply.send(answer);
+        unit.reply.send(answer);
     }
     claimed
 }

@@ -10,25 +10,46 @@
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row
 //! (one is retried within the lease); a lapse is caught by the token itself at the next
-//! cancellation point. Dropping the `Lease` ends the service: it waits for a renewal of that
-//! claim under way (each renewal runs under the claim's `ended` lock and is skipped once the
-//! service ended), never for the thread to be scheduled, so a pass's start and end cost the
-//! worker thread no wait on its heartbeat thread. It never publishes anything.
+//! cancellation point. It never publishes anything.
+//!
+//! Starting and ending a service wake nobody (issue 10): the worker thread writes the claim
+//! into the slot the two threads share, with when its first renewal is due, and names the
+//! heartbeat thread itself (`ThreadName`). The heartbeat thread sleeps until the renewal due
+//! of the claim it serves, or for `lease/3` while it serves none, so it always wakes by the
+//! first renewal of a claim written into the slot meanwhile: a claim's first renewal is due
+//! `lease/3` after it started, later than any deadline the thread set before. Each renewal
+//! runs under the slot's lock, so ending a service waits for a renewal under way and no
+//! renewal of that claim starts after it. Waking the heartbeat thread for every pass's start
+//! and end was two of the context switches a pass cost the machine on two cores.
 
 use crate::queue::Claim;
 use crate::reconcile::{Context, LeaseState};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use std::io::Write;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-/// One claim handed to the heartbeat thread: renew it until `stop` closes, and never once
-/// `ended` is set.
-struct Serve {
+/// The claim a heartbeat thread serves, if any, and whether its worker thread is gone.
+#[derive(Default)]
+struct Slot {
+    serving: Option<Serving>,
+    closed: bool,
+}
+
+/// One claim under service: renewed when `due` passes, until the service ends or a renewal
+/// ended the claim (`done`).
+struct Serving {
     claim: Claim,
     state: Arc<LeaseState>,
-    stop: Receiver<()>,
-    ended: Arc<Mutex<bool>>,
+    due: Instant,
+    done: bool,
+}
+
+struct Shared {
+    slot: Mutex<Slot>,
+    /// Signalled only when the worker thread leaves (`closed`).
+    closing: Condvar,
 }
 
 /// A worker thread's heartbeat thread; joined when dropped.
@@ -38,15 +59,16 @@ pub struct Heartbeat {
 }
 
 struct Running {
-    serve: Sender<Serve>,
+    shared: Arc<Shared>,
+    name: ThreadName,
     handle: JoinHandle<()>,
 }
 
 /// The service of one claim; dropping it stops the renewals of that claim (waiting for one
-/// under way).
+/// under way) and names the heartbeat thread idle again.
 pub struct Lease {
-    stop: Option<Sender<()>>,
-    ended: Arc<Mutex<bool>>,
+    shared: Arc<Shared>,
+    name: ThreadName,
 }
 
 impl Heartbeat {
@@ -58,44 +80,34 @@ impl Heartbeat {
     /// Renews `claim` every `lease/3` until the returned `Lease` is dropped. Fails only when
     /// no heartbeat thread can be started (the pass must then not rely on renewals).
     pub fn start(&mut self, claim: Claim, state: Arc<LeaseState>) -> std::io::Result<Lease> {
-        let (stop, stopped) = bounded::<()>(0);
-        let ended = Arc::new(Mutex::new(false));
-        let serve = Serve {
-            claim,
-            state,
-            stop: stopped,
-            ended: ended.clone(),
-        };
-        // A thread that is gone (it cannot be, short of a panic) is replaced once.
-        if let Err(back) = self.running()?.serve.send(serve) {
-            if let Some(gone) = self.thread.take() {
-                let _ = gone.handle.join();
-            }
-            self.running()?
-                .serve
-                .send(back.into_inner())
-                .map_err(|_| std::io::Error::other("the heartbeat thread is gone"))?;
+        let every = every(&self.ctx);
+        // A thread that is gone (it cannot be, short of a panic) is replaced.
+        if let Some(gone) = self.thread.take_if(|r| r.handle.is_finished()) {
+            let _ = gone.handle.join();
         }
-        Ok(Lease {
-            stop: Some(stop),
-            ended,
-        })
-    }
-
-    /// The heartbeat thread, started if there is none.
-    fn running(&mut self) -> std::io::Result<&Running> {
-        Ok(match &mut self.thread {
+        let running = match &mut self.thread {
             Some(running) => running,
             slot @ None => slot.insert(spawn(self.ctx.clone())?),
+        };
+        running.name.set(&format!("occ-lease-{}", claim.id));
+        running.shared.slot.lock().serving = Some(Serving {
+            claim,
+            state,
+            due: Instant::now() + every,
+            done: false,
+        });
+        Ok(Lease {
+            shared: running.shared.clone(),
+            name: running.name.clone(),
         })
     }
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        if let Some(Running { serve, handle, .. }) = self.thread.take() {
-            // Closing the channel ends the thread.
-            drop(serve);
+        if let Some(Running { shared, handle, .. }) = self.thread.take() {
+            shared.slot.lock().closed = true;
+            shared.closing.notify_one();
             let _ = handle.join();
         }
     }
@@ -103,75 +115,103 @@ impl Drop for Heartbeat {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // No renewal of this claim starts after this (one under way is waited for); the
-        // thread leaves the claim when the channel closes.
-        *self.ended.lock() = true;
-        self.stop.take();
+        // Waits for a renewal under way (it holds the lock); none of this claim starts after.
+        self.shared.slot.lock().serving = None;
+        self.name.set("occ-lease-idle");
     }
+}
+
+/// How often a claim is renewed.
+fn every(ctx: &Context) -> Duration {
+    (ctx.queue.lease / 3).max(Duration::from_millis(1))
 }
 
 fn spawn(ctx: Arc<Context>) -> std::io::Result<Running> {
-    // One claim may wait while the thread leaves the previous one: the pass does not wait
-    // for the thread to be scheduled.
-    let (serve, claims) = bounded::<Serve>(1);
+    let shared = Arc::new(Shared {
+        slot: Mutex::new(Slot::default()),
+        closing: Condvar::new(),
+    });
+    let (named, name) = crossbeam_channel::bounded(1);
+    let serving = shared.clone();
     let handle = std::thread::Builder::new()
         .name("occ-lease-idle".into())
         .spawn(move || {
-            for Serve {
-                claim,
-                state,
-                stop,
-                ended,
-            } in claims
-            {
-                name_this_thread(&format!("occ-lease-{}", claim.id));
-                renew_until_stopped(&ctx, &claim, &state, &stop, &ended);
-                name_this_thread("occ-lease-idle");
-            }
+            // The worker thread names this thread through its own `comm` file.
+            let _ = named.send(ThreadName::of_this_thread());
+            serve(&ctx, &serving);
         })?;
-    Ok(Running { serve, handle })
+    let Ok(name) = name.recv() else {
+        let _ = handle.join();
+        return Err(std::io::Error::other("the heartbeat thread is gone"));
+    };
+    Ok(Running {
+        shared,
+        name,
+        handle,
+    })
 }
 
-/// Renews every `lease/3` until `stop` closes, each renewal under the `ended` lock and only
-/// while it is unset; after a renewal that ended the claim (or a cancelled pass) it only waits
-/// for `stop`, so the thread never serves two claims at once.
-fn renew_until_stopped(
-    ctx: &Context,
-    claim: &Claim,
-    state: &LeaseState,
-    stop: &Receiver<()>,
-    ended: &Mutex<bool>,
-) {
-    let every = (ctx.queue.lease / 3).max(std::time::Duration::from_millis(1));
+/// The heartbeat thread: renews the claim in the slot when its renewal is due, each renewal
+/// under the slot's lock, until the worker thread leaves. After a renewal that ended the claim
+/// (or a cancelled pass) it renews that claim no more.
+fn serve(ctx: &Context, shared: &Shared) {
+    let every = every(ctx);
+    let mut slot = shared.slot.lock();
     loop {
-        match stop.recv_timeout(every) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+        if slot.closed {
+            return;
         }
-        let ended = ended.lock();
-        if *ended || state.cancel.cause().is_some() {
-            break;
-        }
-        let renewed = match ctx.pool.get() {
-            Ok(mut client) => state.renew(&mut *client, claim, &ctx.queue, &ctx.events),
-            // No connection is a failed renewal: retried once within the lease (W3).
-            Err(_) => state.renewal_failed(claim, &ctx.events),
+        let now = Instant::now();
+        let deadline = match &mut slot.serving {
+            Some(s) if !s.done && s.due <= now => {
+                if s.state.cancel.cause().is_some() {
+                    s.done = true;
+                    continue;
+                }
+                let renewed = match ctx.pool.get() {
+                    Ok(mut client) => {
+                        s.state
+                            .renew(&mut *client, &s.claim, &ctx.queue, &ctx.events)
+                    }
+                    // No connection is a failed renewal: retried once within the lease (W3).
+                    Err(_) => s.state.renewal_failed(&s.claim, &ctx.events),
+                };
+                if renewed.is_err() {
+                    s.done = true;
+                } else {
+                    s.due = Instant::now() + every;
+                }
+                continue;
+            }
+            Some(s) if !s.done => s.due,
+            // Serving nothing: a claim written meanwhile is due after this.
+            _ => now + every,
         };
-        if renewed.is_err() {
-            break;
-        }
+        shared.closing.wait_until(&mut slot, deadline);
     }
-    // Nothing is ever sent on `stop`: this returns when the pass drops its `Lease`.
-    let _ = stop.recv();
 }
 
-/// Names the calling thread (as `top -H` and gdb show it); Linux keeps the first 15 bytes.
-fn name_this_thread(name: &str) {
-    let mut bytes: Vec<u8> = name.bytes().filter(|b| *b != 0).take(15).collect();
-    bytes.push(0);
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the pointer,
-    // which `bytes` is for the duration of the call; it names the calling thread only.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0);
+/// A thread's name as `top -H` and gdb show it, settable from another thread of the process:
+/// its `/proc/thread-self/comm`, opened once by the thread itself (without `/proc` the thread
+/// keeps the name it was spawned with).
+#[derive(Clone)]
+struct ThreadName(Option<Arc<std::fs::File>>);
+
+impl ThreadName {
+    fn of_this_thread() -> ThreadName {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/thread-self/comm");
+        ThreadName(file.ok().map(Arc::new))
+    }
+
+    /// Renames the thread; Linux keeps the first 15 bytes. A failed rename changes nothing
+    /// else: names are for people reading thread tools.
+    fn set(&self, name: &str) {
+        if let Some(file) = &self.0 {
+            let bytes: Vec<u8> = name.bytes().filter(|b| *b != 0).take(15).collect();
+            // The file takes no offset (no `pwrite`): each write is the whole new name.
+            let _ = (&**file).write(&bytes);
+        }
     }
 }
