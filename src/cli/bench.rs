@@ -3,7 +3,8 @@
 //! Each measurement runs in a fresh database created from the admin URL, migrated and
 //! bootstrapped here and dropped afterwards: drain throughput with the `Noop` reconciler at
 //! several concurrencies, next to PostgreSQL's own ceiling for the same work measured with
-//! pgbench on the same server (single-row and batched claim+complete scripts); enqueue-to-claim
+//! pgbench on the same server (single-row and batched claim+complete scripts), and paired with
+//! the single-row ceiling measured right before each drain (`paired`); enqueue-to-claim
 //! latency of single works arriving at an idle worker (the LISTEN/NOTIFY path, the poll left at
 //! 250 ms); the claim's cost as terminal rows pile up, with a backlog behind busy lanes, right
 //! after a burst of completions and with future-dated works (issue 10); admission throughput
@@ -68,6 +69,13 @@ pub struct BenchArgs {
     /// Seconds of each pgbench ceiling run.
     #[arg(long, default_value_t = 5)]
     pgbench_seconds: u64,
+    /// Drains at each of these concurrencies paired with the bare single-row ceiling measured
+    /// right before each (the `paired` measurement).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    paired_concurrency: Vec<usize>,
+    /// Pairs per concurrency of the `paired` measurement.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// The pgbench binary (found on PATH when absent); no ceilings without one.
     #[arg(long)]
     pgbench: Option<PathBuf>,
@@ -75,7 +83,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "ceilings,drain,latency,claim,admission,idle"
+        default_value = "ceilings,drain,paired,latency,claim,admission,idle"
     )]
     only: Vec<String>,
     /// Internal: run an idle worker against this database for the idle measurement's child.
@@ -784,21 +792,7 @@ fn ceilings(
     for &clients in levels {
         let mut row = json!({"clients": clients});
         for (name, script, per) in [("singleRow", &single, 1.0), ("batched10", &batched, 10.0)] {
-            c.batch_execute(PGBENCH_SETUP)
-                .map_err(step("pgbench setup"))?;
-            c.batch_execute(
-                "INSERT INTO bench_q (state) SELECT 'queued' FROM generate_series(1, 600000)",
-            )
-            .map_err(step("pgbench fill"))?;
-            c.batch_execute("VACUUM ANALYZE bench_q")
-                .map_err(step("pgbench fill"))?;
-            let tps = pgbench_tps(pgbench, script, clients, seconds, &db.url, None)?;
-            let done = count(&mut c, "SELECT count(*) FROM bench_q WHERE state = 'done'")?;
-            if done as f64 >= 590_000.0 {
-                return Err(CliError::new(
-                    "pgbench drained its whole table: raise the fill",
-                ));
-            }
+            let tps = bare_ceiling(&mut c, &db.url, pgbench, script, clients, seconds)?;
             row[name] = json!(round(tps * per, 0));
         }
         out.push(row);
@@ -818,6 +812,91 @@ fn ceilings(
         }
     }
     Ok(Value::Array(out))
+}
+
+/// Transactions per second of `script` on the bare queue table, refilled and vacuumed first.
+fn bare_ceiling(
+    c: &mut Client,
+    url: &str,
+    pgbench: &std::path::Path,
+    script: &std::path::Path,
+    clients: usize,
+    seconds: u64,
+) -> Result<f64, CliError> {
+    c.batch_execute(PGBENCH_SETUP)
+        .map_err(step("pgbench setup"))?;
+    c.batch_execute("INSERT INTO bench_q (state) SELECT 'queued' FROM generate_series(1, 600000)")
+        .map_err(step("pgbench fill"))?;
+    c.batch_execute("VACUUM ANALYZE bench_q")
+        .map_err(step("pgbench fill"))?;
+    let tps = pgbench_tps(pgbench, script, clients, seconds, url, None)?;
+    let done = count(c, "SELECT count(*) FROM bench_q WHERE state = 'done'")?;
+    if done as f64 >= 590_000.0 {
+        return Err(CliError::new(
+            "pgbench drained its whole table: raise the fill",
+        ));
+    }
+    Ok(tps)
+}
+
+/// (1b) The drain paired with its ceiling: `pairs` times at each concurrency, the bare
+/// single-row ceiling (`bare_ceiling`, that many clients) and right after it the drain, a
+/// `CHECKPOINT` before each. On a machine whose speed moves by a third between runs, a ratio
+/// of two figures measured minutes apart (the ceilings all come first) says little; the median
+/// of ratios measured side by side says what the engine does against the database.
+fn paired(
+    admin: &str,
+    pgbench: &std::path::Path,
+    levels: &[usize],
+    seconds: u64,
+    works: i64,
+    pairs: usize,
+) -> Result<Value, CliError> {
+    let db = BenchDb::create(admin, "paired")?;
+    let dir = std::env::temp_dir().join(format!("occ-bench-paired-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
+    let single = dir.join("single.sql");
+    std::fs::write(&single, PGBENCH_SINGLE)
+        .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    let mut c = db.client()?;
+    let mut admin_client = occ_worker::db::connect(admin, TIMEOUT)?;
+    let mut checkpoint = || {
+        admin_client
+            .batch_execute("CHECKPOINT")
+            .map_err(step("checkpoint"))
+    };
+    let mut out = Vec::new();
+    for &clients in levels {
+        let mut runs = Vec::new();
+        for _ in 0..pairs {
+            checkpoint()?;
+            let ceiling = bare_ceiling(&mut c, &db.url, pgbench, &single, clients, seconds)?;
+            checkpoint()?;
+            let wps = drain(admin, works, clients)?["worksPerSecond"]
+                .as_f64()
+                .unwrap_or(0.0);
+            runs.push(json!({
+                "ceilingSingleRow": round(ceiling, 0),
+                "worksPerSecond": wps,
+                "ratio": round(wps / ceiling.max(1.0), 2),
+            }));
+        }
+        let ratios: Vec<f64> = runs.iter().filter_map(|r| r["ratio"].as_f64()).collect();
+        let median = median(ratios);
+        out.push(json!({"concurrency": clients, "pairs": runs, "medianRatio": median}));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Value::Array(out))
+}
+
+/// The median of `values` (the mean of the middle two for an even count, to two places).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[n / 2]),
+        n => Some(round((values[n / 2 - 1] + values[n / 2]) / 2.0, 2)),
+    }
 }
 
 /// A statement file without its comment lines.
@@ -1167,6 +1246,42 @@ pub fn run(globals: &Globals, args: BenchArgs) -> Result<(), CliError> {
         }
         report.insert("drain".into(), Value::Array(drains));
     }
+    if wants("paired") && args.pairs > 0 {
+        if let Some(pgbench) = find_pgbench(args.pgbench.clone()) {
+            let pairs = paired(
+                &admin,
+                &pgbench,
+                &args.paired_concurrency,
+                args.pgbench_seconds,
+                args.works,
+                args.pairs,
+            )?;
+            if text {
+                for p in pairs.as_array().into_iter().flatten() {
+                    let runs: Vec<String> = p["pairs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            format!(
+                                "{} -> {} ({})",
+                                r["ceilingSingleRow"], r["worksPerSecond"], r["ratio"]
+                            )
+                        })
+                        .collect();
+                    println!(
+                        "paired  concurrency={:<3} single-row ceiling -> drain works/s (ratio), each pair side by side: {}; median ratio {}",
+                        p["concurrency"],
+                        runs.join(", "),
+                        p["medianRatio"]
+                    );
+                }
+            }
+            report.insert("paired".into(), pairs);
+        } else if text {
+            println!("pgbench: not found, no paired drains");
+        }
+    }
     if wants("latency") {
         let lat = latency(&admin, args.latency_samples)?;
         if text {
@@ -1330,6 +1445,13 @@ mod tests {
     // The pgbench scripts are built from the worker's own statement files: a statement that
     // gains a parameter must not leave it unbound in the ceiling (pgbench would fail, or
     // measure something else).
+    #[test]
+    fn the_paired_ratio_is_the_median_of_the_pairs() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![0.89, 0.83, 0.88, 0.85, 0.89]), Some(0.88));
+        assert_eq!(median(vec![0.9, 0.7, 0.8, 1.0]), Some(0.85));
+    }
+
     #[test]
     fn the_own_statement_scripts_bind_every_parameter() {
         for script in [
