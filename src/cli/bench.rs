@@ -780,18 +780,19 @@ fn ceilings(
     seconds: u64,
 ) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "pgbench")?;
-    let dir = std::env::temp_dir().join(format!("occ-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
-    let single = dir.join("single.sql");
-    let batched = dir.join("batched.sql");
-    std::fs::write(&single, PGBENCH_SINGLE)
-        .and_then(|()| std::fs::write(&batched, PGBENCH_BATCHED))
-        .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    let (dir, scripts) = pgbench_scripts(
+        "ceilings",
+        &[
+            ("single.sql", PGBENCH_SINGLE),
+            ("batched.sql", PGBENCH_BATCHED),
+        ],
+    )?;
+    let (single, batched) = (&scripts[0], &scripts[1]);
     let mut c = db.client()?;
     let mut out = Vec::new();
     for &clients in levels {
         let mut row = json!({"clients": clients});
-        for (name, script, per) in [("singleRow", &single, 1.0), ("batched10", &batched, 10.0)] {
+        for (name, script, per) in [("singleRow", single, 1.0), ("batched10", batched, 10.0)] {
             let tps = bare_ceiling(&mut c, &db.url, pgbench, script, clients, seconds)?;
             row[name] = json!(round(tps * per, 0));
         }
@@ -812,6 +813,23 @@ fn ceilings(
         }
     }
     Ok(Value::Array(out))
+}
+
+/// A fresh directory `occ-bench-<tag>-<pid>` under the temporary directory holding the pgbench
+/// `scripts` (file name, text), and their paths in order; the caller removes it.
+fn pgbench_scripts(
+    tag: &str,
+    scripts: &[(&str, &str)],
+) -> Result<(PathBuf, Vec<PathBuf>), CliError> {
+    let dir = std::env::temp_dir().join(format!("occ-bench-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
+    let mut paths = Vec::with_capacity(scripts.len());
+    for (name, text) in scripts {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+        paths.push(path);
+    }
+    Ok((dir, paths))
 }
 
 /// Transactions per second of `script` on the bare queue table, refilled and vacuumed first.
@@ -853,11 +871,8 @@ fn paired(
     pairs: usize,
 ) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "paired")?;
-    let dir = std::env::temp_dir().join(format!("occ-bench-paired-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
-    let single = dir.join("single.sql");
-    std::fs::write(&single, PGBENCH_SINGLE)
-        .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    let (dir, scripts) = pgbench_scripts("paired", &[("single.sql", PGBENCH_SINGLE)])?;
+    let single = &scripts[0];
     let mut c = db.client()?;
     let mut admin_client = occ_worker::db::connect(admin, TIMEOUT)?;
     let mut checkpoint = || {
@@ -870,7 +885,7 @@ fn paired(
         let mut runs = Vec::new();
         for _ in 0..pairs {
             checkpoint()?;
-            let ceiling = bare_ceiling(&mut c, &db.url, pgbench, &single, clients, seconds)?;
+            let ceiling = bare_ceiling(&mut c, &db.url, pgbench, single, clients, seconds)?;
             checkpoint()?;
             let wps = drain(admin, works, clients)?["worksPerSecond"]
                 .as_f64()
@@ -997,13 +1012,14 @@ fn occ_work_ceilings(
     seconds: u64,
 ) -> Result<Vec<(usize, [f64; 4])>, CliError> {
     let db = BenchDb::create(admin, "pgbenchwork")?;
-    let dir = std::env::temp_dir().join(format!("occ-bench-work-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
-    let single = dir.join("occ_work.sql");
-    let batched = dir.join("occ_work_batched.sql");
-    std::fs::write(&single, occ_work_script())
-        .and_then(|()| std::fs::write(&batched, occ_work_batched_script()))
-        .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    let (dir, scripts) = pgbench_scripts(
+        "work",
+        &[
+            ("occ_work.sql", &occ_work_script()),
+            ("occ_work_batched.sql", &occ_work_batched_script()),
+        ],
+    )?;
+    let (single, batched) = (&scripts[0], &scripts[1]);
     let mut c = db.client()?;
     namespaces(&mut c, "n", 1000)?;
     let mut out = Vec::new();
@@ -1018,8 +1034,8 @@ fn occ_work_ceilings(
             .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
         let mut tps = [0.0; 4];
         for (i, (script, sessions, per, fill)) in [
-            (&single, clients, 1.0, 20_000),
-            (&batched, clients, 10.0, 60_000),
+            (single, clients, 1.0, 20_000),
+            (batched, clients, 10.0, 60_000),
             (&cycle, 1, clients.min(MAX_BATCH) as f64, 100_000),
             (&cycle2, 2, half as f64, 100_000),
         ]
