@@ -545,6 +545,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_reply_reaches_the_parked_thread_and_a_dropped_one_says_so() {
+        let (answer, awaited) = reply::<u32>();
+        let waiter = std::thread::spawn(move || awaited.recv());
+        answer.send(7);
+        drop(answer);
+        assert_eq!(waiter.join().unwrap(), Some(7));
+
+        let (answer, awaited) = reply::<u32>();
+        let waiter = std::thread::spawn(move || awaited.recv());
+        drop(answer);
+        assert_eq!(waiter.join().unwrap(), None);
+
+        // Answered before anyone waits: the answer is kept for the waiter.
+        let (answer, awaited) = reply::<u32>();
+        answer.send(9);
+        drop(answer);
+        assert_eq!(awaited.recv(), Some(9));
+    }
+
+    #[test]
     fn the_second_publisher_takes_a_share_only_from_concurrency_16() {
         let at = |c| (publishers_in_use(c), batch_share(c));
         assert_eq!(at(1), (1, 1));
