@@ -823,13 +823,18 @@ fn pgbench_scripts(
 ) -> Result<(PathBuf, Vec<PathBuf>), CliError> {
     let dir = std::env::temp_dir().join(format!("occ-bench-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| CliError::new(format!("pgbench dir: {e}")))?;
-    let mut paths = Vec::with_capacity(scripts.len());
-    for (name, text) in scripts {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
-        paths.push(path);
-    }
+    let paths = scripts
+        .iter()
+        .map(|(name, text)| pgbench_script(&dir, name, text))
+        .collect::<Result<_, _>>()?;
     Ok((dir, paths))
+}
+
+/// Writes one pgbench script `name` into `dir`; its path.
+fn pgbench_script(dir: &std::path::Path, name: &str, text: &str) -> Result<PathBuf, CliError> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+    Ok(path)
 }
 
 /// Transactions per second of `script` on the bare queue table, refilled and vacuumed first.
@@ -1025,13 +1030,17 @@ fn occ_work_ceilings(
     let mut out = Vec::new();
     let mut run = 0;
     for &clients in levels {
-        let cycle = dir.join(format!("occ_work_cycle{clients}.sql"));
-        std::fs::write(&cycle, occ_work_cycle_script(clients.min(MAX_BATCH)))
-            .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+        let cycle = pgbench_script(
+            &dir,
+            &format!("occ_work_cycle{clients}.sql"),
+            &occ_work_cycle_script(clients.min(MAX_BATCH)),
+        )?;
         let half = clients.div_ceil(2).min(MAX_BATCH);
-        let cycle2 = dir.join(format!("occ_work_cycle{clients}x2.sql"));
-        std::fs::write(&cycle2, occ_work_cycle_script(half))
-            .map_err(|e| CliError::new(format!("pgbench scripts: {e}")))?;
+        let cycle2 = pgbench_script(
+            &dir,
+            &format!("occ_work_cycle{clients}x2.sql"),
+            &occ_work_cycle_script(half),
+        )?;
         let mut tps = [0.0; 4];
         for (i, (script, sessions, per, fill)) in [
             (single, clients, 1.0, 20_000),

@@ -179,15 +179,12 @@ impl<T> Awaited<T> {
     fn recv(self) -> Option<T> {
         let (answer, ready) = &*self.0;
         let mut answer = answer.lock();
-        loop {
-            match std::mem::replace(&mut *answer, Answer::Dropped) {
-                Answer::Sent(value) => return Some(value),
-                Answer::Dropped => return None,
-                Answer::Waiting => {
-                    *answer = Answer::Waiting;
-                    ready.wait(&mut answer);
-                }
-            }
+        while matches!(*answer, Answer::Waiting) {
+            ready.wait(&mut answer);
+        }
+        match std::mem::replace(&mut *answer, Answer::Dropped) {
+            Answer::Sent(value) => Some(value),
+            _ => None,
         }
     }
 }

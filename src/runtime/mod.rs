@@ -248,8 +248,8 @@ impl Worker {
                                     publication.run(&ctx, &progress, &records.health)
                                 }))
                                 .unwrap_or_else(|_| {
-                                    // The batch's passes were answered by their dropped reply
-                                    // channels; the reserved slots are free again.
+                                    // The batch's passes were answered by their dropped
+                                    // replies; the reserved slots are free again.
                                     ctx.events.emit(
                                         "worker.error",
                                         json!({"code": "WORKER_UNAVAILABLE", "cause": "PublicationPanicked"}),
