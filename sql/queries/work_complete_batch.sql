@@ -1,7 +1,9 @@
 -- Completes a finalizer batch's live claims in one statement (Q1, Q11, issue 10 item 4) and
--- records each one's evidence, as work_complete.sql does for one: a work missing from the
--- answer lost its claim. One statement instead of one per work: PostgreSQL prepares the
--- table's checks and triggers once per statement, not once per row.
+-- records each one's evidence, as work_complete.sql does for one. All or none: when a claim it
+-- names is no longer live, the statement fails (V16 `occ.require_live_claims`), so a
+-- transaction that sends its COMMIT in the same message never commits a partial batch.
+-- One statement instead of one per work: PostgreSQL prepares the table's checks and triggers
+-- once per statement, not once per row. Answers the ids completed, in order.
 -- $1 ids, $2 claim tokens, $3 reason codes, $4 result data (aligned; NULL for none).
 WITH b AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[]) AS b(id, token, code, data)
@@ -19,7 +21,12 @@ WITH b AS (
     FROM fence f
     WHERE w.id = f.id
     RETURNING w.id, w.attempt_count, f.code
+), evidence AS (
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
+    SELECT id, attempt_count, code, 'succeeded' FROM done ORDER BY id
+    RETURNING work_id
 )
-INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
-SELECT id, attempt_count, code, 'succeeded' FROM done ORDER BY id
-RETURNING work_id
+-- One group, even when nothing was completed, so the check always runs.
+SELECT unnest(array_agg(work_id ORDER BY work_id)) AS work_id
+FROM evidence
+HAVING occ.require_live_claims(cardinality($1::bigint[]), count(*))

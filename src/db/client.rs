@@ -10,8 +10,8 @@
 //! It never rewrites SQL and never retries a statement that could have had an effect.
 
 use postgres::types::ToSql;
-use postgres::{Client, Row, Statement};
-use std::collections::HashMap;
+use postgres::{Client, Row, SimpleQueryMessage, SimpleQueryRow, Statement};
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 /// Statements kept per connection at most; past it the cache starts over (the worker runs a
@@ -24,6 +24,8 @@ type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 #[derive(Default)]
 pub struct Statements {
     by_sql: HashMap<String, Statement>,
+    /// The names of the `Named` statements this connection has prepared.
+    named: HashSet<&'static str>,
 }
 
 impl Statements {
@@ -49,6 +51,16 @@ impl Statements {
     fn forget_if_stale(&mut self, sql: &str, e: &postgres::Error) {
         if stale(e) {
             self.by_sql.remove(sql);
+        }
+    }
+
+    /// Forgets the `Named` statements when the server no longer accepts one of them (`stale`):
+    /// each is deallocated, if the server still has it, and prepared again on its next use.
+    fn forget_named_if_stale(&mut self, client: &mut Client, e: &postgres::Error) {
+        if stale(e) {
+            for name in self.named.drain() {
+                let _ = client.batch_execute(&format!("DEALLOCATE {name}"));
+            }
         }
     }
 
@@ -96,10 +108,36 @@ impl Conn {
 
     /// Starts a transaction whose statements use this connection's cache.
     pub fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
-        Ok(Tx {
-            tx: self.client.transaction()?,
-            statements: &mut self.statements,
-        })
+        self.client.batch_execute("BEGIN")?;
+        Ok(Tx::open(&mut self.client, &mut self.statements))
+    }
+
+    /// Starts a transaction with `statements` in the same message (each prepared on this
+    /// connection first, once); the transaction, and the rows each statement returned. When a
+    /// statement fails, the transaction is rolled back and the error returned.
+    #[allow(clippy::type_complexity)]
+    pub fn begin_with(
+        &mut self,
+        statements: &[Execute<'_>],
+    ) -> Result<(Tx<'_>, Vec<Vec<SimpleQueryRow>>), postgres::Error> {
+        prepare_named(&mut self.client, &mut self.statements, statements)?;
+        let mut text = String::from("BEGIN;\n");
+        for statement in statements {
+            statement.write(&mut text);
+        }
+        match self.client.simple_query(&text) {
+            // BEGIN's own command tag comes first.
+            Ok(messages) => {
+                let mut rows = split_results(messages, statements.len() + 1);
+                rows.remove(0);
+                Ok((Tx::open(&mut self.client, &mut self.statements), rows))
+            }
+            Err(e) => {
+                let _ = self.client.batch_execute("ROLLBACK");
+                self.statements.forget_named_if_stale(&mut self.client, &e);
+                Err(e)
+            }
+        }
     }
 
     /// Runs `run` with the cached statement for `sql`. Outside a transaction a statement the
@@ -136,34 +174,105 @@ impl std::ops::DerefMut for Conn {
 }
 
 /// A transaction on a pooled connection, using the connection's statement cache.
+///
+/// It is kept on the connection itself (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, as
+/// `postgres::Transaction` sends them) rather than in a `postgres::Transaction`, because that
+/// type cannot begin with a statement in the same message, nor commit with one: a publication
+/// sends `BEGIN` with its first statement and `COMMIT` after its last ones, two round trips
+/// where a statement each took five (`begin_with`, `commit_with`; issue 10 item 5). Dropped
+/// unfinished, it rolls back, as `postgres::Transaction` does.
 pub struct Tx<'a> {
-    tx: postgres::Transaction<'a>,
+    client: &'a mut Client,
     statements: &'a mut Statements,
+    /// A nested transaction's savepoint; `None` for the transaction itself.
+    savepoint: Option<String>,
+    depth: u32,
+    done: bool,
 }
 
 impl<'a> Tx<'a> {
-    pub fn commit(self) -> Result<(), postgres::Error> {
-        self.tx.commit()
+    fn open(client: &'a mut Client, statements: &'a mut Statements) -> Tx<'a> {
+        Tx {
+            client,
+            statements,
+            savepoint: None,
+            depth: 0,
+            done: false,
+        }
     }
 
-    pub fn rollback(self) -> Result<(), postgres::Error> {
-        self.tx.rollback()
+    pub fn commit(mut self) -> Result<(), postgres::Error> {
+        self.done = true;
+        match &self.savepoint {
+            Some(name) => self.client.batch_execute(&format!("RELEASE {name}")),
+            None => self.client.batch_execute("COMMIT"),
+        }
+    }
+
+    pub fn rollback(mut self) -> Result<(), postgres::Error> {
+        self.done = true;
+        self.roll_back()
+    }
+
+    fn roll_back(&mut self) -> Result<(), postgres::Error> {
+        match &self.savepoint {
+            Some(name) => self.client.batch_execute(&format!("ROLLBACK TO {name}")),
+            None => self.client.batch_execute("ROLLBACK"),
+        }
     }
 
     /// A nested transaction (a savepoint) sharing the cache.
     pub fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
-        Ok(Tx {
-            tx: self.tx.transaction()?,
-            statements: &mut *self.statements,
-        })
+        let depth = self.depth + 1;
+        self.nested(format!("sp_{depth}"), depth)
     }
 
     /// A named savepoint sharing the cache.
     pub fn savepoint(&mut self, name: &str) -> Result<Tx<'_>, postgres::Error> {
+        let depth = self.depth + 1;
+        self.nested(name.to_owned(), depth)
+    }
+
+    fn nested(&mut self, name: String, depth: u32) -> Result<Tx<'_>, postgres::Error> {
+        self.client.batch_execute(&format!("SAVEPOINT {name}"))?;
         Ok(Tx {
-            tx: self.tx.savepoint(name)?,
+            client: &mut *self.client,
             statements: &mut *self.statements,
+            savepoint: Some(name),
+            depth,
+            done: false,
         })
+    }
+
+    /// Runs `statements` (each prepared on this connection first, once), then commits, in
+    /// one message; the rows each statement returned, in order. When any of them fails (or
+    /// the commit does), nothing of the transaction is committed: it is rolled back unless
+    /// the failure was the commit's own.
+    pub fn commit_with(
+        mut self,
+        statements: &[Execute<'_>],
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+        assert!(self.savepoint.is_none(), "commit_with ends a transaction");
+        self.done = true;
+        let sent = prepare_named(self.client, self.statements, statements).and_then(|()| {
+            let mut text = String::new();
+            for statement in statements {
+                statement.write(&mut text);
+            }
+            text.push_str("COMMIT");
+            self.client.simple_query(&text)
+        });
+        match sent {
+            Ok(messages) => Ok(split_results(messages, statements.len())),
+            Err(e) => {
+                // Past a failed statement the server skipped the rest, the commit included:
+                // the transaction is still open, aborted. After a failed commit this only
+                // warns. A connection that is gone takes the transaction with it.
+                let _ = self.client.batch_execute("ROLLBACK");
+                self.statements.forget_named_if_stale(self.client, &e);
+                Err(e)
+            }
+        }
     }
 
     /// Runs `run` with the cached statement for `sql`; a stale one is forgotten (the
@@ -171,25 +280,87 @@ impl<'a> Tx<'a> {
     fn cached<T>(
         &mut self,
         sql: &str,
-        run: impl FnOnce(&mut postgres::Transaction<'a>, &Statement) -> Result<T, postgres::Error>,
+        run: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
     ) -> Result<T, postgres::Error> {
-        let tx = &mut self.tx;
-        let statement = self.statements.get(sql, |q| tx.prepare(q))?;
-        run(tx, &statement).inspect_err(|e| self.statements.forget_if_stale(sql, e))
+        let client = &mut *self.client;
+        let statement = self.statements.get(sql, |q| client.prepare(q))?;
+        run(client, &statement).inspect_err(|e| self.statements.forget_if_stale(sql, e))
     }
 }
 
-impl<'a> std::ops::Deref for Tx<'a> {
-    type Target = postgres::Transaction<'a>;
-    fn deref(&self) -> &postgres::Transaction<'a> {
-        &self.tx
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.roll_back();
+        }
     }
 }
 
-impl<'a> std::ops::DerefMut for Tx<'a> {
-    fn deref_mut(&mut self) -> &mut postgres::Transaction<'a> {
-        &mut self.tx
+/// A statement prepared with SQL's `PREPARE` under a fixed name, so that it can be run by
+/// `EXECUTE` in a message together with others (`Conn::begin_with`, `Tx::commit_with`).
+pub struct Named {
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// One `EXECUTE` of a `Named` statement with its arguments, each an SQL literal
+/// (`db::literal`).
+pub struct Execute<'a> {
+    pub statement: &'a Named,
+    pub args: Vec<String>,
+}
+
+impl Execute<'_> {
+    fn write(&self, text: &mut String) {
+        text.push_str("EXECUTE ");
+        text.push_str(self.statement.name);
+        text.push('(');
+        text.push_str(&self.args.join(", "));
+        text.push_str(");\n");
     }
+}
+
+/// Prepares, each in a message of its own, the statements of `statements` this connection has
+/// not prepared yet. `PREPARE` is not undone by a rollback, so what is recorded here is what
+/// the server holds.
+fn prepare_named(
+    client: &mut Client,
+    cache: &mut Statements,
+    statements: &[Execute<'_>],
+) -> Result<(), postgres::Error> {
+    for e in statements {
+        let named = e.statement;
+        if cache.named.contains(named.name) {
+            continue;
+        }
+        match client.batch_execute(&format!("PREPARE {} AS {}", named.name, named.sql)) {
+            Ok(()) => {}
+            // Prepared before this cache knew of it (a cache that forgot it as stale).
+            Err(e) if e.code().map(|c| c.code()) == Some("42P05") => {}
+            Err(e) => return Err(e),
+        }
+        cache.named.insert(named.name);
+    }
+    Ok(())
+}
+
+/// Each statement's rows out of a multi-statement message's answer, in order: every statement
+/// ends with its command tag.
+fn split_results(messages: Vec<SimpleQueryMessage>, statements: usize) -> Vec<Vec<SimpleQueryRow>> {
+    let mut out: Vec<Vec<SimpleQueryRow>> = (0..statements).map(|_| Vec::new()).collect();
+    let mut at = 0;
+    for message in messages {
+        match message {
+            SimpleQueryMessage::Row(row) => {
+                if let Some(rows) = out.get_mut(at) {
+                    rows.push(row);
+                }
+            }
+            SimpleQueryMessage::CommandComplete(_) => at += 1,
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The statements every module runs, on a pooled connection, a transaction, or a dedicated
@@ -274,7 +445,7 @@ impl GenericClient for Tx<'_> {
         Tx::query_opt(self, sql, params)
     }
     fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
-        self.tx.batch_execute(sql)
+        self.client.batch_execute(sql)
     }
 }
 

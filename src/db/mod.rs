@@ -8,10 +8,11 @@
 //! no SQL of its own beyond session settings.
 
 mod client;
+pub mod literal;
 pub mod tls;
 mod watchdog;
 
-pub use client::{Conn, GenericClient, Statements, Tx};
+pub use client::{Conn, Execute, GenericClient, Named, Statements, Tx};
 pub use watchdog::Watchdog;
 
 use postgres::Client;

@@ -6,8 +6,7 @@
 //! `sql/queries/`; no other module writes queue SQL. Ages and deadlines come from the
 //! database clock.
 
-use crate::db::DbError;
-use crate::db::GenericClient;
+use crate::db::{literal, Conn, DbError, Execute, GenericClient, Named, Tx};
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
@@ -372,26 +371,67 @@ pub fn work_claim_batch(
     rows.iter().map(claim_from_row).collect()
 }
 
-fn claim_from_row(row: &postgres::Row) -> Result<Claim, QueueError> {
-    let operation: String = row.get(3);
+/// A claim's columns, read from a prepared statement's binary row or from the text row of a
+/// statement sent with others (`work_commit_completing_and_claiming`).
+trait Columns {
+    fn int<T: std::str::FromStr + for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        i: usize,
+    ) -> Result<T, QueueError>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, QueueError>;
+    fn text(&self, i: usize) -> Result<String, QueueError> {
+        self.opt_text(i)?
+            .ok_or_else(|| malformed(format!("column {i} of a claim is NULL")))
+    }
+}
+
+fn malformed(what: String) -> QueueError {
+    QueueError::Db(DbError::Unavailable(what))
+}
+
+impl Columns for postgres::Row {
+    fn int<T: std::str::FromStr + for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        i: usize,
+    ) -> Result<T, QueueError> {
+        Ok(self.try_get(i)?)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, QueueError> {
+        Ok(self.try_get(i)?)
+    }
+}
+
+impl Columns for postgres::SimpleQueryRow {
+    fn int<T: std::str::FromStr + for<'a> postgres::types::FromSql<'a>>(
+        &self,
+        i: usize,
+    ) -> Result<T, QueueError> {
+        self.text(i)?
+            .parse()
+            .map_err(|_| malformed(format!("column {i} of a claim is not a number")))
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, QueueError> {
+        Ok(self.try_get(i)?.map(str::to_owned))
+    }
+}
+
+fn claim_from_row(row: &impl Columns) -> Result<Claim, QueueError> {
+    let operation = row.text(3)?;
     Ok(Claim {
-        id: row.get(0),
-        token: row.get(1),
-        key: row.get(2),
-        operation: Operation::parse(&operation).ok_or_else(|| {
-            QueueError::Db(DbError::Unavailable(format!(
-                "unknown work operation {operation:?}"
-            )))
-        })?,
-        namespace_id: row.get(4),
-        agent_id: row.get(5),
-        revision_id: row.get(6),
-        namespace_target: row.get(7),
-        agent_target: row.get(8),
-        actor_id: row.get(9),
-        attempt: row.get(10),
-        age_ms: row.get(11),
-        lane: row.get(12),
+        id: row.int(0)?,
+        token: row.text(1)?,
+        key: row.text(2)?,
+        operation: Operation::parse(&operation)
+            .ok_or_else(|| malformed(format!("unknown work operation {operation:?}")))?,
+        namespace_id: row.text(4)?,
+        agent_id: row.opt_text(5)?,
+        revision_id: row.opt_text(6)?,
+        namespace_target: row.opt_text(7)?,
+        agent_target: row.opt_text(8)?,
+        actor_id: row.text(9)?,
+        attempt: row.int(10)?,
+        age_ms: row.int(11)?,
+        lane: row.text(12)?,
     })
 }
 
@@ -440,6 +480,92 @@ pub fn work_complete_batch(
     let data: Vec<Option<&Value>> = done.iter().map(|(_, _, d)| *d).collect();
     let rows = client.query(COMPLETE_BATCH, &[&ids, &tokens, &codes, &data])?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The statements a publication sends together with its `BEGIN` and its `COMMIT`
+/// (`work_begin_locking_claims`, `work_commit_completing_and_claiming`): the same texts as
+/// `work_lock_claims`, `work_complete_batch` and `work_claim_batch`, prepared by name.
+static LOCK_CLAIMS_NAMED: Named = Named {
+    name: "occ_work_lock_claims",
+    sql: LOCK_CLAIMS,
+};
+static COMPLETE_BATCH_NAMED: Named = Named {
+    name: "occ_work_complete_batch",
+    sql: COMPLETE_BATCH,
+};
+static CLAIM_NAMED: Named = Named {
+    name: "occ_work_claim",
+    sql: CLAIM,
+};
+
+/// Begins a publication's transaction and locks the live claims among `claims` in the same
+/// message (`work_lock_claims`, Q6): one round trip. Returns the transaction and the ids
+/// locked; a claim whose id is missing was lost. A failed lock rolls the transaction back.
+pub fn work_begin_locking_claims<'c>(
+    conn: &'c mut Conn,
+    claims: &[&Claim],
+) -> Result<(Tx<'c>, Vec<i64>), QueueError> {
+    let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
+    let lock = Execute {
+        statement: &LOCK_CLAIMS_NAMED,
+        args: vec![
+            literal::bigints(&ids),
+            literal::texts(claims.iter().map(|c| c.token.as_str())),
+        ],
+    };
+    let (tx, mut rows) = conn.begin_with(&[lock])?;
+    let live = rows
+        .pop()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.int(0))
+        .collect::<Result<_, _>>()?;
+    Ok((tx, live))
+}
+
+/// Ends a publication's transaction in one round trip: completes `done` (`work_complete_batch`:
+/// all or none), claims up to `limit` works (`work_claim_batch`; none when 0) and commits, in
+/// one message.
+///
+/// `Ok` means it committed: every work of `done` completed, and the claims made (their rows,
+/// read after the commit, are the inner result; a row that cannot be read leaves its claim to
+/// run out and be recovered, never to run twice). `Err` means nothing of the transaction
+/// committed, unless the error has no SQLSTATE: the connection failed, perhaps after the
+/// commit.
+#[allow(clippy::type_complexity)]
+pub fn work_commit_completing_and_claiming(
+    tx: Tx<'_>,
+    done: &[(&Claim, &str, Option<&Value>)],
+    options: &QueueOptions,
+    limit: usize,
+) -> Result<Result<Vec<Claim>, QueueError>, QueueError> {
+    let mut statements = Vec::with_capacity(2);
+    if !done.is_empty() {
+        let ids: Vec<i64> = done.iter().map(|(c, _, _)| c.id).collect();
+        statements.push(Execute {
+            statement: &COMPLETE_BATCH_NAMED,
+            args: vec![
+                literal::bigints(&ids),
+                literal::texts(done.iter().map(|(c, _, _)| c.token.as_str())),
+                literal::texts(done.iter().map(|(_, code, _)| *code)),
+                literal::jsonbs(done.iter().map(|(_, _, data)| *data)),
+            ],
+        });
+    }
+    if limit > 0 {
+        statements.push(Execute {
+            statement: &CLAIM_NAMED,
+            args: vec![
+                literal::bigint(ms(options.lease)),
+                literal::bigint(limit.clamp(1, 1 << 20) as i64),
+            ],
+        });
+    }
+    let rows = tx.commit_with(&statements)?;
+    Ok(match (limit, rows.last()) {
+        (0, _) | (_, None) => Ok(Vec::new()),
+        (_, Some(claimed)) => claimed.iter().map(claim_from_row).collect(),
+    })
 }
 
 /// Completes the claim (`succeeded`).

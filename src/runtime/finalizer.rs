@@ -384,11 +384,9 @@ fn finalize_together(
     let Ok(mut client) = ctx.pool.get() else {
         return Together::Unavailable("no database connection for the batch");
     };
-    let Ok(mut tx) = client.transaction() else {
-        return Together::Unavailable("the batch's transaction did not begin");
-    };
-    let live = match queue::work_lock_claims(&mut tx, &wanted) {
-        Ok(live) => live,
+    // BEGIN and the lock in one round trip.
+    let (mut tx, live) = match queue::work_begin_locking_claims(&mut client, &wanted) {
+        Ok(begun) => begun,
         // The server refused the statement (a lock timeout, say): unit by unit, each claim's
         // own lock decides for its pass alone.
         Err(QueueError::Db(e)) if e.sqlstate().is_some() => return Together::OneByOne,
@@ -429,13 +427,6 @@ fn finalize_together(
         }
         tick();
     }
-    if !successes.is_empty() {
-        match queue::work_complete_batch(&mut tx, &successes) {
-            Ok(done) if done.len() == successes.len() => {}
-            _ => return Together::OneByOne,
-        }
-        tick();
-    }
     // A pass cancelled while the batch ran publishes nothing.
     if settled
         .iter()
@@ -443,22 +434,23 @@ fn finalize_together(
     {
         return Together::OneByOne;
     }
-    let Ok(claimed) = claim_on(&mut tx, ctx, claim).transpose() else {
-        return Together::OneByOne;
-    };
+    // The completions (all or none), the claim and the commit in one round trip.
+    let sent = Instant::now();
+    let claimed =
+        match queue::work_commit_completing_and_claiming(tx, &successes, &ctx.queue, claim) {
+            Ok(claims) => {
+                (claim > 0).then(|| claims.map(|claims| (claims, sent)).map_err(PassError::from))
+            }
+            // The server refused a statement or the commit (a claim no longer live, a deferred
+            // constraint): nothing is published; find the unit.
+            Err(QueueError::Db(e)) if e.sqlstate().is_some() => return Together::OneByOne,
+            Err(_) => return Together::Unavailable("the batch did not commit"),
+        };
     tick();
-    match tx.commit() {
-        Ok(()) => {}
-        // A deferred constraint refused the commit: nothing is published; find the unit.
-        Err(e) if e.code().is_some_and(|c| c.code().starts_with("23")) => {
-            return Together::OneByOne
-        }
-        Err(_) => return Together::Unavailable("the batch did not commit"),
-    }
     for (i, report) in settled {
         answers[i] = Some(Ok(report));
     }
-    Together::Done(answers.into_iter().flatten().collect(), claimed.map(Ok))
+    Together::Done(answers.into_iter().flatten().collect(), claimed)
 }
 
 /// The batch unit by unit in one transaction, a savepoint each (`reconcile::finalize_in`),

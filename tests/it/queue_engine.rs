@@ -52,6 +52,35 @@ impl Reconciler for MarksReady {
     }
 }
 
+/// Marks its Namespace ready, and for `expires`, also ends its own claim's lease inside the
+/// publication's transaction: the claim was live when the batch locked it and is no longer
+/// live when the batch completes it.
+struct LeaseRunsOut {
+    expires: &'static str,
+}
+
+impl Reconciler for LeaseRunsOut {
+    fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
+        Ok(Report::success("DONE"))
+    }
+
+    fn publish(
+        &self,
+        tx: &mut occ_worker::db::Tx<'_>,
+        pass: &Pass<'_>,
+        report: &Report,
+    ) -> Result<(), PassError> {
+        MarksReady { refused: None }.publish(tx, pass, report)?;
+        if pass.claim.namespace_id == self.expires {
+            tx.execute(
+                "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() WHERE claim_id = $1",
+                &[&pass.claim.id],
+            )?;
+        }
+        Ok(())
+    }
+}
+
 fn status(c: &mut Client, ns: &str) -> String {
     c.query_one(
         "SELECT status FROM occ.namespaces_all WHERE id = $1",
@@ -417,6 +446,85 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
          WHERE w.namespace_id = 'b'",
     );
     assert_eq!(evidence, 0, "no evidence from the lost claim");
+}
+
+// Issue 10 items 4 and 5 (V16): a publication sends its completion, its claim and its COMMIT
+// in one message, so the completion is all or none. A claim live when the batch locked it and
+// no longer live when it completes (its lease ran out meanwhile) refuses the whole message:
+// nothing of that transaction commits, and unit by unit that pass alone is `ClaimLost` and
+// publishes nothing, the others publish and complete, and the claim asked for is made. A
+// completion that let the others through would commit b's publication without its completion.
+#[test]
+fn a_lease_that_runs_out_between_the_lock_and_the_completion_commits_nothing_of_its_pass() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["a", "b", "c", "d"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claims = work_claim_batch(&mut c, &ctx.queue, 3).unwrap();
+    assert_eq!(claims.len(), 3);
+    let (answers, claimed) = with_successes(
+        &ctx,
+        &claims,
+        sent,
+        &LeaseRunsOut { expires: "b" },
+        |items| publish_and_claim(&ctx, items, 1, &|| {}),
+    );
+    let by_ns: Vec<(&str, bool)> = claims
+        .iter()
+        .zip(&answers)
+        .map(|(cl, a)| (cl.namespace_id.as_str(), a.is_ok()))
+        .collect();
+    assert_eq!(by_ns, [("a", true), ("b", false), ("c", true)]);
+    assert!(
+        matches!(answers[1], Err(PassError::ClaimLost)),
+        "{:?}",
+        answers[1]
+    );
+    let claimed = claimed.expect("a claim was asked for").unwrap().0;
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| c.namespace_id.as_str())
+            .collect::<Vec<_>>(),
+        ["d"]
+    );
+    assert_eq!(status(&mut c, "a"), "ready");
+    assert_eq!(
+        status(&mut c, "b"),
+        "provisioning",
+        "nothing of b published"
+    );
+    assert_eq!(status(&mut c, "c"), "ready");
+    let states: Vec<(String, String)> = c
+        .query(
+            "SELECT namespace_id, state FROM occ.work_status ORDER BY namespace_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let expected = [
+        ("a", "succeeded"),
+        ("b", "claimed"),
+        ("c", "succeeded"),
+        ("d", "claimed"),
+    ];
+    assert_eq!(
+        states,
+        expected.map(|(n, s)| (n.to_string(), s.to_string()))
+    );
+    let evidence: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.namespace_id = 'b'",
+    );
+    assert_eq!(evidence, 0, "no evidence from the claim that ran out");
+    assert_eq!(lanes_out_of_step(&mut c), 0);
 }
 
 // Issue 10 item 4: a batch is first finalized together (claims locked in one statement,

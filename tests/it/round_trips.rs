@@ -235,6 +235,10 @@ struct Figures {
     simple: u64,
     pings: u64,
     reparsed: Vec<String>,
+    /// Publications that began with their claims' lock in one message, and that completed,
+    /// claimed and committed in one message (issue 10 item 5).
+    begun_locking: u64,
+    committed_completing: u64,
 }
 
 fn figures(proxy: &CountingProxy) -> Figures {
@@ -251,12 +255,31 @@ fn figures(proxy: &CountingProxy) -> Figures {
         for sql in &c.parsed {
             *seen.entry(sql).or_default() += 1;
         }
+        // A statement prepared by name (`PREPARE occ_… AS`) counts as parsed, once.
+        for sql in &c.simple {
+            if let Some(name) = sql.strip_prefix("PREPARE ") {
+                let name = name.split_whitespace().next().unwrap_or_default();
+                *seen.entry(name).or_default() += 1;
+            }
+        }
         for (sql, n) in seen {
             if n > 1 {
                 let first = sql.lines().find(|l| !l.starts_with("--")).unwrap_or(sql);
                 f.reparsed.push(format!("{n}x {}", first.trim()));
             }
         }
+        f.begun_locking += c
+            .simple
+            .iter()
+            .filter(|q| q.starts_with("BEGIN;\nEXECUTE occ_work_lock_claims("))
+            .count() as u64;
+        f.committed_completing += c
+            .simple
+            .iter()
+            .filter(|q| {
+                q.starts_with("EXECUTE occ_work_complete_batch(") && q.ends_with("\nCOMMIT")
+            })
+            .count() as u64;
     }
     f
 }
@@ -330,6 +353,13 @@ fn namespace_ensure_passes_prepare_each_statement_once_per_connection() {
     let f = figures(&proxy);
     report("Namespace ensure", PASSES, &f);
     assert_lean(&f);
+    // Each pass's publication: BEGIN with the claim's lock, then its completion, the claim
+    // and COMMIT, two messages (issue 10 item 5).
+    assert_eq!(
+        (f.begun_locking, f.committed_completing),
+        (PASSES, PASSES),
+        "{f:?}"
+    );
 }
 
 #[test]
