@@ -18,7 +18,7 @@
 //! refuses is rolled back to its own savepoint; the batch's publications still commit.
 
 use super::records::HealthBeat;
-use super::Event;
+use super::{Event, Job};
 use crate::db::{DbError, GenericClient};
 use crate::queue::{self, Claim, QueueError};
 use crate::reconcile::{
@@ -67,7 +67,26 @@ pub struct Unit {
     lease: Arc<LeaseState>,
     reconciler: Arc<dyn Reconciler>,
     resolved: Report,
-    reply: Reply<Result<Report, PassError>>,
+    reply: Reply<Answered>,
+}
+
+/// What a waiting worker thread is answered: its pass's outcome, and the next pass for it to
+/// run when the publication claimed one (so the thread starts it without waiting on the job
+/// channel: one wake-up per pass instead of two).
+type Answered = (Result<Report, PassError>, Option<Job>);
+
+/// A pass's outcome from its publication, for the coordinator to send with the next pass for
+/// its thread (`send`). Dropped unsent, the thread is told its pass was dropped.
+pub struct PassAnswer {
+    reply: Reply<Answered>,
+    outcome: Result<Report, PassError>,
+}
+
+impl PassAnswer {
+    /// Wakes the pass's thread with its outcome and, when given, the next pass to run.
+    pub fn send(self, next: Option<Job>) {
+        self.reply.send((self.outcome, next));
+    }
 }
 
 impl Unit {
@@ -77,12 +96,20 @@ impl Unit {
     }
 }
 
-/// The handle worker threads use to hand their reports to the coordinator.
-#[derive(Clone)]
+/// The handle worker threads use to hand their reports to the coordinator; each thread has
+/// its own clone (its `answered` and `next` are the thread's).
 pub struct Finalizer {
     events: Sender<Event>,
     /// Whether the coordinator answered this thread's last hand-over (`take_answered`).
     answered: std::cell::Cell<bool>,
+    /// The next pass the answer brought (`take_next`).
+    next: std::cell::Cell<Option<Job>>,
+}
+
+impl Clone for Finalizer {
+    fn clone(&self) -> Finalizer {
+        Finalizer::new(self.events.clone())
+    }
 }
 
 impl Finalizer {
@@ -90,6 +117,7 @@ impl Finalizer {
         Finalizer {
             events,
             answered: std::cell::Cell::new(false),
+            next: std::cell::Cell::new(None),
         }
     }
 
@@ -97,6 +125,11 @@ impl Finalizer {
     /// slot was freed when the coordinator batched it, so its `Event::Done` would say nothing.
     pub fn take_answered(&self) -> bool {
         self.answered.replace(false)
+    }
+
+    /// The next pass the last answer brought, if any, and forgets it.
+    pub fn take_next(&self) -> Option<Job> {
+        self.next.take()
     }
 
     /// Finalizes `report` (`reconcile::finalize`, batched): blocks until it is published or
@@ -124,9 +157,10 @@ impl Finalizer {
             return Err(PassError::Invariant("the coordinator is gone".into()));
         }
         match answer.recv() {
-            Some(answer) => {
+            Some((outcome, next)) => {
                 self.answered.set(true);
-                answer
+                self.next.set(next);
+                outcome
             }
             None => Err(PassError::Invariant(
                 "the coordinator dropped a pass".into(),
@@ -206,6 +240,8 @@ pub struct Published {
     /// A failed lease recovery.
     pub recovery: Option<PassError>,
     pub claimed: Claimed,
+    /// The outcome of each pass of the batch, for the coordinator to send to its thread.
+    pub answers: Vec<PassAnswer>,
 }
 
 impl Publication {
@@ -225,7 +261,7 @@ impl Publication {
                 claim = 0;
             }
         }
-        let claimed = publish(ctx, self.batch, claim, &|| progress.tick());
+        let (answers, claimed) = publish(ctx, self.batch, claim, &|| progress.tick());
         if idle && matches!(&claimed, Some(Ok((claims, _))) if claims.is_empty()) {
             // Idle: `worker.health` at most once per its interval (SPEC Z7).
             health.beat(ctx, false);
@@ -234,6 +270,7 @@ impl Publication {
             reserved,
             recovery,
             claimed,
+            answers,
         }
     }
 }
@@ -255,11 +292,17 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
 /// the statement was sent (their leases count from then).
 pub type Claimed = Option<Result<(Vec<Claim>, Instant), PassError>>;
 
-/// The coordinator's side of a batch: publishes it, claims up to `claim` works in the same
-/// transaction, answers every pass, and returns the claims. `tick` is called after each step
+/// A publisher's side of a batch: publishes it, claims up to `claim` works in the same
+/// transaction, and returns each pass's answer (for the coordinator to send, with the next
+/// pass for its thread) and the claims. `tick` is called after each step
 /// (each bounded by the database timeout), so the coordinator's liveness counts them one by
 /// one, however many passes the batch holds.
-pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize, tick: &dyn Fn()) -> Claimed {
+pub fn publish(
+    ctx: &Context,
+    batch: Vec<Unit>,
+    claim: usize,
+    tick: &dyn Fn(),
+) -> (Vec<PassAnswer>, Claimed) {
     let items: Vec<BatchItem<'_>> = batch
         .iter()
         .map(|u| BatchItem {
@@ -272,11 +315,16 @@ pub fn publish(ctx: &Context, batch: Vec<Unit>, claim: usize, tick: &dyn Fn()) -
             resolved: u.resolved.clone(),
         })
         .collect();
-    let (answers, claimed) = publish_and_claim(ctx, items, claim, tick);
-    for (unit, answer) in batch.iter().zip(answers) {
-        unit.reply.send(answer);
-    }
-    claimed
+    let (outcomes, claimed) = publish_and_claim(ctx, items, claim, tick);
+    let answers = batch
+        .into_iter()
+        .zip(outcomes)
+        .map(|(unit, outcome)| PassAnswer {
+            reply: unit.reply,
+            outcome,
+        })
+        .collect();
+    (answers, claimed)
 }
 
 /// Claims up to `limit` works in a transaction of their own (nothing to publish with them).

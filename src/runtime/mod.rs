@@ -59,7 +59,7 @@ pub enum Event {
     /// A worker's finished pass, to publish (its thread waits for the answer).
     Publish(Box<finalizer::Unit>),
     /// A publisher thread finished a publication: its claims, and the slots it reserved.
-    Published(finalizer::Published),
+    Published(Box<finalizer::Published>),
 }
 
 /// How long after a wake-up the coordinator claims once more (see `coordinate`).
@@ -114,7 +114,9 @@ impl Progress {
     }
 }
 
-struct Job {
+/// A claimed work for a pool thread: from the job channel, or with the answer to the thread's
+/// previous pass (`finalizer::PassAnswer::send`).
+pub struct Job {
     claim: Claim,
     lease: Arc<LeaseState>,
 }
@@ -185,7 +187,9 @@ impl Worker {
                     .spawn(move || {
                         // This worker's heartbeat thread, kept from one pass to the next.
                         let mut heartbeat = Heartbeat::new(ctx.clone());
-                        for job in jobs {
+                        // The next pass: the one the last answer brought, else the channel's.
+                        let mut next = None;
+                        while let Some(job) = next.take().or_else(|| jobs.recv().ok()) {
                             let mut guard = DoneGuard {
                                 events: &done,
                                 token: job.claim.token.clone(),
@@ -204,6 +208,7 @@ impl Worker {
                                 }));
                             // A pass its publication answered has its slot back already.
                             guard.freed = finalizer.take_answered();
+                            next = finalizer.take_next();
                             if outcome.is_err() {
                                 ctx.events.emit(
                                     "worker.error",
@@ -260,9 +265,10 @@ impl Worker {
                                         claimed: Some(Err(PassError::Invariant(
                                             "a publication panicked".into(),
                                         ))),
+                                        answers: Vec::new(),
                                     }
                                 });
-                            if events.send(Event::Published(published)).is_err() {
+                            if events.send(Event::Published(Box::new(published))).is_err() {
                                 break;
                             }
                         }
@@ -474,26 +480,34 @@ fn coordinate(
                     if let Some(e) = &published.recovery {
                         failures.report(ctx, progress, e);
                     }
+                    // Each answered pass's thread gets the next claim with its answer; the
+                    // claims left over go to the job channel, the answers left over alone.
+                    let mut answers = published.answers.into_iter();
+                    let mut pool_gone = false;
                     match published.claimed {
                         Some(Ok((claims, sent))) => {
                             failures.clear(progress);
-                            let mut pool_gone = false;
                             for claim in claims {
                                 let lease =
                                     Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
                                 in_flight.insert(claim.token.clone(), lease.clone());
                                 free -= 1;
-                                if jobs.send(Job { claim, lease }).is_err() {
-                                    pool_gone = true;
+                                let job = Job { claim, lease };
+                                match answers.next() {
+                                    Some(answer) => answer.send(Some(job)),
+                                    None => pool_gone |= jobs.send(job).is_err(),
                                 }
-                            }
-                            if pool_gone {
-                                // The pool is gone; nothing will report. Stop claiming.
-                                break 'coordinator;
                             }
                         }
                         Some(Err(e)) => failures.report(ctx, progress, &e),
                         None => {}
+                    }
+                    for answer in answers {
+                        answer.send(None);
+                    }
+                    if pool_gone {
+                        // The pool is gone; nothing will report. Stop claiming.
+                        break 'coordinator;
                     }
                 }
                 // A published pass's slot was freed with its publication.

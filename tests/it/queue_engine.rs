@@ -10,6 +10,7 @@ use occ_worker::reconcile::{LeaseState, Pass, PassError, Reconciler, Report};
 use occ_worker::runtime::{finalize_batch, publish_and_claim, BatchItem};
 use postgres::Client;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn opts() -> QueueOptions {
@@ -79,6 +80,56 @@ impl Reconciler for LeaseRunsOut {
         }
         Ok(())
     }
+}
+
+/// A provisioning Namespace and its ensure work for each of `names`, and `claim` of those
+/// works claimed (asserted); a context with a 30 s lease, and when the claim was sent.
+fn ensures_claimed(
+    db: &TestDb,
+    c: &mut Client,
+    names: &[&str],
+    claim: usize,
+) -> (Arc<occ_worker::reconcile::Context>, Vec<Claim>, Instant) {
+    for ns in names {
+        insert_namespace(c, ns, "provisioning");
+        work_enqueue(c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let (ctx, _events) = context(db, Duration::from_secs(30), 5);
+    let sent = Instant::now();
+    let claims = work_claim_batch(c, &ctx.queue, claim).unwrap();
+    assert_eq!(claims.len(), claim);
+    (ctx, claims, sent)
+}
+
+/// Each work's Namespace and state (`occ.work_status`), by Namespace.
+fn work_states(c: &mut Client) -> Vec<(String, String)> {
+    c.query(
+        "SELECT namespace_id, state FROM occ.work_status ORDER BY namespace_id",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// `(Namespace, state)` pairs as `work_states` answers them.
+fn states(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.to_string()))
+        .collect()
+}
+
+/// The attempt rows of the works of Namespace `ns`.
+fn attempts_of(c: &mut Client, ns: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.namespace_id = $1",
+        &[&ns],
+    )
+    .unwrap()
+    .get(0)
 }
 
 fn status(c: &mut Client, ns: &str) -> String {
@@ -396,14 +447,7 @@ fn finalize_successes(
 fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
-    for ns in ["a", "b", "c"] {
-        insert_namespace(&mut c, ns, "provisioning");
-        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
-    }
-    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
-    let sent = Instant::now();
-    let claims = work_claim_batch(&mut c, &ctx.queue, 3).unwrap();
-    assert_eq!(claims.len(), 3);
+    let (ctx, claims, sent) = ensures_claimed(&db, &mut c, &["a", "b", "c"], 3);
     // Another worker took b's claim over (its token is no longer ours).
     c.execute(
         "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1",
@@ -426,25 +470,11 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
         "nothing of b published"
     );
     assert_eq!(status(&mut c, "c"), "ready");
-    let states: Vec<(String, String)> = c
-        .query(
-            "SELECT namespace_id, state FROM occ.work_status ORDER BY namespace_id",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let expected = [("a", "succeeded"), ("b", "claimed"), ("c", "succeeded")];
     assert_eq!(
-        states,
-        expected.map(|(n, s)| (n.to_string(), s.to_string()))
+        work_states(&mut c),
+        states(&[("a", "succeeded"), ("b", "claimed"), ("c", "succeeded")])
     );
-    let evidence: i64 = scalar(
-        &mut c,
-        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-         WHERE w.namespace_id = 'b'",
-    );
+    let evidence = attempts_of(&mut c, "b");
     assert_eq!(evidence, 0, "no evidence from the lost claim");
 }
 
@@ -458,14 +488,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
 fn a_lease_that_runs_out_between_the_lock_and_the_completion_commits_nothing_of_its_pass() {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
-    for ns in ["a", "b", "c", "d"] {
-        insert_namespace(&mut c, ns, "provisioning");
-        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
-    }
-    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
-    let sent = Instant::now();
-    let claims = work_claim_batch(&mut c, &ctx.queue, 3).unwrap();
-    assert_eq!(claims.len(), 3);
+    let (ctx, claims, sent) = ensures_claimed(&db, &mut c, &["a", "b", "c", "d"], 3);
     let (answers, claimed) = with_successes(
         &ctx,
         &claims,
@@ -499,30 +522,16 @@ fn a_lease_that_runs_out_between_the_lock_and_the_completion_commits_nothing_of_
         "nothing of b published"
     );
     assert_eq!(status(&mut c, "c"), "ready");
-    let states: Vec<(String, String)> = c
-        .query(
-            "SELECT namespace_id, state FROM occ.work_status ORDER BY namespace_id",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let expected = [
-        ("a", "succeeded"),
-        ("b", "claimed"),
-        ("c", "succeeded"),
-        ("d", "claimed"),
-    ];
     assert_eq!(
-        states,
-        expected.map(|(n, s)| (n.to_string(), s.to_string()))
+        work_states(&mut c),
+        states(&[
+            ("a", "succeeded"),
+            ("b", "claimed"),
+            ("c", "succeeded"),
+            ("d", "claimed"),
+        ])
     );
-    let evidence: i64 = scalar(
-        &mut c,
-        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-         WHERE w.namespace_id = 'b'",
-    );
+    let evidence = attempts_of(&mut c, "b");
     assert_eq!(evidence, 0, "no evidence from the claim that ran out");
     assert_eq!(lanes_out_of_step(&mut c), 0);
 }
@@ -535,14 +544,7 @@ fn a_lease_that_runs_out_between_the_lock_and_the_completion_commits_nothing_of_
 fn a_failing_publication_in_a_batch_loses_no_other_pass() {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
-    for ns in ["a", "b", "c", "d"] {
-        insert_namespace(&mut c, ns, "provisioning");
-        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
-    }
-    let (ctx, _events) = context(&db, Duration::from_secs(30), 5);
-    let sent = Instant::now();
-    let claims = work_claim_batch(&mut c, &ctx.queue, 4).unwrap();
-    assert_eq!(claims.len(), 4);
+    let (ctx, claims, sent) = ensures_claimed(&db, &mut c, &["a", "b", "c", "d"], 4);
     let answers = finalize_successes(&ctx, &claims, sent, &MarksReady { refused: Some("b") });
     let by_ns: Vec<(&str, bool)> = claims
         .iter()
