@@ -20,6 +20,10 @@ const CAPACITY: usize = 256;
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
+/// The rows of each statement of a message sent together (`begin_with`, `commit_with`), in
+/// order.
+pub type Rows = Vec<Vec<SimpleQueryRow>>;
+
 /// The statements one connection has prepared, by SQL text.
 #[derive(Default)]
 pub struct Statements {
@@ -115,11 +119,10 @@ impl Conn {
     /// Starts a transaction with `statements` in the same message (each prepared on this
     /// connection first, once); the transaction, and the rows each statement returned. When a
     /// statement fails, the transaction is rolled back and the error returned.
-    #[allow(clippy::type_complexity)]
     pub fn begin_with(
         &mut self,
         statements: &[Execute<'_>],
-    ) -> Result<(Tx<'_>, Vec<Vec<SimpleQueryRow>>), postgres::Error> {
+    ) -> Result<(Tx<'_>, Rows), postgres::Error> {
         prepare_named(&mut self.client, &mut self.statements, statements)?;
         let mut text = String::from("BEGIN;\n");
         for statement in statements {
@@ -248,10 +251,7 @@ impl<'a> Tx<'a> {
     /// one message; the rows each statement returned, in order. When any of them fails (or
     /// the commit does), nothing of the transaction is committed: it is rolled back unless
     /// the failure was the commit's own.
-    pub fn commit_with(
-        mut self,
-        statements: &[Execute<'_>],
-    ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+    pub fn commit_with(mut self, statements: &[Execute<'_>]) -> Result<Rows, postgres::Error> {
         assert!(self.savepoint.is_none(), "commit_with ends a transaction");
         self.done = true;
         let sent = prepare_named(self.client, self.statements, statements).and_then(|()| {
@@ -346,8 +346,8 @@ fn prepare_named(
 
 /// Each statement's rows out of a multi-statement message's answer, in order: every statement
 /// ends with its command tag.
-fn split_results(messages: Vec<SimpleQueryMessage>, statements: usize) -> Vec<Vec<SimpleQueryRow>> {
-    let mut out: Vec<Vec<SimpleQueryRow>> = (0..statements).map(|_| Vec::new()).collect();
+fn split_results(messages: Vec<SimpleQueryMessage>, statements: usize) -> Rows {
+    let mut out: Rows = (0..statements).map(|_| Vec::new()).collect();
     let mut at = 0;
     for message in messages {
         match message {

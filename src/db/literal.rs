@@ -13,8 +13,8 @@ pub fn bigint(value: i64) -> String {
 }
 
 /// A `bigint[]`.
-pub fn bigints(values: &[i64]) -> String {
-    array(values.iter().map(i64::to_string), "bigint")
+pub fn bigints(values: impl IntoIterator<Item = i64>) -> String {
+    array(values.into_iter().map(|v| v.to_string()), "bigint")
 }
 
 /// A `text[]`.
@@ -46,8 +46,8 @@ mod tests {
     #[test]
     fn every_value_is_quoted_or_written_as_a_number_and_every_array_is_typed() {
         assert_eq!(bigint(-7), "-7::bigint");
-        assert_eq!(bigints(&[]), "ARRAY[]::bigint[]");
-        assert_eq!(bigints(&[1, 22]), "ARRAY[1, 22]::bigint[]");
+        assert_eq!(bigints([]), "ARRAY[]::bigint[]");
+        assert_eq!(bigints([1, 22]), "ARRAY[1, 22]::bigint[]");
         assert_eq!(texts(["a'b", "c\\d"]), "ARRAY['a''b',  E'c\\\\d']::text[]");
         assert_eq!(
             jsonbs([Some(&json!({"k": "it's"})), None]),

@@ -468,8 +468,9 @@ pub fn work_lock_claims(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Completes the live claims among `done` (`succeeded`) in one statement, each with its code
-/// and result data; returns the ids completed. A claim whose id is missing was lost.
+/// Completes every claim of `done` (`succeeded`) in one statement, each with its code and
+/// result data, or none of them: a claim no longer live fails the statement (V16). Returns the
+/// ids completed.
 pub fn work_complete_batch(
     client: &mut impl GenericClient,
     done: &[(&Claim, &str, Option<&Value>)],
@@ -505,11 +506,10 @@ pub fn work_begin_locking_claims<'c>(
     conn: &'c mut Conn,
     claims: &[&Claim],
 ) -> Result<(Tx<'c>, Vec<i64>), QueueError> {
-    let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
     let lock = Execute {
         statement: &LOCK_CLAIMS_NAMED,
         args: vec![
-            literal::bigints(&ids),
+            literal::bigints(claims.iter().map(|c| c.id)),
             literal::texts(claims.iter().map(|c| c.token.as_str())),
         ],
     };
@@ -541,11 +541,10 @@ pub fn work_commit_completing_and_claiming(
 ) -> Result<Result<Vec<Claim>, QueueError>, QueueError> {
     let mut statements = Vec::with_capacity(2);
     if !done.is_empty() {
-        let ids: Vec<i64> = done.iter().map(|(c, _, _)| c.id).collect();
         statements.push(Execute {
             statement: &COMPLETE_BATCH_NAMED,
             args: vec![
-                literal::bigints(&ids),
+                literal::bigints(done.iter().map(|(c, _, _)| c.id)),
                 literal::texts(done.iter().map(|(c, _, _)| c.token.as_str())),
                 literal::texts(done.iter().map(|(_, code, _)| *code)),
                 literal::jsonbs(done.iter().map(|(_, _, data)| *data)),

@@ -1,10 +1,11 @@
 //! Publication (issue 10 item 4): the outcomes of passes that finish close together are
-//! published in one transaction by the coordinator (`occ-claim`), which claims the works for
-//! the slots they free in the same transaction.
+//! published in one transaction by a publisher thread (`occ-publish-N`), which claims the works
+//! for the slots they free in the same transaction.
 //!
 //! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Publish`
 //! on the coordinator's channel) and blocks until the transaction holding it has committed (or
-//! its own unit failed). Either way each pass is fenced as the unbatched finalization
+//! its own unit failed); the coordinator sends the answer, with the thread's next work when the
+//! publication claimed one (`PassAnswer`). Either way each pass is fenced as the unbatched finalization
 //! (`reconcile::finalize_in`) fences it: its live claim is locked by token and lease before
 //! anything of it is written, so a missing row is still `ClaimLost` for that pass alone. When
 //! anything else fails in the batch tried together, that transaction is rolled back whole and
