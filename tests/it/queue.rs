@@ -146,6 +146,20 @@ fn postgres_rejects_every_malformed_work_row() {
             "work_key",
         ),
         (
+            // V17 checks the key when a statement writes the columns it reads, updates too.
+            "a work moved to a Namespace its key does not name",
+            "UPDATE occ.work SET namespace_id = 'ns1' WHERE idempotency_key = 'namespace:ns2:ensure'",
+            check.clone(),
+            "work_key",
+        ),
+        (
+            "a key rewritten to name another Namespace",
+            "UPDATE occ.work SET idempotency_key = 'namespace:ns1:ensure'
+             WHERE idempotency_key = 'namespace:ns2:ensure'",
+            check.clone(),
+            "work_key",
+        ),
+        (
             "revision of another Agent",
             "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
              VALUES ('agent_revision:a2-r1:reconcile', 'ns1', 'a1', 'a2-r1', 'admin')",
