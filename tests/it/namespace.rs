@@ -250,6 +250,54 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     assert!(msg.contains("already exists"), "{msg}");
 }
 
+// N1 (V18): a drawn id that is taken, by a live or a deleted Namespace, is drawn again; the
+// creation fails with a clear error, writing nothing, only when eight draws in a row are taken.
+#[test]
+fn n1_create_draws_a_taken_id_again() {
+    let h = Harness::new();
+    let taken = h.create("admin", "team-a");
+    // The draw made to collide: the taken id first, then a free one.
+    h.batch(&format!(
+        "CREATE SEQUENCE public.draws;
+         CREATE OR REPLACE FUNCTION occ.namespace_new_id() RETURNS text LANGUAGE sql VOLATILE
+             RETURN CASE WHEN nextval('public.draws') = 1 THEN '{taken}' ELSE 'ns-0000000b' END;"
+    ));
+    let ns = h.create("admin", "team-b");
+    assert_eq!(ns, "ns-0000000b");
+    assert_eq!(h.status(&ns), "provisioning");
+    assert_eq!(h.work(&ensure_key(&ns)), ("queued".into(), None, 0));
+    assert_eq!(
+        h.status(&taken),
+        "provisioning",
+        "the taken id's Namespace is untouched"
+    );
+
+    // Every draw taken: refused, and nothing of it written.
+    h.batch(&format!(
+        "CREATE OR REPLACE FUNCTION occ.namespace_new_id() RETURNS text LANGUAGE sql VOLATILE
+             RETURN '{taken}';"
+    ));
+    let e = h
+        .sql()
+        .query_one("SELECT occ.namespace_create('admin', 'team-c')", &[])
+        .expect_err("every draw is taken");
+    let e = e.as_db_error().expect("a database error");
+    assert_eq!(e.code(), &postgres::error::SqlState::UNIQUE_VIOLATION);
+    assert_eq!(e.message(), "no free Namespace id in 8 draws");
+    let rows: i64 = h
+        .sql()
+        .query_one(
+            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 4,
+        "two Namespaces and their two works, nothing of team-c"
+    );
+}
+
 #[test]
 fn n1_create_without_create_permission_is_refused() {
     let h = Harness::new();
