@@ -78,6 +78,17 @@ impl Harness {
             .to_string()
     }
 
+    /// Namespace rows (deleted ones included) and work rows, together.
+    fn namespace_and_work_rows(&self) -> i64 {
+        self.sql()
+            .query_one(
+                "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    }
+
     fn batch(&self, sql: &str) {
         self.sql().batch_execute(sql).expect(sql);
     }
@@ -221,14 +232,7 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     let ns = v["id"].as_str().unwrap().to_string();
     assert!(ns.starts_with("ns-") && ns.len() == 11, "generated id {ns}");
     tx.rollback().unwrap();
-    let count: i64 = h
-        .sql()
-        .query_one(
-            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let count = h.namespace_and_work_rows();
     assert_eq!(count, 0, "a rolled-back admission leaves neither row");
 
     let ns = h.create("admin", "team-a");
@@ -284,14 +288,7 @@ fn n1_create_draws_a_taken_id_again() {
     let e = e.as_db_error().expect("a database error");
     assert_eq!(e.code(), &postgres::error::SqlState::UNIQUE_VIOLATION);
     assert_eq!(e.message(), "no free Namespace id in 8 draws");
-    let rows: i64 = h
-        .sql()
-        .query_one(
-            "SELECT (SELECT count(*) FROM occ.namespaces_all) + (SELECT count(*) FROM occ.work)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let rows = h.namespace_and_work_rows();
     assert_eq!(
         rows, 4,
         "two Namespaces and their two works, nothing of team-c"
