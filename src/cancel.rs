@@ -2,9 +2,17 @@
 //!
 //! A token is cancelled explicitly (a refused, late or failed renewal, or a stopping worker)
 //! or implicitly when the last confirmed lease runs out (SPEC W3). It never decides anything
-//! about the database: it only tells the pass to stop before its next effect.
+//! about the database: it tells the pass to stop before its next effect and, through the
+//! aborts registered while an effect blocks (`on_cancel`, a socket shut down by the cancelling
+//! thread), interrupts the effect under way (SPEC W3: no effect outlives its claim by more than
+//! the time to notice the loss).
+//!
+//! A blocking effect finds the token of its pass through `current()`: the driver makes the
+//! token current on its own thread for the span of one request (`CancelToken::enter`), so the
+//! HTTP transports underneath need no token in their signatures.
 
 use parking_lot::Mutex;
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,12 +63,79 @@ impl fmt::Display for Cancelled {
 
 impl std::error::Error for Cancelled {}
 
-#[derive(Debug)]
+/// Interrupts an effect blocked on another thread (shuts its socket down); must not block.
+pub type Abort = Arc<dyn Fn() + Send + Sync>;
+
 struct State {
     cause: Option<LossCause>,
     /// When the last confirmed lease runs out, by this process's monotonic clock, anchored at
     /// the moment the confirming renewal was sent.
     lease_deadline: Instant,
+    /// The aborts of the effects blocked right now, by registration number.
+    aborts: Vec<(u64, Abort)>,
+    next_abort: u64,
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("cause", &self.cause)
+            .field("lease_deadline", &self.lease_deadline)
+            .field("aborts", &self.aborts.len())
+            .finish()
+    }
+}
+
+impl State {
+    /// Sets the cause if none is set yet; the aborts to run (outside the lock) when it did.
+    fn set_cause(&mut self, cause: LossCause) -> Vec<(u64, Abort)> {
+        if self.cause.is_some() {
+            return Vec::new();
+        }
+        self.cause = Some(cause);
+        std::mem::take(&mut self.aborts)
+    }
+}
+
+fn run_aborts(aborts: Vec<(u64, Abort)>) {
+    for (_, abort) in aborts {
+        abort();
+    }
+}
+
+/// An abort registered with `CancelToken::on_cancel`; dropping it unregisters the abort.
+#[must_use = "the abort is unregistered when this guard is dropped"]
+pub struct AbortGuard {
+    state: Arc<Mutex<State>>,
+    id: u64,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.state.lock().aborts.retain(|(id, _)| *id != self.id);
+    }
+}
+
+thread_local! {
+    /// The token of the pass whose effect this thread is running (`CancelToken::enter`).
+    static CURRENT: RefCell<Option<CancelToken>> = const { RefCell::new(None) };
+}
+
+/// The token made current on this thread by `CancelToken::enter`, if any.
+pub fn current() -> Option<CancelToken> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Restores the token that was current before `CancelToken::enter`.
+pub struct Entered {
+    previous: Option<CancelToken>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
 }
 
 /// A cloneable cancellation token shared by a pass, its lease thread and its effects.
@@ -76,6 +151,8 @@ impl CancelToken {
             state: Arc::new(Mutex::new(State {
                 cause: None,
                 lease_deadline,
+                aborts: Vec::new(),
+                next_abort: 0,
             })),
         }
     }
@@ -85,12 +162,38 @@ impl CancelToken {
         CancelToken::new(Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
     }
 
-    /// Cancels the token; the first cause wins.
+    /// Cancels the token; the first cause wins and interrupts the effects blocked now.
     pub fn cancel(&self, cause: LossCause) {
+        let aborts = self.state.lock().set_cause(cause);
+        run_aborts(aborts);
+    }
+
+    /// Registers `abort` to run once if the token is cancelled while the guard lives (at once,
+    /// on the cancelling thread). `Err` when it is cancelled already: the effect must not start.
+    pub fn on_cancel(&self, abort: Abort) -> Result<AbortGuard, Cancelled> {
+        self.check()?;
         let mut state = self.state.lock();
-        if state.cause.is_none() {
-            state.cause = Some(cause);
+        if let Some(cause) = state.cause {
+            return Err(Cancelled(cause));
         }
+        let id = state.next_abort;
+        state.next_abort += 1;
+        state.aborts.push((id, abort));
+        Ok(AbortGuard {
+            state: self.state.clone(),
+            id,
+        })
+    }
+
+    /// Makes this token the thread's current one (`current()`) until the guard is dropped.
+    pub fn enter(&self) -> Entered {
+        let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        Entered { previous }
+    }
+
+    /// When the last confirmed lease runs out.
+    pub fn lease_deadline(&self) -> Instant {
+        self.state.lock().lease_deadline
     }
 
     /// Records a confirmed renewal: the lease is trusted until `deadline`.
@@ -101,11 +204,15 @@ impl CancelToken {
         }
     }
 
-    /// The cause, if the pass must stop; a lease that ran out cancels the token for good.
+    /// The cause, if the pass must stop; a lease that ran out cancels the token for good (and
+    /// interrupts the effects blocked now, like `cancel`).
     pub fn cause(&self) -> Option<LossCause> {
         let mut state = self.state.lock();
         if state.cause.is_none() && Instant::now() >= state.lease_deadline {
-            state.cause = Some(LossCause::LeaseLapsed);
+            let aborts = state.set_cause(LossCause::LeaseLapsed);
+            drop(state);
+            run_aborts(aborts);
+            return Some(LossCause::LeaseLapsed);
         }
         state.cause
     }
@@ -118,8 +225,9 @@ impl CancelToken {
         }
     }
 
-    /// How long the pass may still trust its lease; zero once cancelled. Effects bound their
-    /// blocking calls (HTTP timeouts) by it.
+    /// How long the pass may still trust its lease; zero once cancelled. Not a bound on an
+    /// effect: the heartbeat renews the lease while an effect runs (SPEC W2), and a lost claim
+    /// interrupts the effect through `on_cancel`.
     pub fn remaining(&self) -> Duration {
         if self.cause().is_some() {
             return Duration::ZERO;
@@ -162,6 +270,58 @@ mod tests {
     fn lapsed_lease_cancels() {
         let token = CancelToken::new(Instant::now());
         assert_eq!(token.cause(), Some(LossCause::LeaseLapsed));
+    }
+
+    #[test]
+    fn cancelling_runs_the_registered_aborts_once_and_dropped_guards_never() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let token = CancelToken::unbounded();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = |ran: &Arc<AtomicUsize>| -> Abort {
+            let ran = ran.clone();
+            Arc::new(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let dropped = token.on_cancel(counter(&ran)).expect("not cancelled yet");
+        drop(dropped);
+        let _kept = token.on_cancel(counter(&ran)).expect("not cancelled yet");
+        token.cancel(LossCause::RenewalRefused);
+        token.cancel(LossCause::WorkerStopping);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(token.on_cancel(counter(&ran)).is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_lapse_seen_by_any_thread_runs_the_aborts() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let token = CancelToken::new(Instant::now() + Duration::from_millis(30));
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let _guard = token
+            .on_cancel(Arc::new(move || flag.store(true, Ordering::SeqCst)))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(token.cause(), Some(LossCause::LeaseLapsed));
+        assert!(ran.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn entered_tokens_nest_and_restore() {
+        assert!(current().is_none());
+        let outer = CancelToken::unbounded();
+        let inner = CancelToken::unbounded();
+        {
+            let _a = outer.enter();
+            {
+                let _b = inner.enter();
+                inner.cancel(LossCause::RenewalRefused);
+                assert!(current().unwrap().check().is_err());
+            }
+            assert!(current().unwrap().check().is_ok());
+        }
+        assert!(current().is_none());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct Config {
     pub convergence_timeout: Duration,
     pub db_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// The upper bound of one Compute Driver request (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`); the
+    /// heartbeat keeps the claim meanwhile and a lost claim interrupts the request (W2, W3).
+    pub compute_request_timeout: Duration,
     pub http_addr: SocketAddr,
     pub docker_host: String,
     /// Where the Docker driver takes Namespace network subnets (`OCC_DOCKER_SUBNET_POOL`).
@@ -257,6 +260,10 @@ impl Config {
                 "OCC_WORKER_SHUTDOWN_GRACE_MS",
                 10_000,
             )?),
+            compute_request_timeout: Duration::from_millis(positive(
+                "OCC_COMPUTE_REQUEST_TIMEOUT_MS",
+                30_000,
+            )?),
             http_addr,
             docker_host,
             docker_subnet_pool,
@@ -300,6 +307,7 @@ mod tests {
         assert_eq!(c.convergence_timeout, Duration::from_millis(900_000));
         assert_eq!(c.db_timeout, Duration::from_millis(10_000));
         assert_eq!(c.shutdown_grace, Duration::from_millis(10_000));
+        assert_eq!(c.compute_request_timeout, Duration::from_millis(30_000));
         assert_eq!(c.http_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(c.mode, Mode::Development);
         assert_eq!(c.docker_subnet_pool.to_string(), "172.16.0.0/16:24");
@@ -344,6 +352,7 @@ mod tests {
             "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
             "OCC_WORKER_DB_TIMEOUT_MS",
             "OCC_WORKER_SHUTDOWN_GRACE_MS",
+            "OCC_COMPUTE_REQUEST_TIMEOUT_MS",
         ] {
             for bad in ["0", "-1", "abc", "1.5"] {
                 let mut pairs = BASE.to_vec();

@@ -131,7 +131,8 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         DriverKind::Docker => Arc::new(
             DockerDriver::new(&config.docker_host)
                 .map_err(|e| CliError::config(format!("invalid configuration: DOCKER_HOST: {e}")))?
-                .with_subnet_pool(config.docker_subnet_pool),
+                .with_subnet_pool(config.docker_subnet_pool)
+                .with_request_timeout(config.compute_request_timeout),
         ),
         DriverKind::Kubernetes => Arc::new(kubernetes_driver(&config)?),
     };
@@ -180,7 +181,8 @@ fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
     )
     .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
     let client = Client::new(connection)
-        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?
+        .with_request_timeout(config.compute_request_timeout);
     Ok(KubernetesDriver::new(client, settings))
 }
 

@@ -19,8 +19,9 @@
 //! network only once it carries our labels.
 //!
 //! It must never touch anything it cannot prove it owns (deletion goes by labels, never by
-//! name), never block past the pass's lease (every request checks the cancel token first and
-//! is bounded by `min(30 s, cancel.remaining())`), never talk to the database other than
+//! name), never outlive its claim (every request checks the cancel token first, is bounded by
+//! the driver's request timeout while the heartbeat renews the claim, and is interrupted the
+//! moment the claim is lost: `abortable`), never talk to the database other than
 //! through the ledger, and never log or embed Docker's response bodies: errors carry codes,
 //! classes and HTTP statuses only.
 
@@ -40,8 +41,8 @@ use std::sync::OnceLock;
 const MAX_API_VERSION: (u32, u32) = (1, 41);
 /// The version assumed when a daemon does not say (the Docker client does the same).
 const FALLBACK_API_VERSION: (u32, u32) = (1, 24);
-/// The upper bound of one request, further bounded by the pass's lease.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The upper bound of one request unless configured (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest response body read (container lists on a busy daemon stay well under this).
 const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// The URI authority; the connector ignores it and always dials the socket.
@@ -62,6 +63,8 @@ const MANAGED_BY: &str = "occ-worker";
 /// The Docker Compute Driver.
 pub struct DockerDriver {
     agent: ureq::Agent,
+    /// The upper bound of one request; a lost claim ends it sooner.
+    request_timeout: Duration,
     /// The negotiated `/v1.xx` path prefix, set by the first successful `_ping`.
     api_prefix: OnceLock<String>,
     /// Where Namespace networks get their subnets.
@@ -160,15 +163,24 @@ impl DockerDriver {
             .max_idle_connections(4)
             .max_idle_connections_per_host(4)
             .build();
-        let connector = unix::UnixConnector {
+        let connector = super::abortable::AbortableConnector(unix::UnixConnector {
             path: PathBuf::from(path),
-        };
+        });
         Ok(DockerDriver {
             agent: ureq::Agent::with_parts(config, connector, unix::NoResolver),
+            request_timeout: REQUEST_TIMEOUT,
             api_prefix: OnceLock::new(),
             subnet_pool: SubnetPool::default(),
             local_ledger: MemoryLedger::default(),
         })
+    }
+
+    /// The same driver, bounding each request by `timeout` instead of `REQUEST_TIMEOUT`.
+    pub fn with_request_timeout(self, timeout: Duration) -> DockerDriver {
+        DockerDriver {
+            request_timeout: timeout,
+            ..self
+        }
     }
 
     /// The same driver, giving Namespace networks subnets from `pool`.
@@ -179,7 +191,8 @@ impl DockerDriver {
         }
     }
 
-    /// Sends one request: a cancellation point, bounded by `min(30 s, cancel.remaining())`.
+    /// Sends one request: a cancellation point, bounded by the request timeout and
+    /// interrupted when `cancel` is (the token is current on this thread meanwhile).
     fn send(
         &self,
         request: Request,
@@ -187,11 +200,8 @@ impl DockerDriver {
         cancel: &CancelToken,
     ) -> Result<Reply, ComputeError> {
         cancel.check()?;
-        let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
-        if timeout.is_zero() {
-            // The lease ran out between the two reads of the clock.
-            cancel.check()?;
-        }
+        let _current = cancel.enter();
+        let timeout = self.request_timeout;
         let url = format!("{BASE_URL}{path}");
         let result = match request {
             Request::Get => self
@@ -235,7 +245,7 @@ impl DockerDriver {
             })
         });
         read.map_err(|e| {
-            // A request cut short by the end of the lease is a cancellation, not an outage.
+            // A request cut short by a lost claim is a cancellation, not an outage.
             match cancel.check() {
                 Err(cancelled) => ComputeError::cancelled(cancelled),
                 Ok(()) => transport_error(&e),
@@ -290,11 +300,17 @@ impl DockerDriver {
     /// also when it already exists (409).
     ///
     /// Expected flow: reserve (the Namespace's existing reservation, else the lowest free
-    /// subnet), post. The ledger keeps our own creators apart, so a refusal means a network
-    /// the ledger does not know (another project, another installation on the Engine) holds
-    /// the subnet: list the daemon's subnets inside the pool, reserve again avoiding them and
-    /// every refused one (the reservation moves), post again, at most `SUBNET_ATTEMPTS` posts.
-    /// Guarantees: nothing is posted on a subnet the ledger did not reserve for this Namespace.
+    /// subnet), post. The ledger keeps our own creators apart, so a refusal means something
+    /// else holds the subnet. If the daemon's list shows a network of this Namespace, an
+    /// earlier pass's create landed: `Created`. If it shows networks the ledger does not know
+    /// (another project, another installation on the Engine) on the subnet, reserve again
+    /// avoiding every subnet they hold (the reservation moves) and post again, at most
+    /// `SUBNET_ATTEMPTS` posts. If it shows nothing on the subnet, the holder is a create still
+    /// under way in the daemon, most likely an earlier pass of this Namespace that died or was
+    /// cut off after posting: `Contended`, and the next pass finds that network.
+    /// Guarantees: nothing is posted on a subnet the ledger did not reserve for this Namespace,
+    /// and the reservation never moves away from a subnet whose holder cannot be seen, so two
+    /// creates of one Namespace always aim at the same subnet and the daemon admits only one.
     /// Errors: a pool with no free subnet is `NAMESPACE_SUBNET_POOL_EXHAUSTED`; an unavailable
     /// ledger is transient (`subnet_ledger`, the reconciler reports the ledger's own error);
     /// refusals beyond the attempts are `Contended`, never an error.
@@ -307,7 +323,6 @@ impl DockerDriver {
         cancel: &CancelToken,
     ) -> Result<Placement, ComputeError> {
         let mut avoid: Vec<Ipv4Cidr> = Vec::new();
-        let mut refused: Vec<Ipv4Cidr> = Vec::new();
         for _ in 0..SUBNET_ATTEMPTS {
             let subnet = ledger
                 .reserve(&self.subnet_pool, &avoid)
@@ -319,54 +334,52 @@ impl DockerDriver {
                 Created::Done => return Ok(Placement::Created),
                 Created::SubnetTaken => {
                     let networks = self.all_networks(api, cancel)?;
-                    // An earlier pass's create that outlived its request may have just landed
-                    // (the subnet taken is then our own): never post a second network of the
-                    // Namespace, since the daemon's name check does not stop a racing create.
                     if networks.iter().any(|n| is_ours(n, namespace)) {
                         return Ok(Placement::Created);
                     }
-                    refused.push(subnet);
-                    avoid = networks
+                    let held: Vec<Ipv4Cidr> = networks
                         .iter()
                         .flat_map(NetworkInfo::ipv4_subnets)
+                        .filter(|s| s.overlaps(self.subnet_pool.network()))
                         .collect();
-                    avoid.retain(|s| s.overlaps(self.subnet_pool.network()));
-                    avoid.extend_from_slice(&refused);
+                    if !held.iter().any(|s| s.overlaps(subnet)) {
+                        return Ok(Placement::Contended);
+                    }
+                    avoid.extend(held);
                 }
             }
         }
         Ok(Placement::Contended)
     }
 
-    /// Removes every network of the Namespace but one, keeping the one on its reserved
-    /// subnet (or the lowest id). Two creates of one Namespace racing in the daemon (a request
-    /// that outlived its lease and the next pass's) can both succeed: Docker's duplicate-name
-    /// check is not atomic. No effect when there is at most one.
-    fn remove_duplicates(
+    /// Removes every network in `ours` (the Namespace's, by its labels) but one, keeping the
+    /// one on its reserved subnet (or the lowest id), and returns the one kept. Two creates of
+    /// one Namespace can both land when the reservation moved between them. No request when
+    /// there is one.
+    fn keep_one(
         &self,
         api: &str,
-        namespace: &NamespaceSpec,
+        mut ours: Vec<NetworkInfo>,
         ledger: &dyn SubnetLedger,
         cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
-        let mut ours = self.list_networks(api, &ownership(namespace), cancel)?;
-        if ours.len() < 2 {
-            return Ok(());
-        }
-        let reserved = ledger
-            .reserve(&self.subnet_pool, &[])
-            .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?;
-        ours.sort_by(|a, b| a.id.cmp(&b.id));
-        let keep = ours
-            .iter()
-            .position(|n| reserved.is_some_and(|r| n.ipv4_subnets().any(|s| s == r)))
-            .unwrap_or(0);
-        for (i, network) in ours.iter().enumerate() {
-            if i != keep {
+    ) -> Result<NetworkInfo, ComputeError> {
+        if ours.len() > 1 {
+            let reserved = ledger
+                .reserve(&self.subnet_pool, &[])
+                .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?;
+            ours.sort_by(|a, b| a.id.cmp(&b.id));
+            let keep = ours
+                .iter()
+                .position(|n| reserved.is_some_and(|r| n.ipv4_subnets().any(|s| s == r)))
+                .unwrap_or(0);
+            let kept = ours.swap_remove(keep);
+            for network in &ours {
                 self.remove_network(api, &network.id, cancel)?;
             }
+            return Ok(kept);
         }
-        Ok(())
+        ours.pop()
+            .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))
     }
 
     /// `POST /networks/create` for the Namespace's bridge on `subnet`.
@@ -522,14 +535,19 @@ impl ComputeDriver for DockerDriver {
         self.ensure_namespace_reserving(namespace, &ledger, cancel)
     }
 
-    /// Expected flow: inspect the network by name; if absent, create it on the subnet
-    /// reserved in `ledger` (`create_network`; 409 = a concurrent pass of this Namespace won);
-    /// inspect again. Guarantees: `complete` only once a network of that name carries all
-    /// three of our labels; an existing network keeps whatever subnet it has; no subnet is
-    /// posted without a reservation. Subnets taken by foreign networks on every try: pending
-    /// `NAMESPACE_SUBNET_CONTENDED` (never a failure). Errors: a same-named network without
-    /// our labels is `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace)
-    /// is `EXISTING_NAMESPACE_UNSUPPORTED`; a full pool is `NAMESPACE_SUBNET_POOL_EXHAUSTED`.
+    /// Expected flow: list the Namespace's networks by its labels, so that a network an
+    /// earlier pass created (one that died, or whose answer was lost) is adopted, never
+    /// created again; if there is none, create it on the subnet reserved in `ledger`
+    /// (`create_network`; 409 = a concurrent pass of this Namespace won) and list again; keep
+    /// one network and remove any other (`keep_one`), then list once more when any was
+    /// removed. Guarantees: `complete` only once exactly one network of the Namespace exists,
+    /// named for it and carrying all three of our labels; an existing network keeps whatever
+    /// subnet it has; no subnet is posted without a reservation. Subnets taken by foreign
+    /// networks on every try, or by a create still under way in the daemon: pending
+    /// `NAMESPACE_SUBNET_CONTENDED`; a duplicate that would not go: pending
+    /// `NETWORK_REMOVAL_PENDING` (never a failure). Errors: a same-named network without our
+    /// labels is `NAMESPACE_NAME_CONFLICT`; `existing_namespace` (a Kubernetes namespace) is
+    /// `EXISTING_NAMESPACE_UNSUPPORTED`; a full pool is `NAMESPACE_SUBNET_POOL_EXHAUSTED`.
     fn ensure_namespace_reserving(
         &self,
         namespace: &NamespaceSpec,
@@ -545,39 +563,36 @@ impl ComputeDriver for DockerDriver {
         }
         let api = self.api(cancel)?;
         let name = network_name(namespace);
-        let network = match self.inspect_network(&api, &name, cancel) {
-            // Two networks of this name: a raced create; keep one and look again.
-            Err(e) if e.status() == Some(400) => {
-                self.remove_duplicates(&api, namespace, ledger, cancel)?;
-                self.inspect_network(&api, &name, cancel)?
+        let owned = ownership(namespace);
+        let pending = |reason: &str| NamespaceObservation {
+            namespace_id: namespace.namespace_id.clone(),
+            complete: false,
+            failure: None,
+            pending_reason: Some(reason.to_string()),
+            reason: None,
+        };
+        let mut ours = self.list_networks(&api, &owned, cancel)?;
+        if ours.is_empty() {
+            match self.create_network(&api, &name, namespace, ledger, cancel)? {
+                Placement::Created => ours = self.list_networks(&api, &owned, cancel)?,
+                Placement::Contended => return Ok(pending(SUBNET_CONTENDED)),
             }
-            other => other?,
-        };
-        let network = match network {
-            Some(network) => network,
-            None => match self.create_network(&api, &name, namespace, ledger, cancel)? {
-                Placement::Created => {
-                    // Gone again between create and inspect: someone is deleting it; try later.
-                    self.inspect_network(&api, &name, cancel)?
-                        .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))?
-                }
-                Placement::Contended => {
-                    return Ok(NamespaceObservation {
-                        namespace_id: namespace.namespace_id.clone(),
-                        complete: false,
-                        failure: None,
-                        pending_reason: Some(SUBNET_CONTENDED.to_string()),
-                        reason: None,
-                    })
-                }
-            },
-        };
+            if ours.is_empty() {
+                // 409 from a network of that name that is not ours, or ours gone again
+                // (someone is deleting it: try later).
+                return match self.inspect_network(&api, &name, cancel)? {
+                    Some(_) => Err(name_conflict()),
+                    None => Err(ComputeError::retryable("docker_api", Some(404))),
+                };
+            }
+        }
+        let removed = ours.len() > 1;
+        let network = self.keep_one(&api, ours, ledger, cancel)?;
         if network.name != name || !is_ours(&network, namespace) {
-            return Err(ComputeError::permanent(
-                "NAMESPACE_NAME_CONFLICT",
-                "docker",
-                None,
-            ));
+            return Err(name_conflict());
+        }
+        if removed && self.list_networks(&api, &owned, cancel)?.len() > 1 {
+            return Ok(pending("NETWORK_REMOVAL_PENDING"));
         }
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
@@ -693,6 +708,10 @@ impl ComputeDriver for DockerDriver {
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         false
     }
+}
+
+fn name_conflict() -> ComputeError {
+    ComputeError::permanent("NAMESPACE_NAME_CONFLICT", "docker", None)
 }
 
 fn harness_binding_unsupported() -> ComputeError {

@@ -6,6 +6,7 @@
 //! `subnet::SubnetLedger` the reconciler hands it. Drivers live in submodules; nothing outside
 //! `compute/` opens a socket to infrastructure.
 
+pub mod abortable;
 pub mod docker;
 pub mod kubernetes;
 pub mod subnet;

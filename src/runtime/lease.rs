@@ -9,8 +9,9 @@
 //!
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row
-//! (one is retried within the lease); a lapse is caught by the token itself at the next
-//! cancellation point. It never publishes anything.
+//! (one is retried within the lease); it also wakes when the last confirmed lease runs out, so
+//! a lapse interrupts the effect under way at once (`CancelToken::on_cancel`). It never
+//! publishes anything.
 //!
 //! Starting and ending a service wake nobody (issue 10): the worker thread writes the claim
 //! into the slot the two threads share, with when its first renewal is due, and names the
@@ -163,11 +164,12 @@ fn serve(ctx: &Context, shared: &Shared) {
         }
         let now = Instant::now();
         let deadline = match &mut slot.serving {
+            // A lapse noticed here interrupts the effect under way (the token's aborts).
+            Some(s) if !s.done && s.state.cancel.cause().is_some() => {
+                s.done = true;
+                continue;
+            }
             Some(s) if !s.done && s.due <= now => {
-                if s.state.cancel.cause().is_some() {
-                    s.done = true;
-                    continue;
-                }
                 let renewed = match ctx.pool.get() {
                     Ok(mut client) => {
                         s.state
@@ -183,7 +185,8 @@ fn serve(ctx: &Context, shared: &Shared) {
                 }
                 continue;
             }
-            Some(s) if !s.done => s.due,
+            // Wakes by the lease's end too, should the renewals have failed until then.
+            Some(s) if !s.done => s.due.min(s.state.cancel.lease_deadline()),
             // Serving nothing: a claim written meanwhile is due after this.
             _ => now + every,
         };

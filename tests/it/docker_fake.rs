@@ -32,6 +32,8 @@ struct Step {
     hang: bool,
     /// A fragment the request body must contain.
     body_contains: Option<&'static str>,
+    /// How long the fake waits before it answers.
+    delay: Duration,
 }
 
 fn step(method: &'static str, path: &str, status: u16, body: &'static str) -> Step {
@@ -43,6 +45,7 @@ fn step(method: &'static str, path: &str, status: u16, body: &'static str) -> St
         body,
         hang: false,
         body_contains: None,
+        delay: Duration::ZERO,
     }
 }
 
@@ -193,7 +196,10 @@ fn answer_one(stream: UnixStream, script: &Script) {
             let _ = reader.read_to_end(&mut rest);
             return;
         }
-        Some(s) if s.method == method && s.path == path => (s.status, s.headers, s.body),
+        Some(s) if s.method == method && s.path == path => {
+            std::thread::sleep(s.delay);
+            (s.status, s.headers, s.body)
+        }
         Some(s) => {
             script.mismatches.lock().push(format!(
                 "{method} {path} (expected {} {})",
@@ -231,11 +237,27 @@ fn namespace() -> NamespaceSpec {
     }
 }
 
-/// The inspect answer for the Namespace's network, with our labels.
-const OURS: &str = r#"{"Id":"n1","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"}}"#;
+/// The Namespace's networks by its labels: just ours.
+const OURS_LISTED: &str = r#"[{"Id":"n1","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"}}]"#;
+
+/// `GET /networks` filtered by the Namespace's labels, answered with `body`.
+fn listed(body: &'static str) -> Step {
+    step(
+        "GET",
+        &format!("/v1.41/networks?filters={NS1_FILTER}"),
+        200,
+        body,
+    )
+}
 
 /// A `GET /networks` answer: the default bridge and one of our `/24`s.
 const LISTING: &str = r#"[{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}},{"Id":"x","Name":"occ-inst-ns0","IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#;
+
+/// `LISTING` and a foreign network on 172.16.1.0/24.
+const LISTING_TWO: &str = r#"[{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}},{"Id":"x","Name":"occ-inst-ns0","IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}},{"Id":"y","Name":"other","IPAM":{"Config":[{"Subnet":"172.16.1.0/24"}]}}]"#;
+
+/// Two networks of the Namespace: n1 on 172.16.5.0/24, n2 on 172.16.0.0/24.
+const TWO_OF_OURS: &str = r#"[{"Id":"n1","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"},"IPAM":{"Config":[{"Subnet":"172.16.5.0/24"}]}},{"Id":"n2","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"},"IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#;
 
 /// The refusal of a subnet that overlaps one in use.
 const OVERLAP: &str = r#"{"message":"Pool overlaps with other one on this address space"}"#;
@@ -256,10 +278,10 @@ fn permanent_code(e: &ComputeError) -> &str {
 fn api_version_is_capped_at_1_41_and_cached() {
     let fake = FakeDocker::start(vec![
         ping("1.45"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         create("\"172.16.0.0/24\"", 201, r#"{"Id":"n1"}"#),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
+        listed(OURS_LISTED),
+        listed(OURS_LISTED),
     ]);
     let driver = fake.driver();
     let observed = driver
@@ -280,7 +302,7 @@ fn a_silent_daemon_is_cut_off_when_the_lease_runs_out() {
         ping("1.41"),
         Step {
             hang: true,
-            ..step("GET", "/v1.41/networks/occ-inst-ns1", 200, "{}")
+            ..listed("[]")
         },
     ]);
     let driver = fake.driver();
@@ -297,6 +319,84 @@ fn a_silent_daemon_is_cut_off_when_the_lease_runs_out() {
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "bounded by the lease"
+    );
+    fake.finish();
+}
+
+/// Renews `cancel`'s lease every `every` until `stop`, as the heartbeat thread does (W2).
+fn heartbeat(cancel: &CancelToken, every: Duration, lease: Duration) -> (Arc<AtomicBool>, JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (token, stopping) = (cancel.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !stopping.load(Ordering::SeqCst) {
+            token.confirm_lease(Instant::now() + lease);
+            std::thread::sleep(every);
+        }
+    });
+    (stop, thread)
+}
+
+/// W2: a request is bounded by the driver's request timeout, not by the lease. A create the
+/// daemon answers after three leases succeeds while the heartbeat renews the claim.
+#[test]
+fn a_request_longer_than_the_lease_succeeds_under_the_heartbeat() {
+    let lease = Duration::from_millis(300);
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        listed("[]"),
+        Step {
+            delay: lease * 3,
+            ..create("172.16.0.0/24", 201, r#"{"Id":"n1"}"#)
+        },
+        listed(OURS_LISTED),
+    ]);
+    let cancel = CancelToken::new(Instant::now() + lease);
+    let (stop, renewals) = heartbeat(&cancel, lease / 3, lease);
+    let observed = fake.driver().ensure_namespace(&namespace(), &cancel);
+    stop.store(true, Ordering::SeqCst);
+    renewals.join().unwrap();
+    assert!(observed.expect("ensure").complete);
+    assert_eq!(cancel.cause(), None);
+    fake.finish();
+}
+
+/// W3: a claim lost while a request is under way (a renewal refused) interrupts the request
+/// at once: the cancelling thread shuts its socket down, nobody waits for the timeout.
+#[test]
+fn a_claim_lost_mid_request_aborts_it_at_once() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        Step {
+            hang: true,
+            ..listed("[]")
+        },
+    ]);
+    let driver = fake.driver().with_request_timeout(Duration::from_secs(60));
+    driver.preflight(&CancelToken::unbounded()).expect("preflight");
+    let lease = Duration::from_secs(3);
+    let cancel = CancelToken::new(Instant::now() + lease);
+    let (stop, renewals) = heartbeat(&cancel, lease / 3, lease);
+    let refuser = {
+        let token = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            token.cancel(LossCause::RenewalRefused);
+            Instant::now()
+        })
+    };
+    let e = driver.ensure_namespace(&namespace(), &cancel).unwrap_err();
+    let returned = Instant::now();
+    let refused = refuser.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    renewals.join().unwrap();
+    assert_eq!(
+        e.kind(),
+        &ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
+    );
+    assert!(
+        returned.duration_since(refused) < Duration::from_secs(1),
+        "aborted {:?} after the refusal",
+        returned.duration_since(refused)
     );
     fake.finish();
 }
@@ -396,12 +496,11 @@ fn server_errors_and_throttling_are_transient_with_their_status() {
     for status in [429, 500, 503] {
         let fake = FakeDocker::start(vec![
             ping("1.41"),
-            step(
-                "GET",
-                "/v1.41/networks/occ-inst-ns1",
+            Step {
                 status,
-                r#"{"message":"busy"}"#,
-            ),
+                body: r#"{"message":"busy"}"#,
+                ..listed("")
+            },
         ]);
         let e = fake
             .driver()
@@ -417,7 +516,7 @@ fn server_errors_and_throttling_are_transient_with_their_status() {
 fn other_client_errors_are_rejected_requests() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         create("172.16.0.0/24", 400, r#"{"message":"invalid name"}"#),
     ]);
     let e = fake
@@ -435,7 +534,7 @@ fn other_client_errors_are_rejected_requests() {
 fn malformed_answers_are_invalid_driver_observations() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 200, "{not json"),
+        listed("{not json"),
     ]);
     let e = fake
         .driver()
@@ -459,23 +558,22 @@ fn failing_ping_fails_preflight_as_unavailable() {
     fake.finish();
 }
 
-/// C2: the driver posts the subnet its ledger reserved without listing first; a refusal means
-/// a network the ledger does not know holds it, so the driver lists the daemon's subnets and
-/// reserves past them and past every refused one.
+/// C2: the driver posts the subnet its ledger reserved without listing the daemon first; a
+/// refusal means something the ledger does not know holds it, so the driver lists the daemon's
+/// networks and reserves past every subnet they hold.
 #[test]
 fn a_subnet_taken_by_a_foreign_network_is_skipped_for_the_next_free_one() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         // Engine 20.10 refuses an overlapping subnet with 403 ...
         create("{\"Subnet\":\"172.16.0.0/24\"}", 403, OVERLAP),
         step("GET", "/v1.41/networks", 200, LISTING),
-        // ... other daemons answer 400 with the same phrase; the listing may not show the
-        // network yet: the refused subnet is not asked for again.
+        // ... other daemons answer 400 with the same phrase.
         create("{\"Subnet\":\"172.16.1.0/24\"}", 400, OVERLAP),
-        step("GET", "/v1.41/networks", 200, LISTING),
+        step("GET", "/v1.41/networks", 200, LISTING_TWO),
         create("{\"Subnet\":\"172.16.2.0/24\"}", 201, r#"{"Id":"n1"}"#),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
+        listed(OURS_LISTED),
     ]);
     let observed = fake
         .driver()
@@ -485,11 +583,87 @@ fn a_subnet_taken_by_a_foreign_network_is_skipped_for_the_next_free_one() {
     fake.finish();
 }
 
+/// C2 (no infrastructure twice): a refused subnet that no listed network holds is held by a
+/// create still under way in the daemon, most likely an earlier pass of this Namespace that
+/// died after posting. The reservation stays where it is and the pass ends pending, so the
+/// next pass adopts that network instead of creating a second one on another subnet.
+#[test]
+fn a_refusal_whose_holder_is_not_listed_yet_waits_instead_of_moving() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        listed("[]"),
+        create("{\"Subnet\":\"172.16.0.0/24\"}", 403, OVERLAP),
+        step(
+            "GET",
+            "/v1.41/networks",
+            200,
+            r#"[{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}}]"#,
+        ),
+        // The next pass: the earlier create has landed and is adopted, nothing is posted.
+        listed(OURS_LISTED),
+    ]);
+    let driver = fake.driver();
+    let observed = driver
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("pending, not an error");
+    assert!(!observed.complete);
+    assert_eq!(
+        observed.pending_reason.as_deref(),
+        Some("NAMESPACE_SUBNET_CONTENDED")
+    );
+    let next = driver
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("adopted");
+    assert!(next.complete);
+    fake.finish();
+}
+
+/// C2 (no infrastructure twice): two networks of one Namespace (creates that landed on two
+/// subnets) are one again before the ensure reports ready: the one on the reserved subnet is
+/// kept, the other removed, and the Namespace's networks listed once more.
+#[test]
+fn a_duplicate_network_is_removed_before_ready() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        listed(TWO_OF_OURS),
+        // The ledger reserved 172.16.0.0/24 (the first free one): n2 holds it and is kept.
+        step("DELETE", "/v1.41/networks/n1", 204, ""),
+        listed(r#"[{"Id":"n2","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"},"IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#),
+    ]);
+    let observed = fake
+        .driver()
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("ensure");
+    assert!(observed.complete);
+    fake.finish();
+}
+
+/// A duplicate the daemon will not remove yet keeps the ensure pending, never ready.
+#[test]
+fn a_duplicate_that_stays_keeps_the_ensure_pending() {
+    let fake = FakeDocker::start(vec![
+        ping("1.41"),
+        listed(TWO_OF_OURS),
+        step("DELETE", "/v1.41/networks/n1", 409, r#"{"message":"in use"}"#),
+        listed(TWO_OF_OURS),
+    ]);
+    let observed = fake
+        .driver()
+        .ensure_namespace(&namespace(), &CancelToken::unbounded())
+        .expect("pending, not an error");
+    assert!(!observed.complete);
+    assert_eq!(
+        observed.pending_reason.as_deref(),
+        Some("NETWORK_REMOVAL_PENDING")
+    );
+    fake.finish();
+}
+
 #[test]
 fn subnets_come_from_the_configured_pool() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         create("{\"Subnet\":\"10.9.0.0/28\"}", 403, OVERLAP),
         step(
             "GET",
@@ -498,7 +672,7 @@ fn subnets_come_from_the_configured_pool() {
             r#"[{"Id":"y","Name":"other","IPAM":{"Config":[{"Subnet":"10.9.0.0/28"},{"Subnet":"fd00::/64"}]}}]"#,
         ),
         create("{\"Subnet\":\"10.9.0.16/28\"}", 201, "{}"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 200, OURS),
+        listed(OURS_LISTED),
     ]);
     let pool: SubnetPool = "10.9.0.0/24:28".parse().expect("pool");
     let observed = fake
@@ -514,7 +688,7 @@ fn subnets_come_from_the_configured_pool() {
 fn a_pool_covered_by_foreign_networks_is_exhausted_for_good() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         create("10.9.0.0/24", 403, OVERLAP),
         step(
             "GET",
@@ -534,14 +708,24 @@ fn a_pool_covered_by_foreign_networks_is_exhausted_for_good() {
 }
 
 #[test]
-fn a_pool_used_up_by_refusals_is_exhausted_too() {
+fn a_pool_used_up_by_foreign_creators_meanwhile_is_exhausted_too() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
         create("10.9.0.0/24", 403, OVERLAP),
-        step("GET", "/v1.41/networks", 200, "[]"),
+        step(
+            "GET",
+            "/v1.41/networks",
+            200,
+            r#"[{"Id":"a","Name":"a","IPAM":{"Config":[{"Subnet":"10.9.0.0/24"}]}}]"#,
+        ),
         create("10.9.1.0/24", 403, OVERLAP),
-        step("GET", "/v1.41/networks", 200, "[]"),
+        step(
+            "GET",
+            "/v1.41/networks",
+            200,
+            r#"[{"Id":"a","Name":"a","IPAM":{"Config":[{"Subnet":"10.9.0.0/24"}]}},{"Id":"b","Name":"b","IPAM":{"Config":[{"Subnet":"10.9.1.0/24"}]}}]"#,
+        ),
     ]);
     let pool: SubnetPool = "10.9.0.0/23:24".parse().expect("pool");
     let e = fake
@@ -559,20 +743,18 @@ fn a_pool_used_up_by_refusals_is_exhausted_too() {
 fn endless_subnet_refusals_end_pending_as_contended_not_failed() {
     let mut steps = vec![
         ping("1.41"),
-        step("GET", "/v1.41/networks/occ-inst-ns1", 404, "{}"),
+        listed("[]"),
     ];
-    for subnet in [
-        "172.16.0.0/24",
-        "172.16.1.0/24",
-        "172.16.2.0/24",
-        "172.16.3.0/24",
-        "172.16.4.0/24",
-        "172.16.5.0/24",
-        "172.16.6.0/24",
-        "172.16.7.0/24",
-    ] {
+    // Foreign creators take each subnet just before the driver posts on it.
+    let mut held = String::from(r#"{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}}"#);
+    for i in 0..8 {
+        let subnet: &'static str = Box::leak(format!("\"172.16.{i}.0/24\"").into_boxed_str());
+        held.push_str(&format!(
+            r#",{{"Id":"f{i}","Name":"f{i}","IPAM":{{"Config":[{{"Subnet":{subnet}}}]}}}}"#
+        ));
         steps.push(create(subnet, 403, OVERLAP));
-        steps.push(step("GET", "/v1.41/networks", 200, LISTING));
+        let listing: &'static str = Box::leak(format!("[{held}]").into_boxed_str());
+        steps.push(step("GET", "/v1.41/networks", 200, listing));
     }
     let fake = FakeDocker::start(steps);
     let observed = fake

@@ -4,10 +4,11 @@
 //! This module owns the request layer of the Kubernetes driver: TLS verified against the
 //! configured CA only (no insecure switch, no proxy, no redirects), bearer tokens (a token file
 //! is re-read at least every minute and at once after a 401, since kubelets rotate projected
-//! tokens), the per-request cancellation point and timeout bounded by the pass's lease, the
+//! tokens), the per-request cancellation point and timeout (the request timeout, while the
+//! heartbeat renews the claim; a lost claim shuts the socket down: `compute::abortable`), the
 //! response body limit, 429 back-off honouring `Retry-After`, and the mapping of `Status`
 //! bodies to a typed `KubeError` (`classify`) and of that to `ComputeError` (`into_compute`).
-//! It must never block past the lease, never follow a redirect, and never log or return the
+//! It must never outlive the claim, never follow a redirect, and never log or return the
 //! API's message text, a body or a token: errors and log lines carry the method, a path
 //! template, the HTTP status, the one-word Status reason and, for 422, the field name.
 
@@ -21,9 +22,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use crate::compute::abortable::AbortableConnector;
 use ureq::tls::{ClientCert, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
 
-/// The upper bound of one request, further bounded by the pass's lease.
+/// The upper bound of one request unless configured (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest response body read.
 pub const BODY_LIMIT: u64 = 16 * 1024 * 1024;
@@ -31,7 +35,7 @@ pub const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 pub const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 /// How many times one request is retried after a 429.
 pub const MAX_THROTTLE_RETRIES: u32 = 3;
-/// The longest `Retry-After` honoured; the lease bounds it further.
+/// The longest `Retry-After` honoured; a lost claim ends the wait sooner.
 const MAX_RETRY_AFTER: Duration = REQUEST_TIMEOUT;
 /// Items asked for per page of a list.
 const LIST_PAGE_SIZE: &str = "500";
@@ -42,6 +46,8 @@ const MAX_LIST_PAGES: usize = 1000;
 pub struct Client {
     server: String,
     agent: ureq::Agent,
+    /// The upper bound of one request; a lost claim ends it sooner.
+    request_timeout: Duration,
     token: TokenSource,
     requests: AtomicU64,
 }
@@ -184,12 +190,23 @@ impl Client {
             .max_idle_connections(16)
             .max_idle_connections_per_host(16)
             .build();
+        // TCP under TLS, the socket kept where a lost claim can shut it down.
+        let connector = AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
         Ok(Client {
             server: conn.server,
-            agent: ureq::Agent::new_with_config(config),
+            agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
+            request_timeout: REQUEST_TIMEOUT,
             token,
             requests: AtomicU64::new(0),
         })
+    }
+
+    /// The same client, bounding each request by `timeout` instead of `REQUEST_TIMEOUT`.
+    pub fn with_request_timeout(self, timeout: Duration) -> Client {
+        Client {
+            request_timeout: timeout,
+            ..self
+        }
     }
 
     /// The API server's base URL.
@@ -335,8 +352,7 @@ impl Client {
                     let wait = reply
                         .retry_after
                         .map_or(Duration::from_secs(1), Duration::from_secs)
-                        .min(MAX_RETRY_AFTER)
-                        .min(cancel.remaining());
+                        .min(MAX_RETRY_AFTER);
                     log::debug!(
                         "kubernetes {} {}: 429, retry {throttled} in {} ms",
                         request.method.as_str(),
@@ -352,18 +368,16 @@ impl Client {
         }
     }
 
-    /// Sends one request: a cancellation point, bounded by `min(REQUEST_TIMEOUT, remaining
-    /// lease)`. A transport failure after which the token is cancelled is `Cancelled`.
+    /// Sends one request: a cancellation point, bounded by the request timeout and
+    /// interrupted when `cancel` is (the token is current on this thread meanwhile). A
+    /// transport failure after which the token is cancelled is `Cancelled`.
     fn send(&self, request: &Request<'_>, cancel: &CancelToken) -> Result<Reply, KubeError> {
         let (method, path) = (request.method, request.path);
         let cancelled = |c| KubeError::cancelled(method, path, c);
         cancel.check().map_err(cancelled)?;
+        let _current = cancel.enter();
         let started = std::time::Instant::now();
-        let timeout = REQUEST_TIMEOUT.min(cancel.remaining());
-        if timeout.is_zero() {
-            // The lease ran out between the two reads of the clock.
-            cancel.check().map_err(cancelled)?;
-        }
+        let timeout = self.request_timeout;
         let mut builder = ureq::http::Request::builder()
             .method(method.as_str())
             .uri(request.url(&self.server))
@@ -389,7 +403,7 @@ impl Client {
             );
         }
         result.map_err(|e| match cancel.check() {
-            // A request cut short by the end of the lease is a cancellation, not an outage.
+            // A request cut short by a lost claim is a cancellation, not an outage.
             Err(c) => cancelled(c),
             Ok(()) => {
                 let error = transport_error(method, path, &e);
