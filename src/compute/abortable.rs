@@ -96,7 +96,10 @@ impl<T> AbortableTransport<T> {
 /// The error of an I/O call interrupted (or refused) because the pass was cancelled; the
 /// driver maps it to a cancellation by asking the token again.
 fn aborted(what: &str) -> ureq::Error {
-    ureq::Error::Io(io::Error::new(io::ErrorKind::ConnectionAborted, what.to_string()))
+    ureq::Error::Io(io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        what.to_string(),
+    ))
 }
 
 impl<T: Transport> Transport for AbortableTransport<T> {
@@ -131,9 +134,10 @@ impl<T: Transport> Transport for AbortableTransport<T> {
             let budget_left = budget_end.map(|end| end.saturating_duration_since(Instant::now()));
             let cut = budget_left.is_none_or(|left| lease_left < left);
             let mut step = timeout;
-            if cut {
-                step.after = lease_left.into();
-            }
+            step.after = match budget_left {
+                Some(left) if !cut => left.into(),
+                _ => lease_left.into(),
+            };
             match self.inner.await_input(step) {
                 // Woken by the lease's deadline, not by the request's: ask the token again.
                 Err(ureq::Error::Timeout(reason)) if cut && reason == timeout.reason => continue,

@@ -324,7 +324,11 @@ fn a_silent_daemon_is_cut_off_when_the_lease_runs_out() {
 }
 
 /// Renews `cancel`'s lease every `every` until `stop`, as the heartbeat thread does (W2).
-fn heartbeat(cancel: &CancelToken, every: Duration, lease: Duration) -> (Arc<AtomicBool>, JoinHandle<()>) {
+fn heartbeat(
+    cancel: &CancelToken,
+    every: Duration,
+    lease: Duration,
+) -> (Arc<AtomicBool>, JoinHandle<()>) {
     let stop = Arc::new(AtomicBool::new(false));
     let (token, stopping) = (cancel.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
@@ -372,7 +376,9 @@ fn a_claim_lost_mid_request_aborts_it_at_once() {
         },
     ]);
     let driver = fake.driver().with_request_timeout(Duration::from_secs(60));
-    driver.preflight(&CancelToken::unbounded()).expect("preflight");
+    driver
+        .preflight(&CancelToken::unbounded())
+        .expect("preflight");
     let lease = Duration::from_secs(3);
     let cancel = CancelToken::new(Instant::now() + lease);
     let (stop, renewals) = heartbeat(&cancel, lease / 3, lease);
@@ -532,10 +538,7 @@ fn other_client_errors_are_rejected_requests() {
 
 #[test]
 fn malformed_answers_are_invalid_driver_observations() {
-    let fake = FakeDocker::start(vec![
-        ping("1.41"),
-        listed("{not json"),
-    ]);
+    let fake = FakeDocker::start(vec![ping("1.41"), listed("{not json")]);
     let e = fake
         .driver()
         .ensure_namespace(&namespace(), &CancelToken::unbounded())
@@ -628,7 +631,9 @@ fn a_duplicate_network_is_removed_before_ready() {
         listed(TWO_OF_OURS),
         // The ledger reserved 172.16.0.0/24 (the first free one): n2 holds it and is kept.
         step("DELETE", "/v1.41/networks/n1", 204, ""),
-        listed(r#"[{"Id":"n2","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"},"IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#),
+        listed(
+            r#"[{"Id":"n2","Name":"occ-inst-ns1","Labels":{"occ.managed-by":"occ-worker","occ.installation":"inst","occ.namespace":"ns1"},"IPAM":{"Config":[{"Subnet":"172.16.0.0/24"}]}}]"#,
+        ),
     ]);
     let observed = fake
         .driver()
@@ -644,7 +649,12 @@ fn a_duplicate_that_stays_keeps_the_ensure_pending() {
     let fake = FakeDocker::start(vec![
         ping("1.41"),
         listed(TWO_OF_OURS),
-        step("DELETE", "/v1.41/networks/n1", 409, r#"{"message":"in use"}"#),
+        step(
+            "DELETE",
+            "/v1.41/networks/n1",
+            409,
+            r#"{"message":"in use"}"#,
+        ),
         listed(TWO_OF_OURS),
     ]);
     let observed = fake
@@ -741,12 +751,11 @@ fn a_pool_used_up_by_foreign_creators_meanwhile_is_exhausted_too() {
 /// `NAMESPACE_SUBNET_CONTENDED` (the reconciler defers, refunding the attempt).
 #[test]
 fn endless_subnet_refusals_end_pending_as_contended_not_failed() {
-    let mut steps = vec![
-        ping("1.41"),
-        listed("[]"),
-    ];
+    let mut steps = vec![ping("1.41"), listed("[]")];
     // Foreign creators take each subnet just before the driver posts on it.
-    let mut held = String::from(r#"{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}}"#);
+    let mut held = String::from(
+        r#"{"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16"}]}}"#,
+    );
     for i in 0..8 {
         let subnet: &'static str = Box::leak(format!("\"172.16.{i}.0/24\"").into_boxed_str());
         held.push_str(&format!(

@@ -10,6 +10,7 @@ mod docker_fake;
 mod docker_proxy;
 mod docker_subnets;
 mod e2e;
+mod effects;
 mod health;
 mod iam;
 mod kube_e2e;

@@ -14,6 +14,7 @@
 
 use super::connection::{read_token, Auth, Connection, ConnectionError};
 use crate::cancel::{CancelToken, Cancelled};
+use crate::compute::abortable::AbortableConnector;
 use crate::compute::{ComputeError, RequestDiagnostic};
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -22,7 +23,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use crate::compute::abortable::AbortableConnector;
 use ureq::tls::{ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
@@ -191,7 +191,8 @@ impl Client {
             .max_idle_connections_per_host(16)
             .build();
         // TCP under TLS, the socket kept where a lost claim can shut it down.
-        let connector = AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
+        let connector =
+            AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
         Ok(Client {
             server: conn.server,
             agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
