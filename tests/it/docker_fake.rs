@@ -5,6 +5,7 @@
 //! The fake answers one request per connection (`Connection: close`) on one thread, which it
 //! joins on drop; it never reaches a real daemon.
 
+use crate::support::heartbeat;
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::docker::{DockerDriver, SubnetPool};
 use occ_worker::compute::{ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec};
@@ -321,23 +322,6 @@ fn a_silent_daemon_is_cut_off_when_the_lease_runs_out() {
         "bounded by the lease"
     );
     fake.finish();
-}
-
-/// Renews `cancel`'s lease every `every` until `stop`, as the heartbeat thread does (W2).
-fn heartbeat(
-    cancel: &CancelToken,
-    every: Duration,
-    lease: Duration,
-) -> (Arc<AtomicBool>, JoinHandle<()>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (token, stopping) = (cancel.clone(), stop.clone());
-    let thread = std::thread::spawn(move || {
-        while !stopping.load(Ordering::SeqCst) {
-            token.confirm_lease(Instant::now() + lease);
-            std::thread::sleep(every);
-        }
-    });
-    (stop, thread)
 }
 
 /// W2: a request is bounded by the driver's request timeout, not by the lease. A create the

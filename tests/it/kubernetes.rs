@@ -12,7 +12,7 @@ use crate::kube_fake::{
 };
 use crate::scripted::{quiet, run_until, run_with, Opts};
 use crate::support::{insert_namespace, wait_for, TestDb};
-use occ_worker::cancel::{CancelToken, LossCause};
+use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::kubernetes::client::Client;
 use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
@@ -1137,6 +1137,94 @@ fn c3_a_429_is_retried_within_the_call_after_retry_after() {
         .map(|r| r.status)
         .collect();
     assert_eq!(first, vec![429, 404]);
+}
+
+// W2: a request is bounded by the driver's request timeout, not by the lease: a namespace
+// create the API server answers after three leases succeeds while the heartbeat renews the
+// claim.
+#[test]
+fn w2_a_create_slower_than_the_lease_succeeds_under_the_heartbeat() {
+    let kube = Kube::start();
+    kube.seed_rolebinding(NS1);
+    let lease = Duration::from_millis(300);
+    kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{CORE}/namespaces"),
+        times: 1,
+        action: Action::Latency(lease * 3),
+    });
+    let token = CancelToken::new(Instant::now() + lease);
+    let (stop, renewals) = crate::support::heartbeat(&token, lease / 3, lease);
+    let o = kube.driver.ensure_namespace(&ns_spec("ns1", None), &token);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    renewals.join().unwrap();
+    assert!(o.expect("ensure").complete);
+    assert_eq!(token.cause(), None);
+}
+
+// W3, C3 (no object twice): a claim lost while a create's answer is on its way shuts the
+// request's TLS socket down at once; the create had landed, so the next pass (another worker,
+// which never saw it) meets 409 AlreadyExists, reads the object, finds it owned and adopts it.
+#[test]
+fn c3_a_create_whose_answer_was_lost_is_adopted_through_409() {
+    let kube = Kube::start();
+    kube.seed_rolebinding(NS1);
+    let policies = format!("/apis/networking.k8s.io/v1/namespaces/{NS1}/networkpolicies");
+    kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: policies.clone(),
+        times: 1,
+        action: Action::ApplyThenStall,
+    });
+    let token = cancel();
+    let refuser = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            token.cancel(LossCause::RenewalRefused);
+            Instant::now()
+        })
+    };
+    let e = kube
+        .driver
+        .ensure_namespace(&ns_spec("ns1", None), &token)
+        .unwrap_err();
+    let returned = Instant::now();
+    let refused = refuser.join().unwrap();
+    assert_eq!(
+        e.kind(),
+        &ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
+    );
+    assert!(
+        returned.duration_since(refused) < Duration::from_secs(5),
+        "aborted {:?} after the refusal",
+        returned.duration_since(refused)
+    );
+    assert!(kube
+        .fake
+        .get(&format!("{policies}/occ-default-deny"))
+        .is_some());
+    // Another worker's driver: it never saw the create.
+    let kubeconfig = kube
+        .fake
+        .write_kubeconfig(&kube.dir.0, KubeconfigAuth::Token);
+    let other = driver_from(&kubeconfig, SETTINGS);
+    let o = other
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .expect("adopted");
+    assert!(o.complete, "{o:?}");
+    let creates: Vec<String> = methods(&kube.writes())
+        .into_iter()
+        .filter(|w| w.starts_with(&format!("POST {policies} ")))
+        .collect();
+    assert_eq!(
+        creates,
+        vec![
+            format!("POST {policies} 201"),
+            format!("POST {policies} 409")
+        ]
+    );
+    assert_eq!(kube.fake.objects("networkpolicies").len(), 1);
 }
 
 #[test]

@@ -511,3 +511,20 @@ impl Drop for WorkerProcess {
         }
     }
 }
+
+/// Renews `cancel`'s lease every `every` until `stop`, as the heartbeat thread does (W2).
+pub fn heartbeat(
+    cancel: &CancelToken,
+    every: Duration,
+    lease: Duration,
+) -> (Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (token, stopping) = (cancel.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            token.confirm_lease(Instant::now() + lease);
+            std::thread::sleep(every);
+        }
+    });
+    (stop, thread)
+}

@@ -107,6 +107,8 @@ pub enum Action {
     Stall,
     /// Delay, then answer normally.
     Latency(Duration),
+    /// Carry the request out, then never answer: an answer lost on the way back.
+    ApplyThenStall,
 }
 
 /// A failure-injection rule, consumed after `times` matching requests.
@@ -646,7 +648,7 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
                 e.body,
             ));
         }
-        Some(Action::Latency(_)) | None => {}
+        Some(Action::Latency(_)) | Some(Action::ApplyThenStall) | None => {}
     }
     let mut state = shared.state.lock();
     let (status, body) = match api(&mut state, request) {
@@ -659,6 +661,9 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
         body: recorded_body,
         status,
     });
+    if matches!(action, Some(Action::ApplyThenStall)) {
+        return None;
+    }
     Some((status, vec![], body))
 }
 
