@@ -82,3 +82,39 @@ fn a_cluster_directory_postgres_cannot_reach_is_refused_with_the_fix() {
         format!("pg-start: user postgres cannot write {dir} (a parent directory is not searchable by postgres): run as a non-root user, give a DIR postgres can reach, or chmod o+x each parent of {dir}\n")
     );
 }
+
+// The crash drill is opt-in (it runs for minutes), so the suite checks only that it starts as
+// documented: `--help` names every option and the exit statuses, and a wrong argument is one
+// line and exit status 2, before anything is built, started or touched.
+#[test]
+fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
+    let (ok, help, err) = script("chaos", &["--help"]);
+    assert!(ok, "chaos --help: {err}");
+    for option in [
+        "--workers",
+        "--threads",
+        "--lease-ms",
+        "--creations",
+        "--kill-every",
+        "--restart-after",
+        "--no-kill",
+        "--timeout",
+        "--binary",
+        "--out",
+        "Exit status",
+    ] {
+        assert!(help.contains(option), "--help lacks {option}: {help}");
+    }
+    let out = Command::new(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("scripts")
+            .join("chaos"),
+    )
+    .arg("--kill-everything")
+    .output()
+    .expect("run script");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--kill-everything"), "{err}");
+}
