@@ -7,7 +7,7 @@ use occ_worker::compute::kubernetes::{
     client::Client, connection, settings::Settings, KubernetesDriver,
 };
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
-use occ_worker::config::{Config, DriverKind, Mode};
+use occ_worker::config::{Config, DriverKind};
 use occ_worker::events::Events;
 use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
@@ -45,6 +45,8 @@ struct Started {
     installation_id: String,
     compute: Arc<dyn ComputeDriver>,
     events: Events,
+    /// The codes of the Compute preflight's warnings (logged; `check` fails on any).
+    preflight_warnings: Vec<String>,
     /// Bounds every database wait of this process (W5). Last, so it outlives the pool when
     /// `Started` drops: closing the pool's connections is bounded by it too.
     _watchdog: Option<occ_worker::db::Watchdog>,
@@ -144,17 +146,14 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         };
         CliError::new(format!("compute preflight failed{target}: {e}"))
     })?;
-    // Production refuses to run with a permission the driver needs denied (C3 preflight).
-    if let (Mode::Production, Some(denied)) = (config.mode, warnings.first()) {
-        return Err(CliError::new(format!(
-            "compute preflight refused in production mode: {}",
-            denied.code
-        )));
-    }
-    for w in warnings {
+    // W8: preflight warnings are logged and the worker starts, in production too (a verb
+    // denied now may be granted a moment later, and the passes that need it retry within their
+    // budget); `check` fails on any warning, so an operator's gate still stops a bad install.
+    let preflight_warnings: Vec<String> = warnings.into_iter().map(|w| w.code).collect();
+    for code in &preflight_warnings {
         events.emit(
             "compute.preflight-warning",
-            json!({"computeDriverId": compute.id(), "code": w.code}),
+            json!({"computeDriverId": compute.id(), "code": code}),
         );
     }
     Ok(Started {
@@ -164,6 +163,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         installation_id,
         compute,
         events,
+        preflight_warnings,
     })
 }
 
@@ -188,13 +188,21 @@ fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
 
 pub fn check(globals: &Globals) -> Result<(), CliError> {
     let s = start(globals)?;
+    let warned = !s.preflight_warnings.is_empty();
     globals.print(&json!({
-        "status": "ok",
+        "status": if warned { "warnings" } else { "ok" },
         "installation": s.installation_id,
         "computeDriver": s.compute.id(),
         "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
+        "preflightWarnings": s.preflight_warnings,
     }));
+    if warned {
+        return Err(CliError::new(format!(
+            "compute preflight warnings: {} (`run` starts anyway and logs them)",
+            s.preflight_warnings.join(", ")
+        )));
+    }
     Ok(())
 }
 

@@ -323,8 +323,11 @@ fn production(mut env: Env) -> Env {
     env
 }
 
+// C3 preflight, W8: `check` asks the API server verb by verb and fails on any denial (an
+// operator's gate stops a bad install); `run` logs each denial as a warning and starts, in
+// production too.
 #[test]
-fn c3_check_asks_the_api_server_and_production_refuses_a_denied_verb() {
+fn c3_check_fails_on_a_denied_verb_and_run_logs_it_and_starts() {
     let fake = KubeFake::start(FakeOptions::default());
     let dir = scratch("kube-check");
     let db = TestDb::bootstrapped();
@@ -334,6 +337,7 @@ fn c3_check_asks_the_api_server_and_production_refuses_a_denied_verb() {
     assert_eq!(code, Some(0), "{stderr}");
     let out: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(out["computeDriver"], "kubernetes");
+    assert_eq!(out["status"], "ok");
     let reviews = fake
         .requests()
         .iter()
@@ -346,20 +350,44 @@ fn c3_check_asks_the_api_server_and_production_refuses_a_denied_verb() {
     );
 
     fake.deny_access("create", "deployments");
-    let (code, _, stderr) = check(&production(env.clone()));
-    assert_ne!(code, Some(0));
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"),
-        "{stderr}"
+    for env in [production(env.clone()), env.clone()] {
+        let (code, stdout, stderr) = check(&env);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"),
+            "{stderr}"
+        );
+        let out: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(out["status"], "warnings");
+        assert_eq!(
+            out["preflightWarnings"],
+            json!(["KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"])
+        );
+    }
+    let worker = WorkerProcess::capture(
+        worker_command(&["run"], &production(env.clone()))
+            .spawn()
+            .expect("spawn"),
     );
-    // Development mode starts, and says so as a preflight warning.
-    let (code, stdout, stderr) = check(&env);
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        stdout.contains("KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"),
-        "{stdout}"
+    wait_for(
+        "the production worker to start",
+        Duration::from_secs(30),
+        || worker.has_event("worker.started"),
     );
+    let warned: Vec<Value> = worker
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "compute.preflight-warning")
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        warned[0]["code"],
+        "KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"
+    );
+    worker.signal("TERM");
+    let (status, stderr) = worker.wait(Duration::from_secs(30));
+    assert!(status.success(), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

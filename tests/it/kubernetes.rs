@@ -252,7 +252,7 @@ fn n3_ensure_creates_a_restricted_namespace_and_waits_for_the_tenant_rolebinding
 }
 
 #[test]
-fn c3_an_adopted_namespace_gets_labels_only_and_is_never_deleted() {
+fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_again() {
     let kube = Kube::start();
     let db = TestDb::bootstrapped();
     let mut c = db.client();
@@ -315,16 +315,32 @@ fn c3_an_adopted_namespace_gets_labels_only_and_is_never_deleted() {
         .collect();
     assert_eq!(
         deletes,
-        vec!["DELETE /apis/networking.k8s.io/v1/namespaces/legacy/networkpolicies/occ-default-deny?propagationPolicy=Background"],
+        vec![
+            "DELETE /apis/networking.k8s.io/v1/namespaces/legacy/networkpolicies/occ-default-deny?propagationPolicy=Background".to_string(),
+            format!("PATCH {CORE}/namespaces/legacy"),
+        ],
     );
-    assert!(kube
+    let namespace = kube
         .fake
         .get(&format!("{CORE}/namespaces/legacy"))
-        .is_some());
+        .expect("never deleted");
+    // The labels adoption added are gone again; the tenant's stay.
+    assert_eq!(labels(&namespace), &json!({"team": "payments"}));
     assert!(kube
         .fake
         .get(&format!("{CORE}/namespaces/legacy/services/theirs"))
         .is_some());
+
+    // Adopted again by a new Namespace, as the first time.
+    let again = admit_namespace(&mut c, "admin", "adopted-again", Some("legacy"));
+    run_until(&db, kube.driver.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &format!("namespace:{again}:ensure"));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("NAMESPACE_RECONCILED"))
+    );
+    let namespace = kube.fake.get(&format!("{CORE}/namespaces/legacy")).unwrap();
+    assert_eq!(labels(&namespace)["occ.namespace"], again.as_str());
 }
 
 #[test]

@@ -650,6 +650,33 @@ impl KubernetesDriver {
         Ok(!left && self.pods(namespace, &labels, cancel)?.is_empty())
     }
 
+    /// Removes the labels adoption added (`manifests::adoption_labels`) from an adopted
+    /// namespace that still carries them for this Namespace; the namespace's other labels and
+    /// fields are left as they are. Nothing when they are gone or name another Namespace.
+    fn release_adopted(
+        &self,
+        spec: &NamespaceSpec,
+        path: &str,
+        current: &Value,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let ours = current["metadata"]["labels"][LABEL_NAMESPACE].as_str()
+            == Some(names::label_value(&spec.namespace_id).as_str());
+        if !ours || !owned(current, &spec.installation_id) || observe::terminating(current) {
+            return Ok(());
+        }
+        let Value::Object(added) = manifests::adoption_labels(spec) else {
+            return Ok(());
+        };
+        let removed: serde_json::Map<String, Value> =
+            added.into_iter().map(|(k, _)| (k, Value::Null)).collect();
+        let patch = json!({"metadata": {"labels": removed}});
+        self.client
+            .merge_patch(path, &patch, cancel)
+            .map(drop)
+            .map_err(|e| fail(e, "namespaces"))
+    }
+
     fn namespace_observation(spec: &NamespaceSpec, pending: Option<&str>) -> NamespaceObservation {
         NamespaceObservation {
             namespace_id: spec.namespace_id.clone(),
@@ -823,8 +850,11 @@ impl ComputeDriver for KubernetesDriver {
             return Ok(Self::namespace_observation(spec, None));
         };
         if spec.existing_namespace.is_some() {
-            // An adopted namespace is never deleted: only what the driver made inside it.
+            // An adopted namespace is never deleted: only what the driver made inside it, and
+            // then the ownership labels adoption added, so another Namespace (or a new one of
+            // the same name) can adopt it again.
             if observe::terminating(&current) || self.empty_adopted(spec, &name, cancel)? {
+                self.release_adopted(spec, &path, &current, cancel)?;
                 self.namespaces.lock().remove(&spec.namespace_id);
                 return Ok(Self::namespace_observation(spec, None));
             }
