@@ -425,6 +425,9 @@ pub struct ComputeError {
     /// The class of the first cleanup that failed after this failure (SPEC Z12): this error
     /// still decides the outcome.
     cleanup_class: Option<&'static str>,
+    /// Where the driver could not connect: `scheme://host:port` of the API it talks to, never
+    /// a path, query or credential.
+    endpoint: Option<Box<str>>,
 }
 
 impl ComputeError {
@@ -437,6 +440,7 @@ impl ComputeError {
             diagnostic: None,
             request: None,
             cleanup_class: None,
+            endpoint: None,
         }
     }
 
@@ -449,6 +453,7 @@ impl ComputeError {
             diagnostic: None,
             request: None,
             cleanup_class: None,
+            endpoint: None,
         }
     }
 
@@ -462,6 +467,7 @@ impl ComputeError {
             diagnostic: None,
             request: None,
             cleanup_class: None,
+            endpoint: None,
         }
     }
 
@@ -474,6 +480,7 @@ impl ComputeError {
             diagnostic: None,
             request: None,
             cleanup_class: None,
+            endpoint: None,
         }
     }
 
@@ -486,10 +493,22 @@ impl ComputeError {
             diagnostic: None,
             request: None,
             cleanup_class: None,
+            endpoint: None,
         }
     }
 
     /// Attaches a provider reason code (already bounded to a code-like token).
+    /// The same error, naming the address the driver could not reach.
+    pub fn with_endpoint(mut self, endpoint: &str) -> ComputeError {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The address the driver could not reach, for a transport failure.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
     pub fn with_reason(mut self, reason: &str) -> ComputeError {
         let bounded: String = reason
             .chars()
@@ -574,6 +593,9 @@ impl fmt::Display for ComputeError {
         }
         if let Some(reason) = &self.reason {
             write!(f, ", reason {reason}")?;
+        }
+        if let Some(endpoint) = &self.endpoint {
+            write!(f, ", at {endpoint}")?;
         }
         write!(f, ")")
     }

@@ -129,6 +129,8 @@ pub struct Failure {
     pub predecessor_stop: Option<String>,
     /// The driver's bounded description of a failed Namespace observation (SPEC Z10).
     pub namespace_reason: Option<String>,
+    /// The address the driver could not reach (`scheme://host:port`), for a transport failure.
+    pub endpoint: Option<String>,
 }
 
 /// What a deployment pass spent where, for the deploy timings of `worker.completed` (SPEC Z9,
@@ -231,6 +233,7 @@ impl Report {
         self.failure.transient = e.is_transient();
         self.failure.request = e.request().cloned();
         self.failure.cleanup_class = e.cleanup_class();
+        self.failure.endpoint = e.endpoint().map(String::from);
         self
     }
 

@@ -600,8 +600,8 @@ fn error_class(e: &PassError) -> String {
 }
 
 /// The `worker.pass-error` line of a pass that failed, retried or deferred: the step it stopped
-/// at and, after a Compute error, its class, HTTP status and one-word provider reason; never
-/// provider text.
+/// at and, after a Compute error, its class, HTTP status and one-word provider reason (for an
+/// API server that could not be reached: why, and its address); never provider text.
 fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::Value {
     let mut fields = work.clone();
     fields["outcome"] = json!(report.outcome.as_str());
@@ -615,6 +615,9 @@ fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::V
     }
     if let Some(reason) = &report.failure.reason {
         fields["reason"] = json!(reason);
+    }
+    if let Some(endpoint) = &report.failure.endpoint {
+        fields["endpoint"] = json!(endpoint);
     }
     fields
 }

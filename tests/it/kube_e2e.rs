@@ -391,6 +391,29 @@ fn c3_check_fails_on_a_denied_verb_and_run_logs_it_and_starts() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+// An API server that cannot be reached is named by address and cause, in one line.
+#[test]
+fn c3_check_names_an_unreachable_api_server_and_why() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("kube-unreachable");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+    let kubeconfig = dir.join("kubeconfig");
+    let port = crate::support::free_port();
+    let text = std::fs::read_to_string(&kubeconfig)
+        .expect("kubeconfig")
+        .replace(&fake.url(), &format!("https://127.0.0.1:{port}"));
+    std::fs::write(&kubeconfig, text).unwrap();
+    let (code, _, stderr) = check(&env);
+    assert_ne!(code, Some(0));
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("ConnectionRefused, at https://127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn c3_bad_driver_configuration_stops_start_up_naming_it() {
     let fake = KubeFake::start(FakeOptions::default());

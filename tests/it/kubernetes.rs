@@ -1416,6 +1416,9 @@ fn c3_a_server_certificate_from_another_ca_is_refused_before_any_request() {
         .ensure_namespace(&ns_spec("ns1", None), &cancel())
         .unwrap_err();
     assert!(e.is_transient(), "{e}");
+    // Named as a TLS failure at the API server's address, for check and worker.pass-error.
+    assert_eq!(e.reason(), Some("TLSFailed"), "{e}");
+    assert_eq!(e.endpoint(), Some(fake.url().as_str()), "{e}");
     assert!(driver.preflight(&cancel()).unwrap_err().is_transient());
     assert!(
         fake.requests().is_empty(),

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use ureq::tls::{ClientCert, RootCerts, TlsConfig, TlsProvider};
-use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
 
 /// The upper bound of one request unless configured (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`).
@@ -195,7 +195,11 @@ impl Client {
             AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
         Ok(Client {
             server: conn.server,
-            agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
+            agent: ureq::Agent::with_parts(
+                config,
+                connector,
+                NamingResolver(DefaultResolver::default()),
+            ),
             request_timeout: REQUEST_TIMEOUT,
             token,
             requests: AtomicU64::new(0),
@@ -407,7 +411,7 @@ impl Client {
             // A request cut short by a lost claim is a cancellation, not an outage.
             Err(c) => cancelled(c),
             Ok(()) => {
-                let error = transport_error(method, path, &e);
+                let error = transport_error(method, path, &e, &self.server);
                 log::debug!(
                     "kubernetes {} {}: {}",
                     method.as_str(),
@@ -606,6 +610,8 @@ pub struct KubeError {
     reason: Option<String>,
     method: &'static str,
     path: String,
+    /// The API server's `scheme://host:port`, for a transport failure.
+    endpoint: Option<String>,
 }
 
 impl KubeError {
@@ -616,6 +622,7 @@ impl KubeError {
             reason: None,
             method: method.as_str(),
             path: path_template(path),
+            endpoint: None,
         }
     }
 
@@ -714,6 +721,10 @@ impl KubeError {
             KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
         };
         let error = error.with_request(self.diagnostic());
+        let error = match &self.endpoint {
+            Some(endpoint) => error.with_endpoint(endpoint),
+            None => error,
+        };
         match &self.reason {
             Some(reason) => error.with_reason(reason),
             None => error,
@@ -729,9 +740,10 @@ impl fmt::Display for KubeError {
             KubeErrorKind::Invalid { field: Some(field) } => write!(f, "invalid field {field}")?,
             kind => f.write_str(kind.as_str())?,
         }
-        match (self.status, &self.reason) {
-            (Some(status), Some(reason)) => write!(f, " (status {status}, reason {reason})"),
-            (Some(status), None) => write!(f, " (status {status})"),
+        match (self.status, &self.reason, &self.endpoint) {
+            (Some(status), Some(reason), _) => write!(f, " (status {status}, reason {reason})"),
+            (Some(status), None, _) => write!(f, " (status {status})"),
+            (None, Some(reason), Some(endpoint)) => write!(f, " ({reason} at {endpoint})"),
             _ => Ok(()),
         }
     }
@@ -739,14 +751,88 @@ impl fmt::Display for KubeError {
 
 impl std::error::Error for KubeError {}
 
-fn transport_error(method: Method, path: &str, error: &ureq::Error) -> KubeError {
-    let kind = match error {
+/// A transport failure, naming the API server's address and why it could not be reached
+/// (`transport_cause`) so an operator can tell a refused port from a certificate or a name.
+fn transport_error(method: Method, path: &str, error: &ureq::Error, server: &str) -> KubeError {
+    let decode = matches!(
+        error,
         ureq::Error::BodyExceedsLimit(_)
-        | ureq::Error::Protocol(_)
-        | ureq::Error::LargeResponseHeader(..) => KubeErrorKind::Decode,
-        _ => KubeErrorKind::Transport,
+            | ureq::Error::Protocol(_)
+            | ureq::Error::LargeResponseHeader(..)
+    );
+    let kind = if decode {
+        KubeErrorKind::Decode
+    } else {
+        KubeErrorKind::Transport
     };
-    KubeError::new(kind, method, path)
+    let mut e = KubeError::new(kind, method, path);
+    if !decode {
+        e.reason = Some(transport_cause(error).to_string());
+        e.endpoint = Some(endpoint_of(server));
+    }
+    e
+}
+
+/// Why a request could not reach the API server, as one word: `ConnectionRefused`,
+/// `ConnectionReset`, `DNSLookupFailed`, `TLSFailed`, `Timeout`, or `TransportFailed`.
+fn transport_cause(error: &ureq::Error) -> &'static str {
+    match error {
+        ureq::Error::Timeout(_) => "Timeout",
+        ureq::Error::HostNotFound => "DNSLookupFailed",
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "TLSFailed",
+        ureq::Error::Io(e) => match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
+            std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::UnexpectedEof => "ConnectionReset",
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "Timeout",
+            // rustls reports a refused certificate or handshake as invalid data.
+            std::io::ErrorKind::InvalidData
+                if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) =>
+            {
+                "TLSFailed"
+            }
+            _ => "TransportFailed",
+        },
+        _ => "TransportFailed",
+    }
+}
+
+/// ureq's resolver, its lookup failures reported as `HostNotFound` (a failed `getaddrinfo`
+/// otherwise comes back as an I/O error like any other), so `transport_cause` can name them.
+#[derive(Debug)]
+struct NamingResolver(DefaultResolver);
+
+impl Resolver for NamingResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        self.0.resolve(uri, config, timeout).map_err(|e| match e {
+            ureq::Error::Io(_) => ureq::Error::HostNotFound,
+            e => e,
+        })
+    }
+}
+
+/// `scheme://host:port` of a server URL: no path prefix, query or credentials.
+fn endpoint_of(server: &str) -> String {
+    match server.parse::<ureq::http::Uri>() {
+        Ok(uri) => {
+            let scheme = uri.scheme_str().unwrap_or("https");
+            let host = uri.host().unwrap_or("?");
+            let port = uri.port_u16().unwrap_or(443);
+            if host.contains(':') {
+                format!("{scheme}://[{host}]:{port}")
+            } else {
+                format!("{scheme}://{host}:{port}")
+            }
+        }
+        Err(_) => "the configured API server".to_string(),
+    }
 }
 
 /// A short class of a transport failure for logs (no peer text).

@@ -216,7 +216,33 @@ fn a_refused_connection_is_a_transport_error() {
         .unwrap_err();
     assert_eq!(e.kind(), &KubeErrorKind::Transport);
     assert_eq!(client.request_count(), 1);
-    assert!(e.into_compute("X").is_transient());
+    // The operator reads the address and why it could not be reached.
+    assert!(
+        e.to_string()
+            .ends_with("(ConnectionRefused at https://127.0.0.1:1)"),
+        "{e}"
+    );
+    let e = e.into_compute("X");
+    assert!(e.is_transient());
+    assert_eq!(e.reason(), Some("ConnectionRefused"));
+    assert_eq!(e.endpoint(), Some("https://127.0.0.1:1"));
+}
+
+#[test]
+fn an_unknown_host_is_a_dns_failure_naming_the_address() {
+    let client = Client::new(connection(
+        "https://occ-no-such-host.invalid:6443/prefix",
+        Auth::None,
+    ))
+    .unwrap();
+    let e = client
+        .get("/version", &CancelToken::unbounded())
+        .unwrap_err()
+        .into_compute("X");
+    assert!(e.is_transient());
+    assert_eq!(e.reason(), Some("DNSLookupFailed"), "{e}");
+    // The path prefix is not part of the address.
+    assert_eq!(e.endpoint(), Some("https://occ-no-such-host.invalid:6443"));
 }
 
 #[test]
