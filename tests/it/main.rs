@@ -5,6 +5,7 @@ mod agent;
 mod behaviours;
 mod cli;
 mod conventions;
+mod deploy;
 mod docker;
 mod docker_fake;
 mod docker_proxy;

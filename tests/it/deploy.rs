@@ -1,0 +1,198 @@
+//! The in-cluster manifests (`deploy/kubernetes`), checked against the worker they run: every
+//! file parses, the kustomization names files that exist, the driver file is one the driver
+//! accepts, the environment is one production mode starts with and names only variables the
+//! worker reads, and the probes ask paths the health server answers with 200.
+
+use crate::support::TestDb;
+use occ_worker::compute::kubernetes::settings::Settings;
+use occ_worker::config::{Config, Mode};
+use occ_worker::events::Events;
+use occ_worker::health::{HealthOptions, HealthServer};
+use occ_worker::metrics::Metrics;
+use occ_worker::runtime::Progress;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
+}
+
+/// Every document of a YAML file, as JSON values.
+fn documents(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir().join(file)).expect(file);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+fn container(deployment: &Value) -> &Value {
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+// The kustomization's files exist and parse; the driver file is valid for the driver.
+#[test]
+fn deploy_manifests_parse_and_the_kustomization_names_real_files() {
+    let kustomization = &documents("kustomization.yaml")[0];
+    let mut files: Vec<String> = Vec::new();
+    for resource in kustomization["resources"].as_array().expect("resources") {
+        files.push(resource.as_str().unwrap().to_string());
+    }
+    for file in &files {
+        assert!(!documents(file).is_empty(), "{file} has objects");
+    }
+    let generated = &kustomization["configMapGenerator"][0];
+    let driver_file = generated["files"][0].as_str().expect("driver file");
+    let driver = std::fs::read_to_string(dir().join(driver_file)).expect("driver.json");
+    Settings::parse(&driver).expect("the driver file is valid");
+
+    // The Deployment mounts the generated ConfigMap and runs as rbac.yaml's ServiceAccount.
+    let worker = documents("worker.yaml");
+    let deployment = kind(&worker, "Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], generated["name"]);
+    let rbac = documents("rbac.yaml");
+    let account = kind(&rbac, "ServiceAccount");
+    assert_eq!(pod["serviceAccountName"], account["metadata"]["name"]);
+    assert_eq!(
+        kind(&rbac, "ClusterRoleBinding")["subjects"][0]["name"],
+        account["metadata"]["name"]
+    );
+    // The config mount is where OCC_KUBERNETES_CONFIG points.
+    let mount = container(deployment)["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .unwrap();
+    let config = env(deployment)
+        .into_iter()
+        .find(|(name, _)| name == "OCC_KUBERNETES_CONFIG")
+        .and_then(|(_, value)| value)
+        .expect("OCC_KUBERNETES_CONFIG");
+    assert_eq!(config, format!("{mount}/{driver_file}"));
+    // The image scripts/build-image tags, two replicas, a budget that keeps one.
+    assert_eq!(container(deployment)["image"], "occ-worker:latest");
+    assert_eq!(kustomization["images"][0]["name"], "occ-worker");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        kind(&worker, "PodDisruptionBudget")["spec"]["minAvailable"],
+        1
+    );
+    // Non-root, read-only root, nothing to escalate.
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let security = &container(deployment)["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(container(deployment)["resources"]["limits"]["memory"].is_string());
+}
+
+/// The container's environment: (name, literal value or None for a reference).
+fn env(deployment: &Value) -> Vec<(String, Option<String>)> {
+    container(deployment)["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+// W8: the manifest's environment is one production mode starts with, and every variable it
+// sets is one the worker reads.
+#[test]
+fn deploy_environment_is_read_by_the_worker_and_starts_production() {
+    let worker = documents("worker.yaml");
+    let deployment = kind(&worker, "Deployment");
+    let set = env(deployment);
+    let asked = Mutex::new(BTreeSet::new());
+    let lookup = |name: &str| -> Option<String> {
+        asked.lock().insert(name.to_string());
+        set.iter().find(|(n, _)| n == name).map(|(n, value)| {
+            match value {
+                Some(value) => value.clone(),
+                // The Secret's value: what an operator would put there.
+                None => {
+                    assert_eq!(
+                        n, "OCC_DATABASE_URL",
+                        "only the database URL is a reference"
+                    );
+                    "postgres://occ@db.example:5432/occ?sslmode=verify-full".to_string()
+                }
+            }
+        })
+    };
+    let config = Config::from_lookup(lookup).expect("production starts with this environment");
+    assert_eq!(config.mode, Mode::Production);
+    let asked = asked.into_inner();
+    for (name, _) in &set {
+        // RUST_LOG is env_logger's.
+        assert!(
+            asked.contains(name) || name == "RUST_LOG",
+            "{name} is set but the worker never reads it"
+        );
+    }
+    // The probes' port is the health server's.
+    let port = container(deployment)["ports"][0]["containerPort"].as_u64();
+    assert_eq!(Some(u64::from(config.http_addr.port())), port);
+    assert!(config.http_addr.ip().is_unspecified(), "kubelet reaches it");
+}
+
+/// The status code of `GET path` on `addr`.
+fn get(addr: std::net::SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+// The probes ask paths the health server answers: 200 from a live, ready worker.
+#[test]
+fn deploy_probes_ask_paths_the_health_server_answers() {
+    let worker = documents("worker.yaml");
+    let deployment = kind(&worker, "Deployment");
+    let db = TestDb::bootstrapped();
+    let progress = Arc::new(Progress::default());
+    progress.tick();
+    let server = HealthServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        db.pool(2),
+        Metrics::new(),
+        progress,
+        HealthOptions {
+            stale_after: Duration::from_secs(600),
+            db_timeout: Duration::from_secs(5),
+        },
+        Events::to(Box::new(std::io::sink())),
+    )
+    .expect("health server");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let spec = &container(deployment)[probe]["httpGet"];
+        assert_eq!(spec["port"], container(deployment)["ports"][0]["name"]);
+        let path = spec["path"].as_str().expect("path");
+        crate::support::wait_for(
+            &format!("{probe} {path} to answer 200"),
+            Duration::from_secs(10),
+            || get(server.addr, path) == Some(200),
+        );
+    }
+    assert_eq!(get(server.addr, "/no-such-path"), Some(404));
+}
