@@ -18,9 +18,16 @@ use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The client-side rate limit the benchmark runs with (the driver file's `qps` and `burst`),
+/// far above the default 20/40 so that it measures the worker, not the limit; every row says it.
+const QPS: u32 = 1000;
+const BURST: u32 = 1000;
+
 const DRIVER_FILE: &str = r#"{
   "tenantRoleBinding": "occ-tenant",
   "tokenAudience": "occ-agent",
+  "qps": 1000,
+  "burst": 1000,
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
@@ -283,6 +290,8 @@ fn main() {
             "requestsPerDeployment": m.requests as f64 / agents as f64,
             "boundSeconds": bound,
             "ratioToBound": if bound > 0.0 { m.wall.as_secs_f64() / bound } else { 0.0 },
+            "clientQps": QPS,
+            "clientBurst": BURST,
         });
         println!("{row}");
         rows.push(row);

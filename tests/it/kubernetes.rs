@@ -27,7 +27,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The driver settings of these tests: a client-side rate limit far above the default 20/40
+/// (`c3_the_client_side_rate_limit_spaces_requests` checks the limit itself).
 const SETTINGS: &str = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
+  "qps": 1000, "burst": 1000,
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.example/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}]}"#;
@@ -1241,6 +1244,48 @@ fn c3_a_create_whose_answer_was_lost_is_adopted_through_409() {
         ]
     );
     assert_eq!(kube.fake.objects("networkpolicies").len(), 1);
+}
+
+// C3 (client-go's client-side rate limit): every request of the driver waits for a token of a
+// bucket of `burst` refilled at `qps`; 429 handling stays underneath it. Preflight sends one
+// request for the version and one review per verb: at 10 a second with a burst of 1 they take
+// at least (n - 1) / 10 s, however fast the API server answers.
+#[test]
+fn c3_the_client_side_rate_limit_spaces_requests() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = TempDir::new();
+    let kubeconfig = fake.write_kubeconfig(&dir.0, KubeconfigAuth::Token);
+    let settings = SETTINGS.replace(
+        r#""qps": 1000, "burst": 1000,"#,
+        r#""qps": 10, "burst": 1,"#,
+    );
+    let driver = driver_from(&kubeconfig, &settings);
+    let started = Instant::now();
+    driver.preflight(&cancel()).expect("preflight");
+    let took = started.elapsed();
+    let sent = fake.requests().len();
+    assert_eq!(
+        sent,
+        1 + occ_worker::compute::kubernetes::driver::ACCESS.len()
+    );
+    let floor = Duration::from_secs_f64((sent - 1) as f64 / 10.0);
+    assert!(
+        took >= floor,
+        "{sent} requests in {took:?}, under the limit's {floor:?}"
+    );
+    // The defaults, when the file says nothing.
+    let defaults =
+        Settings::parse(r#"{"tenantRoleBinding": "t", "tokenAudience": "a", "harnesses": []}"#)
+            .expect("settings");
+    assert_eq!((defaults.qps, defaults.burst), (20.0, 40));
+    for bad in [r#""qps": 0"#, r#""qps": -1"#, r#""burst": 0"#] {
+        let text = format!(
+            r#"{{"tenantRoleBinding": "t", "tokenAudience": "a", "harnesses": [], {bad}}}"#
+        );
+        let e = Settings::parse(&text).unwrap_err();
+        let key = if bad.contains("qps") { "qps" } else { "burst" };
+        assert!(e.to_string().contains(key), "{bad}: {e}");
+    }
 }
 
 #[test]

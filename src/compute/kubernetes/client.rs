@@ -37,6 +37,9 @@ pub const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 pub const MAX_THROTTLE_RETRIES: u32 = 3;
 /// The longest `Retry-After` honoured; a lost claim ends the wait sooner.
 const MAX_RETRY_AFTER: Duration = REQUEST_TIMEOUT;
+/// The client-side rate limit unless the driver file sets `qps` and `burst`.
+pub const DEFAULT_QPS: f64 = 20.0;
+pub const DEFAULT_BURST: u32 = 40;
 /// Items asked for per page of a list.
 const LIST_PAGE_SIZE: &str = "500";
 /// Pages read for one list before giving up (500 000 items).
@@ -46,10 +49,50 @@ const MAX_LIST_PAGES: usize = 1000;
 pub struct Client {
     server: String,
     agent: ureq::Agent,
+    /// Every request of this process waits for a token here first.
+    limiter: RateLimiter,
     /// The upper bound of one request; a lost claim ends it sooner.
     request_timeout: Duration,
     token: TokenSource,
     requests: AtomicU64,
+}
+
+/// A token bucket shared by every thread of the process (client-go's `tokenBucketRateLimiter`):
+/// `burst` tokens at most, refilled at `qps` a second. A request takes a token, waiting for it
+/// when there is none; the wait is reserved at once, so concurrent callers queue in order and
+/// never wake together.
+#[derive(Debug)]
+struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    /// (tokens available, possibly negative once waits are reserved; when they were counted).
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RateLimiter {
+    fn new(qps: f64, burst: u32) -> RateLimiter {
+        let burst = f64::from(burst.max(1));
+        RateLimiter {
+            qps,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Takes a token at `now` and returns how long the caller must wait before it sends.
+    fn reserve(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock();
+        let (tokens, counted) = *state;
+        let refilled = (tokens + now.saturating_duration_since(counted).as_secs_f64() * self.qps)
+            .min(self.burst);
+        let left = refilled - 1.0;
+        *state = (left, now.max(counted));
+        if left >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-left / self.qps)
+        }
+    }
 }
 
 /// Where the bearer token comes from.
@@ -201,6 +244,7 @@ impl Client {
                 NamingResolver(DefaultResolver::default()),
             ),
             request_timeout: REQUEST_TIMEOUT,
+            limiter: RateLimiter::new(DEFAULT_QPS, DEFAULT_BURST),
             token,
             requests: AtomicU64::new(0),
         })
@@ -212,6 +256,20 @@ impl Client {
             request_timeout: timeout,
             ..self
         }
+    }
+
+    /// The same client, sending at most `qps` requests a second on average and `burst` at
+    /// once, over all the threads that share it.
+    pub fn with_rate_limit(self, qps: f64, burst: u32) -> Client {
+        Client {
+            limiter: RateLimiter::new(qps, burst),
+            ..self
+        }
+    }
+
+    /// The client-side rate limit: (requests per second, burst).
+    pub fn rate_limit(&self) -> (f64, u32) {
+        (self.limiter.qps, self.limiter.burst as u32)
     }
 
     /// The API server's base URL.
@@ -380,6 +438,12 @@ impl Client {
         let (method, path) = (request.method, request.path);
         let cancelled = |c| KubeError::cancelled(method, path, c);
         cancel.check().map_err(cancelled)?;
+        // The client-side rate limit, like client-go's: a large fleet or a restart never floods
+        // a shared API server. A lost claim ends the wait.
+        let wait = self.limiter.reserve(Instant::now());
+        if !wait.is_zero() {
+            cancel.sleep(wait).map_err(cancelled)?;
+        }
         let _current = cancel.enter();
         let started = std::time::Instant::now();
         let timeout = self.request_timeout;

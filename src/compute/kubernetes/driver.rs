@@ -159,7 +159,7 @@ fn selector(pairs: &[(&str, String)]) -> String {
 impl KubernetesDriver {
     pub fn new(client: Client, settings: Settings) -> KubernetesDriver {
         KubernetesDriver {
-            client,
+            client: client.with_rate_limit(settings.qps, settings.burst),
             settings,
             namespaces: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),

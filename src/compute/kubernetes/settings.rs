@@ -19,6 +19,9 @@
 //!   `1Gi`).
 //! - `runAsUser` (default 10001, greater than 0).
 //! - `maintenanceIntervalSeconds` (optional, greater than 0): none when absent.
+//! - `qps` (default 20, greater than 0) and `burst` (default 40, at least 1): the client-side
+//!   rate limit of every request this process sends, shared by its threads (client-go's
+//!   defaults are 5 and 10; a worker sends a few requests per pass).
 
 use serde::Deserialize;
 use std::fmt;
@@ -34,7 +37,7 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub const MIN_TOKEN_EXPIRATION_SECONDS: u64 = 600;
 
 /// The validated driver settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     pub tenant_role_binding: String,
     pub token_audience: String,
@@ -45,6 +48,10 @@ pub struct Settings {
     pub run_as_user: i64,
     pub maintenance_interval: Option<Duration>,
     pub harnesses: Vec<HarnessImage>,
+    /// Requests per second the client sends at most, on average.
+    pub qps: f64,
+    /// Requests the client may send at once after an idle moment.
+    pub burst: u32,
 }
 
 /// Container resource requests and limits.
@@ -122,6 +129,17 @@ struct RawSettings {
     run_as_user: i64,
     #[serde(default)]
     maintenance_interval_seconds: Option<u64>,
+    #[serde(default = "default_qps")]
+    qps: f64,
+    #[serde(default = "default_burst")]
+    burst: u32,
+}
+
+fn default_qps() -> f64 {
+    20.0
+}
+fn default_burst() -> u32 {
+    40
 }
 
 fn default_prefix() -> String {
@@ -300,6 +318,12 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         Some(0) => return Err(invalid("maintenanceIntervalSeconds must be greater than 0")),
         seconds => seconds.map(Duration::from_secs),
     };
+    if !(raw.qps.is_finite() && raw.qps > 0.0) {
+        return Err(invalid("qps must be a number greater than 0"));
+    }
+    if raw.burst == 0 {
+        return Err(invalid("burst must be at least 1"));
+    }
     validate_harnesses(&raw.harnesses)?;
     Ok(Settings {
         tenant_role_binding: raw.tenant_role_binding,
@@ -311,6 +335,8 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         run_as_user: raw.run_as_user,
         maintenance_interval,
         harnesses: raw.harnesses,
+        qps: raw.qps,
+        burst: raw.burst,
     })
 }
 

@@ -293,3 +293,36 @@ fn clients_build_from_every_kind_of_credential() {
         super::super::connection::ConnectionErrorKind::Io
     );
 }
+
+#[test]
+fn the_rate_limiter_lets_a_burst_through_then_spaces_requests_at_qps() {
+    let limiter = RateLimiter::new(10.0, 2);
+    let t0 = Instant::now();
+    // The burst goes at once; each next request waits a tenth of a second more.
+    let waits: Vec<Duration> = (0..5).map(|_| limiter.reserve(t0)).collect();
+    let ms: Vec<u128> = waits.iter().map(|w| w.as_millis()).collect();
+    assert_eq!(ms, vec![0, 0, 100, 200, 300]);
+    // An idle second refills the bucket to its burst, never beyond.
+    let later = t0 + Duration::from_secs(5);
+    let ms: Vec<u128> = (0..3).map(|_| limiter.reserve(later).as_millis()).collect();
+    assert_eq!(ms, vec![0, 0, 100]);
+}
+
+#[test]
+fn the_rate_limiter_queues_concurrent_callers_in_order() {
+    let limiter = std::sync::Arc::new(RateLimiter::new(100.0, 1));
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let limiter = limiter.clone();
+            std::thread::spawn(move || limiter.reserve(t0))
+        })
+        .collect();
+    let mut waits: Vec<u128> = threads
+        .into_iter()
+        .map(|t| t.join().unwrap().as_millis())
+        .collect();
+    waits.sort();
+    // No two callers share a slot: 0, 10, 20, … ms.
+    assert_eq!(waits, (0..8).map(|i| i * 10).collect::<Vec<u128>>());
+}
