@@ -333,6 +333,10 @@ pub enum ComputeErrorKind {
     Draining,
     /// The driver refuses the request for good, with a stable code.
     Permanent(String),
+    /// The request cannot succeed until something outside the worker changes (a ResourceQuota
+    /// used up): the work waits with this pending code, refunding the attempt, within the
+    /// convergence deadline (revision work), or retries within its budget (other work).
+    Pending(&'static str),
     /// The pass was cancelled at an HTTP boundary.
     Cancelled(Cancelled),
 }
@@ -431,6 +435,14 @@ pub struct ComputeError {
 }
 
 impl ComputeError {
+    /// A wait on something outside the worker, with its pending code.
+    pub fn pending(code: &'static str, class: &'static str, status: Option<u16>) -> ComputeError {
+        ComputeError {
+            kind: ComputeErrorKind::Pending(code),
+            ..ComputeError::transient(class, status)
+        }
+    }
+
     pub fn transient(class: &'static str, status: Option<u16>) -> ComputeError {
         ComputeError {
             kind: ComputeErrorKind::TransientDependency,
@@ -585,6 +597,7 @@ impl fmt::Display for ComputeError {
             ComputeErrorKind::Retryable => write!(f, "compute request failed")?,
             ComputeErrorKind::Draining => write!(f, "compute stop still draining")?,
             ComputeErrorKind::Permanent(code) => write!(f, "compute refused: {code}")?,
+            ComputeErrorKind::Pending(code) => write!(f, "compute pending: {code}")?,
             ComputeErrorKind::Cancelled(c) => write!(f, "{c}")?,
         }
         write!(f, " (class {}", self.class)?;

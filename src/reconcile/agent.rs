@@ -358,6 +358,11 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
             report.dependency_failure = true;
             report
         }
+        // A used-up quota: revision work waits with the driver's pending code (R5), within the
+        // deadline and refunding the attempt; other work retries within its budget.
+        ComputeErrorKind::Pending(code) if revision_work => {
+            Report::pending(code, readiness_recheck(pass.age()))
+        }
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
         _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
     };

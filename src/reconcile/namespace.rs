@@ -326,22 +326,33 @@ impl Reconciler for NamespaceReconciler {
             Ok(observation) => observation,
             // Namespace work has no convergence deadline to bound a wait on a failing
             // dependency: it keeps its attempt budget (seed 004 403-411, 2488-2493).
-            Err(e) => {
-                let report = match e.kind() {
-                    ComputeErrorKind::Cancelled(_) => return Err(e.into()),
-                    ComputeErrorKind::Permanent(code) => {
-                        Report::permanent(if compute::is_code(code) {
-                            code
-                        } else {
-                            "COMPUTE_REFUSED"
-                        })
-                    }
-                    ComputeErrorKind::TransientDependency
-                    | ComputeErrorKind::Retryable
-                    | ComputeErrorKind::Draining => Report::retry("DEPENDENCY_UNAVAILABLE"),
-                };
-                return Ok(report.at(step).with_compute_error(&e));
-            }
+            // A wait on something outside the worker (a used-up quota) is an incomplete
+            // observation with that pending reason, deferred and audited like any other.
+            Err(e) => match e.kind() {
+                ComputeErrorKind::Pending(code) => compute::NamespaceObservation {
+                    namespace_id: namespace.id.clone(),
+                    complete: false,
+                    failure: None,
+                    pending_reason: Some(code.to_string()),
+                    reason: None,
+                },
+                ComputeErrorKind::Cancelled(_) => return Err(e.into()),
+                ComputeErrorKind::Permanent(code) => {
+                    let code = if compute::is_code(code) {
+                        code
+                    } else {
+                        "COMPUTE_REFUSED"
+                    };
+                    return Ok(Report::permanent(code).at(step).with_compute_error(&e));
+                }
+                ComputeErrorKind::TransientDependency
+                | ComputeErrorKind::Retryable
+                | ComputeErrorKind::Draining => {
+                    return Ok(Report::retry("DEPENDENCY_UNAVAILABLE")
+                        .at(step)
+                        .with_compute_error(&e));
+                }
+            },
         };
         if !compute::valid_namespace_observation(&observation, &namespace.id) {
             return Ok(Report::permanent("INVALID_DRIVER_OBSERVATION"));

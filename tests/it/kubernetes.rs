@@ -1313,6 +1313,46 @@ fn r10_a_503_defers_as_dependency_unavailable_and_refunds_the_attempt() {
     assert!(w.kube.fake.requests().iter().any(|r| r.status == 503));
 }
 
+// Only an authorization refusal is permanent (seed 004 200, 2488-2493): a 403 from a used-up
+// ResourceQuota (here on the Harness claim) defers the deployment with
+// NAMESPACE_QUOTA_EXCEEDED, refunding the attempt, and it activates once the quota allows.
+#[test]
+fn r10_a_quota_403_is_pending_not_a_permanent_refusal() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/persistentvolumeclaims"),
+        times: 2,
+        action: Action::QuotaExceeded,
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    let evidence = evidence(&mut c, &rkey(&rev));
+    assert_eq!(
+        evidence[..2],
+        [
+            "deferred:NAMESPACE_QUOTA_EXCEEDED".to_string(),
+            "deferred:NAMESPACE_QUOTA_EXCEEDED".to_string()
+        ],
+        "{evidence:?}"
+    );
+    assert_eq!(attempts, 1, "the quota passes spent no attempt");
+    let refused = w
+        .kube
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.status == 403)
+        .count();
+    assert_eq!(refused, 2);
+}
+
 #[test]
 fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
     let w = agent_world();

@@ -614,6 +614,8 @@ pub fn path_template(path: &str) -> String {
 /// The documented kinds of Kubernetes request errors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KubeErrorKind {
+    /// 403 because a ResourceQuota of the namespace is used up: waits, never an RBAC denial.
+    QuotaExceeded,
     /// 409 with reason `AlreadyExists`: a create found the object.
     AlreadyExists,
     /// 409 otherwise: a stale `resourceVersion` or a concurrent change.
@@ -648,6 +650,7 @@ impl KubeErrorKind {
     fn as_str(&self) -> &'static str {
         match self {
             KubeErrorKind::AlreadyExists => "already exists",
+            KubeErrorKind::QuotaExceeded => "quota exceeded",
             KubeErrorKind::Conflict => "conflict",
             KubeErrorKind::NamespaceTerminating => "namespace terminating",
             KubeErrorKind::Forbidden => "forbidden",
@@ -773,6 +776,9 @@ impl KubeError {
             | KubeErrorKind::Other => ComputeError::retryable(CLASS, status),
             KubeErrorKind::Forbidden => {
                 ComputeError::permanent("KUBERNETES_FORBIDDEN", CLASS, status)
+            }
+            KubeErrorKind::QuotaExceeded => {
+                ComputeError::pending("NAMESPACE_QUOTA_EXCEEDED", CLASS, status)
             }
             KubeErrorKind::Unauthorized => {
                 ComputeError::permanent("KUBERNETES_UNAUTHORIZED", CLASS, status)
@@ -916,6 +922,10 @@ fn transport_class(error: &ureq::Error) -> &'static str {
 struct StatusBody {
     #[serde(default)]
     reason: Option<String>,
+    /// Read only to tell a quota refusal from an authorization one (the API server says
+    /// `exceeded quota` in it and nowhere else); never logged, stored or returned.
+    #[serde(default)]
+    message: Option<String>,
     #[serde(default)]
     details: Option<StatusDetails>,
 }
@@ -960,8 +970,14 @@ pub fn classify(status: u16, body: &[u8]) -> KubeErrorKind {
                 || causes
                     .iter()
                     .any(|c| c.reason.as_deref() == Some("NamespaceTerminating"));
+            let quota = parsed
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("exceeded quota"));
             if terminating {
                 KubeErrorKind::NamespaceTerminating
+            } else if quota {
+                KubeErrorKind::QuotaExceeded
             } else {
                 KubeErrorKind::Forbidden
             }

@@ -103,6 +103,18 @@ const KNOWN_LIMIT: usize = 50_000;
 /// A request failure as a Compute error: 403 names the resource, everything else follows
 /// `KubeError::into_compute`.
 fn fail(e: KubeError, resource: &str) -> ComputeError {
+    if *e.kind() == KubeErrorKind::QuotaExceeded {
+        // Only an authorization refusal is the operator's to fix for good: a used-up quota
+        // waits (seed 004 200, 2488-2493), with the Pods' own code when Pods are refused.
+        let code = if resource == "pods" {
+            "NAMESPACE_POD_QUOTA_EXCEEDED"
+        } else {
+            "NAMESPACE_QUOTA_EXCEEDED"
+        };
+        return ComputeError::pending(code, "kubernetes", e.status())
+            .with_reason("Forbidden")
+            .with_request(e.diagnostic());
+    }
     if *e.kind() == KubeErrorKind::Forbidden {
         let code = format!(
             "KUBERNETES_FORBIDDEN_{}",

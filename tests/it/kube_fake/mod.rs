@@ -109,6 +109,9 @@ pub enum Action {
     Latency(Duration),
     /// Carry the request out, then never answer: an answer lost on the way back.
     ApplyThenStall,
+    /// Answer 403 as the ResourceQuota admission plugin does (`exceeded quota` in a Forbidden
+    /// Status).
+    QuotaExceeded,
 }
 
 /// A failure-injection rule, consumed after `times` matching requests.
@@ -633,6 +636,14 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
             return None;
         }
         Some(Action::Latency(d)) if shared.stop.wait(d) => return None,
+        Some(Action::QuotaExceeded) => {
+            record(403);
+            let e = ApiError::plain(
+                403,
+                "persistentvolumeclaims \"x\" is forbidden: exceeded quota: storage, requested: requests.storage=1Gi, used: requests.storage=10Gi, limited: requests.storage=10Gi",
+            );
+            return Some((403, vec![], e.body));
+        }
         Some(Action::Status(code)) => {
             record(code);
             let e = ApiError::plain(code, &format!("injected failure {code}"));
