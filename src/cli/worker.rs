@@ -183,7 +183,10 @@ fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
     let client = Client::new(connection)
         .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?
         .with_request_timeout(config.compute_request_timeout);
-    Ok(KubernetesDriver::new(client, settings))
+    Ok(
+        KubernetesDriver::new(client, settings)
+            .with_convergence_timeout(config.convergence_timeout),
+    )
 }
 
 pub fn check(globals: &Globals) -> Result<(), CliError> {

@@ -1078,6 +1078,48 @@ fn r5_an_unknown_runtime_failure_is_kept_as_evidence_for_the_deadline() {
     assert_eq!(data["runtimeFailure"]["container"], "harness");
 }
 
+// R5 (seed 004 5756-5800, 5832-5846): a rollout the Deployment controller gave up on
+// (ProgressDeadlineExceeded) is a pending observation until the worker's own deadline, which
+// fails it with the evidence; the candidate is kept, not stopped as a refused one. The driver
+// writes progressDeadlineSeconds a minute past the convergence deadline.
+#[test]
+fn r5_a_rollout_kubernetes_gave_up_on_waits_for_the_workers_deadline() {
+    let w = agent_world();
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube
+        .fake
+        .set_deployment_behaviour(NS1, &name, PodBehaviour::ProgressDeadlineExceeded);
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let opts = Opts {
+        convergence: Duration::from_secs(3),
+        ..Opts::default()
+    };
+    run_with(&w.db, w.kube.driver.clone(), opts, quiet);
+    let (state, code, data, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    let data = data.expect("result data");
+    assert_eq!(data["timeoutMs"], 3000);
+    assert_eq!(data["runtimeFailure"]["code"], "PROGRESS_DEADLINE_EXCEEDED");
+    assert!(
+        evidence(&mut c, &rkey(&rev))
+            .iter()
+            .any(|e| e == "deferred:REVISION_INCOMPLETE"),
+        "{:?}",
+        evidence(&mut c, &rkey(&rev))
+    );
+    // Kept as it is: not scaled down as a refused candidate.
+    let workload = deployment(&w, &name).expect("the Deployment is kept");
+    assert_eq!(workload["spec"]["replicas"], 1);
+    assert_eq!(
+        workload["spec"]["progressDeadlineSeconds"],
+        occ_worker::compute::kubernetes::manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS
+    );
+}
+
 #[test]
 fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     let w = agent_world();

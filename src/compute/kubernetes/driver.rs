@@ -91,6 +91,8 @@ pub struct KubernetesDriver {
     /// Agent's ServiceAccount, Service and Harness claim are not read again on every pass,
     /// and an unknown object is created first (read only when it already exists).
     known: Mutex<HashMap<String, Instant>>,
+    /// The workloads' `progressDeadlineSeconds`: past the worker's convergence deadline.
+    progress_deadline_seconds: u64,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -137,11 +139,8 @@ fn draining() -> ComputeError {
     ComputeError::draining("kubernetes_pods_terminating").with_reason("PodsTerminating")
 }
 
-/// The Deployment controller gave up on a rollout (`ProgressDeadlineExceeded`).
-fn rollout_failed() -> ComputeError {
-    ComputeError::permanent("REVISION_ROLLOUT_FAILED", "kubernetes", None)
-        .with_reason("ProgressDeadlineExceeded")
-}
+/// The runtime-failure evidence of a rollout the Deployment controller gave up on.
+const PROGRESS_DEADLINE_EXCEEDED: &str = "PROGRESS_DEADLINE_EXCEEDED";
 
 /// An observation of `revision` with nothing to report but readiness.
 fn observation(revision: &RevisionSpec, ready: bool) -> RevisionObservation {
@@ -175,6 +174,18 @@ impl KubernetesDriver {
             settings,
             namespaces: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
+            progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
+        }
+    }
+
+    /// The same driver for a worker whose convergence deadline is `timeout`: Kubernetes is told
+    /// to give up on a rollout a minute after the worker would, so a slow pull or a pending
+    /// Pod stays a pending observation until the worker's own deadline decides (seed 004
+    /// 5756-5800). Bounded by the field's int32 range.
+    pub fn with_convergence_timeout(self, timeout: Duration) -> KubernetesDriver {
+        KubernetesDriver {
+            progress_deadline_seconds: (timeout.as_secs() + 60).min(i32::MAX as u64),
+            ..self
         }
     }
 
@@ -439,7 +450,13 @@ impl KubernetesDriver {
             .to_string();
         let namespace =
             self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
-        let desired = manifests::workload(revision, &namespace, &image, &self.settings)?;
+        let desired = manifests::workload(
+            revision,
+            &namespace,
+            &image,
+            &self.settings,
+            self.progress_deadline_seconds,
+        )?;
         Ok((namespace, desired))
     }
 
@@ -949,7 +966,18 @@ impl ComputeDriver for KubernetesDriver {
         }
         let workload = self.run_workload(revision, &namespace, &desired, cancel)?;
         match observe::rollout(&workload) {
-            Rollout::Failed => return Err(rollout_failed()),
+            // A rollout Kubernetes gave up on (`ProgressDeadlineExceeded`, a Deployment written
+            // with a shorter deadline) is kept and observed like any unready one: the worker's
+            // convergence deadline decides, with the evidence (seed 004 5756-5800, 5832-5846).
+            Rollout::Failed => {
+                let mut unready = self.unready(revision, &namespace, cancel)?;
+                if unready.runtime_failure.is_none() {
+                    unready.runtime_failure = Some(crate::compute::RuntimeFailure::new(
+                        PROGRESS_DEADLINE_EXCEEDED,
+                    ));
+                }
+                return Ok(unready);
+            }
             Rollout::Progressing => return self.unready(revision, &namespace, cancel),
             Rollout::Complete => {}
         }
@@ -979,8 +1007,7 @@ impl ComputeDriver for KubernetesDriver {
             let (namespace, desired) = self.desired_workload(revision, cancel)?;
             let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
             match observe::rollout(&gateway) {
-                Rollout::Failed => return Err(rollout_failed()),
-                Rollout::Progressing => {
+                Rollout::Failed | Rollout::Progressing => {
                     return Err(ComputeError::transient("kubernetes_gateway_rollout", None)
                         .with_reason("RolloutPending"))
                 }

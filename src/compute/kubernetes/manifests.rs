@@ -214,11 +214,19 @@ pub fn gateway_name(agent_id: &str) -> String {
 /// The Deployment running a revision: revision-specific for a dedicated harness, the Agent's
 /// shared gateway for an embedded one. Both use the Recreate strategy (the dedicated Harness
 /// claim is ReadWriteOnce; the gateway is one per Agent).
+/// The Deployment controller's own deadline when the driver is told none: the worker's default
+/// convergence deadline (900 s) and a minute.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 960;
+
+/// The revision's Deployment (dedicated) or the Agent's gateway (embedded). Its
+/// `progressDeadlineSeconds` is past the worker's convergence deadline, so Kubernetes never
+/// gives up on a rollout the worker still waits for (seed 004 5756-5800).
 pub fn workload(
     revision: &RevisionSpec,
     namespace: &str,
     image: &str,
     settings: &Settings,
+    progress_deadline_seconds: u64,
 ) -> Result<Value, ComputeError> {
     let dedicated = revision.harness_mode == "dedicated";
     let agent = agent_of(revision);
@@ -280,6 +288,7 @@ pub fn workload(
         "metadata": {"name": name, "namespace": namespace, "labels": labels.clone()},
         "spec": {
             "replicas": 1,
+            "progressDeadlineSeconds": progress_deadline_seconds,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector},
             "template": {
@@ -453,7 +462,7 @@ mod tests {
         r.harness_secret = None;
         r.managed_account = ManagedAccountAuth::from_harness_auth(&auth);
         r.harness_auth = Some(auth);
-        let d = workload(&r, "occ-ns1", "img", &settings()).unwrap();
+        let d = workload(&r, "occ-ns1", "img", &settings(), 960).unwrap();
         let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
             .unwrap();
@@ -469,12 +478,12 @@ mod tests {
         assert!(env.iter().all(|e| e["name"] != "OCC_HARNESS_API_KEY"));
         // A legacy snapshot without its credential never reaches a workload.
         r.managed_account.as_mut().unwrap().credential = None;
-        assert!(workload(&r, "occ-ns1", "img", &settings()).is_err());
+        assert!(workload(&r, "occ-ns1", "img", &settings(), 960).is_err());
     }
 
     #[test]
     fn workloads_are_hardened_and_reference_secrets_only() {
-        let d = workload(&revision(), "occ-ns1", "registry/codex:1", &settings()).unwrap();
+        let d = workload(&revision(), "occ-ns1", "registry/codex:1", &settings(), 960).unwrap();
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(pod["automountServiceAccountToken"], false);
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -505,7 +514,7 @@ mod tests {
     fn a_secret_outside_the_agents_namespace_is_refused() {
         let mut r = revision();
         r.secrets[0].backend_ref = "kube-system/tok/value".into();
-        let e = workload(&r, "occ-ns1", "img", &settings()).unwrap_err();
+        let e = workload(&r, "occ-ns1", "img", &settings(), 960).unwrap_err();
         assert_eq!(
             e.kind(),
             &crate::compute::ComputeErrorKind::Permanent(

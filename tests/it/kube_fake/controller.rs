@@ -69,7 +69,7 @@ pub fn tick_namespace(
         replica_set_status(store, &rs);
     }
     for deployment in store.all("deployments", ns) {
-        deployment_status(store, &deployment);
+        deployment_status(store, &deployment, behaviours);
     }
     for service in store.all("services", ns) {
         endpoint_slice(store, &service);
@@ -478,7 +478,9 @@ fn kubelet_status(
             }});
             scheduled(pod, "Running", false, terminated.clone(), terminated, 1)
         }
-        PodBehaviour::NeverReady => scheduled(pod, "Running", false, running, none, 0),
+        PodBehaviour::NeverReady | PodBehaviour::ProgressDeadlineExceeded => {
+            scheduled(pod, "Running", false, running, none, 0)
+        }
         PodBehaviour::Ready | PodBehaviour::QuotaExceeded | PodBehaviour::Unschedulable => {
             scheduled(pod, "Running", true, running, none, 0)
         }
@@ -596,7 +598,7 @@ fn count_pods(store: &Store, deployment: &Value, new_name: &str) -> Counts {
 }
 
 /// Deployment status as the real controller reports it (zero counts omitted).
-fn deployment_status(store: &mut Store, deployment: &Value) {
+fn deployment_status(store: &mut Store, deployment: &Value, behaviours: &Behaviours) {
     let ns = meta(deployment, "namespace");
     let name = meta(deployment, "name");
     let Some(deployment) = store.shared(resource("deployments"), ns, name) else {
@@ -652,6 +654,14 @@ fn deployment_status(store: &mut Store, deployment: &Value) {
                 true,
                 "NewReplicaSetAvailable",
                 &format!("ReplicaSet \"{new_name}\" has successfully progressed."),
+            )
+        } else if behaviour_for(behaviours, ns, name) == PodBehaviour::ProgressDeadlineExceeded {
+            condition(
+                &deployment,
+                "Progressing",
+                false,
+                "ProgressDeadlineExceeded",
+                &format!("ReplicaSet \"{new_name}\" has timed out progressing."),
             )
         } else {
             condition(

@@ -73,6 +73,10 @@ pub enum PodBehaviour {
     HeldFailure(String),
     /// Running, never ready.
     NeverReady,
+    /// Running, never ready, and the Deployment controller has given up on the rollout: its
+    /// `Progressing` condition is False with reason `ProgressDeadlineExceeded`, as once
+    /// `progressDeadlineSeconds` passed without progress.
+    ProgressDeadlineExceeded,
 }
 
 /// How a kubeconfig written by the fake authenticates.
