@@ -335,7 +335,8 @@ pub fn stop_yield_recheck(age: Duration) -> Duration {
 }
 
 /// What a Compute failure becomes. A draining stop yields: pending `AGENT_STOP_YIELDED`
-/// without spending the attempt and exempt from the deadline (SPEC Z5). A transient dependency
+/// without spending the attempt, exempt from the deadline until the work reaches it, then a
+/// dependency retry within the budget (SPEC Z5, seed 004 2701-2712). A transient dependency
 /// failure of revision work waits within the convergence deadline without spending attempts
 /// (R10); Namespace, Agent stop and delete work have no deadline to bound such a wait, so they
 /// keep their attempt budget and retry `DEPENDENCY_UNAVAILABLE` (seed 004 403-411, 2696-2700,
@@ -349,6 +350,7 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
         ComputeErrorKind::Draining => {
             let mut report = Report::pending("AGENT_STOP_YIELDED", stop_yield_recheck(pass.age()));
             report.deadline_exempt = true;
+            report.stop_yield = true;
             report.record_evidence = false;
             report
         }

@@ -161,6 +161,10 @@ pub struct Report {
     /// The pending outcome is a wait the convergence deadline does not bound: a draining stop
     /// (SPEC Z5) and any deferral of Agent stop or delete work (seed 004 403-411).
     pub deadline_exempt: bool,
+    /// The pending outcome is a draining stop's yield (SPEC Z5): exempt from the deadline
+    /// while the work is younger than it; past it, a dependency retry within the attempt
+    /// budget, so a drain that never ends cannot hold the lane forever (seed 004 2701-2712).
+    pub stop_yield: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
     /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
@@ -187,6 +191,7 @@ impl Report {
             runtime_failure: None,
             dependency_failure: false,
             deadline_exempt: false,
+            stop_yield: false,
             record_evidence: true,
             failure: Failure::default(),
             facts: Facts::Plain,
@@ -571,6 +576,23 @@ pub fn resolve(
 ) -> Report {
     let deadline_applies = report.refusal.is_none() && !report.deadline_exempt;
     match report.outcome {
+        // A stop still draining when the work reaches the deadline stops yielding: it retries
+        // as a failing dependency, spending the attempt, and fails at the budget's end.
+        Outcome::Pending { .. } if report.stop_yield && age >= convergence_timeout => {
+            let outcome = if attempt >= max_attempts {
+                Outcome::Permanent
+            } else {
+                Outcome::Retry
+            };
+            Report {
+                outcome,
+                code: "DEPENDENCY_UNAVAILABLE".into(),
+                record_evidence: true,
+                stop_yield: false,
+                deadline_exempt: false,
+                ..report
+            }
+        }
         // A refused candidate whose stop is still pending keeps waiting past the deadline:
         // the work never ends with the refused candidate running (R9). Its failure is
         // published once the stop succeeds.
@@ -762,18 +784,44 @@ mod tests {
     }
 
     #[test]
-    fn a_draining_stop_outlives_the_deadline() {
-        // SPEC Z5 (seed 004 2701-2732): a stop yield is exempt from the deadline.
+    fn a_draining_stop_yields_before_the_deadline_and_retries_within_the_budget_after() {
+        // SPEC Z5 (seed 004 2701-2712): a stop yield is pending while the work is younger than
+        // the deadline; past it, a dependency retry that spends the attempt, and a failure at
+        // the budget's end, so the lane moves on.
         let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));
         report.deadline_exempt = true;
-        let r = resolve(
+        report.stop_yield = true;
+        report.record_evidence = false;
+        let young = resolve(
             report.clone(),
             1,
+            5,
+            Duration::from_secs(4),
+            Duration::from_secs(5),
+        );
+        assert_eq!(young, report);
+        let old = resolve(
+            report.clone(),
+            2,
             5,
             Duration::from_secs(10),
             Duration::from_secs(5),
         );
-        assert_eq!(r, report);
+        assert_eq!(
+            (old.outcome, old.code.as_str(), old.record_evidence),
+            (Outcome::Retry, "DEPENDENCY_UNAVAILABLE", true)
+        );
+        let last = resolve(
+            report,
+            5,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            (last.outcome, last.code.as_str()),
+            (Outcome::Permanent, "DEPENDENCY_UNAVAILABLE")
+        );
     }
 
     #[test]

@@ -916,14 +916,42 @@ fn w7_completed_separates_classification_from_the_queue_decision_and_pass_errors
 }
 
 #[test]
-fn a1_a_draining_stop_yields_without_spending_attempts_past_the_deadline() {
-    // SPEC Z5 (seed 004 2686-2692, 3085-3092): a draining stop is pending
-    // `AGENT_STOP_YIELDED`, refunds its attempt, records no evidence and outlives the
-    // convergence deadline.
+fn a1_a_draining_stop_yields_without_spending_attempts_before_the_deadline() {
+    // SPEC Z5 (seed 004 2686-2692, 3085-3092): while the work is younger than the convergence
+    // deadline a draining stop is pending `AGENT_STOP_YIELDED`, refunds its attempt and records
+    // no evidence.
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
     let rev = deployed(&f, &driver);
     for _ in 0..6 {
+        driver.fail(
+            "stop_revision",
+            &rev,
+            ComputeError::draining("kubernetes_pods_terminating"),
+        );
+    }
+    let mut c = f.db.client();
+    let key = stop(&mut c, &f.agent, "admin");
+    run_with(&f.db, driver.clone(), Opts::default(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &key);
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("succeeded", Some("AGENT_STOPPED"), 1)
+    );
+    assert_eq!(evidence(&mut c, &key), vec!["succeeded:AGENT_STOPPED"]);
+    assert_eq!(driver.calls_of("stop_revision").len(), 7);
+}
+
+#[test]
+fn a1_a_stop_that_never_drains_fails_within_the_budget_past_the_deadline() {
+    // Seed 004 2701-2712 (SPEC Z5: "before the work reaches the convergence deadline"): past
+    // the deadline a stop that keeps draining (a Pod stuck Terminating) no longer yields: it
+    // retries as a failing dependency, spending attempts, and fails at the budget's end, so
+    // the Agent's lane moves on.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    let rev = deployed(&f, &driver);
+    for _ in 0..10 {
         driver.fail(
             "stop_revision",
             &rev,
@@ -940,10 +968,17 @@ fn a1_a_draining_stop_yields_without_spending_attempts_past_the_deadline() {
     let (state, code, _, attempts) = work(&mut c, &key);
     assert_eq!(
         (state.as_str(), code.as_deref(), attempts),
-        ("succeeded", Some("AGENT_STOPPED"), 1)
+        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"), 5)
     );
-    assert_eq!(evidence(&mut c, &key), vec!["succeeded:AGENT_STOPPED"]);
-    assert_eq!(driver.calls_of("stop_revision").len(), 7);
+    let evidence = evidence(&mut c, &key);
+    assert_eq!(evidence.len(), 5, "{evidence:?}");
+    assert!(
+        evidence[..4]
+            .iter()
+            .all(|e| e == "retry:DEPENDENCY_UNAVAILABLE"),
+        "{evidence:?}"
+    );
+    assert_eq!(driver.calls_of("stop_revision").len(), 5);
 }
 
 #[test]
