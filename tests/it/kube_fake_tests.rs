@@ -572,6 +572,53 @@ fn quota_refusals_show_on_the_replica_set() {
     assert!(pods_of(&fake, "app-1").is_empty());
 }
 
+// Pod Security admission, as a real API server with `restricted` enforced: a template that
+// breaks the profile gets no Pod, and its ReplicaSet reports FailedCreate naming the checks;
+// a compliant one runs. Namespaces without the label admit anything.
+#[test]
+fn pod_security_restricted_refuses_a_non_compliant_template_on_its_replica_set() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    let (status, _) = client.ok(
+        "POST",
+        "/api/v1/namespaces",
+        Some(&json!({"metadata": {"name": "ns1",
+            "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})),
+    );
+    assert_eq!(status, 201);
+    let plain = deployment("plain", 1, "Recreate", "img:1");
+    assert_eq!(client.ok("POST", DEPLOYMENTS, Some(&plain)).0, 201);
+    let rs = wait_for(Duration::from_secs(5), "FailedCreate", || {
+        fake.objects("replicasets")
+            .into_iter()
+            .find(|rs| condition(rs, "ReplicaFailure").is_some())
+    });
+    let failure = condition(&rs, "ReplicaFailure").unwrap();
+    assert_eq!(failure["reason"], "FailedCreate");
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.contains("violates PodSecurity \"restricted:latest\""),
+        "{message}"
+    );
+    for check in [
+        "allowPrivilegeEscalation",
+        "runAsNonRoot",
+        "seccompProfile",
+        "capabilities",
+    ] {
+        assert!(message.contains(check), "{check}: {message}");
+    }
+    assert!(pods_of(&fake, "plain").is_empty());
+
+    let mut hardened = deployment("hardened", 1, "Recreate", "img:1");
+    hardened["spec"]["template"]["spec"]["securityContext"] =
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
+    hardened["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    assert_eq!(client.ok("POST", DEPLOYMENTS, Some(&hardened)).0, 201);
+    wait_available(&fake, "hardened");
+}
+
 #[test]
 fn held_failures_carry_the_termination_message() {
     let (_fake, pod) = pod_under(PodBehaviour::HeldFailure("CONFIG_INVALID".into()), |p| {

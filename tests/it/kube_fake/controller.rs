@@ -8,7 +8,7 @@
 //! them answers a request.
 
 use super::store::{map_selector_matches, now_stamp, resource, safe_encode, Key, Store, RESOURCES};
-use super::{FakeOptions, PodBehaviour};
+use super::{psa, FakeOptions, PodBehaviour};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -290,7 +290,8 @@ fn roll_out(store: &mut Store, deployment: &Value) {
 }
 
 /// ReplicaSet controller: creates or gracefully deletes pods toward `spec.replicas`; under
-/// `QuotaExceeded` it creates none and reports `ReplicaFailure`.
+/// `QuotaExceeded`, or when Pod Security admission (`restricted` enforced on the namespace)
+/// refuses the template, it creates none and reports `ReplicaFailure` `FailedCreate`.
 fn scale_replica_set(store: &mut Store, rs: &Value, behaviours: &Behaviours) {
     let ns = meta(rs, "namespace");
     let name = meta(rs, "name");
@@ -299,8 +300,30 @@ fn scale_replica_set(store: &mut Store, rs: &Value, behaviours: &Behaviours) {
     let want = replicas(rs);
     let have = live.len() as i64;
     let quota = behaviour_for(behaviours, ns, name) == PodBehaviour::QuotaExceeded;
+    // Pod Security admission refuses the ReplicaSet's pods in a restricted namespace.
+    let enforced = store
+        .lookup(resource("namespaces"), "", ns)
+        .is_some_and(|n| {
+            n["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        });
+    let violations = if have < want && enforced {
+        psa::restricted_violations(&rs["spec"]["template"]["spec"])
+    } else {
+        Vec::new()
+    };
     let mut failure = Value::Null;
-    if have < want && quota {
+    if have < want && !violations.is_empty() {
+        failure = json!({
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": format!(
+                "pods \"{name}-{}\" is forbidden: violates PodSecurity \"restricted:latest\": {}",
+                safe_encode(store.next_random(), 5),
+                violations.join(", ")
+            ),
+        });
+    } else if have < want && quota {
         failure = json!({
             "type": "ReplicaFailure",
             "status": "True",

@@ -21,6 +21,7 @@
 #![allow(dead_code)] // The public API is shared by test modules that each use a subset.
 
 mod controller;
+mod psa;
 mod store;
 pub mod tls;
 
