@@ -1120,6 +1120,44 @@ fn r5_a_rollout_kubernetes_gave_up_on_waits_for_the_workers_deadline() {
     );
 }
 
+// R5: the dedicated Harness claim's binding is part of readiness. A Pod whose claim does not
+// bind (no provisioner answers its StorageClass) stays Unschedulable (`unbound immediate
+// PersistentVolumeClaims`, as the real scheduler says): the revision waits
+// REVISION_UNSCHEDULABLE until the deadline.
+#[test]
+fn r5_an_unbound_harness_claim_keeps_the_revision_unschedulable() {
+    let settings = SETTINGS.replace(
+        r#""qps": 1000,"#,
+        &format!(
+            r#""harnessClaim": {{"storageClassName": "{}"}}, "qps": 1000,"#,
+            crate::kube_fake::UNBOUND_STORAGE_CLASS
+        ),
+    );
+    let w = agent_world_with(FakeOptions::default(), &settings);
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let opts = Opts {
+        convergence: Duration::from_secs(3),
+        ..Opts::default()
+    };
+    run_with(&w.db, w.kube.driver.clone(), opts, quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
+    );
+    assert!(
+        evidence(&mut c, &rkey(&rev))
+            .iter()
+            .any(|e| e == "deferred:REVISION_UNSCHEDULABLE"),
+        "{:?}",
+        evidence(&mut c, &rkey(&rev))
+    );
+    let claims = agent_objects(&w, "persistentvolumeclaims");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["status"]["phase"], "Pending");
+}
+
 #[test]
 fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     let w = agent_world();

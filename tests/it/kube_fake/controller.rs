@@ -1,7 +1,9 @@
 //! The fake API server's controllers (test-only), advanced by one `tick` every ~20 ms:
 //! namespace termination, garbage collection by ownerReferences, the deployment controller
 //! (one ReplicaSet per pod template, Recreate and RollingUpdate), the ReplicaSet controller
-//! (pods, quota refusals), a kubelet stand-in (pod phases per `PodBehaviour`, graceful pod
+//! (pods, quota refusals, Pod Security admission), the persistent-volume controller (claims
+//! bind unless their class never does), a scheduler and kubelet stand-in (pods waiting for an
+//! unbound claim stay Unschedulable; otherwise pod phases per `PodBehaviour`, graceful pod
 //! termination), and the EndpointSlice controller.
 //!
 //! Each step reads the store and writes only what changed, as the real controllers do; none of
@@ -61,6 +63,9 @@ pub fn tick_namespace(
     }
     for rs in store.all("replicasets", ns) {
         scale_replica_set(store, &rs, behaviours);
+    }
+    for claim in store.all("persistentvolumeclaims", ns) {
+        bind_claim(store, &claim);
     }
     for pod in store.all("pods", ns) {
         run_pod(store, &pod, opts, behaviours, now);
@@ -383,6 +388,40 @@ fn create_pod(store: &mut Store, rs: &Value) {
 }
 
 /// The kubelet stand-in: a pod's status after `pod_start`, as its behaviour dictates.
+/// A StorageClass whose claims never bind (no provisioner answers), for tests of an unbound
+/// claim; every other claim binds at once, as a default provisioner with Immediate binding.
+pub const UNBOUND_STORAGE_CLASS: &str = "occ-test-unbound";
+
+/// The persistent-volume controller: binds a claim unless its class never binds.
+fn bind_claim(store: &mut Store, claim: &Value) {
+    let phase = if claim["spec"]["storageClassName"] == UNBOUND_STORAGE_CLASS {
+        "Pending"
+    } else {
+        "Bound"
+    };
+    if claim["status"]["phase"] != phase {
+        let mut claim = claim.clone();
+        claim["status"] = json!({"phase": phase});
+        store.write(resource("persistentvolumeclaims"), claim);
+    }
+}
+
+/// Whether a pod mounts a claim that is not bound (or does not exist): the scheduler leaves it
+/// Pending, `unbound immediate PersistentVolumeClaims`.
+fn waits_for_a_claim(store: &Store, pod: &Value) -> bool {
+    let ns = meta(pod, "namespace");
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .any(|claim| {
+            store
+                .lookup(resource("persistentvolumeclaims"), ns, claim)
+                .is_none_or(|c| c["status"]["phase"] != "Bound")
+        })
+}
+
 fn run_pod(
     store: &mut Store,
     pod: &Value,
@@ -399,7 +438,16 @@ fn run_pod(
         .map(|(t, _)| now.duration_since(*t))
         .unwrap_or(Duration::MAX);
     let behaviour = behaviour_for(behaviours, meta(pod, "namespace"), meta(pod, "name"));
-    let status = kubelet_status(pod, &behaviour, age, opts.pod_start);
+    let status = if waits_for_a_claim(store, pod) {
+        json!({
+            "phase": "Pending",
+            "conditions": [pod_condition("PodScheduled", false, "Unschedulable",
+                "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")],
+            "qosClass": "Burstable",
+        })
+    } else {
+        kubelet_status(pod, &behaviour, age, opts.pod_start)
+    };
     if pod["status"] != status {
         let mut pod = pod.clone();
         pod["status"] = status;

@@ -21,6 +21,8 @@
 #![allow(dead_code)] // The public API is shared by test modules that each use a subset.
 
 mod controller;
+#[allow(unused_imports)] // The rollout bench shares this module and binds every claim.
+pub use controller::UNBOUND_STORAGE_CLASS;
 mod psa;
 mod store;
 pub mod tls;
