@@ -225,6 +225,17 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 Harness::Openclaw => "openclaw",
             };
             let mode = a.mode.as_str();
+            // A production installation runs dedicated Codex and embedded OpenClaw only
+            // (seed000:11, 25, 44); its workers would fail any other pair.
+            let production =
+                std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
+            if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&(harness, mode)) {
+                return Err(CliError::config(format!(
+                    "--harness {harness} --mode {mode} is refused in production \
+                     (OCC_WORKER_MODE=production): production runs --harness codex --mode dedicated \
+                     and --harness openclaw --mode embedded only"
+                )));
+            }
             call(
                 globals,
                 "agent deploy",

@@ -7,7 +7,7 @@ use occ_worker::compute::kubernetes::{
     client::Client, connection, settings::Settings, KubernetesDriver,
 };
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
-use occ_worker::config::{Config, DriverKind};
+use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::events::Events;
 use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
@@ -183,10 +183,9 @@ fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
     let client = Client::new(connection)
         .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?
         .with_request_timeout(config.compute_request_timeout);
-    Ok(
-        KubernetesDriver::new(client, settings)
-            .with_convergence_timeout(config.convergence_timeout),
-    )
+    Ok(KubernetesDriver::new(client, settings)
+        .with_convergence_timeout(config.convergence_timeout)
+        .with_production(config.mode == Mode::Production))
 }
 
 pub fn check(globals: &Globals) -> Result<(), CliError> {

@@ -616,6 +616,10 @@ impl fmt::Display for ComputeError {
 
 impl std::error::Error for ComputeError {}
 
+/// The (harness id, mode) pairs a production worker runs (seed000:11, 25, 44).
+pub const PRODUCTION_HARNESSES: [(&str, &str); 2] =
+    [("codex", "dedicated"), ("openclaw", "embedded")];
+
 /// The Compute Driver contract. Every call takes the pass's cancellation token and stops at
 /// the next HTTP boundary once it is cancelled. Calls are idempotent: a pass may run again
 /// after a lost lease.
@@ -697,6 +701,12 @@ pub trait ComputeDriver: Send + Sync {
     }
     /// Whether every earlier runtime must be stopped before this revision is prepared (R8).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool;
+    /// Whether this driver runs a harness id in a mode at all: a pure check, no request. A
+    /// production Kubernetes worker runs dedicated `codex` and embedded `openclaw` only
+    /// (seed000:11, 25, 44).
+    fn accepts_harness(&self, _harness_id: &str, _mode: &str) -> bool {
+        true
+    }
     /// The maintenance interval for active revisions, if the driver wants one (R11).
     fn maintenance_interval(&self) -> Option<Duration> {
         None

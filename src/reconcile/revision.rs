@@ -248,6 +248,15 @@ impl RevisionReconciler {
         if approved.as_deref() != Some(revision.harness_version.as_str()) {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
         }
+        // A production worker runs dedicated Codex and embedded OpenClaw only (seed000:11, 25,
+        // 44): any other pair admitted earlier fails here, before any Compute effect.
+        if !pass
+            .ctx
+            .compute
+            .accepts_harness(&revision.harness_id, &revision.harness_mode)
+        {
+            return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
+        }
         if !revision.owned_by(pass) {
             return Ok(Some(Report::permanent("COMPUTE_DRIVER_MISMATCH")));
         }

@@ -718,3 +718,42 @@ fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
+
+// Seed000:11, 25, 44: with OCC_WORKER_MODE=production the CLI admits dedicated Codex and
+// embedded OpenClaw only; any other pair is refused before anything is written (exit 2).
+#[test]
+fn production_admits_dedicated_codex_and_embedded_openclaw_only() {
+    let db = team_b();
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "admin",
+        "agent",
+        "deploy",
+        "team-b",
+        "helper",
+        "--actor",
+        "admin",
+        "--configuration",
+        "cfg",
+        "--harness",
+        "codex",
+        "--mode",
+        "embedded",
+        "--harness-secret",
+        "key",
+        "--compute-id",
+        "kubernetes",
+    ])
+    .env("OCC_DATABASE_URL", &db.url)
+    .env("OCC_WORKER_MODE", "production")
+    .env("OCC_WORKER_DB_TIMEOUT_MS", "3000");
+    let out = cmd.output().expect("run occ-worker");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "occ-worker: --harness codex --mode embedded is refused in production (OCC_WORKER_MODE=production): production runs --harness codex --mode dedicated and --harness openclaw --mode embedded only\n"
+    );
+    let revisions: i64 =
+        crate::support::scalar(&mut db.client(), "SELECT count(*) FROM occ.agent_revisions");
+    assert_eq!(revisions, 0);
+}

@@ -1158,6 +1158,40 @@ fn r5_an_unbound_harness_claim_keeps_the_revision_unschedulable() {
     assert_eq!(claims[0]["status"]["phase"], "Pending");
 }
 
+// Seed000:11, 25, 44: a production worker runs dedicated Codex and embedded OpenClaw only. A
+// revision of another pair admitted earlier fails with HARNESS_DESCRIPTOR_MISMATCH before any
+// Compute effect; the allowed pairs deploy as before.
+#[test]
+fn r2_production_runs_dedicated_codex_and_embedded_openclaw_only() {
+    let w = agent_world();
+    let kubeconfig = w
+        .kube
+        .fake
+        .write_kubeconfig(&w.kube.dir.0, KubeconfigAuth::Token);
+    let production = Arc::new(driver_from(&kubeconfig, SETTINGS).with_production(true));
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "embedded", "admin");
+    w.kube.fake.clear_requests();
+    run_until(&w.db, production.clone(), quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
+    );
+    assert!(
+        w.kube.writes().is_empty(),
+        "{:?}",
+        methods(&w.kube.writes())
+    );
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, production, quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+}
+
 #[test]
 fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     let w = agent_world();

@@ -93,6 +93,8 @@ pub struct KubernetesDriver {
     known: Mutex<HashMap<String, Instant>>,
     /// The workloads' `progressDeadlineSeconds`: past the worker's convergence deadline.
     progress_deadline_seconds: u64,
+    /// A production worker's driver runs `PRODUCTION_HARNESSES` only.
+    production: bool,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -175,7 +177,14 @@ impl KubernetesDriver {
             namespaces: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
+            production: false,
         }
+    }
+
+    /// The same driver for a production worker: it runs dedicated `codex` and embedded
+    /// `openclaw` only (`accepts_harness`).
+    pub fn with_production(self, production: bool) -> KubernetesDriver {
+        KubernetesDriver { production, ..self }
     }
 
     /// The same driver for a worker whose convergence deadline is `timeout`: Kubernetes is told
@@ -1116,6 +1125,10 @@ impl ComputeDriver for KubernetesDriver {
 
     /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
     /// first (exclusive replacement).
+    fn accepts_harness(&self, harness_id: &str, mode: &str) -> bool {
+        !self.production || crate::compute::PRODUCTION_HARNESSES.contains(&(harness_id, mode))
+    }
+
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
         revision.harness_mode == "dedicated"
     }
