@@ -512,14 +512,60 @@ fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliErro
             "SELECT occ.namespace_list()",
             &[],
         ),
-        NamespaceCommand::Show { namespace } => call(
-            globals,
-            "namespace show",
-            &[("NAMESPACE", &namespace)],
-            "SELECT occ.namespace_show($1)",
-            &[&namespace],
-        ),
+        NamespaceCommand::Show { namespace } => namespace_show(globals, &namespace),
     }
+}
+
+/// `namespace show`: the Namespace, why it still waits (the last pending reason its ensure
+/// reported) and, with the Kubernetes driver (`OCC_KUBERNETES_CONFIG`), its Kubernetes
+/// namespace, the prefix every Secret backend reference in it must start with, and while the
+/// tenant RoleBinding is missing, the command that creates it.
+fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "namespace show",
+        args: &[("NAMESPACE", namespace)],
+    };
+    let row = client
+        .query_one("SELECT occ.namespace_show($1)", &[&namespace])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    let id = value["id"].as_str().unwrap_or_default().to_string();
+    if value["status"] == "provisioning" {
+        let pending: Option<String> = client
+            .query_opt(
+                "SELECT details ->> 'pendingReason' FROM occ.audit_events
+                 WHERE namespace_id = $1 AND action = 'openclaw.namespaces.lifecycle.ensure'
+                 ORDER BY id DESC LIMIT 1",
+                &[&id],
+            )
+            .map_err(|e| refused(&inputs, &e))?
+            .and_then(|r| r.get(0));
+        value["pendingReason"] = json!(pending);
+    }
+    if let Some(path) = std::env::var_os("OCC_KUBERNETES_CONFIG") {
+        let settings =
+            occ_worker::compute::kubernetes::settings::Settings::load(std::path::Path::new(&path))
+                .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+        let k8s = match value["existingNamespace"].as_str() {
+            Some(adopted) => adopted.to_string(),
+            None => occ_worker::compute::kubernetes::names::namespace_name(
+                &settings.namespace_prefix,
+                &id,
+            ),
+        };
+        value["kubernetesNamespace"] = json!(k8s);
+        value["secretBackendRefPrefix"] = json!(format!("{k8s}/"));
+        if value["pendingReason"] == "NAMESPACE_ROLEBINDING_PENDING" {
+            value["missing"] = json!(format!(
+                "kubectl -n {k8s} create rolebinding {} --clusterrole=edit --group=TENANT_GROUP \
+                 (or deploy/kubernetes/tenant-rolebinding.yaml, edited)",
+                settings.tenant_role_binding
+            ));
+        }
+    }
+    globals.print(&value);
+    Ok(())
 }
 
 fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {

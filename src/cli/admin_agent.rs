@@ -166,6 +166,10 @@ pub enum SecretCommand {
     Create {
         namespace: String,
         id: String,
+        /// NAMESPACE/NAME/KEY of the Kubernetes Secret. NAMESPACE must be the Namespace's own
+        /// Kubernetes namespace, which `admin namespace show` prints as kubernetesNamespace
+        /// (the driver's namespacePrefix and the Namespace id, `occ-ns-…` by default, or the
+        /// adopted one).
         #[arg(long)]
         backend_ref: String,
         /// The Secret Driver that owns the Secret (default: the Installation's selection).

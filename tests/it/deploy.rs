@@ -56,7 +56,14 @@ fn deploy_manifests_parse_and_the_kustomization_names_real_files() {
     let generated = &kustomization["configMapGenerator"][0];
     let driver_file = generated["files"][0].as_str().expect("driver file");
     let driver = std::fs::read_to_string(dir().join(driver_file)).expect("driver.json");
-    Settings::parse(&driver).expect("the driver file is valid");
+    let settings = Settings::parse(&driver).expect("the driver file is valid");
+    // The tenant RoleBinding template (per tenant namespace, so outside the kustomization)
+    // has the name the driver waits for.
+    let tenant = documents("tenant-rolebinding.yaml");
+    assert_eq!(
+        kind(&tenant, "RoleBinding")["metadata"]["name"],
+        settings.tenant_role_binding.as_str()
+    );
 
     // The Deployment mounts the generated ConfigMap and runs as rbac.yaml's ServiceAccount.
     let worker = documents("worker.yaml");

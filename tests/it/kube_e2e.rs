@@ -396,6 +396,58 @@ fn c3_check_fails_on_a_denied_verb_and_run_logs_it_and_starts() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+// An operator's first cluster: a Namespace waiting for its tenant RoleBinding says so in
+// `admin namespace show`, with its Kubernetes namespace, the prefix its Secret backend
+// references must have and the command that creates the missing RoleBinding.
+#[test]
+fn n3_namespace_show_names_the_kubernetes_namespace_and_the_missing_rolebinding() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("kube-show");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+    let mut c = db.client();
+    let id: String = c
+        .query_one(
+            "SELECT occ.namespace_create('admin', 'team-x') ->> 'id'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn"));
+    wait_for("the RoleBinding wait", Duration::from_secs(60), || {
+        scalar::<i64>(
+            &mut c,
+            &format!(
+                "SELECT count(*) FROM occ.audit_events WHERE namespace_id = '{id}'
+                 AND details ->> 'pendingReason' = 'NAMESPACE_ROLEBINDING_PENDING'"
+            ),
+        ) > 0
+    });
+    let out = worker_command(&["admin", "namespace", "show", "team-x", "--json"], &env)
+        .output()
+        .expect("namespace show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let k8s = k8s_namespace(&id);
+    assert_eq!(shown["status"], "provisioning");
+    assert_eq!(shown["pendingReason"], "NAMESPACE_ROLEBINDING_PENDING");
+    assert_eq!(shown["kubernetesNamespace"], k8s.as_str());
+    assert_eq!(shown["secretBackendRefPrefix"], format!("{k8s}/"));
+    assert!(
+        shown["missing"].as_str().is_some_and(
+            |m| m.starts_with(&format!("kubectl -n {k8s} create rolebinding occ-tenant "))
+        ),
+        "{shown}"
+    );
+    worker.signal("TERM");
+    let _ = worker.wait(Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // An API server that cannot be reached is named by address and cause, in one line.
 #[test]
 fn c3_check_names_an_unreachable_api_server_and_why() {
