@@ -9,19 +9,16 @@
 //! `OCC_REQUIRE_DOCKER=1`.
 
 use crate::docker::docker_available;
-use crate::support::{scalar, wait_for, worker_command, worker_env, TestDb, WorkerProcess};
-use occ_worker::compute::docker::{DockerDriver, SubnetPool};
+use crate::support::{
+    scalar, wait_for, worker_command, worker_env, NamespaceWorker, NamespaceWorkerOptions, TestDb,
+    WorkerProcess,
+};
+use occ_worker::compute::docker::SubnetPool;
 use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
-use occ_worker::queue::{Operation, QueueOptions};
-use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{Context, Registry};
-use occ_worker::runtime::{RuntimeOptions, Worker};
 use postgres::Client;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How many Namespaces the three-process test creates unless `OCC_TEST_SUBNET_NAMESPACES`
@@ -143,57 +140,17 @@ fn attempts_beyond_one_success(c: &mut Client, ids: &[String], target: &str) -> 
 }
 
 /// An in-process worker with the real Namespace reconciler and Docker driver on `pool`.
-struct InProcess {
-    stop: occ_worker::runtime::StopHandle,
-    running: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-}
-
-impl InProcess {
-    fn start(db: &TestDb, pool: &str) -> InProcess {
-        let pool: SubnetPool = pool.parse().expect("pool");
-        let ctx = Arc::new(Context {
-            pool: db.pool(8),
-            compute: Arc::new(
-                DockerDriver::new("unix:///var/run/docker.sock")
-                    .expect("driver")
-                    .with_subnet_pool(pool),
-            ),
-            installation_id: "inst".into(),
-            queue: QueueOptions::new(Duration::from_secs(10), 5),
-            convergence_timeout: Duration::from_secs(120),
+fn in_process(db: &TestDb, pool: &str) -> NamespaceWorker {
+    NamespaceWorker::start(
+        db,
+        NamespaceWorkerOptions {
+            installation: "inst",
+            docker_host: "unix:///var/run/docker.sock",
+            pool,
+            lease: Duration::from_secs(10),
             events: Events::discard(),
-            metrics: Metrics::new(),
-        });
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: Some(db.url.clone()),
-                db_timeout: Duration::from_secs(5),
-            },
-        );
-        let stop = worker.stop_handle();
-        InProcess {
-            stop,
-            running: Some(std::thread::spawn(move || worker.run())),
-        }
-    }
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        self.stop.stop();
-        if let Some(running) = self.running.take() {
-            running.join().expect("worker thread").expect("worker run");
-        }
-    }
+        },
+    )
 }
 
 fn status(c: &mut Client, id: &str) -> Option<String> {
@@ -409,7 +366,7 @@ fn c2_a_reservation_left_by_a_dead_pass_is_reused_and_released() {
     )
     .expect("reservation of the dead pass");
 
-    let worker = InProcess::start(&db, "10.216.0.0/24:26");
+    let worker = in_process(&db, "10.216.0.0/24:26");
     wait_for("the Namespace to settle", Duration::from_secs(60), || {
         status(&mut c, &id).as_deref() != Some("provisioning")
     });
@@ -485,7 +442,7 @@ fn c2_a_foreign_network_inside_the_pool_is_skipped_not_reused() {
         .map(|i| admit(&mut c, &format!("fg{i}-{}", std::process::id())))
         .collect();
 
-    let worker = InProcess::start(&db, "10.217.0.0/24:26");
+    let worker = in_process(&db, "10.217.0.0/24:26");
     wait_for("both Namespaces to settle", Duration::from_secs(60), || {
         ids.iter()
             .all(|id| status(&mut c, id).as_deref() != Some("provisioning"))

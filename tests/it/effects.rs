@@ -11,19 +11,13 @@
 use crate::docker::docker_available;
 use crate::docker_proxy::DockerProxy;
 use crate::support::{
-    scalar, wait_for, worker_command, worker_env, Captured, DockerLeftovers, TestDb, WorkerProcess,
+    scalar, wait_for, worker_command, worker_env, Captured, DockerLeftovers, NamespaceWorker,
+    NamespaceWorkerOptions, TestDb, WorkerProcess,
 };
-use occ_worker::compute::docker::{DockerDriver, SubnetPool};
 use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
-use occ_worker::queue::{Operation, QueueOptions};
-use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{Context, Registry};
-use occ_worker::runtime::{RuntimeOptions, StopHandle, Worker};
 use postgres::Client;
 use serde_json::Value;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CREATE: &str = "POST /v1.41/networks/create";
@@ -79,66 +73,25 @@ fn networks(label: &str) -> Vec<String> {
         .collect()
 }
 
-/// An in-process worker with the real Namespace reconciler and the Docker driver behind
-/// `proxy`; stopped on drop.
-struct InProcess {
-    stop: StopHandle,
-    running: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-}
-
-impl InProcess {
-    fn start(
-        db: &TestDb,
-        installation: &str,
-        proxy: &DockerProxy,
-        pool: &str,
-        lease: Duration,
-        events: &Captured,
-    ) -> InProcess {
-        let pool: SubnetPool = pool.parse().expect("pool");
-        let ctx = Arc::new(Context {
-            pool: db.pool(8),
-            compute: Arc::new(
-                DockerDriver::new(&proxy.docker_host())
-                    .expect("driver")
-                    .with_subnet_pool(pool),
-            ),
-            installation_id: installation.into(),
-            queue: QueueOptions::new(lease, 5),
-            convergence_timeout: Duration::from_secs(120),
+/// An in-process Namespace worker on the Docker driver behind `proxy`, its events to `events`.
+fn in_process(
+    db: &TestDb,
+    installation: &str,
+    proxy: &DockerProxy,
+    pool: &str,
+    lease: Duration,
+    events: &Captured,
+) -> NamespaceWorker {
+    NamespaceWorker::start(
+        db,
+        NamespaceWorkerOptions {
+            installation,
+            docker_host: &proxy.docker_host(),
+            pool,
+            lease,
             events: Events::to(Box::new(events.clone())),
-            metrics: Metrics::new(),
-        });
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: Some(db.url.clone()),
-                db_timeout: Duration::from_secs(5),
-            },
-        );
-        let stop = worker.stop_handle();
-        InProcess {
-            stop,
-            running: Some(std::thread::spawn(move || worker.run())),
-        }
-    }
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        self.stop.stop();
-        if let Some(running) = self.running.take() {
-            running.join().expect("worker thread").expect("worker run");
-        }
-    }
+        },
+    )
 }
 
 // W2: a network create the daemon answers after three leases runs under the heartbeat: the
@@ -157,7 +110,7 @@ fn w2_a_create_slower_than_the_lease_succeeds_on_its_first_attempt() {
     let lease = Duration::from_millis(900);
     proxy.delay(CREATE, 1, lease * 3);
     let events = Captured::default();
-    let _worker = InProcess::start(
+    let _worker = in_process(
         &db,
         &installation,
         &proxy,
@@ -218,7 +171,7 @@ fn w3_a_claim_lost_mid_request_aborts_it_and_publishes_nothing() {
     proxy.delay(CREATE, 1, Duration::from_secs(60));
     let events = Captured::default();
     let lease = Duration::from_millis(900);
-    let worker = InProcess::start(
+    let worker = in_process(
         &db,
         &installation,
         &proxy,

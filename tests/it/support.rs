@@ -528,3 +528,72 @@ pub fn heartbeat(
     });
     (stop, thread)
 }
+
+/// An in-process worker with the real Namespace reconciler and the Docker driver at
+/// `docker_host`, its subnets from `pool`, concurrency 2; stopped (and joined) on drop.
+pub struct NamespaceWorker {
+    stop: occ_worker::runtime::StopHandle,
+    running: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// What differs between the in-process Namespace workers of the tests.
+pub struct NamespaceWorkerOptions<'a> {
+    pub installation: &'a str,
+    pub docker_host: &'a str,
+    pub pool: &'a str,
+    pub lease: Duration,
+    pub events: Events,
+}
+
+impl NamespaceWorker {
+    pub fn start(db: &TestDb, o: NamespaceWorkerOptions<'_>) -> NamespaceWorker {
+        use occ_worker::compute::docker::{DockerDriver, SubnetPool};
+        use occ_worker::queue::Operation;
+        use occ_worker::reconcile::namespace::NamespaceReconciler;
+        use occ_worker::reconcile::Registry;
+        use occ_worker::runtime::Worker;
+        let pool: SubnetPool = o.pool.parse().expect("pool");
+        let ctx = Arc::new(Context {
+            pool: db.pool(8),
+            compute: Arc::new(
+                DockerDriver::new(o.docker_host)
+                    .expect("driver")
+                    .with_subnet_pool(pool),
+            ),
+            installation_id: o.installation.into(),
+            queue: QueueOptions::new(o.lease, 5),
+            convergence_timeout: Duration::from_secs(120),
+            events: o.events,
+            metrics: Metrics::new(),
+        });
+        let r = Arc::new(NamespaceReconciler);
+        let registry = Registry::new()
+            .with(Operation::NamespaceEnsure, r.clone())
+            .with(Operation::NamespaceDelete, r);
+        let worker = Worker::new(
+            ctx,
+            registry,
+            RuntimeOptions {
+                concurrency: 2,
+                poll_interval: Duration::from_millis(50),
+                shutdown_grace: Duration::from_secs(5),
+                listen_url: Some(db.url.clone()),
+                db_timeout: Duration::from_secs(5),
+            },
+        );
+        let stop = worker.stop_handle();
+        NamespaceWorker {
+            stop,
+            running: Some(std::thread::spawn(move || worker.run())),
+        }
+    }
+}
+
+impl Drop for NamespaceWorker {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(running) = self.running.take() {
+            running.join().expect("worker thread").expect("worker run");
+        }
+    }
+}
