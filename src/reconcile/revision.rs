@@ -852,7 +852,9 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        try_effect!(pass, "activate", |c| driver.activate_revision(spec, c));
+        if let Err(e) = effect(pass, "activate", |c| driver.activate_revision(spec, c))? {
+            return Ok(activation_report(&e, pass).at("activate"));
+        }
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
@@ -864,6 +866,22 @@ impl RevisionReconciler {
             }));
         report.result_data = result;
         Ok(report)
+    }
+}
+
+/// What an activation that did not finish becomes (seed 004 486-502, 6040-6070): an
+/// activation wait the driver names (a gateway rollout still running) keeps its code, a
+/// converging dependency keeps `DEPENDENCY_UNAVAILABLE`, a refusal is permanent, and anything
+/// else waits as `REVISION_FINALIZATION_INCOMPLETE`; the next pass, the revision now active,
+/// repeats the activation (R7).
+fn activation_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
+    match e.kind() {
+        ComputeErrorKind::Retryable | ComputeErrorKind::Draining => Report::pending(
+            "REVISION_FINALIZATION_INCOMPLETE",
+            readiness_recheck(pass.age()),
+        )
+        .with_compute_error(e),
+        _ => compute_report(e, pass),
     }
 }
 

@@ -820,10 +820,17 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
     // Changed: the gateway is replaced at activation, after the pointer commit, so the pass
-    // that finds it rolled out completes as the active revision (R7), with its one audit.
+    // that finds it rolled out completes as the active revision (R7), with its one audit. The
+    // pass that found the rollout still running waited with the activation's own code (seed
+    // 004 486-502), not as a failing dependency.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
         Some("REVISION_ALREADY_ACTIVE")
+    );
+    let evidence = evidence(&mut c, &rkey(&r2));
+    assert!(
+        evidence.contains(&"deferred:REVISION_ACTIVATION_PENDING".to_string()),
+        "{evidence:?}"
     );
     let activations: i64 = c
         .query_one(

@@ -875,6 +875,33 @@ fn r10_transient_failures_defer_without_spending_attempts_others_retry() {
     );
 }
 
+// Seed 004 486-502, 6040-6070: an activation that cannot finish (an error the driver does
+// not classify as a converging dependency) waits as REVISION_FINALIZATION_INCOMPLETE instead of
+// spending an attempt; the next pass, the revision now active, activates again (R7).
+#[test]
+fn r6_an_activation_that_cannot_finish_waits_as_finalization_incomplete() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.fail(
+        "activate_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(409)),
+    );
+    run(&f, &driver);
+    let (_, code, _, attempts) = work(&mut c, &key(&rev));
+    assert_eq!(code.as_deref(), Some("REVISION_ALREADY_ACTIVE"));
+    assert_eq!(attempts, 1, "the unfinished activation spent no attempt");
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:REVISION_FINALIZATION_INCOMPLETE",
+            "succeeded:REVISION_ALREADY_ACTIVE"
+        ]
+    );
+}
+
 #[test]
 fn r6_race_a_stop_admitted_while_the_deployment_prepares_wins() {
     let f = fixture();

@@ -1005,7 +1005,7 @@ impl ComputeDriver for KubernetesDriver {
 
     /// Points the Agent Service at the revision. An embedded revision first takes the shared
     /// gateway (Recreate) and is routed once that rollout completes; until then activation is
-    /// pending (transient `kubernetes_gateway_rollout`) and the next pass, the revision now
+    /// pending (`REVISION_ACTIVATION_PENDING`) and the next pass, the revision now
     /// active, observes the gateway and activates again (R7).
     fn activate_revision(
         &self,
@@ -1017,8 +1017,12 @@ impl ComputeDriver for KubernetesDriver {
             let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
             match observe::rollout(&gateway) {
                 Rollout::Failed | Rollout::Progressing => {
-                    return Err(ComputeError::transient("kubernetes_gateway_rollout", None)
-                        .with_reason("RolloutPending"))
+                    return Err(ComputeError::pending(
+                        "REVISION_ACTIVATION_PENDING",
+                        "kubernetes_gateway_rollout",
+                        None,
+                    )
+                    .with_reason("RolloutPending"))
                 }
                 Rollout::Complete => {}
             }
