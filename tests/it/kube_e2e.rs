@@ -694,9 +694,13 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
         "the active revision keeps its gateway"
     );
 
-    // Activation takes the gateway: pending (transient) until the rollout completes.
+    // Activation takes the gateway: pending with the activation's own code until the rollout
+    // completes (seed 004 486-502).
     let first = driver.activate_revision(&r2, &cancel).unwrap_err();
-    assert_eq!(first.kind(), &ComputeErrorKind::TransientDependency);
+    assert_eq!(
+        first.kind(),
+        &ComputeErrorKind::Pending("REVISION_ACTIVATION_PENDING")
+    );
     assert_eq!(runs(&fake), "rev-2");
     wait_for("the second gateway", Duration::from_secs(20), || {
         driver.activate_revision(&r2, &cancel).is_ok()

@@ -1474,6 +1474,33 @@ fn r10_a_quota_403_is_pending_not_a_permanent_refusal() {
     assert_eq!(refused, 2);
 }
 
+// Seed 004 2488-2493 (only an authorization refusal is permanent): a 401 that outlives the
+// client's re-read of its token (a credential being rotated) retries within the attempt
+// budget as DEPENDENCY_UNAVAILABLE, and the deployment then activates.
+#[test]
+fn r10_a_401_retries_within_the_budget() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
+        times: 1,
+        action: Action::Status(401),
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    assert_eq!(
+        evidence(&mut c, &rkey(&rev)).first().map(String::as_str),
+        Some("retry:DEPENDENCY_UNAVAILABLE")
+    );
+    assert_eq!(attempts, 2, "the 401 spent one attempt");
+}
+
 #[test]
 fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
     let w = agent_world();

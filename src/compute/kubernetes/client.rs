@@ -749,11 +749,6 @@ impl KubeError {
         matches!(self.kind, KubeErrorKind::Cancelled(_))
     }
 
-    /// The default mapping to a driver error. `permanent_code` names permanent refusals that
-    /// have no code of their own (400 `BadRequest`); forbidden, unauthorized and invalid
-    /// requests keep `KUBERNETES_FORBIDDEN`, `KUBERNETES_UNAUTHORIZED` and
-    /// `KUBERNETES_INVALID_REQUEST`. Callers that treat `AlreadyExists`, `NotFound` or
-    /// `NamespaceTerminating` as answers handle them before mapping.
     /// The request diagnostic of a failed request (SPEC Z12): the HTTP verb.
     pub fn diagnostic(&self) -> RequestDiagnostic {
         RequestDiagnostic {
@@ -762,6 +757,11 @@ impl KubeError {
         }
     }
 
+    /// The default mapping to a driver error. `permanent_code` names permanent refusals that
+    /// have no code of their own (400 `BadRequest`); forbidden and invalid requests keep
+    /// `KUBERNETES_FORBIDDEN` and `KUBERNETES_INVALID_REQUEST`, a quota refusal waits, and a
+    /// 401 that outlived the token's re-read retries. Callers that treat `AlreadyExists`,
+    /// `NotFound` or `NamespaceTerminating` as answers handle them before mapping.
     pub fn into_compute(self, permanent_code: &str) -> ComputeError {
         const CLASS: &str = "kubernetes";
         let status = self.status;
@@ -780,8 +780,10 @@ impl KubeError {
             KubeErrorKind::QuotaExceeded => {
                 ComputeError::pending("NAMESPACE_QUOTA_EXCEEDED", CLASS, status)
             }
+            // Still refused after the token was read again: a credential being rotated or a
+            // binding being replaced, retried within the attempt budget (seed 004 2488-2493).
             KubeErrorKind::Unauthorized => {
-                ComputeError::permanent("KUBERNETES_UNAUTHORIZED", CLASS, status)
+                ComputeError::retryable(CLASS, status).with_reason("Unauthorized")
             }
             KubeErrorKind::Invalid { .. } => {
                 ComputeError::permanent("KUBERNETES_INVALID_REQUEST", CLASS, status)

@@ -110,10 +110,10 @@ fn errors_map_to_compute_errors() {
         compute(403, "Forbidden").kind(),
         &C::Permanent("KUBERNETES_FORBIDDEN".to_string())
     );
-    assert_eq!(
-        compute(401, "Unauthorized").kind(),
-        &C::Permanent("KUBERNETES_UNAUTHORIZED".to_string())
-    );
+    // A 401 that outlived the token's re-read retries within the budget.
+    let unauthorized = compute(401, "Unauthorized");
+    assert_eq!(unauthorized.kind(), &C::Retryable);
+    assert_eq!(unauthorized.reason(), Some("Unauthorized"));
     assert_eq!(
         compute(422, "Invalid").kind(),
         &C::Permanent("KUBERNETES_INVALID_REQUEST".to_string())
