@@ -1681,6 +1681,70 @@ fn c3_client_certificate_kubeconfigs_authenticate() {
     }
 }
 
+// Cloud kubeconfigs authenticate through exec credential plugins (client.authentication.k8s.io
+// v1 and v1beta1): the plugin's token is used until it expires, and after a 401 (the token was
+// rotated) the plugin runs again and the call goes through.
+#[test]
+fn c3_an_exec_plugins_token_is_used_and_fetched_again_after_a_401() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = TempDir::new();
+    let kubeconfig = fake.write_kubeconfig(&dir.0, KubeconfigAuth::Token);
+    let credential = dir.0.join("credential.json");
+    let write_credential = |token: &str, api: &str| {
+        std::fs::write(
+            &credential,
+            json!({"apiVersion": api, "kind": "ExecCredential",
+                   "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}})
+            .to_string(),
+        )
+        .unwrap();
+    };
+    write_credential(&fake.token(), "client.authentication.k8s.io/v1beta1");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap().replace(
+        &format!("    token: {}", fake.token()),
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: cat\n      args: [\"{}\"]",
+            credential.display()
+        ),
+    );
+    assert!(text.contains("exec:"), "{text}");
+    std::fs::write(&kubeconfig, text).unwrap();
+    let driver = driver_from(&kubeconfig, SETTINGS);
+    kube_seed_rolebinding(&fake, NS1);
+    let o = driver
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .expect("ensure with the plugin's token");
+    assert!(o.complete, "{o:?}");
+    // The API server's token is rotated, and the plugin now prints the new one.
+    let rotated = fake.rotate_token();
+    write_credential(&rotated, "client.authentication.k8s.io/v1beta1");
+    fake.clear_requests();
+    driver
+        .ensure_namespace(&ns_spec("ns1", None), &cancel())
+        .expect("ensure after the rotation");
+    let statuses: Vec<u16> = fake.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses.first(), Some(&401), "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 401).count(),
+        1,
+        "{statuses:?}"
+    );
+}
+
+/// The operator-provisioned tenant RoleBinding in `namespace` of `fake`.
+fn kube_seed_rolebinding(fake: &KubeFake, namespace: &str) {
+    fake.put_object(
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "occ-tenant", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "Group", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}],
+        }),
+    );
+}
+
 #[test]
 fn c3_a_rotated_token_file_is_reread_after_a_401_within_the_same_call() {
     let fake = KubeFake::start(FakeOptions::default());

@@ -4,7 +4,7 @@
 //! This module owns the request layer of the Kubernetes driver: TLS verified against the
 //! configured CA only (no insecure switch, no proxy, no redirects), bearer tokens (a token file
 //! is re-read at least every minute and at once after a 401, since kubelets rotate projected
-//! tokens), the per-request cancellation point and timeout (the request timeout, while the
+//! tokens; an exec plugin's token is replaced shortly before it expires and after a 401), the per-request cancellation point and timeout (the request timeout, while the
 //! heartbeat renews the claim; a lost claim shuts the socket down: `compute::abortable`), the
 //! response body limit, 429 back-off honouring `Retry-After`, and the mapping of `Status`
 //! bodies to a typed `KubeError` (`classify`) and of that to `ComputeError` (`into_compute`).
@@ -13,6 +13,7 @@
 //! template, the HTTP status, the one-word Status reason and, for 422, the field name.
 
 use super::connection::{read_token, Auth, Connection, ConnectionError};
+use super::exec::{self, ExecConfig, ExecToken};
 use crate::cancel::{CancelToken, Cancelled};
 use crate::compute::abortable::AbortableConnector;
 use crate::compute::{ComputeError, RequestDiagnostic};
@@ -104,6 +105,24 @@ enum TokenSource {
         cached: Mutex<CachedToken>,
         refresh_every: Duration,
     },
+    /// An exec credential plugin's token, run again shortly before it expires and after a 401.
+    Exec {
+        config: ExecConfig,
+        base: PathBuf,
+        cached: Mutex<Option<ExecToken>>,
+    },
+}
+
+/// How long before its expiry an exec plugin's token is replaced.
+const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+
+/// Runs the plugin again, keeping the last token when it fails (logged by command and class,
+/// never its output).
+fn rerun(config: &ExecConfig, base: &std::path::Path, cached: &mut Option<ExecToken>) {
+    match exec::run(config, base, exec::EXEC_TIMEOUT) {
+        Ok(token) => *cached = Some(token),
+        Err(e) => log::warn!("kubernetes exec plugin: {e}; keeping the last token"),
+    }
 }
 
 struct CachedToken {
@@ -129,6 +148,21 @@ impl TokenSource {
                 }
                 Some(cached.token.clone())
             }
+            TokenSource::Exec {
+                config,
+                base,
+                cached,
+            } => {
+                let mut cached = cached.lock();
+                let stale = cached.as_ref().is_none_or(|t| {
+                    t.expires
+                        .is_some_and(|at| std::time::SystemTime::now() + EXEC_EXPIRY_MARGIN >= at)
+                });
+                if stale {
+                    rerun(config, base, &mut cached);
+                }
+                cached.as_ref().map(|t| t.token.clone())
+            }
         }
     }
 
@@ -137,6 +171,14 @@ impl TokenSource {
         match self {
             TokenSource::File { path, cached, .. } => {
                 reload(path, &mut cached.lock());
+                true
+            }
+            TokenSource::Exec {
+                config,
+                base,
+                cached,
+            } => {
+                rerun(config, base, &mut cached.lock());
                 true
             }
             _ => false,
@@ -221,6 +263,15 @@ impl Client {
             Auth::ClientCert { chain, key } => {
                 tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
                 TokenSource::None
+            }
+            // Run once now, so a plugin that cannot answer stops start-up naming it.
+            Auth::Exec { config, base } => {
+                let token = exec::run(&config, &base, exec::EXEC_TIMEOUT)?;
+                TokenSource::Exec {
+                    config,
+                    base,
+                    cached: Mutex::new(Some(token)),
+                }
             }
         };
         let config = ureq::config::Config::builder()

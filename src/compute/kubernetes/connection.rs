@@ -5,8 +5,7 @@
 //! first path of `KUBECONFIG` (later paths of a colon-separated list are not merged), or
 //! `$HOME/.kube/config`, at its current context or the one named by `OCC_KUBERNETES_CONTEXT`.
 //! It resolves kubeconfig file paths relative to the kubeconfig's directory, decodes the
-//! `-data` forms and parses PEM, and refuses what occ-worker does not support (exec plugins,
-//! auth providers, basic auth, impersonation, plain http, `insecure-skip-tls-verify`, a
+//! `-data` forms and parses PEM, and refuses what occ-worker does not support (auth providers, basic auth, impersonation, plain http, `insecure-skip-tls-verify`, a
 //! cluster without a certificate authority) with one-line errors naming the feature. It must
 //! never open a socket, never offer a way to skip TLS verification, and never put a token or
 //! key material in an error. Certificates and keys are ureq's types, parsed by its PEM reader
@@ -47,6 +46,12 @@ pub enum Auth {
         chain: Vec<Certificate<'static>>,
         key: PrivateKey<'static>,
     },
+    /// A bearer token printed by an exec credential plugin, run again as it expires.
+    Exec {
+        config: super::exec::ExecConfig,
+        /// The kubeconfig's directory, for a relative command path.
+        base: PathBuf,
+    },
 }
 
 impl fmt::Debug for Auth {
@@ -57,6 +62,7 @@ impl fmt::Debug for Auth {
             Auth::Token(_) => f.write_str("Token(..)"),
             Auth::TokenFile(path) => write!(f, "TokenFile({})", path.display()),
             Auth::ClientCert { chain, .. } => write!(f, "ClientCert({} certificates)", chain.len()),
+            Auth::Exec { config, .. } => write!(f, "Exec({})", config.command),
         }
     }
 }
@@ -272,7 +278,7 @@ struct User {
     client_key: Option<String>,
     #[serde(rename = "client-key-data")]
     client_key_data: Option<String>,
-    exec: Option<IgnoredAny>,
+    exec: Option<super::exec::ExecConfig>,
     #[serde(rename = "auth-provider")]
     auth_provider: Option<IgnoredAny>,
     username: Option<String>,
@@ -421,6 +427,13 @@ impl Source<'_> {
     /// as with kubectl's bearer header; none at all is `Auth::None`.
     fn auth(&self, name: &str, user: User) -> Result<Auth, ConnectionError> {
         self.refuse_unsupported(name, &user)?;
+        if let Some(config) = user.exec {
+            super::exec::validate(&config).map_err(|e| prefix(self.origin, e))?;
+            return Ok(Auth::Exec {
+                config,
+                base: self.base.to_path_buf(),
+            });
+        }
         if let Some(token) = user
             .token
             .as_deref()
@@ -439,9 +452,7 @@ impl Source<'_> {
 
     /// Exec plugins, auth providers, basic auth and impersonation are refused by name.
     fn refuse_unsupported(&self, name: &str, user: &User) -> Result<(), ConnectionError> {
-        let feature = if user.exec.is_some() {
-            "an exec plugin"
-        } else if user.auth_provider.is_some() {
+        let feature = if user.auth_provider.is_some() {
             "an auth-provider"
         } else if user.username.is_some() || user.password.is_some() {
             "a username and password"

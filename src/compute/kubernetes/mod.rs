@@ -9,6 +9,7 @@
 pub mod client;
 pub mod connection;
 pub mod driver;
+pub mod exec;
 pub mod manifests;
 pub mod names;
 pub mod observe;

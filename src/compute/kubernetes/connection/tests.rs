@@ -209,9 +209,9 @@ fn unsupported_features_are_refused_in_one_line() {
             "user \"dev\" not found",
         ),
         (
-            kubeconfig(&ca_data_cluster(), "    exec:\n      command: aws\n      args: [eks, get-token]"),
+            kubeconfig(&ca_data_cluster(), "    exec:\n      apiVersion: client.authentication.k8s.io/v1alpha1\n      command: aws\n      args: [eks, get-token]"),
             None,
-            "user \"ops\" uses an exec plugin, which occ-worker does not support; use a token or client certificate",
+            "exec plugin \"aws\" asks for apiVersion \"client.authentication.k8s.io/v1alpha1\"; occ-worker supports client.authentication.k8s.io/v1 and client.authentication.k8s.io/v1beta1",
         ),
         (
             kubeconfig(&ca_data_cluster(), "    auth-provider:\n      name: gcp"),
