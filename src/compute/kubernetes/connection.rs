@@ -5,9 +5,10 @@
 //! first path of `KUBECONFIG` (later paths of a colon-separated list are not merged), or
 //! `$HOME/.kube/config`, at its current context or the one named by `OCC_KUBERNETES_CONTEXT`.
 //! It resolves kubeconfig file paths relative to the kubeconfig's directory, decodes the
-//! `-data` forms and parses PEM, and refuses what occ-worker does not support (auth providers, basic auth, impersonation, plain http, `insecure-skip-tls-verify`, a
-//! cluster without a certificate authority) with one-line errors naming the feature. It must
-//! never open a socket, never offer a way to skip TLS verification, and never put a token or
+//! `-data` forms and parses PEM, checks an exec plugin's block (`exec` runs it, the client
+//! caches its token), and refuses what occ-worker does not support (auth providers, basic
+//! auth, impersonation, plain http, `insecure-skip-tls-verify`, a cluster without a
+//! certificate authority) with one-line errors naming the feature. It must never open a socket, never offer a way to skip TLS verification, and never put a token or
 //! key material in an error. Certificates and keys are ureq's types, parsed by its PEM reader
 //! (rustls-pki-types underneath), so the client hands them to rustls unconverted.
 
