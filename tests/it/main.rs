@@ -12,6 +12,7 @@ mod docker_proxy;
 mod docker_subnets;
 mod e2e;
 mod effects;
+mod harness;
 mod health;
 mod iam;
 mod kube_e2e;

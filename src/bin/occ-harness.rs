@@ -1,0 +1,114 @@
+//! The reference harness: the smallest program that keeps the README's harness image contract,
+//! so an operator can watch an Agent go ready on their own cluster before any real harness
+//! exists (`scripts/build-image` builds it as the image `occ-harness:latest`).
+//!
+//! It listens on `OCC_HARNESS_ADDR` (default `0.0.0.0:8080`) and answers `GET /livez` with 200
+//! and `GET /readyz` with 200 once `OCC_AGENT_DOCUMENT` is a JSON object and the file named by
+//! `OCC_TOKEN_FILE` is readable and not empty (503 before, with the missing input's name). With
+//! `OCC_HARNESS_HOLD_CODE` set to one of the contract's codes it reports that held failure the
+//! contract's way instead: the code alone in `/dev/termination-log` (`OCC_TERMINATION_LOG`
+//! overrides the path) and exit status 1. It never prints the document or the token.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+/// The held-failure codes of the harness contract (README, "The harness image contract").
+const HELD_CODES: [&str; 9] = [
+    "AUTHENTICATION_FAILED",
+    "MODEL_PROBE_TIMEOUT",
+    "MODEL_PROBE_FAILED",
+    "MODEL_PROBE_CPU_STARVED",
+    "LOGIN_FAILED",
+    "UNAVAILABLE",
+    "INCOMPATIBLE_RESPONSE",
+    "WORKSPACE_SETUP_REFUSED",
+    "REPOSITORY_ROUTE_BLOCKED",
+];
+
+/// What `/readyz` waits for, if anything: the name of the first missing input.
+fn missing_input() -> Option<&'static str> {
+    let document = std::env::var("OCC_AGENT_DOCUMENT").ok();
+    let is_object = document
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .is_some_and(|v| v.is_object());
+    if !is_object {
+        return Some("OCC_AGENT_DOCUMENT");
+    }
+    let token = std::env::var_os("OCC_TOKEN_FILE")
+        .and_then(|path| std::fs::read(path).ok())
+        .is_some_and(|t| !t.trim_ascii().is_empty());
+    if !token {
+        return Some("OCC_TOKEN_FILE");
+    }
+    None
+}
+
+fn answer(stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    let mut reader = BufReader::new(&stream);
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    // The rest of the head; the contract's requests carry no body.
+    let mut header = String::new();
+    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+        header.clear();
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("");
+    let (status, body) = match path {
+        "/livez" => (200, "ok".to_string()),
+        "/readyz" => match missing_input() {
+            None => (200, "ready".to_string()),
+            Some(input) => (503, format!("waiting for {input}")),
+        },
+        _ => (404, "not found".to_string()),
+    };
+    let reason = match status {
+        200 => "OK",
+        503 => "Service Unavailable",
+        _ => "Not Found",
+    };
+    let mut out = &stream;
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+fn main() {
+    if let Ok(code) = std::env::var("OCC_HARNESS_HOLD_CODE") {
+        let code = code.trim();
+        if !HELD_CODES.contains(&code) {
+            eprintln!(
+                "occ-harness: OCC_HARNESS_HOLD_CODE must be one of {}",
+                HELD_CODES.join(", ")
+            );
+            std::process::exit(2);
+        }
+        let log = std::env::var("OCC_TERMINATION_LOG")
+            .unwrap_or_else(|_| "/dev/termination-log".to_string());
+        if let Err(e) = std::fs::write(&log, code) {
+            eprintln!("occ-harness: cannot write {log}: {e}");
+            std::process::exit(2);
+        }
+        eprintln!("occ-harness: held failure {code}");
+        std::process::exit(1);
+    }
+    let addr = std::env::var("OCC_HARNESS_ADDR").unwrap_or_else(|_| "0.0.0.0:8080".to_string());
+    let listener = match TcpListener::bind(&addr) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("occ-harness: cannot listen on {addr} (OCC_HARNESS_ADDR): {e}");
+            std::process::exit(2);
+        }
+    };
+    eprintln!("occ-harness: listening on {addr}");
+    for stream in listener.incoming().flatten() {
+        // One request at a time: probes only.
+        answer(stream);
+    }
+}
