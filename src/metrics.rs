@@ -1,5 +1,5 @@
 //! Prometheus metrics (SPEC W6): passes by operation and outcome, pass duration, Compute call
-//! durations by effect, queue depth, claims lost. The HELP texts are listed in the README. Owns the registry; never blocks a pass.
+//! durations by effect, queue depth, claims lost. The HELP texts are listed in docs/operating.md. Owns the registry; never blocks a pass.
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,

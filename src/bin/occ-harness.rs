@@ -1,4 +1,4 @@
-//! The reference harness: the smallest program that keeps the README's harness image contract,
+//! The reference harness: the smallest program that keeps the harness image contract (docs/kubernetes.md),
 //! so an operator can watch an Agent go ready on their own cluster before any real harness
 //! exists (`scripts/build-image` builds it as the image `occ-harness:latest`).
 //!
@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-/// The held-failure codes of the harness contract (README, "The harness image contract").
+/// The held-failure codes of the harness contract (docs/kubernetes.md, "The harness image contract").
 const HELD_CODES: [&str; 9] = [
     "AUTHENTICATION_FAILED",
     "MODEL_PROBE_TIMEOUT",

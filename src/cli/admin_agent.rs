@@ -401,7 +401,7 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
     }
 }
 
-/// The largest Configuration file `configuration put` reads (README, Operating).
+/// The largest Configuration file `configuration put` reads (docs/operating.md).
 pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
 
 /// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON. Every

@@ -147,7 +147,7 @@ impl Drop for BenchDb {
 
 fn context(db: &BenchDb, concurrency: usize) -> Result<Arc<Context>, CliError> {
     Ok(Arc::new(Context {
-        // Sized as `occ-worker run` sizes it (README "Connection budget").
+        // Sized as `occ-worker run` sizes it (docs/operating.md, "Connection budget").
         pool: occ_worker::db::pool(
             &db.url,
             TIMEOUT,

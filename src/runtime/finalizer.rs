@@ -43,7 +43,7 @@ pub const MIN_SHARE: usize = 8;
 
 /// The publishers a worker of `concurrency` keeps busy at once: all of them only while each
 /// share of the pool holds `MIN_SHARE` passes or more (from concurrency 16). Below that the
-/// smaller batches cost more per work than the overlap gains (README, Benchmarks: at
+/// smaller batches cost more per work than the overlap gains (docs/benchmarks.md: at
 /// concurrency 4, two publishers drained 1,125-1,285 works/s against 1,494-1,525 for one).
 pub fn publishers_in_use(concurrency: usize) -> usize {
     if concurrency >= PUBLISHERS * MIN_SHARE {

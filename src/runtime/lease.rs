@@ -5,7 +5,7 @@
 //! than one per worker thread. While it serves a claim the thread is named after the work
 //! (`occ-lease-<work id>`, what gdb and `top -H` show); between claims it is `occ-lease-idle`.
 //! Starting a thread for every claim and joining it afterwards cost about an eighth of the
-//! CPU per work (worker and PostgreSQL together) in the no-op drain (README, Benchmarks).
+//! CPU per work (worker and PostgreSQL together) in the no-op drain (docs/benchmarks.md).
 //!
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row

@@ -1,4 +1,4 @@
-//! The reference harness (`occ-harness`) keeps the README's harness image contract: `/readyz`
+//! The reference harness (`occ-harness`) keeps the harness image contract of docs/kubernetes.md: `/readyz`
 //! answers 503 until `OCC_AGENT_DOCUMENT` is a JSON object and `OCC_TOKEN_FILE` holds a token,
 //! then 200; a held failure on demand is the code alone in the termination log and exit 1.
 

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The driver file every test here uses (the README's example, with test images).
+/// The driver file every test here uses (docs/kubernetes.md's example, with test images).
 /// The client-side rate limit is far above the default 20/40 here, so the tests wait on the
 /// worker and the fake, not on the limit (`kubernetes::c3_the_client_side_rate_limit_spaces_requests`
 /// checks the limit itself).
