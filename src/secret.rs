@@ -1,4 +1,4 @@
-//! The Secret Driver seam (SPEC Z4, seed 004 914-927, 1271-1282): which Secret Driver this
+//! The Secret Driver seam (SPEC Z4): which Secret Driver this
 //! worker provides, and the start-up check that it is the one the Installation selects.
 //!
 //! The worker never reads a secret value: a Secret is a backend reference that the Compute
@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-/// The operations a Secret Driver must offer (seed 004 `validSecretDriver`).
+/// The operations a Secret Driver must offer.
 pub const SECRET_OPERATIONS: &[&str] = &["create", "update", "delete", "resolve"];
 
 /// The built-in Secret Driver's id, and the default of `OCC_SECRET_DRIVER`.

@@ -230,7 +230,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             };
             let mode = a.mode.as_str();
             // A production installation runs dedicated Codex and embedded OpenClaw only
-            // (seed000:11, 25, 44); its workers would fail any other pair.
+            //; its workers would fail any other pair.
             let production =
                 std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
             if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&(harness, mode)) {

@@ -658,8 +658,8 @@ impl ComputeDriver for DockerDriver {
         Err(harness_binding_unsupported())
     }
 
-    /// The development driver keeps no per-Agent objects: nothing to bind (seed 004 allows a
-    /// Compute without `bindAgent`). Stops, retirements and deletions still clean up.
+    /// The development driver keeps no per-Agent objects: nothing to bind (C1 allows a
+    /// Compute without per-Agent objects). Stops, retirements and deletions still clean up.
     fn bind_agent(&self, _agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
         cancel.check()?;
         Ok(())

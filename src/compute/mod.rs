@@ -59,14 +59,14 @@ pub struct RevisionSpec {
 }
 
 /// Where a managed account's access token is: a Kubernetes Secret's name and data key in the
-/// Agent's namespace (seed 004 5103-5110). Never a value.
+/// Agent's namespace. Never a value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SecretRef {
     pub name: String,
     pub key: String,
 }
 
-/// A managed account's credential; `access_token` is the one kind (seed 004 5103-5110).
+/// A managed account's credential; `access_token` is the one kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Credential {
@@ -85,7 +85,7 @@ impl Credential {
     }
 }
 
-/// A managed account's backend binding (seed 004 5096-5102, 5116-5123).
+/// A managed account's backend binding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackendBinding {
@@ -207,7 +207,7 @@ pub struct PluginWarning {
     pub plugin_id: String,
 }
 
-/// Evidence of a runtime failure a driver observed (seed 004 `RuntimeFailureEvidence`): the
+/// Evidence of a runtime failure a driver observed: the
 /// runtime's own bounded code (`AUTHENTICATION_FAILED`, `MODEL_PROBE_TIMEOUT`, …) and where
 /// it was seen. The worker maps held codes to deployment failures (`held_runtime_failure`);
 /// any other code stays pending and is kept as evidence for the convergence deadline.
@@ -248,8 +248,7 @@ pub struct RevisionObservation {
     pub warnings: Vec<PluginWarning>,
 }
 
-/// Driver pending reasons and the deployment codes they become (seed 004
-/// `REVISION_PENDING_CODES`, lines 196-205).
+/// Driver pending reasons and the deployment codes they become (SPEC R5).
 pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
     ("WORKLOAD_UNSCHEDULABLE", "REVISION_UNSCHEDULABLE"),
     ("WORKLOAD_IMAGE_PULL_FAILED", "REVISION_IMAGE_PULL_FAILED"),
@@ -270,7 +269,7 @@ pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
 ];
 
 /// Runtime failure codes that runtimes hold until an explicit restart, and the deployment
-/// failures they become (seed 004 `HELD_RUNTIME_FAILURE_CODES`, lines 1071-1081). Unknown
+/// failures they become. Unknown
 /// codes stay pending until the deadline.
 pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str)] = &[
     ("AUTHENTICATION_FAILED", "RUNTIME_AUTHENTICATION_FAILED"),
@@ -284,7 +283,7 @@ pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str)] = &[
     ("REPOSITORY_ROUTE_BLOCKED", "REPOSITORY_GIT_ROUTE_BLOCKED"),
 ];
 
-/// The only plugin warning codes a driver may report (seed 004 lines 1017-1033).
+/// The only plugin warning codes a driver may report.
 pub const PLUGIN_WARNING_CODES: &[&str] = &["PLUGIN_INSTALL_FAILED", "PLUGIN_AUTH_REQUIRED"];
 
 /// The deployment code of an unready observation's pending reason.
@@ -341,7 +340,7 @@ pub enum ComputeErrorKind {
     Cancelled(Cancelled),
 }
 
-/// A driver's description of a failed preparation (SPEC Z6, seed 004 835-862, 1865-1897): the
+/// A driver's description of a failed preparation (SPEC Z6): the
 /// worker emits `worker.compute-prepare-failed` only when every field is within its bounds
 /// (`valid`), and never lets it change the outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -394,7 +393,7 @@ impl PrepareDiagnostic {
     }
 }
 
-/// A driver's fixed request diagnostic (seed 004 `requestDiagnostic`): the method it called,
+/// A driver's fixed request diagnostic: the method it called,
 /// a gRPC status and a validation category, each when the driver knows it. Never free text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestDiagnostic {
@@ -406,8 +405,7 @@ pub struct RequestDiagnostic {
     pub validation_category: Option<String>,
 }
 
-/// At most 256 characters, none of them a control character (seed 004
-/// `printableComputeFailureMessage`).
+/// At most 256 characters, none of them a control character (SPEC Z10).
 pub fn printable(value: &str) -> bool {
     value.chars().count() <= 256 && value.chars().all(|c| c >= ' ' && c != '\u{7f}')
 }
@@ -616,7 +614,7 @@ impl fmt::Display for ComputeError {
 
 impl std::error::Error for ComputeError {}
 
-/// The (harness id, mode) pairs a production worker runs (seed000:11, 25, 44).
+/// The (harness id, mode) pairs a production worker runs.
 pub const PRODUCTION_HARNESSES: [(&str, &str); 2] =
     [("codex", "dedicated"), ("openclaw", "embedded")];
 
@@ -661,14 +659,14 @@ pub trait ComputeDriver: Send + Sync {
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError>;
     /// Makes sure the Agent's route serves no revision before the first pointer commit of a
-    /// dedicated Agent (seed 004 `deactivateRevision`); idempotent.
+    /// dedicated Agent; idempotent.
     fn deactivate_revision(
         &self,
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError>;
     /// Ensures the Agent's own objects (its runtime identity and route) exist, before stops,
-    /// retirements and preparation (seed 004 `bindAgent`); idempotent.
+    /// retirements and preparation; idempotent.
     fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError>;
     /// Points the Agent's route at this revision.
     fn activate_revision(
@@ -703,7 +701,7 @@ pub trait ComputeDriver: Send + Sync {
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool;
     /// Whether this driver runs a harness id in a mode at all: a pure check, no request. A
     /// production Kubernetes worker runs dedicated `codex` and embedded `openclaw` only
-    /// (seed000:11, 25, 44).
+    ///.
     fn accepts_harness(&self, _harness_id: &str, _mode: &str) -> bool {
         true
     }
@@ -737,7 +735,7 @@ pub fn valid_revision_observation(
 }
 
 /// Plugin warnings: one of the seed's two codes, for an admitted plugin, at most one per
-/// plugin (seed 004 lines 1017-1033).
+/// plugin.
 fn valid_plugin_warnings(warnings: &[PluginWarning], plugin_ids: &[String]) -> bool {
     let mut seen: Vec<&str> = Vec::new();
     warnings.iter().all(|w| {
@@ -782,7 +780,7 @@ mod tests {
 
     #[test]
     fn prepare_diagnostics_are_kept_only_within_the_seeds_bounds() {
-        // Seed 004 835-862.
+        // SPEC Z6.
         let ok = PrepareDiagnostic {
             error_class: Some("ApiError".into()),
             message: Some("x".repeat(256)),

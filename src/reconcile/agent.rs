@@ -270,7 +270,7 @@ pub fn deny(policy: &Policy, request: Request, actor: &str) -> Option<Report> {
 
 /// The `authorization_denial` audit of a refused Agent action (`openclaw.agents.stop`,
 /// `.delete`, `.deploy`): the resource is the Agent, the details the request and decision
-/// (seed 004 3156-3186, 6798-6823), and whether a refused candidate was stopped first.
+///, and whether a refused candidate was stopped first.
 pub fn denial_audit(
     tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,
@@ -336,11 +336,10 @@ pub fn stop_yield_recheck(age: Duration) -> Duration {
 
 /// What a Compute failure becomes. A draining stop yields: pending `AGENT_STOP_YIELDED`
 /// without spending the attempt, exempt from the deadline until the work reaches it, then a
-/// dependency retry within the budget (SPEC Z5, seed 004 2701-2712). A transient dependency
+/// dependency retry within the budget (SPEC Z5). A transient dependency
 /// failure of revision work waits within the convergence deadline without spending attempts
 /// (R10); Namespace, Agent stop and delete work have no deadline to bound such a wait, so they
-/// keep their attempt budget and retry `DEPENDENCY_UNAVAILABLE` (seed 004 403-411, 2696-2700,
-/// 2903-2907). A refusal is permanent with the driver's code.
+/// keep their attempt budget and retry `DEPENDENCY_UNAVAILABLE` (SPEC R10, A1, A2). A refusal is permanent with the driver's code.
 pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
     let revision_work = matches!(
         pass.claim.operation,
@@ -468,13 +467,12 @@ impl Reconciler for AgentStop {
                 && r.admitted_before_work
                 && !r.retired
         }));
-        // A revision naming another owner is a broken row, not a missing Agent (seed 004
-        // 2617-2631).
+        // A revision naming another owner is a broken row, not a missing Agent (SPEC A2).
         if cleanup.iter().any(|r| !r.owned_by_agent(&agent)) {
             return Ok(Report::permanent("INVALID_REVISION_OWNER"));
         }
         let driver = pass.ctx.compute.clone();
-        // The Agent's own objects come back before its runtimes are stopped (seed 004 2633).
+        // The Agent's own objects come back before its runtimes are stopped.
         if !cleanup.is_empty() {
             let spec = agent.spec(&pass.ctx.installation_id);
             try_effect!(pass, "bind", |c| driver.bind_agent(&spec, c));
@@ -507,7 +505,7 @@ impl Reconciler for AgentStop {
 
     /// A later deployment may have asked for `running` again while the last stop ran: the
     /// stop is then `STOP_SUPERSEDED` and the active pointer it would have cleared stays
-    /// (seed 004 3061-3070).
+    ///.
     fn settle(
         &self,
         tx: &mut crate::db::Tx<'_>,
@@ -554,7 +552,7 @@ impl Reconciler for AgentStop {
         if matches!(report.outcome, Outcome::Pending { .. } | Outcome::Retry) {
             return Ok(());
         }
-        // Seed 004 3128-3151: the outcome and its code, naming the stopped revision.
+        // SPEC A1: the outcome and its code, naming the stopped revision.
         let mut details = json!({
             "computeDriverId": pass.ctx.compute.id(),
             "reasonCode": report.code,
@@ -628,7 +626,7 @@ impl Reconciler for AgentDelete {
             (agent, policy)
         };
         // Admission marks a deleted Agent `deleting` and `stopped`; anything else is a state
-        // this work cannot act on (seed 004 2769-2777).
+        // this work cannot act on.
         if agent.status != "deleting" || agent.desired_runtime_state != "stopped" {
             return Ok(Report::permanent("INVALID_AGENT_STATE"));
         }
@@ -647,12 +645,12 @@ impl Reconciler for AgentDelete {
         }
         let driver = pass.ctx.compute.clone();
         // A Compute that provisions runtime credentials it cannot delete would leave them
-        // behind: refused before any effect (SPEC Z11, seed 004 2817-2828).
+        // behind: refused before any effect (SPEC Z11).
         if driver.runtime_credentials() == RuntimeCredentials::ProvisionedOnly {
             return Ok(Report::permanent("CREDENTIAL_DELETION_UNSUPPORTED"));
         }
         let spec = agent.spec(&pass.ctx.installation_id);
-        // The Agent's own objects come back before its revisions retire (seed 004 2876).
+        // The Agent's own objects come back before its revisions retire.
         if !revisions.is_empty() {
             try_effect!(pass, "bind", |c| driver.bind_agent(&spec, c));
         }
@@ -721,7 +719,7 @@ impl Reconciler for AgentDelete {
             Facts::Plain => {}
             other => return Err(other.foreign("Agent delete")),
         }
-        // Seed 004 3022-3044: a failed deletion records its code only.
+        // SPEC A2: a failed deletion records its code only.
         audit(
             tx,
             pass,

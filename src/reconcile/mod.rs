@@ -133,8 +133,7 @@ pub struct Failure {
     pub endpoint: Option<String>,
 }
 
-/// What a deployment pass spent where, for the deploy timings of `worker.completed` (SPEC Z9,
-/// seed 004 823-834, 1846-1901, 4118-4172): the runtime adds passes of one reconcile key up.
+/// What a deployment pass spent where, for the deploy timings of `worker.completed` (SPEC Z9): the runtime adds passes of one reconcile key up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeployPhases {
     /// Predecessor stops and preparation in this pass.
@@ -156,14 +155,14 @@ pub struct Report {
     /// A runtime failure seen while pending, kept for the convergence-deadline result (R5).
     pub runtime_failure: Option<RuntimeFailure>,
     /// The pass is pending on a failing dependency: past the deadline the work fails naming
-    /// it, not the deadline (seed 004 5779-5790).
+    /// it, not the deadline.
     pub dependency_failure: bool,
     /// The pending outcome is a wait the convergence deadline does not bound: a draining stop
-    /// (SPEC Z5) and any deferral of Agent stop or delete work (seed 004 403-411).
+    /// (SPEC Z5) and any deferral of Agent stop or delete work.
     pub deadline_exempt: bool,
     /// The pending outcome is a draining stop's yield (SPEC Z5): exempt from the deadline
     /// while the work is younger than it; past it, a dependency retry within the attempt
-    /// budget, so a drain that never ends cannot hold the lane forever (seed 004 2701-2712).
+    /// budget, so a drain that never ends cannot hold the lane forever.
     pub stop_yield: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
@@ -754,7 +753,7 @@ mod tests {
 
     #[test]
     fn a_dependency_still_failing_at_the_deadline_is_named() {
-        // Seed 004 5779-5790: the deadline names the failing dependency.
+        // SPEC R10: the deadline names the failing dependency.
         let mut report = Report::pending("DEPENDENCY_UNAVAILABLE", Duration::from_secs(1));
         report.dependency_failure = true;
         let r = resolve(
@@ -785,7 +784,7 @@ mod tests {
 
     #[test]
     fn a_draining_stop_yields_before_the_deadline_and_retries_within_the_budget_after() {
-        // SPEC Z5 (seed 004 2701-2712): a stop yield is pending while the work is younger than
+        // SPEC Z5: a stop yield is pending while the work is younger than
         // the deadline; past it, a dependency retry that spends the attempt, and a failure at
         // the budget's end, so the lane moves on.
         let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));

@@ -55,7 +55,7 @@
 //! # Errors
 //!
 //! - A transient or retryable Compute failure is retry `DEPENDENCY_UNAVAILABLE`, spending the
-//!   attempt (Namespace work keeps its attempt budget, seed 004 403-411); a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
+//!   attempt (Namespace work keeps its attempt budget); a permanent refusal is permanent with the driver's code (`COMPUTE_REFUSED` when the code
 //!   is not a bounded token).
 //! - A cancelled Compute call, a lost renewal or a subnet reservation that found its claim
 //!   gone returns the error: the claim is gone and nothing is published. A reservation's
@@ -325,7 +325,7 @@ impl Reconciler for NamespaceReconciler {
         let observation = match answer {
             Ok(observation) => observation,
             // Namespace work has no convergence deadline to bound a wait on a failing
-            // dependency: it keeps its attempt budget (seed 004 403-411, 2488-2493).
+            // dependency: it keeps its attempt budget.
             // A wait on something outside the worker (a used-up quota) is an incomplete
             // observation with that pending reason, deferred and audited like any other.
             Err(e) => match e.kind() {
@@ -393,7 +393,7 @@ impl Reconciler for NamespaceReconciler {
         Ok(report.with_facts(Facts::Namespace(NamespaceFacts::Observed(details))))
     }
 
-    /// The seed's finalize steps (seed 004 6826-6900): only while the Namespace still has the
+    /// The seed's finalize steps: only while the Namespace still has the
     /// status this work acts on, the lifecycle transition, then one audit: the denial, or the
     /// observation (a pending one once per distinct observation).
     fn publish(

@@ -48,7 +48,7 @@ const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_ear
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 
-/// The backend type a managed ChatGPT account binds to (seed 004 5086-5091).
+/// The backend type a managed ChatGPT account binds to.
 const CHATGPT_BACKEND: &str = "chatgpt";
 
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
@@ -70,10 +70,10 @@ const REDECIDED_REFUSALS: &[&str] = &[
 /// it names the stop `predecessorStop` and publishes the failure anyway (SPEC Z5).
 pub const PREDECESSOR_DRAIN_WAIT: Duration = Duration::from_secs(60);
 
-/// The longest recheck of a refused candidate whose stop keeps failing (seed 004 218-239).
+/// The longest recheck of a refused candidate whose stop keeps failing.
 pub const REFUSED_STOP_RECHECK_MAX: Duration = Duration::from_secs(300);
 
-/// The recheck after a refused candidate's failed stop (seed 004 218-239, 6379-6388): the
+/// The recheck after a refused candidate's failed stop: the
 /// readiness cadence doubled for each earlier failed stop of this work (counted from its
 /// evidence, so a restart keeps the backoff) up to 5 minutes, and at least four times as long
 /// as the stop took, so a blocked stop holds at most a fifth of a worker thread.
@@ -236,7 +236,7 @@ impl RevisionReconciler {
             return Ok(Some(Report::permanent("INVALID_ADMITTED_REVISION")));
         }
         // The catalog's exact version for this Harness and mode, decided again every pass
-        // (seed 004 4234-4241): a version approved after admission refuses this revision.
+        //: a version approved after admission refuses this revision.
         let approved: Option<String> = {
             let mut db = pass.db()?;
             db.query_opt(
@@ -248,8 +248,8 @@ impl RevisionReconciler {
         if approved.as_deref() != Some(revision.harness_version.as_str()) {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
         }
-        // A production worker runs dedicated Codex and embedded OpenClaw only (seed000:11, 25,
-        // 44): any other pair admitted earlier fails here, before any Compute effect.
+        // A production worker runs dedicated Codex and embedded OpenClaw only (SPEC C3): any
+        // other pair admitted earlier fails here, before any Compute effect.
         if !pass
             .ctx
             .compute
@@ -332,7 +332,7 @@ impl RevisionReconciler {
         Ok(self.check_secret_resolution(revision, l.secret_driver.as_deref()))
     }
 
-    /// M2 steps 2-4 (seed 004 `resolveRevisionBackend`, 5083-5130), decided again on every
+    /// M2 steps 2-4, decided again on every
     /// pass: the revision's backend is a configured `chatgpt` backend (any auth method); a
     /// managed account still holds the admitted access-token reference
     /// (`HARNESS_AUTH_SOURCE_CHANGED`) and a binding valid for that backend, equal to the
@@ -383,7 +383,7 @@ impl RevisionReconciler {
     }
 
     /// Every Secret binding, and a `secret` harness auth, resolves to an existing Secret of
-    /// the Namespace (seed 004 5284-5346): a driver references the Secret's metadata, never a
+    /// the Namespace: a driver references the Secret's metadata, never a
     /// value. Bindings need a selected Secret Driver, and the one the revision froze at
     /// admission; so does a `secret` harness auth (`SECRET_DRIVER_MISMATCH`, SPEC Z4). A Secret
     /// counts only when the selected driver owns it and its backend reference and uid are not
@@ -421,7 +421,7 @@ impl RevisionReconciler {
     /// before the refusal is published; a failed stop waits with growing backoff.
     ///
     /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
-    /// (seed 004 6180-6212). Beside an active revision a non-exclusive (embedded) candidate is
+    ///. Beside an active revision a non-exclusive (embedded) candidate is
     /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
     /// prepared has nothing to stop.
     fn refuse(
@@ -443,7 +443,7 @@ impl RevisionReconciler {
         let driver = pass.ctx.compute.clone();
         // A candidate no pass of this work reached Compute for has no runtime: a refusal
         // decided before its first preparation makes no Compute call (SPEC R2), exclusive or
-        // not. Seed 004 (6206-6236) stops an exclusive candidate even then; SPEC R2 is explicit
+        // not. The seed stops an exclusive candidate even then; SPEC R2 is explicit
         // and wins, and a pass that died mid-preparation leaves LEASE_EXPIRED evidence, so such
         // a candidate still counts as prepared.
         if !(prepared || l.attempts > 0)
@@ -478,7 +478,7 @@ impl RevisionReconciler {
     }
 
     /// The permanent report that publishes a stored refusal once its candidate is stopped
-    /// (seed 004 `storedRefusalResult`).
+    ///.
     fn stored_refusal(&self, pass: &Pass<'_>, refusal: &str) -> Report {
         let report = Report::permanent(refusal);
         if refusal == "CONVERGENCE_DEADLINE_EXCEEDED" {
@@ -509,7 +509,7 @@ impl RevisionReconciler {
             }
             // A re-decided refusal that no longer stands lifts the wait, but past the deadline
             // the candidate cannot converge any more: preparing it again would only restart it.
-            // The wait stops it and publishes the deadline instead (seed 004 4299-4309).
+            // The wait stops it and publishes the deadline instead.
             if pass.age() >= pass.ctx.convergence_timeout {
                 let deadline = self.stored_refusal(pass, "CONVERGENCE_DEADLINE_EXCEEDED");
                 return self.refuse(pass, &l, deadline, true);
@@ -543,7 +543,7 @@ impl RevisionReconciler {
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
             // Once this work published its candidate it owns retiring every predecessor, even
             // after a stop cleared the pointer; a different active revision means it never
-            // published, and that revision's stop work stays responsible (seed 004 4332-4342).
+            // published, and that revision's stop work stays responsible.
             let published = agent.active_revision_id.is_none()
                 || agent.active_revision_id.as_deref() == Some(revision.id.as_str());
             if !published {
@@ -590,7 +590,7 @@ impl RevisionReconciler {
             return Ok(Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)));
         }
         let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
-        // The Agent's own objects before any preparation (seed 004 4498-4510): for the active
+        // The Agent's own objects before any preparation: for the active
         // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
         if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
             return Ok(match (already_active, maintenance) {
@@ -652,7 +652,7 @@ impl RevisionReconciler {
 
     /// Before a deployment ends failed, superseded or stopped, it finishes the exclusive
     /// predecessor stop it yielded earlier, so the predecessor does not keep its runtime with
-    /// nothing left to stop it (SPEC Z5, seed 004 6104-6158). A failure waits for the drain up
+    /// nothing left to stop it (SPEC Z5). A failure waits for the drain up
     /// to `PREDECESSOR_DRAIN_WAIT`, then still ends failed and names a stop that did not finish
     /// (`predecessorStop`, its class); a superseded pass whose stop drains yields again, and a
     /// stopped one yields or retries like its own stop.
@@ -701,7 +701,7 @@ impl RevisionReconciler {
         {
             let earlier = earlier.spec(&ctx.installation_id);
             let mut stopped_at = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))?;
-            // A failure waits for the drain, bounded (seed 004 "drain wait"): the deployment
+            // A failure waits for the drain, bounded: the deployment
             // ends for good, and nothing else would finish this stop.
             let waited = std::time::Instant::now();
             while resolved.outcome == Outcome::Permanent
@@ -731,7 +731,7 @@ impl RevisionReconciler {
 
     /// R5: prepare and observe the revision. A driver refusal after the candidate may have
     /// been partly prepared is a refused candidate (R9). A held runtime failure ends the
-    /// deployment at once and keeps the runtime for diagnosis (seed 004 5832-5846); any other
+    /// deployment at once and keeps the runtime for diagnosis; any other
     /// unready observation is pending with the seed's code.
     fn observe(
         &self,
@@ -785,7 +785,7 @@ impl RevisionReconciler {
         if let Some(held) = failure.as_ref().and_then(held_runtime_failure) {
             let mut report = Report::permanent(held).at("prepare");
             if held == "RUNTIME_MODEL_PROBE_FAILED" {
-                // A failed model probe keeps its evidence (seed 004 5773-5777).
+                // A failed model probe keeps its evidence.
                 report.result_data = Some(json!({"runtimeFailure": failure}));
             }
             return Ok(Observed::Ended(Box::new(report)));
@@ -834,7 +834,7 @@ impl RevisionReconciler {
                 return Ok(Report::success("REVISION_STOPPED"));
             }
             // Before the first pointer commit of a dedicated Agent its route serves nothing
-            // (seed 004 `deactivateRevision`, 5186-5190).
+            //.
             if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
                 try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }
@@ -869,7 +869,7 @@ impl RevisionReconciler {
     }
 }
 
-/// What an activation that did not finish becomes (seed 004 486-502, 6040-6070): an
+/// What an activation that did not finish becomes: an
 /// activation wait the driver names (a gateway rollout still running) keeps its code, a
 /// converging dependency keeps `DEPENDENCY_UNAVAILABLE`, a refusal is permanent, and anything
 /// else waits as `REVISION_FINALIZATION_INCOMPLETE`; the next pass, the revision now active,
@@ -897,12 +897,12 @@ pub enum RevisionFacts {
     /// R4: a newer revision supersedes this one (audited).
     Superseded { by: String, by_revision: i32 },
     /// R3: stopped; revisions numbered below `retired_before` were retired, when this work had
-    /// published its candidate (seed 004 4332-4342).
+    /// published its candidate.
     Stopped { retired_before: Option<i32> },
     /// Maintenance of a revision that no longer runs, or of a failed deployment.
     ChainEnded,
     /// Refused before any effect (R2, ownership): the revision cannot run again without a new
-    /// deployment, so a maintenance chain ends (seed 004 4559-4561).
+    /// deployment, so a maintenance chain ends.
     Refused,
 }
 
@@ -922,7 +922,7 @@ struct Scratch {
     predecessor_stop_yielded: Cell<bool>,
 }
 
-/// `worker.compute-prepare-failed` (SPEC Z6, seed 004 1865-1897): the driver's description of
+/// `worker.compute-prepare-failed` (SPEC Z6): the driver's description of
 /// a failed preparation (or of an exclusive predecessor's stop before it), only when every
 /// field is within its bounds. A drain or a cancelled call is no preparation failure. It never
 /// changes the outcome.
@@ -971,7 +971,7 @@ enum Observed {
     Ended(Box<Report>),
 }
 
-/// M2 step 1 (seed 004 5057-5079), after the Secret checks: the account must be the revision's
+/// M2 step 1, after the Secret checks: the account must be the revision's
 /// Namespace's (`INVALID_HARNESS_AUTH`) and the actor may still `read` it (a denial).
 fn check_account_access(
     policy: &Policy,
@@ -1073,8 +1073,8 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             // Only a denial is audited on failure; the work row's code and the status view say
-            // the rest (seed 004 5916-5922, 6798-6823). A refusal ends a maintenance chain
-            // (seed 004 4559-4561).
+            // the rest. A refusal ends a maintenance chain
+            //.
             Facts::Denied(denial) => {
                 if report.outcome == Outcome::Permanent {
                     denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report, denial)?;
@@ -1133,7 +1133,7 @@ mod tests {
 
     #[test]
     fn a_refused_stop_recheck_doubles_from_the_readiness_cadence_up_to_five_minutes() {
-        // Seed 004 218-239, 6379-6388.
+        // SPEC R9.
         let age = Duration::ZERO;
         let none = Duration::ZERO;
         assert_eq!(

@@ -622,7 +622,7 @@ fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::V
     fields
 }
 
-/// A class a log line may name (seed 004 `LOGGED_ERROR_NAME`): the part before any `:` of an
+/// A class a log line may name: the part before any `:` of an
 /// error class, when it is `^[A-Za-z][A-Za-z0-9_]{0,63}$`.
 fn logged_class(class: &str) -> Option<&str> {
     let class = class.split(':').next().unwrap_or_default();
@@ -633,7 +633,7 @@ fn logged_class(class: &str) -> Option<&str> {
     .then_some(class)
 }
 
-/// The failure fields of an ended pass's `worker.completed` (SPEC Z12, seed 004 258-397): a
+/// The failure fields of an ended pass's `worker.completed` (SPEC Z12): a
 /// transient dependency names itself (`dependency`) and its `cause`; any failure gives its
 /// class (`cause`), HTTP `status` (100-599) and one-word Status `reason`, the driver's request
 /// diagnostic, the class of a failed cleanup (`cleanupCause`), the `refusal` whose candidate
@@ -684,7 +684,7 @@ fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &Report
     if let Some(cleanup) = failure.cleanup_class.and_then(logged_class) {
         fields["cleanupCause"] = json!(cleanup);
     }
-    // The refusal whose candidate stop is still pending (seed 004 470-480).
+    // The refusal whose candidate stop is still pending.
     if let (Some(refusal), Outcome::Pending { .. }) = (&report.refusal, report.outcome) {
         fields["refusal"] = json!(refusal);
     }
@@ -740,7 +740,7 @@ fn run_pass(
         lease: &lease,
     };
     // `classified` is what the reconciler said; the finalized report carries the queue's
-    // decision (they differ at the attempt limit and the deadline, seed 004 801-822).
+    // decision (they differ at the attempt limit and the deadline).
     let result = reconciler
         .reconcile(&pass)
         .or_else(|e| {
@@ -772,7 +772,7 @@ fn run_pass(
         .pass_duration
         .with_label_values(&[operation])
         .observe(elapsed.as_secs_f64());
-    // Every pass event names its work by its key (seed 004 869-879).
+    // Every pass event names its work by its key.
     let mut fields = json!({
         "workId": claim.key,
         "attempt": claim.attempt,
@@ -781,7 +781,7 @@ fn run_pass(
         "agentId": claim.agent_id,
         "revisionId": claim.revision_id,
     });
-    // A pass that did not yield ends the work's stop yields (seed 004 1495-1497).
+    // A pass that did not yield ends the work's stop yields.
     let yielded = matches!(&result, Ok((_, report)) if is_stop_yield(report));
     let stop_yields = if yielded {
         None

@@ -12,11 +12,11 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// At most this many keys per map (seed 004 `MAX_DEPLOY_TIMINGS`).
+/// At most this many keys per map.
 pub const MAX_RECORDS: usize = 256;
 
 /// After the first yield of a work, at most one `worker.completed` line per this interval
-/// (seed 004 2725-2732).
+///.
 pub const STOP_YIELD_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// A map of at most `MAX_RECORDS` keys that drops its oldest key to make room.
@@ -91,7 +91,7 @@ impl StopYields {
     }
 }
 
-/// One deployment's phases as this process saw them (seed 004 `DeployTiming`).
+/// One deployment's phases as this process saw them.
 struct DeployTiming {
     passes: u64,
     pass_started: Instant,
@@ -178,7 +178,7 @@ impl DeployTimings {
     }
 }
 
-/// The `worker.health` cadence (SPEC Z7, seed 004 1594-1616): after every claimed pass, and
+/// The `worker.health` cadence (SPEC Z7): after every claimed pass, and
 /// otherwise at most once per `every` = max(1 s, 20 × poll interval).
 ///
 /// [D] The queue depth it reports is read at most once per `every` too and reused in between:

@@ -832,7 +832,7 @@ impl KubeError {
                 ComputeError::pending("NAMESPACE_QUOTA_EXCEEDED", CLASS, status)
             }
             // Still refused after the token was read again: a credential being rotated or a
-            // binding being replaced, retried within the attempt budget (seed 004 2488-2493).
+            // binding being replaced, retried within the attempt budget.
             KubeErrorKind::Unauthorized => {
                 ComputeError::retryable(CLASS, status).with_reason("Unauthorized")
             }

@@ -109,7 +109,7 @@ const KNOWN_LIMIT: usize = 50_000;
 fn fail(e: KubeError, resource: &str) -> ComputeError {
     if *e.kind() == KubeErrorKind::QuotaExceeded {
         // Only an authorization refusal is the operator's to fix for good: a used-up quota
-        // waits (seed 004 200, 2488-2493), with the Pods' own code when Pods are refused.
+        // waits, with the Pods' own code when Pods are refused.
         let code = if resource == "pods" {
             "NAMESPACE_POD_QUOTA_EXCEEDED"
         } else {
@@ -189,8 +189,8 @@ impl KubernetesDriver {
 
     /// The same driver for a worker whose convergence deadline is `timeout`: Kubernetes is told
     /// to give up on a rollout a minute after the worker would, so a slow pull or a pending
-    /// Pod stays a pending observation until the worker's own deadline decides (seed 004
-    /// 5756-5800). Bounded by the field's int32 range.
+    /// Pod stays a pending observation until the worker's own deadline decides (SPEC R5).
+    /// Bounded by the field's int32 range.
     pub fn with_convergence_timeout(self, timeout: Duration) -> KubernetesDriver {
         KubernetesDriver {
             progress_deadline_seconds: (timeout.as_secs() + 60).min(i32::MAX as u64),
@@ -946,7 +946,7 @@ impl ComputeDriver for KubernetesDriver {
     /// observes its rollout. Embedded: while the Agent's shared gateway runs another revision
     /// the candidate is only validated (image, Secret references) and reported ready; the
     /// gateway is replaced at activation, after the pointer commit, so a candidate that never
-    /// becomes ready cannot take the active revision's gateway down (seed 000: the Recreate
+    /// becomes ready cannot take the active revision's gateway down (SPEC C3: the Recreate
     /// gateway is replaced and checked during activation).
     fn prepare_revision(
         &self,
@@ -977,7 +977,7 @@ impl ComputeDriver for KubernetesDriver {
         match observe::rollout(&workload) {
             // A rollout Kubernetes gave up on (`ProgressDeadlineExceeded`, a Deployment written
             // with a shorter deadline) is kept and observed like any unready one: the worker's
-            // convergence deadline decides, with the evidence (seed 004 5756-5800, 5832-5846).
+            // convergence deadline decides, with the evidence.
             Rollout::Failed => {
                 let mut unready = self.unready(revision, &namespace, cancel)?;
                 if unready.runtime_failure.is_none() {

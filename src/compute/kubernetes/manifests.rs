@@ -220,7 +220,7 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 960;
 
 /// The revision's Deployment (dedicated) or the Agent's gateway (embedded). Its
 /// `progressDeadlineSeconds` is past the worker's convergence deadline, so Kubernetes never
-/// gives up on a rollout the worker still waits for (seed 004 5756-5800).
+/// gives up on a rollout the worker still waits for.
 pub fn workload(
     revision: &RevisionSpec,
     namespace: &str,
