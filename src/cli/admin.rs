@@ -516,6 +516,8 @@ fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliErro
     }
 }
 
+const NAMESPACE_PENDING: &str = include_str!("../../sql/queries/operator_namespace_pending.sql");
+
 /// `namespace show`: the Namespace, why it still waits (the last pending reason its ensure
 /// reported) and, with the Kubernetes driver (`OCC_KUBERNETES_CONFIG`), its Kubernetes
 /// namespace, the prefix every Secret backend reference in it must start with, and while the
@@ -533,12 +535,7 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
     let id = value["id"].as_str().unwrap_or_default().to_string();
     if value["status"] == "provisioning" {
         let pending: Option<String> = client
-            .query_opt(
-                "SELECT details ->> 'pendingReason' FROM occ.audit_events
-                 WHERE namespace_id = $1 AND action = 'openclaw.namespaces.lifecycle.ensure'
-                 ORDER BY id DESC LIMIT 1",
-                &[&id],
-            )
+            .query_opt(NAMESPACE_PENDING, &[&id])
             .map_err(|e| refused(&inputs, &e))?
             .and_then(|r| r.get(0));
         value["pendingReason"] = json!(pending);

@@ -3,7 +3,7 @@
 //! accepts, the environment is one production mode starts with and names only variables the
 //! worker reads, and the probes ask paths the health server answers with 200.
 
-use crate::support::TestDb;
+use crate::support::{http_get as get, TestDb};
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::config::{Config, Mode};
 use occ_worker::events::Events;
@@ -14,7 +14,6 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,18 +156,6 @@ fn deploy_environment_is_read_by_the_worker_and_starts_production() {
     let port = container(deployment)["ports"][0]["containerPort"].as_u64();
     assert_eq!(Some(u64::from(config.http_addr.port())), port);
     assert!(config.http_addr.ip().is_unspecified(), "kubelet reaches it");
-}
-
-/// The status code of `GET path` on `addr`.
-fn get(addr: std::net::SocketAddr, path: &str) -> Option<u16> {
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
 
 // The probes ask paths the health server answers: 200 from a live, ready worker.

@@ -2,22 +2,14 @@
 //! answers 503 until `OCC_AGENT_DOCUMENT` is a JSON object and `OCC_TOKEN_FILE` holds a token,
 //! then 200; a held failure on demand is the code alone in the termination log and exit 1.
 
-use crate::support::{free_port, wait_for};
-use std::io::{Read, Write};
+use crate::support::{free_port, http_get, wait_for};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_occ-harness");
 
 fn get(port: u16, path: &str) -> Option<u16> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    http_get(("127.0.0.1", port), path)
 }
 
 /// Kills the harness on drop.

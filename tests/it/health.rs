@@ -2,27 +2,15 @@
 //! Content-Length values, a megabyte of headers, ten thousand headers, random bytes, half-open
 //! connections and a flood; after each, `/livez` and `/readyz` still answer within a second.
 
-use crate::support::{wait_for, TestDb};
+use crate::support::{http_exchange as exchange, wait_for, TestDb};
 use occ_worker::events::Events;
 use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
 use occ_worker::runtime::Progress;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Sends `request` (errors ignored: the server may close early) and returns the status line's
-/// code, or `None` when the connection closed without one.
-fn exchange(addr: SocketAddr, request: &[u8]) -> Option<u16> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let _ = stream.write_all(request);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response);
-    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
-}
 
 /// `/livez` and `/readyz` answer 200 within a second each.
 fn assert_healthy(addr: SocketAddr, after: &str) {

@@ -597,3 +597,23 @@ impl Drop for NamespaceWorker {
         }
     }
 }
+
+/// Sends `request` to `addr` (errors ignored: the server may close early) and returns the
+/// status line's code, or `None` when the connection closed without one.
+pub fn http_exchange(addr: impl std::net::ToSocketAddrs, request: &[u8]) -> Option<u16> {
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let _ = stream.write_all(request);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// The status code of `GET path` on `addr`.
+pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<u16> {
+    http_exchange(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+}

@@ -318,11 +318,6 @@ impl Client {
         }
     }
 
-    /// The client-side rate limit: (requests per second, burst).
-    pub fn rate_limit(&self) -> (f64, u32) {
-        (self.limiter.qps, self.limiter.burst as u32)
-    }
-
     /// The API server's base URL.
     pub fn server(&self) -> &str {
         &self.server
