@@ -31,7 +31,8 @@ const DRIVER_FILE: &str = r#"{
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ]
+  ],
+  "gatewayImage": "registry.test/gateway:1.0.0"
 }"#;
 
 struct Run {

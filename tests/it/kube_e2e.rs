@@ -28,7 +28,8 @@ pub const DRIVER_FILE: &str = r#"{
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ]
+  ],
+  "gatewayImage": "registry.test/gateway:1.0.0"
 }"#;
 
 /// A fresh directory for one test's kubeconfig and driver file.
@@ -250,12 +251,14 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
         .collect();
     assert!(audits.iter().all(|(_, n)| *n == 1), "{audits:?}");
     assert_eq!(audits.len(), first.len() + second.len());
-    // The embedded Agents share one gateway; the dedicated ones have a Deployment per live
-    // revision (the first is retired).
+    // Every Agent has its one gateway (SPEC C3); a dedicated one also a Harness Deployment per
+    // live revision (the first is retired).
+    let dedicated = agents.iter().filter(|a| a.3 == "dedicated").count();
     let deployments = fake.objects("deployments").len();
     assert_eq!(
-        deployments, AGENTS,
-        "one workload per Agent after replacement"
+        deployments,
+        AGENTS + dedicated,
+        "one gateway per Agent and one Harness per dedicated Agent after replacement"
     );
 
     for (ns, agent, _, _) in &agents {
@@ -600,13 +603,15 @@ fn c3_a_stopped_workload_prepared_again_runs_again() {
     let first = driver.prepare_revision(&revision, &cancel).unwrap();
     assert!(!first.ready, "a workload scaled to zero is not ready");
     let path = "/apis/apps/v1/namespaces/occ-ns-1/deployments";
-    let deployment = fake
-        .objects("deployments")
-        .into_iter()
-        .find(|d| d["metadata"]["namespace"] == "occ-ns-1")
-        .unwrap_or_else(|| panic!("no deployment under {path}"));
-    assert_eq!(deployment["spec"]["replicas"], 1);
+    let replicas = |name: &str| {
+        fake.get(&format!("{path}/{name}"))
+            .unwrap_or_else(|| panic!("no deployment {name} under {path}"))["spec"]["replicas"]
+            .clone()
+    };
+    assert_eq!(replicas("agent-ag-1-r1"), 1);
     ready("rollout after the stop");
+    // The gateway the stop scaled down fronts the Harness again.
+    assert_eq!(replicas("agent-ag-1-gateway"), 1);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -33,7 +33,8 @@ const SETTINGS: &str = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "
   "qps": 1000, "burst": 1000,
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.example/codex:1.0.0"},
-    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}]}"#;
+    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}],
+  "gatewayImage": "registry.example/gateway:1.0.0"}"#;
 const CORE: &str = "/api/v1";
 const APPS: &str = "/apis/apps/v1";
 /// The Kubernetes namespace of the agent fixture's Namespace `ns1`.
@@ -610,9 +611,64 @@ fn r6_a_dedicated_revision_runs_hardened_with_secret_references_only_and_activat
         .expect("ServiceAccount");
     assert_eq!(sa["automountServiceAccountToken"], false);
     assert_eq!(agent_objects(&w, "persistentvolumeclaims").len(), 1);
+    // The Agent Service routes the Agent's gateway, which fronts the revision's Harness
+    // through the revision's Harness Service (seed 000: dedicated Codex runs behind the
+    // Agent's shared single-replica gateway).
     assert_eq!(
         service_selector(&w),
-        json!({"occ.agent": w.agent, "occ.revision": rev})
+        json!({"occ.agent": w.agent, "occ.revision": rev, "occ.component": "gateway"})
+    );
+    let gateway = deployment(&w, &format!("agent-{}-gateway", w.agent)).expect("gateway");
+    assert_eq!(gateway["spec"]["replicas"], 1);
+    assert_eq!(gateway["spec"]["strategy"]["type"], "Recreate");
+    let template = &gateway["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["occ.revision"], rev.as_str());
+    assert_eq!(template["metadata"]["labels"]["occ.component"], "gateway");
+    let proxy = &template["spec"]["containers"][0];
+    assert_eq!(proxy["image"], "registry.example/gateway:1.0.0");
+    assert_eq!(
+        env_var(proxy, "OCC_UPSTREAM_URL")["value"],
+        format!("http://agent-{}-r1:80", w.agent)
+    );
+    assert_eq!(proxy["securityContext"]["readOnlyRootFilesystem"], true);
+    let proxied: Vec<&str> = proxy["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("valueFrom").is_some())
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        proxied.is_empty(),
+        "the gateway holds no Secret: {proxied:?}"
+    );
+    let harness_service = w
+        .kube
+        .fake
+        .get(&format!(
+            "{CORE}/namespaces/{NS1}/services/agent-{}-r1",
+            w.agent
+        ))
+        .expect("the revision's Harness Service");
+    assert_eq!(
+        harness_service["spec"]["selector"],
+        json!({"occ.agent": w.agent, "occ.revision": rev, "occ.component": "harness"})
+    );
+    let policy = w
+        .kube
+        .fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{NS1}/networkpolicies/agent-{}",
+            w.agent
+        ))
+        .expect("the Agent's NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"],
+        json!({"occ.agent": w.agent, "occ.component": "gateway"})
+    );
+    assert_eq!(
+        policy["spec"]["egress"][0]["to"][0]["podSelector"]["matchLabels"],
+        json!({"occ.agent": w.agent, "occ.component": "harness"})
     );
 
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("revision Deployment");
@@ -774,10 +830,37 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
         methods(&writes)
     );
     assert!(deployment(&w, &format!("agent-{}-r1", w.agent)).is_none());
+    assert!(w
+        .kube
+        .fake
+        .get(&format!(
+            "{CORE}/namespaces/{NS1}/services/agent-{}-r1",
+            w.agent
+        ))
+        .is_none());
     assert_eq!(
         service_selector(&w),
-        json!({"occ.agent": w.agent, "occ.revision": r2})
+        json!({"occ.agent": w.agent, "occ.revision": r2, "occ.component": "gateway"})
     );
+    // The stop took the gateway down before the first Harness; the gateway, kept, now fronts
+    // the second revision.
+    let gateway_path = format!(
+        "{APPS}/namespaces/{NS1}/deployments/agent-{}-gateway",
+        w.agent
+    );
+    let gateway_down = at(&|r| {
+        r.method == "PATCH"
+            && r.path == gateway_path
+            && r.body == Some(json!({"spec": {"replicas": 0}}))
+    })
+    .expect("the gateway scaled to zero");
+    assert!(gateway_down < scaled, "{:?}", methods(&writes));
+    let gateway = deployment(&w, &format!("agent-{}-gateway", w.agent)).expect("gateway kept");
+    assert_eq!(
+        gateway["spec"]["template"]["metadata"]["labels"]["occ.revision"],
+        r2.as_str()
+    );
+    assert_eq!(gateway["spec"]["replicas"], 1);
     assert_eq!(
         audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
         2
@@ -849,7 +932,7 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
     assert_eq!(agent_objects(&w, "deployments").len(), 1);
     assert_eq!(
         service_selector(&w),
-        json!({"occ.agent": w.agent, "occ.revision": r2})
+        json!({"occ.agent": w.agent, "occ.revision": r2, "occ.component": "gateway"})
     );
     assert_eq!(active(&mut c, &w.agent), Some(r2));
 }
@@ -886,14 +969,104 @@ fn a1_stop_scales_to_zero_and_completes_once_the_pods_are_gone() {
     assert_eq!(active(&mut c, &w.agent), None);
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("kept, scaled down");
     assert_eq!(d["spec"]["replicas"], 0);
+    let g = deployment(&w, &format!("agent-{}-gateway", w.agent)).expect("kept, scaled down");
+    assert_eq!(g["spec"]["replicas"], 0);
     assert!(agent_objects(&w, "pods").is_empty());
-    let scale_downs = w
+    // The gateway first, the Harness once the gateway's Pods were gone, each once.
+    let scale_downs: Vec<String> = w
         .kube
         .writes()
         .iter()
         .filter(|r| r.method == "PATCH")
-        .count();
-    assert_eq!(scale_downs, 1, "{:?}", methods(&w.kube.writes()));
+        .map(|r| r.path.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        scale_downs,
+        vec![
+            format!("agent-{}-gateway", w.agent),
+            format!("agent-{}-r1", w.agent)
+        ],
+        "{:?}",
+        methods(&w.kube.writes())
+    );
+}
+
+#[test]
+fn c3_a_dedicated_stop_releases_the_harness_only_once_the_gateways_pods_are_gone() {
+    // Seed 000 (dedicated Codex behind the Agent's shared single-replica gateway) and seed 004
+    // 1932-1940: a stop waits for the gateway's and the Harness's Pods, and the Harness (the
+    // holder of the ReadWriteOnce claim) is let go only after the gateway's Pods are gone.
+    use occ_worker::compute::RevisionSpec;
+    let w = agent_world_with(
+        FakeOptions {
+            pod_termination: Duration::from_millis(600),
+            ..FakeOptions::default()
+        },
+        SETTINGS,
+    );
+    let rev = deployed(&w);
+    let spec = RevisionSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns1".into(),
+        agent_id: w.agent.clone(),
+        revision_id: rev,
+        revision: 1,
+        service_principal_id: String::new(),
+        harness_id: "codex".into(),
+        harness_version: "1.0.0".into(),
+        harness_mode: "dedicated".into(),
+        execution_mode: "dedicated".into(),
+        document: json!({}),
+        harness_auth: None,
+        secret_bindings: json!({}),
+        secrets: vec![],
+        harness_secret: None,
+        managed_account: None,
+        backend_id: None,
+        plugin_ids: vec![],
+    };
+    let component_pods = |component: &str| {
+        agent_objects(&w, "pods")
+            .into_iter()
+            .filter(|p| labels(p)["occ.component"] == component)
+            .count()
+    };
+    let harness_replicas = || {
+        deployment(&w, &format!("agent-{}-r1", w.agent)).expect("Harness")["spec"]["replicas"]
+            .clone()
+    };
+    assert_eq!(
+        (component_pods("gateway"), component_pods("harness")),
+        (1, 1)
+    );
+    let mut draining = 0;
+    let mut harness_kept_while_gateway_drained = 0;
+    wait_for("the stop to complete", Duration::from_secs(20), || match w
+        .kube
+        .driver
+        .stop_revision(&spec, &cancel())
+    {
+        Ok(()) => true,
+        Err(e) => {
+            assert_eq!(e.class(), "kubernetes_pods_terminating", "{e:?}");
+            draining += 1;
+            if component_pods("gateway") > 0 {
+                assert_eq!(
+                    harness_replicas(),
+                    1,
+                    "Harness scaled with a gateway Pod left"
+                );
+                harness_kept_while_gateway_drained += 1;
+            }
+            false
+        }
+    });
+    assert!(
+        harness_kept_while_gateway_drained >= 1,
+        "the gateway drained over {draining} passes"
+    );
+    assert_eq!(harness_replicas(), 0);
+    assert!(agent_objects(&w, "pods").is_empty());
 }
 
 #[test]
@@ -904,10 +1077,11 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
     // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    // The Agent's first gateway is created when the candidate is prepared.
+    // The gateway fronted the dedicated revision, so the embedded one takes it at activation
+    // and completes as the active revision (R7).
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ACTIVATED")
+        Some("REVISION_ALREADY_ACTIVE")
     );
     let activations: i64 = c
         .query_one(
@@ -933,6 +1107,7 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
         "services",
         "serviceaccounts",
         "persistentvolumeclaims",
+        "networkpolicies",
     ] {
         assert!(
             agent_objects(&w, kind).is_empty(),

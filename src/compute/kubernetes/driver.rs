@@ -1,13 +1,16 @@
 //! The Kubernetes Compute Driver (SPEC C3): Namespaces as labelled Kubernetes namespaces,
-//! each Agent as a ServiceAccount and a Service, each revision as a hardened Deployment.
+//! each Agent as a ServiceAccount, a Service, a NetworkPolicy and a shared single-replica
+//! gateway, each dedicated revision as a hardened Harness Deployment behind that gateway.
 //!
 //! Expected flow: `ensure_namespace` creates (or adopts) the namespace, writes the
 //! default-deny NetworkPolicy and waits, pending, for the operator's tenant RoleBinding;
-//! `bind_agent` makes the Agent's ServiceAccount and Service exist; `prepare_revision` writes
-//! the revision's workload (a Deployment per dedicated revision, the Agent's shared gateway
-//! for an embedded one) and observes its rollout; `activate_revision` points the Service at
-//! the revision; `stop_revision` scales it to zero and stays pending until its Pods are gone;
-//! `retire_revision` deletes it; `delete_namespace` deletes what the driver created.
+//! `bind_agent` makes the Agent's ServiceAccount, Service and NetworkPolicy exist;
+//! `prepare_revision` writes a dedicated revision's Harness Deployment and Service, then points
+//! the gateway at it, observing each rollout (an embedded revision runs inside the gateway,
+//! which it takes only at activation); `activate_revision` points the Service at the
+//! revision's gateway Pods; `stop_revision` scales the gateway, then the Harness, to zero and
+//! stays pending until their Pods are gone; `retire_revision` deletes them;
+//! `delete_namespace` deletes what the driver created.
 //!
 //! Guarantees: every request checks the pass's cancel token first and is bounded by the
 //! remaining lease (`client`); waits are observations that come back pending, never loops
@@ -22,7 +25,9 @@
 
 use super::client::{Client, KubeError, KubeErrorKind};
 use super::manifests::{self, owned, stamped};
-use super::names::{self, LABEL_AGENT, LABEL_INSTALLATION, LABEL_NAMESPACE, LABEL_REVISION};
+use super::names::{
+    self, LABEL_AGENT, LABEL_COMPONENT, LABEL_INSTALLATION, LABEL_NAMESPACE, LABEL_REVISION,
+};
 use super::observe::{self, Rollout};
 use super::settings::Settings;
 use crate::cancel::CancelToken;
@@ -469,7 +474,7 @@ impl KubernetesDriver {
         Ok((namespace, desired))
     }
 
-    /// Converges the workload to `desired` and makes sure it runs one replica: a stop scaled
+    /// Converges a Deployment to `desired` and makes sure it runs one replica: a stop scaled
     /// it to zero without changing its stamp (a refused candidate whose refusal was lifted, a
     /// gateway stopped with its Agent).
     fn run_workload(
@@ -479,8 +484,9 @@ impl KubernetesDriver {
         desired: &Value,
         cancel: &CancelToken,
     ) -> Result<Value, ComputeError> {
+        let collection = format!("{APPS}/namespaces/{namespace}/deployments");
         let workload = self.converge(
-            &format!("{APPS}/namespaces/{namespace}/deployments"),
+            &collection,
             desired,
             &revision.installation_id,
             "deployments",
@@ -491,37 +497,101 @@ impl KubernetesDriver {
         }
         self.client
             .merge_patch(
-                &self.workload_path(revision, namespace),
+                &format!("{collection}/{}", name_of(desired)),
                 &json!({"spec": {"replicas": 1}}),
                 cancel,
             )
             .map_err(|e| fail(e, "deployments"))
     }
 
-    /// The namespace, path and current (owned) workload of a revision; `None` when its
-    /// namespace is gone. Stop and retire start here.
-    fn current_workload(
+    /// `None` once `workload` rolled out; else why the revision is not ready. A rollout
+    /// Kubernetes gave up on (`ProgressDeadlineExceeded`, a Deployment written with a shorter
+    /// deadline) is kept and observed like any unready one: the worker's convergence deadline
+    /// decides, with the evidence.
+    fn rolled_out(
         &self,
         revision: &RevisionSpec,
+        namespace: &str,
+        workload: &Value,
         cancel: &CancelToken,
-    ) -> Result<Option<(String, String, Option<Value>)>, ComputeError> {
-        let Some(namespace) =
-            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
-        else {
-            return Ok(None);
-        };
-        let path = self.workload_path(revision, &namespace);
-        let workload = self
+    ) -> Result<Option<RevisionObservation>, ComputeError> {
+        match observe::rollout(workload) {
+            Rollout::Failed => {
+                let mut unready = self.unready(revision, namespace, cancel)?;
+                if unready.runtime_failure.is_none() {
+                    unready.runtime_failure = Some(crate::compute::RuntimeFailure::new(
+                        PROGRESS_DEADLINE_EXCEEDED,
+                    ));
+                }
+                Ok(Some(unready))
+            }
+            Rollout::Progressing => self.unready(revision, namespace, cancel).map(Some),
+            Rollout::Complete => Ok(None),
+        }
+    }
+
+    /// The dedicated gateway in front of `revision`'s Harness (SPEC C3).
+    fn desired_gateway(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+    ) -> Result<Value, ComputeError> {
+        let image = self.settings.gateway_image.as_deref().ok_or_else(|| {
+            ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
+        })?;
+        Ok(manifests::dedicated_gateway(
+            revision,
+            namespace,
+            image,
+            &self.settings,
+            self.progress_deadline_seconds,
+        ))
+    }
+
+    /// An owned object at `path`, or `None`; one without this installation's labels is
+    /// refused.
+    fn get_owned(
+        &self,
+        path: &str,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<Value>, ComputeError> {
+        let object = self
             .client
-            .get(&path, cancel)
-            .map_err(|e| fail(e, "deployments"))?;
-        if workload
-            .as_ref()
-            .is_some_and(|w| !owned(w, &revision.installation_id))
-        {
+            .get(path, cancel)
+            .map_err(|e| fail(e, resource))?;
+        if object.as_ref().is_some_and(|o| !owned(o, installation_id)) {
             return Err(not_owned());
         }
-        Ok(Some((namespace, path, workload)))
+        Ok(object)
+    }
+
+    /// Scales the Deployment at `path` to zero when it runs `revision` (any Deployment of a
+    /// dedicated Harness does; the Agent's gateway only while it serves the revision).
+    fn scale_down(
+        &self,
+        revision: &RevisionSpec,
+        path: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let workload = self.get_owned(path, &revision.installation_id, "deployments", cancel)?;
+        if workload
+            .is_some_and(|w| Self::runs(&w, revision) && w["spec"]["replicas"].as_i64() != Some(0))
+        {
+            self.client
+                .merge_patch(path, &json!({"spec": {"replicas": 0}}), cancel)
+                .map_err(|e| fail(e, "deployments"))?;
+        }
+        Ok(())
+    }
+
+    /// The Agent's gateway Deployment.
+    fn gateway_path(revision: &RevisionSpec, namespace: &str) -> String {
+        format!(
+            "{APPS}/namespaces/{namespace}/deployments/{}",
+            manifests::gateway_name(&revision.agent_id)
+        )
     }
 
     /// The workload path of a revision and whether it is this revision's own.
@@ -922,8 +992,8 @@ impl ComputeDriver for KubernetesDriver {
         ))
     }
 
-    /// The Agent's ServiceAccount (no automounted token) and its Service (routing nothing
-    /// until a revision activates) exist.
+    /// The Agent's ServiceAccount (no automounted token), its Service (routing nothing until a
+    /// revision activates) and its NetworkPolicy (gateway to Harness) exist.
     fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
         let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
         self.ensure_exists(
@@ -939,11 +1009,21 @@ impl ComputeDriver for KubernetesDriver {
             &agent.installation_id,
             "services",
             cancel,
+        )?;
+        self.ensure_exists(
+            &format!("{NETWORKING}/namespaces/{namespace}/networkpolicies"),
+            &manifests::agent_network_policy(agent, &namespace),
+            &agent.installation_id,
+            "networkpolicies",
+            cancel,
         )
     }
 
-    /// Dedicated: writes the revision's Deployment (and the Agent's Harness claim) and
-    /// observes its rollout. Embedded: while the Agent's shared gateway runs another revision
+    /// Dedicated: writes the revision's Harness Deployment and Service (and the Agent's Harness
+    /// claim), observes the Harness rollout, then points the Agent's gateway at it and observes
+    /// that rollout too; the Agent Service routes the gateway at activation (SPEC C3). Every
+    /// predecessor was stopped first (exclusive replacement), so the gateway served nothing.
+    /// Embedded: while the Agent's shared gateway runs another revision
     /// the candidate is only validated (image, Secret references) and reported ready; the
     /// gateway is replaced at activation, after the pointer commit, so a candidate that never
     /// becomes ready cannot take the active revision's gateway down (SPEC C3: the Recreate
@@ -974,21 +1054,22 @@ impl ComputeDriver for KubernetesDriver {
             )?;
         }
         let workload = self.run_workload(revision, &namespace, &desired, cancel)?;
-        match observe::rollout(&workload) {
-            // A rollout Kubernetes gave up on (`ProgressDeadlineExceeded`, a Deployment written
-            // with a shorter deadline) is kept and observed like any unready one: the worker's
-            // convergence deadline decides, with the evidence.
-            Rollout::Failed => {
-                let mut unready = self.unready(revision, &namespace, cancel)?;
-                if unready.runtime_failure.is_none() {
-                    unready.runtime_failure = Some(crate::compute::RuntimeFailure::new(
-                        PROGRESS_DEADLINE_EXCEEDED,
-                    ));
-                }
+        if let Some(unready) = self.rolled_out(revision, &namespace, &workload, cancel)? {
+            return Ok(unready);
+        }
+        if revision.harness_mode == "dedicated" {
+            self.ensure_exists(
+                &format!("{CORE}/namespaces/{namespace}/services"),
+                &manifests::harness_service(revision, &namespace),
+                &revision.installation_id,
+                "services",
+                cancel,
+            )?;
+            let gateway = self.desired_gateway(revision, &namespace)?;
+            let gateway = self.run_workload(revision, &namespace, &gateway, cancel)?;
+            if let Some(unready) = self.rolled_out(revision, &namespace, &gateway, cancel)? {
                 return Ok(unready);
             }
-            Rollout::Progressing => return self.unready(revision, &namespace, cancel),
-            Rollout::Complete => {}
         }
         // A routed revision is ready only with a ready endpoint behind the Agent Service.
         let endpoint = self.routed_and_ready(revision, &namespace, cancel)?;
@@ -1030,62 +1111,86 @@ impl ComputeDriver for KubernetesDriver {
         self.route(revision, Some(&revision.revision_id), cancel)
     }
 
-    /// Scales the revision's workload to zero (an embedded gateway only while it runs this
-    /// revision) and is pending until its Pods are gone.
+    /// Scales the Agent's gateway to zero while it serves the revision, then, for a dedicated
+    /// revision and only once the gateway's Pods are gone, the Harness Deployment: the Harness
+    /// (and its ReadWriteOnce claim) is released after nothing fronts it any more. Pending
+    /// (draining) until every Pod of the revision is gone.
     fn stop_revision(
         &self,
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
         // No namespace, no runtime.
-        let Some((namespace, path, workload)) = self.current_workload(revision, cancel)? else {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
             return Ok(());
         };
-        if workload
-            .is_some_and(|w| Self::runs(&w, revision) && w["spec"]["replicas"].as_i64() != Some(0))
-        {
-            self.client
-                .merge_patch(&path, &json!({"spec": {"replicas": 0}}), cancel)
-                .map_err(|e| fail(e, "deployments"))?;
+        self.scale_down(revision, &Self::gateway_path(revision, &namespace), cancel)?;
+        let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
+        if revision.harness_mode == "dedicated" {
+            let gateway_left = pods
+                .iter()
+                .any(|p| p["metadata"]["labels"][LABEL_COMPONENT] == manifests::COMPONENT_GATEWAY);
+            if gateway_left {
+                return Err(draining());
+            }
+            self.scale_down(revision, &self.workload_path(revision, &namespace), cancel)?;
         }
-        if self
-            .pods(&namespace, &Self::revision_pods(revision), cancel)?
-            .is_empty()
-        {
+        if pods.is_empty() {
             Ok(())
         } else {
             Err(draining())
         }
     }
 
-    /// Deletes the revision's workload (an embedded gateway only while it runs this revision).
+    /// Deletes the revision's runtime: the Agent's gateway while it serves the revision, and a
+    /// dedicated revision's Harness Deployment and Service.
     fn retire_revision(
         &self,
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        // No namespace or no workload, no runtime.
-        let Some((_, path, Some(workload))) = self.current_workload(revision, cancel)? else {
+        // No namespace, no runtime.
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
             return Ok(());
         };
-        if revision.harness_mode != "dedicated" && !Self::runs(&workload, revision) {
-            return Ok(());
+        let installation = &revision.installation_id;
+        let gateway = Self::gateway_path(revision, &namespace);
+        let serves = self
+            .get_owned(&gateway, installation, "deployments", cancel)?
+            .is_some_and(|g| Self::runs(&g, revision));
+        if serves {
+            self.forget(&gateway);
+            self.client
+                .delete(&gateway, Some("Background"), cancel)
+                .map_err(|e| fail(e, "deployments"))?;
         }
-        self.forget(&path);
-        self.client
-            .delete(&path, Some("Background"), cancel)
-            .map_err(|e| fail(e, "deployments"))?;
+        if revision.harness_mode == "dedicated" {
+            let name = names::revision_object_name(&revision.agent_id, revision.revision);
+            for (path, resource) in [
+                (self.workload_path(revision, &namespace), "deployments"),
+                (
+                    format!("{CORE}/namespaces/{namespace}/services/{name}"),
+                    "services",
+                ),
+            ] {
+                self.delete_owned(&path, installation, resource, cancel)?;
+            }
+        }
         Ok(())
     }
 
-    /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
-    /// gateway and Harness claim.
     /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
     /// removes it (SPEC Z11).
     fn runtime_credentials(&self) -> RuntimeCredentials {
         RuntimeCredentials::ProvisionedAndDeleted
     }
 
+    /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
+    /// gateway, NetworkPolicy and Harness claim.
     fn delete_agent_runtime_credentials(
         &self,
         agent: &AgentSpec,
@@ -1116,6 +1221,10 @@ impl ComputeDriver for KubernetesDriver {
                     manifests::harness_claim_name(&agent.agent_id)
                 ),
                 "persistentvolumeclaims",
+            ),
+            (
+                format!("{NETWORKING}/namespaces/{namespace}/networkpolicies/{object}"),
+                "networkpolicies",
             ),
             (
                 format!("{CORE}/namespaces/{namespace}/serviceaccounts/{object}"),

@@ -8,8 +8,8 @@
 //! appear here: a Secret reaches a workload only as a `secretKeyRef`.
 
 use super::names::{
-    self, LABEL_AGENT, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_NAMESPACE, LABEL_REVISION,
-    MANAGED_BY,
+    self, LABEL_AGENT, LABEL_COMPONENT, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_NAMESPACE,
+    LABEL_REVISION, MANAGED_BY,
 };
 use super::observe::HARNESS_CONTAINER;
 use super::settings::Settings;
@@ -28,8 +28,16 @@ pub const POD_SECURITY: &str = "pod-security.kubernetes.io/enforce";
 pub const NO_REVISION: &str = "none";
 /// The default-deny NetworkPolicy's name.
 pub const DEFAULT_DENY: &str = "occ-default-deny";
-/// The port every harness listens on (harness image contract).
+/// The port every harness and gateway listens on (harness image contract).
 pub const HARNESS_PORT: u16 = 8080;
+/// The port of the Agent Service and of a dedicated revision's Harness Service.
+pub const SERVICE_PORT: u16 = 80;
+/// The `LABEL_COMPONENT` of a dedicated Harness's Pods.
+pub const COMPONENT_HARNESS: &str = "harness";
+/// The `LABEL_COMPONENT` of the Agent's gateway Pods (an embedded harness runs inside it).
+pub const COMPONENT_GATEWAY: &str = "gateway";
+/// The dedicated gateway's container name.
+pub const GATEWAY_CONTAINER: &str = "gateway";
 /// Where the audience-scoped projected token is mounted.
 pub const TOKEN_DIR: &str = "/var/run/secrets/occ";
 /// The largest admitted document passed to a workload.
@@ -60,13 +68,15 @@ pub fn agent_labels(agent: &AgentSpec) -> Map<String, Value> {
     labels
 }
 
-/// The labels of a revision's Pods; the Agent Service selects on agent and revision.
-pub fn revision_labels(revision: &RevisionSpec) -> Map<String, Value> {
+/// The labels of a revision's objects and Pods: the Agent Service selects the gateway Pods
+/// of the routed revision (agent, revision, component).
+pub fn revision_labels(revision: &RevisionSpec, component: &str) -> Map<String, Value> {
     let mut labels = agent_labels(&agent_of(revision));
     labels.insert(
         LABEL_REVISION.into(),
         names::label_value(&revision.revision_id).into(),
     );
+    labels.insert(LABEL_COMPONENT.into(), component.into());
     labels
 }
 
@@ -168,16 +178,18 @@ pub fn service(agent: &AgentSpec, namespace: &str) -> Value {
         },
         "spec": {
             "selector": route_selector(agent, None),
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     })
 }
 
-/// The Agent Service's selector: the Agent's Pods of `revision`, or none.
+/// The Agent Service's selector: the Agent's gateway Pods of `revision`, or none. A dedicated
+/// Harness sits behind the gateway; an embedded one runs inside it.
 pub fn route_selector(agent: &AgentSpec, revision: Option<&str>) -> Value {
     json!({
         LABEL_AGENT: names::label_value(&agent.agent_id),
         LABEL_REVISION: revision.map_or(NO_REVISION.to_string(), names::label_value),
+        LABEL_COMPONENT: COMPONENT_GATEWAY,
     })
 }
 
@@ -206,21 +218,20 @@ pub fn harness_claim_name(agent_id: &str) -> String {
     names::agent_object_name(&format!("{agent_id}-harness"))
 }
 
-/// The shared gateway Deployment of an embedded Agent.
+/// The Agent's shared single-replica gateway Deployment: it runs an embedded revision, or
+/// fronts a dedicated revision's Harness. Every workload uses the Recreate strategy (the
+/// dedicated Harness claim is ReadWriteOnce; the gateway is one per Agent).
 pub fn gateway_name(agent_id: &str) -> String {
     names::agent_object_name(&format!("{agent_id}-gateway"))
 }
 
-/// The Deployment running a revision: revision-specific for a dedicated harness, the Agent's
-/// shared gateway for an embedded one. Both use the Recreate strategy (the dedicated Harness
-/// claim is ReadWriteOnce; the gateway is one per Agent).
 /// The Deployment controller's own deadline when the driver is told none: the worker's default
 /// convergence deadline (900 s) and a minute.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: u64 = 960;
 
-/// The revision's Deployment (dedicated) or the Agent's gateway (embedded). Its
-/// `progressDeadlineSeconds` is past the worker's convergence deadline, so Kubernetes never
-/// gives up on a rollout the worker still waits for.
+/// The revision's Harness Deployment (dedicated) or the Agent's gateway running the revision
+/// (embedded). Its `progressDeadlineSeconds` is past the worker's convergence deadline, so
+/// Kubernetes never gives up on a rollout the worker still waits for.
 pub fn workload(
     revision: &RevisionSpec,
     namespace: &str,
@@ -229,18 +240,14 @@ pub fn workload(
     progress_deadline_seconds: u64,
 ) -> Result<Value, ComputeError> {
     let dedicated = revision.harness_mode == "dedicated";
-    let agent = agent_of(revision);
-    let name = if dedicated {
-        names::revision_object_name(&revision.agent_id, revision.revision)
+    let (name, component) = if dedicated {
+        (
+            names::revision_object_name(&revision.agent_id, revision.revision),
+            COMPONENT_HARNESS,
+        )
     } else {
-        gateway_name(&revision.agent_id)
+        (gateway_name(&revision.agent_id), COMPONENT_GATEWAY)
     };
-    let labels = revision_labels(revision);
-    let mut selector = Map::new();
-    selector.insert(LABEL_AGENT.into(), labels[LABEL_AGENT].clone());
-    if dedicated {
-        selector.insert(LABEL_REVISION.into(), labels[LABEL_REVISION].clone());
-    }
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
         json!({"name": "occ-token", "projected": {"sources": [{"serviceAccountToken": {
@@ -258,11 +265,127 @@ pub fn workload(
             "claimName": harness_claim_name(&revision.agent_id)}}));
         mounts.push(json!({"name": "harness", "mountPath": "/var/lib/harness"}));
     }
-    let user = settings.run_as_user;
-    let container = json!({
-        "name": HARNESS_CONTAINER,
+    let container = container(
+        HARNESS_CONTAINER,
+        image,
+        env(revision, namespace)?,
+        mounts,
+        settings,
+    );
+    Ok(deployment(
+        revision,
+        &name,
+        namespace,
+        component,
+        container,
+        volumes,
+        settings,
+        progress_deadline_seconds,
+    ))
+}
+
+/// The Agent's shared single-replica gateway in front of a dedicated revision's Harness (SPEC
+/// C3): it reaches the Harness through the revision's Harness Service and is what the Agent
+/// Service routes. It carries no Secret and no token; its Pods carry the revision's label, so
+/// a stop of the revision waits for them too.
+pub fn dedicated_gateway(
+    revision: &RevisionSpec,
+    namespace: &str,
+    image: &str,
+    settings: &Settings,
+    progress_deadline_seconds: u64,
+) -> Value {
+    let upstream = format!(
+        "http://{}:{}",
+        names::revision_object_name(&revision.agent_id, revision.revision),
+        SERVICE_PORT
+    );
+    let env = vec![
+        json!({"name": "OCC_NAMESPACE_ID", "value": revision.namespace_id}),
+        json!({"name": "OCC_AGENT_ID", "value": revision.agent_id}),
+        json!({"name": "OCC_REVISION_ID", "value": revision.revision_id}),
+        json!({"name": "OCC_UPSTREAM_URL", "value": upstream}),
+    ];
+    let container = container(
+        GATEWAY_CONTAINER,
+        image,
+        env,
+        vec![json!({"name": "tmp", "mountPath": "/tmp"})],
+        settings,
+    );
+    deployment(
+        revision,
+        &gateway_name(&revision.agent_id),
+        namespace,
+        COMPONENT_GATEWAY,
+        container,
+        vec![json!({"name": "tmp", "emptyDir": {}})],
+        settings,
+        progress_deadline_seconds,
+    )
+}
+
+/// The Service in front of a dedicated revision's Harness Pods, the gateway's upstream.
+pub fn harness_service(revision: &RevisionSpec, namespace: &str) -> Value {
+    let mut selector = Map::new();
+    let labels = revision_labels(revision, COMPONENT_HARNESS);
+    for key in [LABEL_AGENT, LABEL_REVISION, LABEL_COMPONENT] {
+        selector.insert(key.into(), labels[key].clone());
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names::revision_object_name(&revision.agent_id, revision.revision),
+            "namespace": namespace,
+            "labels": revision_labels(revision, COMPONENT_HARNESS),
+        },
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    })
+}
+
+/// The Agent's own exception to the namespace's default deny: its gateway Pods may reach its
+/// Harness Pods on the harness port, and nothing else is opened.
+pub fn agent_network_policy(agent: &AgentSpec, namespace: &str) -> Value {
+    let agent_label = names::label_value(&agent.agent_id);
+    let gateway = json!({"podSelector": {"matchLabels": {
+        LABEL_AGENT: agent_label, LABEL_COMPONENT: COMPONENT_GATEWAY}}});
+    let harness = json!({"podSelector": {"matchLabels": {
+        LABEL_AGENT: agent_label, LABEL_COMPONENT: COMPONENT_HARNESS}}});
+    let port = json!([{"protocol": "TCP", "port": HARNESS_PORT}]);
+    stamp(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names::agent_object_name(&agent.agent_id),
+            "namespace": namespace,
+            "labels": agent_labels(agent),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_AGENT: agent_label}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [gateway], "ports": port}],
+            "egress": [{"to": [harness], "ports": port}],
+        },
+    }))
+}
+
+/// A hardened container: non-root, read-only root, no privilege escalation, every capability
+/// dropped, RuntimeDefault seccomp; ready once `/readyz` on the harness port answers.
+fn container(
+    name: &str,
+    image: &str,
+    env: Vec<Value>,
+    mounts: Vec<Value>,
+    settings: &Settings,
+) -> Value {
+    json!({
+        "name": name,
         "image": image,
-        "env": env(revision, namespace)?,
+        "env": env,
         "ports": [{"name": "http", "containerPort": HARNESS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
         "resources": {
@@ -271,7 +394,7 @@ pub fn workload(
         },
         "securityContext": {
             "runAsNonRoot": true,
-            "runAsUser": user,
+            "runAsUser": settings.run_as_user,
             "readOnlyRootFilesystem": true,
             "allowPrivilegeEscalation": false,
             "privileged": false,
@@ -281,8 +404,32 @@ pub fn workload(
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
-    });
-    Ok(stamp(json!({
+    })
+}
+
+/// A single-replica Recreate Deployment of one component of the Agent, running as the Agent's
+/// ServiceAccount without a mounted API token. A Harness Deployment selects its revision's
+/// Pods; the gateway selects the Agent's gateway Pods whatever revision they run.
+#[allow(clippy::too_many_arguments)]
+fn deployment(
+    revision: &RevisionSpec,
+    name: &str,
+    namespace: &str,
+    component: &str,
+    container: Value,
+    volumes: Vec<Value>,
+    settings: &Settings,
+    progress_deadline_seconds: u64,
+) -> Value {
+    let labels = revision_labels(revision, component);
+    let mut selector = Map::new();
+    selector.insert(LABEL_AGENT.into(), labels[LABEL_AGENT].clone());
+    selector.insert(LABEL_COMPONENT.into(), component.into());
+    if component == COMPONENT_HARNESS {
+        selector.insert(LABEL_REVISION.into(), labels[LABEL_REVISION].clone());
+    }
+    let user = settings.run_as_user;
+    stamp(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": labels.clone()},
@@ -294,7 +441,7 @@ pub fn workload(
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "serviceAccountName": names::agent_object_name(&agent.agent_id),
+                    "serviceAccountName": names::agent_object_name(&revision.agent_id),
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
                     "securityContext": {
@@ -309,7 +456,7 @@ pub fn workload(
                 },
             },
         },
-    })))
+    }))
 }
 
 /// The harness's environment: identifiers, the admitted document, and every Secret as a
@@ -409,7 +556,8 @@ mod tests {
     pub fn settings() -> Settings {
         Settings::parse(
             r#"{"tenantRoleBinding":"occ-tenant","tokenAudience":"occ-agent","harnesses":[
-                {"id":"codex","version":"1.0.0","mode":"dedicated","image":"registry/codex:1"}]}"#,
+                {"id":"codex","version":"1.0.0","mode":"dedicated","image":"registry/codex:1"}],
+                "gatewayImage":"registry/gateway:1"}"#,
         )
         .unwrap()
     }

@@ -22,6 +22,8 @@ pub const LABEL_NAMESPACE: &str = "occ.namespace";
 pub const LABEL_AGENT: &str = "occ.agent";
 /// The AgentRevision number an object belongs to.
 pub const LABEL_REVISION: &str = "occ.revision";
+/// What a Pod is to its Agent: `harness` (a dedicated Harness) or `gateway`.
+pub const LABEL_COMPONENT: &str = "occ.component";
 
 /// The longest DNS-1123 label and the longest label value.
 pub const MAX_LEN: usize = 63;
@@ -39,7 +41,7 @@ pub fn agent_object_name(agent_id: &str) -> String {
     dns_label(&format!("agent-{agent_id}"))
 }
 
-/// The name of a revision's objects (its dedicated Deployment): `agent-<id>-r<revision>`.
+/// The name of a revision's objects (its dedicated Harness Deployment and Service): `agent-<id>-r<revision>`.
 pub fn revision_object_name(agent_id: &str, revision: i32) -> String {
     dns_label(&format!("agent-{agent_id}-r{revision}"))
 }

@@ -12,6 +12,8 @@
 //! - `tokenAudience` (required): the audience of the Agent's projected token.
 //! - `harnesses` (required): `[{id, version, mode: dedicated|embedded, image}]`, unique by
 //!   (id, version, mode).
+//! - `gatewayImage` (required when a harness is `dedicated`): the image of the Agent's shared
+//!   single-replica gateway in front of its dedicated Harness.
 //! - `namespacePrefix` (default `occ-`): prepended to Namespace ids.
 //! - `tokenExpirationSeconds` (default 3600, at least 600): projected token lifetime.
 //! - `resources` (default requests cpu `100m` memory `256Mi`, limits cpu `1` memory `1Gi`).
@@ -48,6 +50,8 @@ pub struct Settings {
     pub run_as_user: i64,
     pub maintenance_interval: Option<Duration>,
     pub harnesses: Vec<HarnessImage>,
+    /// The dedicated topology's per-Agent gateway image.
+    pub gateway_image: Option<String>,
     /// Requests per second the client sends at most, on average.
     pub qps: f64,
     /// Requests the client may send at once after an idle moment.
@@ -117,6 +121,8 @@ struct RawSettings {
     tenant_role_binding: String,
     token_audience: String,
     harnesses: Vec<HarnessImage>,
+    #[serde(default)]
+    gateway_image: Option<String>,
     #[serde(default = "default_prefix")]
     namespace_prefix: String,
     #[serde(default = "default_token_expiration")]
@@ -325,6 +331,15 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         return Err(invalid("burst must be at least 1"));
     }
     validate_harnesses(&raw.harnesses)?;
+    match &raw.gateway_image {
+        Some(image) => require_text("gatewayImage", image)?,
+        None if raw.harnesses.iter().any(|h| h.mode == HarnessMode::Dedicated) => {
+            return Err(invalid(
+                "gatewayImage is required when a harness has mode dedicated (the Agent's gateway in front of its Harness)",
+            ))
+        }
+        None => {}
+    }
     Ok(Settings {
         tenant_role_binding: raw.tenant_role_binding,
         token_audience: raw.token_audience,
@@ -335,6 +350,7 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         run_as_user: raw.run_as_user,
         maintenance_interval,
         harnesses: raw.harnesses,
+        gateway_image: raw.gateway_image,
         qps: raw.qps,
         burst: raw.burst,
     })
@@ -418,7 +434,7 @@ fn one_line(text: &str) -> String {
 mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"{"tenantRoleBinding":"occ-tenant","tokenAudience":"occ-agent","harnesses":[{"id":"codex","version":"1.2.0","mode":"dedicated","image":"registry/codex:1.2.0"},{"id":"openclaw","version":"1.0.0","mode":"embedded","image":"registry/openclaw:1.0.0"}]}"#;
+    const MINIMAL: &str = r#"{"tenantRoleBinding":"occ-tenant","tokenAudience":"occ-agent","harnesses":[{"id":"codex","version":"1.2.0","mode":"dedicated","image":"registry/codex:1.2.0"},{"id":"openclaw","version":"1.0.0","mode":"embedded","image":"registry/openclaw:1.0.0"}],"gatewayImage":"registry/gateway:1.0.0"}"#;
 
     fn with(key_values: &str) -> String {
         format!("{},{key_values}}}", &MINIMAL[..MINIMAL.len() - 1])
@@ -500,7 +516,7 @@ mod tests {
         );
         assert_eq!(
             error(&with(r#""tokenExpirationSeconds":"long""#)),
-            "OCC_KUBERNETES_CONFIG: tokenExpirationSeconds: invalid type: string \"long\", expected u64 at line 1 column 278"
+            "OCC_KUBERNETES_CONFIG: tokenExpirationSeconds: invalid type: string \"long\", expected u64 at line 1 column 318"
         );
     }
 
@@ -520,6 +536,26 @@ mod tests {
             message
                 .starts_with("OCC_KUBERNETES_CONFIG: harnesses[0].mode: unknown variant `shared`"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_dedicated_harness_needs_the_gateway_image() {
+        // SPEC C3: a dedicated Harness runs behind the Agent's shared gateway.
+        let without = MINIMAL.replace(r#","gatewayImage":"registry/gateway:1.0.0""#, "");
+        assert_eq!(
+            error(&without),
+            "OCC_KUBERNETES_CONFIG: gatewayImage is required when a harness has mode dedicated (the Agent's gateway in front of its Harness)"
+        );
+        let embedded_only = r#"{"tenantRoleBinding":"r","tokenAudience":"a","harnesses":[{"id":"o","version":"1","mode":"embedded","image":"i"}]}"#;
+        assert_eq!(Settings::parse(embedded_only).unwrap().gateway_image, None);
+        assert_eq!(
+            error(&MINIMAL.replace("registry/gateway:1.0.0", "two words")),
+            "OCC_KUBERNETES_CONFIG: gatewayImage must be non-empty, without whitespace, at most 1024 bytes"
+        );
+        assert_eq!(
+            Settings::parse(MINIMAL).unwrap().gateway_image.as_deref(),
+            Some("registry/gateway:1.0.0")
         );
     }
 
