@@ -699,6 +699,48 @@ fn recreate_removes_old_pods_before_new_ones_and_scale_to_zero_waits_for_termina
 }
 
 #[test]
+fn a_deleted_deployments_replica_sets_and_pods_go_later_by_garbage_collection() {
+    // As on a real cluster: deleting a Deployment (Background propagation) removes only the
+    // Deployment in that request; its ReplicaSet and Pods, owned through ownerReferences, are
+    // collected a moment later, the Pods gracefully.
+    let fake = KubeFake::start(FakeOptions {
+        gc_delay: Duration::from_millis(400),
+        pod_termination: Duration::from_millis(300),
+        ..FakeOptions::default()
+    });
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    client.ok(
+        "POST",
+        DEPLOYMENTS,
+        Some(&deployment("web", 2, "RollingUpdate", "img:1")),
+    );
+    wait_available(&fake, "web");
+    let (status, _) = client.ok(
+        "DELETE",
+        &format!("{DEPLOYMENTS}/web?propagationPolicy=Background"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(fake.get(&format!("{DEPLOYMENTS}/web")).is_none());
+    let (_, sets) = client.ok("GET", "/apis/apps/v1/namespaces/ns1/replicasets", None);
+    assert_eq!(sets["items"].as_array().unwrap().len(), 1, "{sets}");
+    let (_, pods) = client.ok("GET", "/api/v1/namespaces/ns1/pods", None);
+    let pods = pods["items"].as_array().unwrap().clone();
+    assert_eq!(pods.len(), 2);
+    assert!(pods
+        .iter()
+        .all(|p| p["metadata"].get("deletionTimestamp").is_none()));
+    // Then the collector: the ReplicaSet goes, its Pods terminate and go.
+    wait_for(Duration::from_secs(5), "replica set collected", || {
+        fake.objects("replicasets").is_empty().then_some(())
+    });
+    wait_for(Duration::from_secs(5), "pods collected", || {
+        pods_of(&fake, "web").is_empty().then_some(())
+    });
+}
+
+#[test]
 fn injected_throttling_and_unavailability_are_answered_then_consumed() {
     let fake = KubeFake::start(FakeOptions::default());
     let client = Client::new(&fake);

@@ -37,6 +37,7 @@ pub fn scope(store: &mut Store, opts: &FakeOptions, now: Instant, full: bool) ->
             .filter(|(created, _)| now.duration_since(*created) <= settling)
             .map(|(_, ns)| ns.clone()),
     );
+    scope.extend(store.orphaned.keys().map(|(_, ns, _)| ns.clone()));
     scope.extend(store.deleting.keys().map(|(plural, ns, name)| {
         if *plural == "namespaces" {
             name.clone()
@@ -56,7 +57,7 @@ pub fn tick_namespace(
     behaviours: &Behaviours,
     now: Instant,
 ) {
-    collect_garbage(store, ns);
+    collect_garbage(store, ns, opts, now);
     let ns = Some(ns);
     for deployment in store.all("deployments", ns) {
         roll_out(store, &deployment);
@@ -130,9 +131,10 @@ fn finish_graceful_deletions(store: &mut Store, opts: &FakeOptions, now: Instant
     }
 }
 
-/// Objects of `ns` whose every owner is gone are deleted (pods gracefully); owners
-/// live in their dependents' namespace.
-fn collect_garbage(store: &mut Store, ns: &str) {
+/// Objects of `ns` whose every owner is gone are deleted (pods gracefully) once they have
+/// been orphans for `gc_delay`, as the real collector does a moment after the owner's delete
+/// request; owners live in their dependents' namespace.
+fn collect_garbage(store: &mut Store, ns: &str, opts: &FakeOptions, now: Instant) {
     let objects: Vec<(Key, Arc<Value>)> = RESOURCES
         .iter()
         .flat_map(|r| {
@@ -157,7 +159,19 @@ fn collect_garbage(store: &mut Store, ns: &str) {
         })
         .map(|(k, o)| (k.clone(), Value::clone(o)))
         .collect();
-    for (key, obj) in orphans {
+    let found: HashSet<&Key> = orphans.iter().map(|(k, _)| k).collect();
+    store
+        .orphaned
+        .retain(|key, _| key.1 != ns || found.contains(key));
+    let due: Vec<(Key, Value)> = orphans
+        .into_iter()
+        .filter(|(key, _)| {
+            let since = *store.orphaned.entry(key.clone()).or_insert(now);
+            now.duration_since(since) >= opts.gc_delay
+        })
+        .collect();
+    for (key, obj) in due {
+        store.orphaned.remove(&key);
         if key.0 == "pods" {
             if !terminating(&obj) {
                 store.begin_graceful_delete(resource("pods"), key, obj);

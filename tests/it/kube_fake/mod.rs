@@ -49,6 +49,9 @@ pub struct FakeOptions {
     pub pod_termination: Duration,
     /// How long a created pod takes to reach its behaviour's state (Ready by default).
     pub pod_start: Duration,
+    /// How long the garbage collector takes to delete an object whose owners are gone: a
+    /// deleted Deployment's ReplicaSets and Pods outlive the request that deleted it.
+    pub gc_delay: Duration,
 }
 
 impl Default for FakeOptions {
@@ -58,6 +61,7 @@ impl Default for FakeOptions {
             terminating_for: Duration::from_millis(300),
             pod_termination: Duration::from_millis(200),
             pod_start: Duration::from_millis(100),
+            gc_delay: Duration::from_millis(100),
         }
     }
 }

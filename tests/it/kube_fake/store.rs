@@ -508,6 +508,8 @@ pub struct Store {
     pub deleting: HashMap<Key, Instant>,
     /// When each pod (by uid) was created, so it starts after `pod_start`, and its namespace.
     pub pod_created: HashMap<String, (Instant, String)>,
+    /// When the garbage collector first found each object without a live owner.
+    pub orphaned: HashMap<Key, Instant>,
     /// Namespaces written since the controllers last looked at them: a tick reads only these
     /// (plus those where time alone changes something), so its cost follows what changed,
     /// not the size of the store.
