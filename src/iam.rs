@@ -1,9 +1,8 @@
 //! Native IAM: decides `authorize(principal, action, resource)` with evidence.
 //!
 //! A pass asks every question it may need at once (`decide`): one statement runs SQL
-//! `occ.authorize` (`sql/V3__namespace_admission.sql`, its evidence order fixed by
-//! `sql/V12__authorize_evidence_order.sql`) for each request in one snapshot and returns the
-//! decisions with the identities asked about, as a `Policy`. Nothing loads the installation's
+//! `occ.authorize` (its current body is in `sql/schema.sql`) for each request in one snapshot
+//! and returns the decisions with the identities asked about, as a `Policy`. Nothing loads the installation's
 //! whole policy during a pass. `Model` is that whole policy in memory, deciding the same way in
 //! Rust: the reference the tests hold `occ.authorize` to, decision and evidence alike.
 //!

@@ -1,8 +1,9 @@
 //! `occ-worker admin …`: operator commands over the admission functions in `sql/` (SPEC §9).
 //!
 //! Every command that changes something calls one PostgreSQL admission function
-//! (`sql/V3__namespace_admission.sql`), which authorizes `--actor`, refuses with a one-line
-//! error, and audits. This module only parses, calls and prints: it decides nothing itself.
+//! (`occ.namespace_*` and the IAM functions, in `sql/schema.sql`), which authorizes `--actor`,
+//! refuses with a one-line error, and audits. This module only parses, calls and prints: it
+//! decides nothing itself.
 
 use super::admin_read::{self, Read};
 use super::refusal::{refused, Inputs};

@@ -1,9 +1,10 @@
 //! `occ-worker admin agent|configuration|secret|service-account …`: Agent, revision,
 //! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9).
 //!
-//! Every command calls one PostgreSQL function of `sql/V4__agent_admission.sql`, which
-//! authorizes `--actor`, refuses with a one-line error and audits. This module only parses,
-//! calls and prints; it decides nothing itself.
+//! Every command calls one PostgreSQL admission function (`occ.agent_*`, `occ.configuration_*`,
+//! `occ.secret_*`; their current bodies are in `sql/schema.sql`), which authorizes `--actor`,
+//! refuses with a one-line error and audits. This module only parses, calls and prints; it
+//! decides nothing itself.
 
 use super::admin::call;
 use super::admin_read::{self, Read};
@@ -345,7 +346,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
     }
 }
 
-/// `admin service-account …`: each calls one function of `sql/V9__managed_accounts.sql`.
+/// `admin service-account …`: each calls one `occ.service_account_*` function (`sql/schema.sql`).
 fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<(), CliError> {
     match command {
         ServiceAccountCommand::Create {

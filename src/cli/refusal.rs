@@ -10,7 +10,7 @@
 use super::CliError;
 use postgres::error::SqlState;
 
-/// The identifier rule of `occ.is_ident` (sql/V1__schema.sql).
+/// The identifier rule of `occ.is_ident` (`sql/schema.sql`).
 pub const IDENT_RULE: &str =
     "must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit";
 

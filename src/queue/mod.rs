@@ -29,24 +29,6 @@ const LIST: &str = include_str!("../../sql/queries/work_list.sql");
 const SHOW: &str = include_str!("../../sql/queries/work_show.sql");
 const CLOCK: &str = include_str!("../../sql/queries/work_clock.sql");
 
-/// Every query file this module embeds, for the test that fails on an unused query file.
-pub const QUERY_FILES: &[&str] = &[
-    "work_enqueue.sql",
-    "work_claim.sql",
-    "work_heartbeat.sql",
-    "work_lock_claim.sql",
-    "work_complete.sql",
-    "work_fail.sql",
-    "work_retry.sql",
-    "work_defer.sql",
-    "work_release.sql",
-    "work_recover_stale.sql",
-    "work_pending_count.sql",
-    "work_list.sql",
-    "work_show.sql",
-    "work_clock.sql",
-];
-
 /// The kind of controller operation a row asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

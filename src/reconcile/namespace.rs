@@ -3,8 +3,9 @@
 //!
 //! It owns the Namespace's lifecycle status after admission (`provisioning` → `ready` |
 //! `failed`; `deleting` → tombstone) and the audit evidence of every pass. It never admits
-//! anything (that is `sql/V3__namespace_admission.sql`), never writes queue rows (that is
-//! `queue`), and reaches infrastructure only through `Context::compute`.
+//! anything (that is `occ.namespace_create` and the other admission functions in
+//! `sql/schema.sql`), never writes queue rows (that is `queue`), and reaches infrastructure
+//! only through `Context::compute`.
 //!
 //! # Expected flow
 //!
