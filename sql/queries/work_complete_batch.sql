@@ -1,5 +1,5 @@
--- Completes a finalizer batch's live claims in one statement (Q1, Q11, issue 10 item 4) and
--- records each one's evidence, as work_complete.sql does for one. All or none: when a claim it
+-- Completes a publication's live claims in one statement (Q1, Q11) and records each one's
+-- evidence; a single completion is a batch of one (queue::work_complete). All or none: when a claim it
 -- names is no longer live, the statement fails (V16 `occ.require_live_claims`), so a
 -- transaction that sends its COMMIT in the same message never commits a partial batch.
 -- One statement instead of one per work: PostgreSQL prepares the table's checks and triggers

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
-const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
 const COMPLETE_BATCH: &str = include_str!("../../sql/queries/work_complete_batch.sql");
 const LOCK_CLAIMS: &str = include_str!("../../sql/queries/work_lock_claims.sql");
 
@@ -938,13 +937,11 @@ fn own_claim(limit: usize) -> String {
 /// claim: what PostgreSQL can do for this schema (its checks, indexes and lane trigger)
 /// without the worker in between.
 fn occ_work_script() -> String {
-    let claim = own_claim(1);
-    let complete = strip_comments(COMPLETE)
-        .replace("$4", "NULL")
-        .replace("$3", "'DONE'")
-        .replace("$2", ":token")
-        .replace("$1", ":id");
-    format!("{claim} \\gset\n{complete};\n")
+    format!(
+        "{} \\gset\n{};\n",
+        claim_into_arrays(1),
+        bind_arrays(COMPLETE_BATCH)
+    )
 }
 
 /// The same, batched as the worker batches: the worker's own claim of up to ten works in one

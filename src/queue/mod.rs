@@ -16,7 +16,6 @@ const ENQUEUE: &str = include_str!("../../sql/queries/work_enqueue.sql");
 const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
 const HEARTBEAT: &str = include_str!("../../sql/queries/work_heartbeat.sql");
 const LOCK_CLAIM: &str = include_str!("../../sql/queries/work_lock_claim.sql");
-const COMPLETE: &str = include_str!("../../sql/queries/work_complete.sql");
 const LOCK_CLAIMS: &str = include_str!("../../sql/queries/work_lock_claims.sql");
 const COMPLETE_BATCH: &str = include_str!("../../sql/queries/work_complete_batch.sql");
 const FAIL: &str = include_str!("../../sql/queries/work_fail.sql");
@@ -549,19 +548,29 @@ pub fn work_commit_completing_and_claiming(
     })
 }
 
-/// Completes the claim (`succeeded`).
+/// Completes the claim (`succeeded`): a batch of one (`work_complete_batch`), whose refusal of a
+/// claim no longer live is `ClaimLost` here. Inside a transaction, that refusal aborts it (or
+/// the unit's savepoint).
 pub fn work_complete(
     client: &mut impl GenericClient,
     claim: &Claim,
     code: &str,
     result_data: Option<&Value>,
 ) -> Result<(), QueueError> {
-    let rows = client.query(COMPLETE, &[&claim.id, &claim.token, &code, &result_data])?;
-    if rows.is_empty() {
-        return Err(QueueError::ClaimLost);
+    match work_complete_batch(client, &[(claim, code, result_data)]) {
+        Ok(_) => Ok(()),
+        Err(QueueError::Db(DbError::Query(e)))
+            if e.as_db_error()
+                .is_some_and(|d| d.message().starts_with(CLAIM_NO_LONGER_LIVE)) =>
+        {
+            Err(QueueError::ClaimLost)
+        }
+        Err(e) => Err(e),
     }
-    Ok(())
 }
+
+/// How `occ.require_live_claims` refuses a completion naming a claim no longer live.
+const CLAIM_NO_LONGER_LIVE: &str = "a claim the batch names is no longer live";
 
 /// Fails the claim for good (`failed_permanent`).
 pub fn work_fail(

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 pub mod agent;
 pub mod namespace;
 pub mod probe;
+pub mod publish;
 pub mod revision;
 pub mod subnets;
 
@@ -623,9 +624,8 @@ pub fn resolve(
     }
 }
 
-/// The resolved report published with its queue transition, fenced by the claim, in a
-/// transaction of its own. The worker runtime batches the same step with other passes'
-/// (`finalize_resolved` + `finalize_in`, one savepoint each).
+/// The resolved report published with its queue transition, fenced by the claim: a batch of
+/// one through the worker's own publication (`publish::finalize_batch`).
 pub fn finalize(
     pass: &Pass<'_>,
     reconciler: &dyn Reconciler,
@@ -634,11 +634,18 @@ pub fn finalize(
     match finalize_resolved(pass, report) {
         Resolved::Published(published) => Ok(published),
         Resolved::Publish(resolved) => {
-            let mut client = pass.db()?;
-            let mut tx = client.transaction()?;
-            let out = finalize_in(&mut tx, pass, reconciler, resolved)?;
-            tx.commit()?;
-            Ok(out)
+            let item = publish::BatchItem {
+                pass: Pass {
+                    claim: pass.claim,
+                    ctx: pass.ctx,
+                    lease: pass.lease,
+                },
+                reconciler,
+                resolved,
+            };
+            publish::finalize_batch(pass.ctx, vec![item])
+                .pop()
+                .unwrap_or_else(|| Err(PassError::Invariant("a batch of one answered none".into())))
         }
     }
 }

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use finalizer::{batch_share, publishers_in_use, PUBLISHERS};
-pub use finalizer::{finalize_batch, publish_and_claim, BatchItem, Finalizer, LINGER, MAX_BATCH};
+pub use finalizer::{Finalizer, LINGER, MAX_BATCH};
 pub use lease::{Heartbeat, Lease};
 
 /// Settings of the runtime itself (the rest is in `Context`).

@@ -132,15 +132,15 @@ fn v14_moves_live_claims_from_work_rows_to_their_lanes() {
     let claims = occ_worker::queue::work_claim_batch(&mut c, &opts, 10).unwrap();
     let keys: Vec<&str> = claims.iter().map(|cl| cl.key.as_str()).collect();
     assert_eq!(keys, ["namespace:b:delete:1"], "lane a is still held");
-    // What `queue::work_complete` sends for the claim it holds.
+    // What `queue::work_complete` sends for the claim it holds (a batch of one).
     let completed = c
         .query(
-            include_str!("../../sql/queries/work_complete.sql"),
+            include_str!("../../sql/queries/work_complete_batch.sql"),
             &[
-                &id,
-                &"00000000-0000-4000-8000-000000000001",
-                &"DONE",
-                &None::<serde_json::Value>,
+                &vec![id],
+                &vec!["00000000-0000-4000-8000-000000000001"],
+                &vec!["DONE"],
+                &vec![None::<serde_json::Value>],
             ],
         )
         .unwrap()

@@ -6,8 +6,8 @@
 
 use crate::support::{context, insert_namespace, scalar, TestDb};
 use occ_worker::queue::*;
+use occ_worker::reconcile::publish::{finalize_batch, publish_and_claim, BatchItem};
 use occ_worker::reconcile::{LeaseState, Pass, PassError, Reconciler, Report};
-use occ_worker::runtime::{finalize_batch, publish_and_claim, BatchItem};
 use postgres::Client;
 use serde_json::Value;
 use std::sync::Arc;
