@@ -12,4 +12,6 @@ SELECT
         ORDER BY a.id DESC LIMIT 1) AS stored_refusal,
     (SELECT EXISTS (SELECT 1 FROM occ.work_attempts WHERE work_id = $1
         AND code = 'PREDECESSOR_STOP_YIELDED')) AS predecessor_stop_yielded,
-    (SELECT secret_driver_id FROM occ.installation) AS secret_driver
+    (SELECT secret_driver_id FROM occ.installation) AS secret_driver,
+    (SELECT a.refusal FROM occ.work_attempts a WHERE a.work_id = $1
+        AND a.code = 'REFUSED_CANDIDATE_STOP_PENDING' ORDER BY a.id DESC LIMIT 1) AS waited_refusal

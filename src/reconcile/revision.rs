@@ -1,14 +1,18 @@
 //! AgentRevision deployment (SPEC R2-R11): the reconcile work of an admitted revision and its
 //! periodic maintenance.
 //!
-//! Expected flow, in the seed's order: R2 checks on every pass before any effect (a managed
-//! account's M2 checks among them: its `read` grant after the Secret checks, then the backend,
-//! the access-token source and the binding, each against the admitted snapshot); R3 a stopped
-//! Agent stops the revision; R4 a newer active revision supersedes it; R8 earlier runtimes
-//! are stopped first when the driver requires it; R5 prepare and observe readiness; R6
-//! reload the Agent, compare-and-set the active pointer in a fenced transaction, activate the
-//! route, retire earlier revisions, then publish exactly one activation audit with the
-//! completion; R7 an already-active revision repeats route activation and retirement; R11
+//! Expected flow, in the seed's order: R2's checks of the admitted revision (Namespace,
+//! ownership, Harness, Compute Driver); a maintenance pass of a failed deployment ends its
+//! chain (R11); R2's authorization and backend checks on every pass before any effect (a
+//! managed account's M2 checks among them: its `read` grant after the Secret checks, then the
+//! backend, the access-token source and the binding, each against the admitted snapshot); a
+//! stored refusal decided again (R9); R3 a stopped Agent stops the revision; R4 a newer
+//! revision supersedes it; a stored refusal is published (R9); the Secret context resolves
+//! (SPEC Z4), or refuses a candidate while the active revision takes SPEC Z2's active path;
+//! R8 earlier runtimes are stopped first when the driver requires it; R5 prepare and observe
+//! readiness; R6 reload the Agent, compare-and-set the active pointer in a fenced transaction,
+//! activate the route, retire earlier revisions, then publish exactly one activation audit with
+//! the completion; R7 an already-active revision repeats route activation and retirement; R11
 //! maintenance re-observes an active revision.
 //!
 //! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
@@ -20,7 +24,8 @@
 //! between the pointer compare-and-set and the completion; every Compute call tolerates having
 //! happened already. The Agent's lane serializes this work with its stop and delete.
 //!
-//! Errors: every R2 code is permanent; Compute failures follow R10 (transient: pending
+//! Errors: every R2 code is permanent, but an unresolved Secret context of the active revision
+//! waits on its reconcile key (SPEC Z2); Compute failures follow R10 (transient: pending
 //! `DEPENDENCY_UNAVAILABLE` without spending attempts; otherwise retry `DEPENDENCY_UNAVAILABLE`
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
@@ -100,10 +105,36 @@ struct Loaded {
     reconcile_code: Option<String>,
     /// The refusal of the latest attempt when its candidate's stop was still pending (R9).
     stored_refusal: Option<String>,
+    /// The refusal of the latest attempt that waited on its candidate's stop, whatever
+    /// followed it (R9).
+    waited_refusal: Option<String>,
     /// This work yielded an exclusive predecessor's stop at least once (SPEC Z5).
     predecessor_stop_yielded: bool,
     /// The Installation's selected Secret Driver (SPEC Z4).
     secret_driver: Option<String>,
+}
+
+impl Loaded {
+    /// The Agent's active pointer names this revision.
+    fn is_active(&self) -> bool {
+        self.agent.active_revision_id.as_deref() == Some(self.revision.id.as_str())
+    }
+
+    /// Not the Agent's active revision: a candidate (or an earlier one).
+    fn is_candidate(&self) -> bool {
+        !self.is_active()
+    }
+}
+
+/// What R9's stop of a refused candidate came to.
+enum CandidateStop {
+    /// Nothing to stop here: not this work's candidate, or never prepared, or left alone
+    /// beside an active revision.
+    Untouched,
+    /// Stopped under the live claim.
+    Stopped,
+    /// The stop failed: the pass waits with this report.
+    Pending(Box<Report>),
 }
 
 fn secret_refs(revision: &RevisionRow) -> Result<Vec<(String, String)>, &'static str> {
@@ -220,11 +251,14 @@ impl RevisionReconciler {
             stored_refusal: row.get(4),
             predecessor_stop_yielded: row.get(5),
             secret_driver: row.get(6),
+            waited_refusal: row.get(7),
         }))
     }
 
-    /// R2: every check, in order; `Some(report)` refuses the pass.
-    fn check(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
+    /// R2's checks of the admitted revision itself, the first decisions of every pass: the
+    /// Namespace is ready, the revision is the Agent's, its Harness is approved and its Compute
+    /// Driver is this worker's. `Some(report)` refuses the pass.
+    fn check_admitted(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
         let (agent, revision) = (&l.agent, &l.revision);
         if agent.namespace_status != "ready" {
             return Ok(Some(Report::permanent("NAMESPACE_NOT_READY")));
@@ -260,6 +294,14 @@ impl RevisionReconciler {
         if !revision.owned_by(pass) {
             return Ok(Some(Report::permanent("COMPUTE_DRIVER_MISMATCH")));
         }
+        Ok(None)
+    }
+
+    /// R2's authorization, harness auth and Secret-binding checks, then M2's backend checks, in
+    /// order; `Some(report)` refuses the pass. Whether each Secret resolves is decided later
+    /// (`check_secret_resolution`), after R3 and R4.
+    fn authorize(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
+        let (agent, revision) = (&l.agent, &l.revision);
         let policy = {
             let mut db = pass.db()?;
             let principal = revision.service_principal_id.as_str();
@@ -326,10 +368,7 @@ impl RevisionReconciler {
         {
             return Ok(Some(refused));
         }
-        if let Some(refused) = self.check_backend(pass, revision, account.as_ref())? {
-            return Ok(Some(refused));
-        }
-        Ok(self.check_secret_resolution(revision, l.secret_driver.as_deref()))
+        self.check_backend(pass, revision, account.as_ref())
     }
 
     /// M2 steps 2-4, decided again on every
@@ -419,11 +458,6 @@ impl RevisionReconciler {
 
     /// R9: a candidate refused after it may have been prepared is stopped under the live claim
     /// before the refusal is published; a failed stop waits with growing backoff.
-    ///
-    /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
-    ///. Beside an active revision a non-exclusive (embedded) candidate is
-    /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
-    /// prepared has nothing to stop.
     fn refuse(
         &self,
         pass: &Pass<'_>,
@@ -431,13 +465,40 @@ impl RevisionReconciler {
         mut refusal: Report,
         prepared: bool,
     ) -> Result<Report, PassError> {
-        let is_candidate = l.agent.active_revision_id.as_deref() != Some(l.revision.id.as_str());
+        let code = refusal.code.clone();
+        Ok(
+            match self.stop_refused_candidate(pass, l, &code, prepared)? {
+                CandidateStop::Untouched => refusal,
+                CandidateStop::Stopped => {
+                    // The stored refusal marks the candidate stopped (`agent::denial_audit`).
+                    refusal.refusal = Some(code);
+                    refusal
+                }
+                CandidateStop::Pending(pending) => *pending,
+            },
+        )
+    }
+
+    /// R9's stop of a candidate refused with `refusal`.
+    ///
+    /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
+    ///. Beside an active revision a non-exclusive (embedded) candidate is
+    /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
+    /// prepared has nothing to stop. A failed stop becomes a `REFUSED_CANDIDATE_STOP_PENDING`
+    /// wait that keeps the refusal for the next pass.
+    fn stop_refused_candidate(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        refusal: &str,
+        prepared: bool,
+    ) -> Result<CandidateStop, PassError> {
         if pass.claim.operation != Operation::RevisionReconcile
-            || !is_candidate
+            || !l.is_candidate()
             || l.agent.namespace_status != "ready"
             || !l.revision.owned_by(pass)
         {
-            return Ok(refusal);
+            return Ok(CandidateStop::Untouched);
         }
         let spec = l.revision.spec(&pass.ctx.installation_id);
         let driver = pass.ctx.compute.clone();
@@ -450,7 +511,7 @@ impl RevisionReconciler {
             || (!driver.requires_stopped_predecessors(&spec)
                 && l.agent.active_revision_id.is_some())
         {
-            return Ok(refusal);
+            return Ok(CandidateStop::Untouched);
         }
         let agent = l.agent.spec(&pass.ctx.installation_id);
         let started = std::time::Instant::now();
@@ -459,22 +520,18 @@ impl RevisionReconciler {
             Err(e) => Err(e),
         };
         let stop_took = started.elapsed();
-        match stopped {
-            Ok(()) => {
-                // The stored refusal marks the candidate stopped (`agent::denial_audit`).
-                refusal.refusal = Some(refusal.code.clone());
-                Ok(refusal)
-            }
+        Ok(match stopped {
+            Ok(()) => CandidateStop::Stopped,
             Err(e) => {
                 let recheck = refused_stop_recheck(pass.age(), l.refused_stop_attempts, stop_took);
                 let mut pending = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", recheck)
                     .at("stop")
                     .with_compute_error(&e);
                 // The deferral records its evidence with the refusal (`queue::work_defer`).
-                pending.refusal = Some(refusal.code.clone());
-                Ok(pending)
+                pending.refusal = Some(refusal.to_string());
+                CandidateStop::Pending(Box::new(pending))
             }
-        }
+        })
     }
 
     /// The permanent report that publishes a stored refusal once its candidate is stopped
@@ -488,6 +545,11 @@ impl RevisionReconciler {
         report
     }
 
+    /// A pass's decisions in the seed's order: R2's checks of the admitted revision; a
+    /// maintenance pass of a failed deployment ends (R11); a dangling active pointer; R2's
+    /// authorization and backend; the stored refusal decided again; R3 a stopped Agent; R4
+    /// supersession; the stored refusal published; the Secret context (SPEC Z4); then R8,
+    /// R5-R7.
     fn run(&self, pass: &Pass<'_>, scratch: &Scratch) -> Result<Report, PassError> {
         let Some(l) = self.load(pass)? else {
             return Ok(refused("INVALID_REVISION_OWNER"));
@@ -495,84 +557,126 @@ impl RevisionReconciler {
         scratch
             .predecessor_stop_yielded
             .set(l.predecessor_stop_yielded);
-        let phases = &scratch.phases;
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
-        if let Some(mut refusal) = self.check(pass, &l)? {
-            if refusal.facts == Facts::Plain {
-                refusal.facts = Facts::Revision(RevisionFacts::Refused);
-            }
-            return self.refuse(pass, &l, refusal.at("check"), false);
+        if let Some(refusal) = self.check_admitted(pass, &l)? {
+            return self.refuse_checked(pass, &l, refusal);
         }
-        if let Some(stored) = l.stored_refusal.as_deref() {
-            if !REDECIDED_REFUSALS.contains(&stored) {
-                return self.refuse(pass, &l, self.stored_refusal(pass, stored), true);
-            }
-            // A re-decided refusal that no longer stands lifts the wait, but past the deadline
-            // the candidate cannot converge any more: preparing it again would only restart it.
-            // The wait stops it and publishes the deadline instead.
-            if pass.age() >= pass.ctx.convergence_timeout {
-                let deadline = self.stored_refusal(pass, "CONVERGENCE_DEADLINE_EXCEEDED");
-                return self.refuse(pass, &l, deadline, true);
-            }
+        // R11: maintenance never prepares or reactivates a terminally failed deployment, and
+        // ends its chain before any authorization of its own.
+        if maintenance
+            && (l.reconcile_state.as_deref() == Some("failed_permanent")
+                || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED"))
+        {
+            return Ok(Report::permanent("REVISION_SUPERSEDED")
+                .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
         }
-        let (agent, revision) = (&l.agent, &l.revision);
-        if maintenance {
-            // Maintenance never prepares or reactivates a terminally failed deployment.
-            if l.reconcile_state.as_deref() == Some("failed_permanent")
-                || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED")
-            {
-                return Ok(Report::permanent("REVISION_SUPERSEDED")
-                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
-            }
-            if agent.active_revision_id.as_deref() != Some(revision.id.as_str())
-                || agent.desired_runtime_state != "running"
-            {
-                return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
-                    .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
-            }
-        }
-        if agent.active_revision_id.is_some() && l.previous.is_none() {
+        if l.agent.active_revision_id.is_some() && l.previous.is_none() {
             return Ok(refused("INVALID_ACTIVE_REVISION"));
         }
+        if let Some(refusal) = self.authorize(pass, &l)? {
+            return self.refuse_checked(pass, &l, refusal);
+        }
+        let wait = self.refusal_wait(pass, &l);
+        if maintenance && (!l.is_active() || l.agent.desired_runtime_state != "running") {
+            // R11: maintenance is for the running active revision only.
+            return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
+                .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
+        }
+        // R3 and R4 win over a stored refusal and over the Secret context: the revision stops
+        // or hands off either way.
+        if l.agent.desired_runtime_state == "stopped" {
+            return self.stop_for_stopped_agent(pass, &l);
+        }
+        if let Some(superseded) = self.supersede(pass, &l)? {
+            return Ok(superseded);
+        }
+        // A newer active revision superseded this one above (R4); the stored refusal stands
+        // and is published once its candidate is stopped (R9).
+        if let Some(refusal) = wait {
+            let stored = self.stored_refusal(pass, &refusal);
+            return self.refuse(pass, &l, stored, true);
+        }
+        if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
+        {
+            return self.refuse_secret_context(pass, &l, refusal);
+        }
+        self.deploy(pass, &l, &scratch.phases)
+    }
+
+    /// An R2 refusal before any effect: it ends a maintenance chain, and a candidate an
+    /// earlier pass prepared is stopped first (R9).
+    fn refuse_checked(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        mut refusal: Report,
+    ) -> Result<Report, PassError> {
+        if refusal.facts == Facts::Plain {
+            refusal.facts = Facts::Revision(RevisionFacts::Refused);
+        }
+        self.refuse(pass, l, refusal.at("check"), false)
+    }
+
+    /// The stored refusal this pass waits to publish (R9), decided again: a re-decided refusal
+    /// that no longer stands lifts the wait, but past the deadline the candidate cannot
+    /// converge any more: preparing it again would only restart it. The wait then stops it and
+    /// publishes the deadline instead. An active revision has no wait: its refused stop never
+    /// runs.
+    fn refusal_wait(&self, pass: &Pass<'_>, l: &Loaded) -> Option<String> {
+        let stored = l.stored_refusal.as_deref().filter(|_| l.is_candidate())?;
+        if !REDECIDED_REFUSALS.contains(&stored) {
+            return Some(stored.to_string());
+        }
+        (pass.age() >= pass.ctx.convergence_timeout)
+            .then(|| "CONVERGENCE_DEADLINE_EXCEEDED".to_string())
+    }
+
+    /// R3: the stopped Agent's revision is stopped; once this work published its candidate it
+    /// retires every earlier revision too.
+    fn stop_for_stopped_agent(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Report, PassError> {
+        let (agent, revision) = (&l.agent, &l.revision);
         let driver = pass.ctx.compute.clone();
         let spec = revision.spec(&pass.ctx.installation_id);
         let agent_spec = agent.spec(&pass.ctx.installation_id);
-        // R3.
-        if agent.desired_runtime_state == "stopped" {
-            try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
-            try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
-            // Once this work published its candidate it owns retiring every predecessor, even
-            // after a stop cleared the pointer; a different active revision means it never
-            // published, and that revision's stop work stays responsible.
-            let published = agent.active_revision_id.is_none()
-                || agent.active_revision_id.as_deref() == Some(revision.id.as_str());
-            if !published {
-                return Ok(
-                    Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
-                        RevisionFacts::Stopped {
-                            retired_before: None,
-                        },
-                    )),
-                );
-            }
-            for earlier in l
-                .all
-                .iter()
-                .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
-            {
-                let earlier = earlier.spec(&pass.ctx.installation_id);
-                try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
-            }
+        try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
+        try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
+        // Once this work published its candidate it owns retiring every predecessor, even
+        // after a stop cleared the pointer; a different active revision means it never
+        // published, and that revision's stop work stays responsible.
+        let published = agent.active_revision_id.is_none() || l.is_active();
+        if !published {
             return Ok(
                 Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
                     RevisionFacts::Stopped {
-                        retired_before: Some(revision.revision),
+                        retired_before: None,
                     },
                 )),
             );
         }
-        // R4 (and R8's successor): a newer admitted revision that needs its predecessors
-        // stopped, or a newer active one, supersedes this one without a Compute call.
+        for earlier in l
+            .all
+            .iter()
+            .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
+        {
+            let earlier = earlier.spec(&pass.ctx.installation_id);
+            try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
+        }
+        Ok(
+            Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
+                RevisionFacts::Stopped {
+                    retired_before: Some(revision.revision),
+                },
+            )),
+        )
+    }
+
+    /// R4 (and R8's successor): a newer admitted revision that needs its predecessors stopped,
+    /// or a newer active one, supersedes this one without a Compute call of its own. Handing
+    /// off to such a successor first finishes a refused candidate's stop this work waited on
+    /// (R9): the successor's own sweep may never get that far. A failed stop keeps waiting.
+    fn supersede(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
+        let revision = &l.revision;
+        let driver = pass.ctx.compute.clone();
         let successor = l.all.iter().find(|r| {
             r.revision > revision.revision
                 && r.owned_by(pass)
@@ -582,27 +686,58 @@ impl RevisionReconciler {
             .previous
             .as_ref()
             .filter(|p| p.revision > revision.revision);
-        if let Some(by) = newer_active.or(successor) {
-            let facts = RevisionFacts::Superseded {
-                by: by.id.clone(),
-                by_revision: by.revision,
-            };
-            return Ok(Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)));
+        let Some(by) = newer_active.or(successor) else {
+            return Ok(None);
+        };
+        if let (Some(_), Some(waited)) = (successor, l.waited_refusal.as_deref()) {
+            if let CandidateStop::Pending(pending) =
+                self.stop_refused_candidate(pass, l, waited, true)?
+            {
+                return Ok(Some(*pending));
+            }
         }
-        let already_active = agent.active_revision_id.as_deref() == Some(revision.id.as_str());
+        let facts = RevisionFacts::Superseded {
+            by: by.id.clone(),
+            by_revision: by.revision,
+        };
+        Ok(Some(
+            Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)),
+        ))
+    }
+
+    /// A Secret context that does not resolve (SPEC Z4): a candidate is refused (R9). The
+    /// active revision takes SPEC Z2's active path instead: its reconcile work waits with the
+    /// code under the convergence deadline, a maintenance claim fails with it and keeps the
+    /// chain, and nothing is stopped.
+    fn refuse_secret_context(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        refusal: Report,
+    ) -> Result<Report, PassError> {
+        if l.is_candidate() {
+            return self.refuse_checked(pass, l, refusal);
+        }
+        Ok(active_path(pass, &refusal.code).at("check"))
+    }
+
+    /// R8, R5-R7: the Agent's own objects, then preparation and activation.
+    fn deploy(&self, pass: &Pass<'_>, l: &Loaded, phases: &Phases) -> Result<Report, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let spec = l.revision.spec(&pass.ctx.installation_id);
+        let agent_spec = l.agent.spec(&pass.ctx.installation_id);
+        let already_active = l.is_active();
         // The Agent's own objects before any preparation: for the active
         // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
         if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
-            return Ok(match (already_active, maintenance) {
-                (false, _) => compute_report(&e, pass).at("bind"),
-                (true, true) => Report::permanent("COMPUTE_BINDING_INCOMPLETE"),
-                (true, false) => {
-                    Report::pending("COMPUTE_BINDING_INCOMPLETE", readiness_recheck(pass.age()))
-                }
+            return Ok(if already_active {
+                active_path(pass, "COMPUTE_BINDING_INCOMPLETE")
+            } else {
+                compute_report(&e, pass).at("bind")
             });
         }
         let started = Instant::now();
-        let observed = self.prepare(pass, &l, &spec, already_active, phases);
+        let observed = self.prepare(pass, l, &spec, already_active, phases);
         let mut spent = phases.get().unwrap_or_default();
         spent.prepare = started.elapsed();
         phases.set(Some(spent));
@@ -610,7 +745,7 @@ impl RevisionReconciler {
             Observed::Ready(result) => result,
             Observed::Ended(report) => return Ok(*report),
         };
-        self.activate(pass, &l, &spec, already_active, result)
+        self.activate(pass, l, &spec, already_active, result)
     }
 
     /// R8 then R5: exclusive replacement stops every earlier runtime before the candidate
@@ -882,6 +1017,19 @@ fn activation_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
         )
         .with_compute_error(e),
         _ => compute_report(e, pass),
+    }
+}
+
+/// SPEC Z2's active path of the running active revision that cannot converge now: a
+/// maintenance claim of a driver with a maintenance interval fails with `code` and keeps its
+/// chain (`publish` enqueues the next bucket while the revision is still active and running);
+/// any other work waits with `code`, under the convergence deadline. Nothing is stopped.
+fn active_path(pass: &Pass<'_>, code: &str) -> Report {
+    let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
+    if maintenance && pass.ctx.compute.maintenance_interval().is_some() {
+        Report::permanent(code)
+    } else {
+        Report::pending(code, readiness_recheck(pass.age()))
     }
 }
 

@@ -1674,13 +1674,7 @@ fn z2_a_failed_binding_of_the_active_revision_defers_on_its_reconcile_key() {
     let driver = Arc::new(ScriptedDriver::new());
     run(&f, &driver);
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
-    // Recovery runs the active revision's reconcile work again.
-    c.execute(
-        "UPDATE occ.work SET state = 'queued', reason_code = NULL, result_data = NULL,
-             completed_at = NULL, available_at = now() WHERE idempotency_key = $1",
-        &[&key(&rev)],
-    )
-    .unwrap();
+    requeue(&mut c, &key(&rev));
     driver.fail(
         "bind_agent",
         &f.agent,
@@ -1696,4 +1690,311 @@ fn z2_a_failed_binding_of_the_active_revision_defers_on_its_reconcile_key() {
         work(&mut c, &key(&rev)).1.as_deref(),
         Some("REVISION_ALREADY_ACTIVE")
     );
+}
+
+/// Recovery runs a finished work again (the active revision's reconcile work, say).
+fn requeue(c: &mut Client, key: &str) {
+    c.execute(
+        "UPDATE occ.work SET state = 'queued', reason_code = NULL, result_data = NULL,
+             completed_at = NULL, available_at = now() WHERE idempotency_key = $1",
+        &[&key],
+    )
+    .unwrap();
+}
+
+/// Whether the work `key` ended (succeeded or failed for good).
+fn ended(c: &mut Client, key: &str) -> bool {
+    matches!(work(c, key).0.as_str(), "succeeded" | "failed_permanent")
+}
+
+/// Deletes the Namespace's Secret `key`, the `secret` harness auth of every `deploy`.
+fn delete_harness_secret(c: &mut Client) {
+    c.execute(
+        "DELETE FROM occ.secrets WHERE namespace_id = 'ns1' AND id = 'key'",
+        &[],
+    )
+    .unwrap();
+}
+
+#[test]
+fn z2_z4_an_active_revision_whose_harness_secret_is_gone_defers_its_reconcile_work_and_stops_nothing(
+) {
+    // Seed 004 4474-4486, 6510-6536: an unresolved Secret context of the active revision takes
+    // the active path: its reconcile work defers with the code (the deadline applies), nothing
+    // is stopped and the pointer stays.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    delete_harness_secret(&mut c);
+    let k = key(&rev);
+    requeue(&mut c, &k);
+    driver.clear_calls();
+    run_until(&f.db, driver.clone(), |c| evidence(c, &k).len() >= 2);
+    let ev = evidence(&mut c, &k);
+    assert_eq!(ev[0], "succeeded:REVISION_ACTIVATED");
+    assert!(
+        ev[1..]
+            .iter()
+            .all(|e| e == "deferred:HARNESS_AUTH_SOURCE_UNAVAILABLE"),
+        "{ev:?}"
+    );
+    assert_eq!(work(&mut c, &k).0, "queued", "deferred, not ended");
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // Past the convergence deadline the wait ends with the deadline, still stopping nothing.
+    let opts = Opts {
+        convergence: Duration::from_millis(1),
+        ..Opts::default()
+    };
+    run_with(&f.db, driver.clone(), opts, |c| ended(c, &k));
+    let (_, code, data, _) = work(&mut c, &k);
+    assert_eq!(code.as_deref(), Some("CONVERGENCE_DEADLINE_EXCEEDED"));
+    assert_eq!(data, Some(json!({"timeoutMs": 1})));
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+    assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
+}
+
+#[test]
+fn z2_z4_an_active_revision_whose_harness_secret_is_gone_fails_its_maintenance_claim_and_keeps_the_chain(
+) {
+    // Seed 004 4474-4486, 6537-6580: on a maintenance key the active path fails this claim
+    // with the code and enqueues the next bucket; the revision stays active and nothing is
+    // stopped.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    run(&f, &Arc::new(ScriptedDriver::new()));
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    delete_harness_secret(&mut c);
+    let m = maintenance_work(&mut c, &f.agent, &rev);
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(200)),
+        ..ScriptedDriver::default()
+    });
+    let buckets = |c: &mut Client| -> i64 {
+        scalar(
+            c,
+            "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance'",
+        )
+    };
+    // The next bucket is enqueued with the failure, in one transaction.
+    let first = m.clone();
+    run_until(&f.db, driver.clone(), move |c| ended(c, &first));
+    assert!(buckets(&mut c) >= 2, "the next bucket is enqueued");
+    let (state, code, _, _) = work(&mut c, &m);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("HARNESS_AUTH_SOURCE_UNAVAILABLE"))
+    );
+    let next: Vec<String> = c
+        .query(
+            "SELECT idempotency_key FROM occ.work
+             WHERE operation = 'revision_maintenance' AND idempotency_key <> $1",
+            &[&m],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        !next.is_empty()
+            && next
+                .iter()
+                .all(|k| k.starts_with(&format!("agent_revision:{rev}:maintenance:"))),
+        "the chain is kept: {next:?}"
+    );
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert_eq!(status(&mut c, &rev).0, "active");
+    assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
+}
+
+/// A candidate whose invalid observation is refused and whose first refused-candidate stop
+/// fails: the work waits as REFUSED_CANDIDATE_STOP_PENDING with the stored refusal, and
+/// `then` runs inside that failed stop.
+fn refused_candidate_waiting(
+    driver: &ScriptedDriver,
+    rev: &str,
+    then: impl Fn(&mut Client) + Send + Sync + 'static,
+    url: &str,
+) {
+    driver.script_prepare(rev, vec![Prepare::Mismatched]);
+    driver.fail(
+        "stop_revision",
+        rev,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let url = url.to_string();
+    let once = std::sync::atomic::AtomicBool::new(false);
+    driver.on_call(move |method, _| {
+        if method == "stop_revision" && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            then(&mut postgres::Client::connect(&url, postgres::NoTls).unwrap());
+        }
+    });
+}
+
+#[test]
+fn r3_r9_a_stopped_agent_wins_over_a_stored_refusal() {
+    // Seed 004 4299-4363: the stored refusal is decided again, then a stopped Agent stops the
+    // candidate and the work ends REVISION_STOPPED instead of publishing the refusal.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    let agent = f.agent.clone();
+    refused_candidate_waiting(
+        &driver,
+        &rev,
+        move |c| {
+            c.execute("SELECT occ.agent_stop('ns1', $1, 'admin')", &[&agent])
+                .unwrap();
+        },
+        &f.db.url,
+    );
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_STOPPED"))
+    );
+    assert_eq!(
+        evidence(&mut c, &key(&rev)),
+        vec![
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "succeeded:REVISION_STOPPED"
+        ]
+    );
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    // The failed refused-candidate stop, the revision's own R3 stop and the Agent stop's.
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone(); 3]);
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(status(&mut c, &rev).0, "stopped");
+}
+
+#[test]
+fn r4_r9_a_successor_supersedes_a_stored_refusal_once_the_candidate_is_stopped() {
+    // Seed 004 4365-4422: a newer revision requiring stopped predecessors supersedes this one
+    // over its stored refusal; the candidate whose stop the work waited on is stopped first,
+    // and a failed stop keeps waiting with the refusal.
+    let f = fixture();
+    let mut c = f.db.client();
+    let r1 = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver {
+        exclusive: true,
+        ..ScriptedDriver::default()
+    });
+    let agent = f.agent.clone();
+    refused_candidate_waiting(
+        &driver,
+        &r1,
+        move |c| {
+            // The successor is admitted; its own work waits, so only r1's work runs.
+            let r2 = deploy(c, &agent);
+            c.execute(
+                "UPDATE occ.work SET available_at = now() + interval '1 hour'
+                 WHERE idempotency_key = $1",
+                &[&key(&r2)],
+            )
+            .unwrap();
+        },
+        &f.db.url,
+    );
+    // The stop before the hand-off fails once too.
+    driver.fail(
+        "stop_revision",
+        &r1,
+        ComputeError::retryable("scripted", Some(500)),
+    );
+    let k = key(&r1);
+    run_until(&f.db, driver.clone(), |c| ended(c, &k));
+    let (state, code, _, _) = work(&mut c, &k);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_SUPERSEDED"))
+    );
+    assert_eq!(
+        evidence(&mut c, &k),
+        vec![
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
+            "succeeded:REVISION_SUPERSEDED"
+        ]
+    );
+    let refusals: Vec<Option<String>> = c
+        .query(
+            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 AND a.outcome = 'deferred' ORDER BY a.id",
+            &[&k],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        refusals,
+        vec![Some("INVALID_DRIVER_OBSERVATION".to_string()); 2]
+    );
+    assert_eq!(driver.calls_of("prepare_revision"), vec![r1.clone()]);
+    assert_eq!(driver.calls_of("stop_revision"), vec![r1.clone(); 3]);
+    assert_eq!(
+        audits(&mut c, "openclaw.agents.lifecycle.supersede").len(),
+        1
+    );
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r11_maintenance_of_a_failed_deployment_ends_before_authorization() {
+    // Seed 004 4253-4266, 4288-4292: a maintenance pass of a failed deployment ends
+    // REVISION_SUPERSEDED before its actor's authorization is decided again: no denial.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    driver.script_prepare(&rev, vec![Prepare::RuntimeFailure("UNAVAILABLE")]);
+    run(&f, &driver);
+    assert_eq!(work(&mut c, &key(&rev)).0, "failed_permanent");
+    c.execute(
+        "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)",
+        &[&f.agent],
+    )
+    .unwrap();
+    driver.clear_calls();
+    let m = maintenance_work(&mut c, &f.agent, &rev);
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &m);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("REVISION_SUPERSEDED"))
+    );
+    assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn r3_z4_a_stopped_agent_wins_over_a_candidates_unresolved_secret_context() {
+    // Seed 004 4311-4363, 4474-4486: the Secret context is resolved after R3, so a candidate
+    // whose harness Secret is gone is stopped, not refused.
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    delete_harness_secret(&mut c);
+    stop(&mut c, &f.agent, "admin");
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_STOPPED"))
+    );
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+    assert_eq!(active(&mut c, &f.agent), None);
+    assert_eq!(status(&mut c, &rev).0, "stopped");
 }
