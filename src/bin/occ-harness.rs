@@ -5,9 +5,11 @@
 //! It listens on `OCC_HARNESS_ADDR` (default `0.0.0.0:8080`) and answers `GET /livez` with 200
 //! and `GET /readyz` with 200 once `OCC_AGENT_DOCUMENT` is a JSON object and the file named by
 //! `OCC_TOKEN_FILE` is readable and not empty (503 before, with the missing input's name). With
-//! `OCC_HARNESS_HOLD_CODE` set to one of the contract's codes it reports that held failure the
-//! contract's way instead: the code alone in `/dev/termination-log` (`OCC_TERMINATION_LOG`
-//! overrides the path) and exit status 1. It never prints the document or the token.
+//! `OCC_HARNESS_HOLD_CODE` set to one of the contract's codes it holds that failure the
+//! contract's way instead: it stays running and unready, `/readyz` answering 503 with the code
+//! alone as its body, and writes the code to `/dev/termination-log` too (`OCC_TERMINATION_LOG`
+//! overrides the path), the fallback read once the container ends. It never exits on its own
+//! then, and never prints the document or the token.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -45,7 +47,7 @@ fn missing_input() -> Option<&'static str> {
     None
 }
 
-fn answer(stream: TcpStream) {
+fn answer(stream: TcpStream, held: Option<&str>) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = String::new();
     let mut reader = BufReader::new(&stream);
@@ -60,9 +62,10 @@ fn answer(stream: TcpStream) {
     let path = line.split_whitespace().nth(1).unwrap_or("");
     let (status, body) = match path {
         "/livez" => (200, "ok".to_string()),
-        "/readyz" => match missing_input() {
-            None => (200, "ready".to_string()),
-            Some(input) => (503, format!("waiting for {input}")),
+        "/readyz" => match (held, missing_input()) {
+            (Some(code), _) => (503, code.to_string()),
+            (None, None) => (200, "ready".to_string()),
+            (None, Some(input)) => (503, format!("waiting for {input}")),
         },
         _ => (404, "not found".to_string()),
     };
@@ -79,25 +82,30 @@ fn answer(stream: TcpStream) {
     );
 }
 
-fn main() {
-    if let Ok(code) = std::env::var("OCC_HARNESS_HOLD_CODE") {
-        let code = code.trim();
-        if !HELD_CODES.contains(&code) {
-            eprintln!(
-                "occ-harness: OCC_HARNESS_HOLD_CODE must be one of {}",
-                HELD_CODES.join(", ")
-            );
-            std::process::exit(2);
-        }
-        let log = std::env::var("OCC_TERMINATION_LOG")
-            .unwrap_or_else(|_| "/dev/termination-log".to_string());
-        if let Err(e) = std::fs::write(&log, code) {
-            eprintln!("occ-harness: cannot write {log}: {e}");
-            std::process::exit(2);
-        }
-        eprintln!("occ-harness: held failure {code}");
-        std::process::exit(1);
+/// The held code asked for, if any, written to the termination log as the fallback; exits 2
+/// on a code outside the contract.
+fn held_code() -> Option<String> {
+    let code = std::env::var("OCC_HARNESS_HOLD_CODE").ok()?;
+    let code = code.trim();
+    if !HELD_CODES.contains(&code) {
+        eprintln!(
+            "occ-harness: OCC_HARNESS_HOLD_CODE must be one of {}",
+            HELD_CODES.join(", ")
+        );
+        std::process::exit(2);
     }
+    let log =
+        std::env::var("OCC_TERMINATION_LOG").unwrap_or_else(|_| "/dev/termination-log".to_string());
+    // The fallback only: `/readyz` reports the hold whether or not this file can be written.
+    if let Err(e) = std::fs::write(&log, code) {
+        eprintln!("occ-harness: cannot write {log}: {e}");
+    }
+    eprintln!("occ-harness: holding failure {code}, unready until restarted");
+    Some(code.to_string())
+}
+
+fn main() {
+    let held = held_code();
     let addr = std::env::var("OCC_HARNESS_ADDR").unwrap_or_else(|_| "0.0.0.0:8080".to_string());
     let listener = match TcpListener::bind(&addr) {
         Ok(listener) => listener,
@@ -109,6 +117,6 @@ fn main() {
     eprintln!("occ-harness: listening on {addr}");
     for stream in listener.incoming().flatten() {
         // One request at a time: probes only.
-        answer(stream);
+        answer(stream, held.as_deref());
     }
 }

@@ -1,9 +1,11 @@
 //! The in-cluster manifests (`deploy/kubernetes`), checked against the worker they run: every
 //! file parses, the kustomization names files that exist, the driver file is one the driver
 //! accepts, the environment is one production mode starts with and names only variables the
-//! worker reads, and the probes ask paths the health server answers with 200.
+//! worker reads, the ClusterRole grants what preflight reviews, and the probes ask paths the
+//! health server answers with 200.
 
 use crate::support::{http_get as get, TestDb};
+use occ_worker::compute::kubernetes::driver::ACCESS;
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::config::{Config, Mode};
 use occ_worker::events::Events;
@@ -101,6 +103,46 @@ fn deploy_manifests_parse_and_the_kustomization_names_real_files() {
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert!(container(deployment)["resources"]["limits"]["memory"].is_string());
+}
+
+// W8: the ClusterRole grants every (verb, group, resource) preflight reviews (the driver's
+// `ACCESS`, `pods/proxy` for the held code's read included), and nothing more but the
+// SelfSubjectAccessReviews preflight itself creates.
+#[test]
+fn deploy_rbac_grants_exactly_what_preflight_reviews() {
+    let rbac = documents("rbac.yaml");
+    let mut granted = BTreeSet::new();
+    for rule in kind(&rbac, "ClusterRole")["rules"]
+        .as_array()
+        .expect("rules")
+    {
+        let strings = |field: &str| -> Vec<String> {
+            rule[field]
+                .as_array()
+                .unwrap_or_else(|| panic!("{field}: {rule}"))
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        for group in strings("apiGroups") {
+            for resource in strings("resources") {
+                for verb in strings("verbs") {
+                    granted.insert((verb, group.clone(), resource.clone()));
+                }
+            }
+        }
+    }
+    let mut reviewed: BTreeSet<(String, String, String)> = ACCESS
+        .iter()
+        .map(|(v, g, r)| (v.to_string(), g.to_string(), r.to_string()))
+        .collect();
+    assert!(reviewed.contains(&("get".into(), "".into(), "pods/proxy".into())));
+    reviewed.insert((
+        "create".into(),
+        "authorization.k8s.io".into(),
+        "selfsubjectaccessreviews".into(),
+    ));
+    assert_eq!(granted, reviewed);
 }
 
 /// The container's environment: (name, literal value or None for a reference).

@@ -1,8 +1,11 @@
 //! The reference harness (`occ-harness`) keeps the harness image contract of docs/kubernetes.md: `/readyz`
 //! answers 503 until `OCC_AGENT_DOCUMENT` is a JSON object and `OCC_TOKEN_FILE` holds a token,
-//! then 200; a held failure on demand is the code alone in the termination log and exit 1.
+//! then 200; a held failure on demand keeps it running and unready, `/readyz` 503 with the code
+//! alone, and the code alone in the termination log as the fallback.
 
-use crate::support::{free_port, http_get, wait_for};
+use crate::support::{free_port, http_get, http_get_text, wait_for};
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -22,16 +25,22 @@ impl Drop for Running {
     }
 }
 
-fn start(port: u16, document: Option<&str>, token_file: &std::path::Path) -> Running {
+fn start(port: u16, document: Option<&str>, token_file: &Path) -> Running {
+    let mut env = vec![("OCC_TOKEN_FILE", token_file.as_os_str())];
+    if let Some(document) = document {
+        env.push(("OCC_AGENT_DOCUMENT", OsStr::new(document)));
+    }
+    start_with(port, &env)
+}
+
+/// Runs the harness on `port` with `env` and nothing inherited.
+fn start_with(port: u16, env: &[(&str, &OsStr)]) -> Running {
     let mut cmd = Command::new(BIN);
     cmd.env_clear()
         .env("OCC_HARNESS_ADDR", format!("127.0.0.1:{port}"))
-        .env("OCC_TOKEN_FILE", token_file)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    if let Some(document) = document {
-        cmd.env("OCC_AGENT_DOCUMENT", document);
-    }
     let running = Running(cmd.spawn().expect("spawn occ-harness"));
     wait_for("the harness to listen", Duration::from_secs(10), || {
         get(port, "/livez") == Some(200)
@@ -62,21 +71,57 @@ fn the_reference_harness_is_ready_once_it_has_its_document_and_token() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+// Seed 004 lines 1063-1070, 5763-5770: a runtime entrypoint holds its failure unready until
+// a restart nothing performs. The reference harness does the same: it keeps running, its
+// `/readyz` answers 503 with the code alone (what the driver reads through the Pod proxy),
+// ready inputs or not, and the termination log holds the code for the fallback.
 #[test]
 fn the_reference_harness_holds_a_failure_on_demand_the_contracts_way() {
     let dir = std::env::temp_dir().join(format!("occ-harness-held-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("termination-log");
-    let out = Command::new(BIN)
-        .env_clear()
-        .env("OCC_HARNESS_HOLD_CODE", "AUTHENTICATION_FAILED")
-        .env("OCC_TERMINATION_LOG", &log)
-        .output()
-        .expect("run occ-harness");
-    assert_eq!(out.status.code(), Some(1));
+    let token = dir.join("token");
+    std::fs::write(&token, "eyJ-token").unwrap();
+    let port = free_port();
+    let mut harness = start_with(
+        port,
+        &[
+            ("OCC_HARNESS_HOLD_CODE", OsStr::new("AUTHENTICATION_FAILED")),
+            ("OCC_TERMINATION_LOG", log.as_os_str()),
+            ("OCC_AGENT_DOCUMENT", OsStr::new(r#"{"model":"m"}"#)),
+            ("OCC_TOKEN_FILE", token.as_os_str()),
+        ],
+    );
+    assert_eq!(
+        http_get_text(("127.0.0.1", port), "/readyz"),
+        Some((503, "AUTHENTICATION_FAILED".to_string()))
+    );
+    assert_eq!(get(port, "/livez"), Some(200));
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
         "AUTHENTICATION_FAILED"
+    );
+    // Still holding: never exited, still unready.
+    assert!(
+        harness.0.try_wait().unwrap().is_none(),
+        "the harness exited"
+    );
+    assert_eq!(get(port, "/readyz"), Some(503));
+    drop(harness);
+
+    // An unwritable termination log does not stop the hold: `/readyz` reports it.
+    let port = free_port();
+    let unwritable = dir.join("absent").join("log");
+    let _harness = start_with(
+        port,
+        &[
+            ("OCC_HARNESS_HOLD_CODE", OsStr::new("LOGIN_FAILED")),
+            ("OCC_TERMINATION_LOG", unwritable.as_os_str()),
+        ],
+    );
+    assert_eq!(
+        http_get_text(("127.0.0.1", port), "/readyz"),
+        Some((503, "LOGIN_FAILED".to_string()))
     );
     // A code outside the contract is refused, not written.
     let out = Command::new(BIN)

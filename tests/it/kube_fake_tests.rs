@@ -76,6 +76,26 @@ impl Client {
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// A GET answered as it was sent: (status, content type, body text).
+    fn raw(&self, path: &str) -> (u16, String, String) {
+        let mut request = ureq::http::Request::builder().uri(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut response = self
+            .agent
+            .run(request.body(()).expect("request"))
+            .expect("request reaches the fake");
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let text = response.body_mut().read_to_string().expect("body");
+        (response.status().as_u16(), content_type, text)
+    }
+
     fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         self.call(method, path, body)
             .expect("request reaches the fake")
@@ -642,6 +662,100 @@ fn never_ready_pods_run_unready() {
     assert_eq!(pod["status"]["containerStatuses"][0]["ready"], false);
     let d = fake.get(&format!("{DEPLOYMENTS}/app-1")).unwrap();
     assert_eq!(condition(&d, "Available").unwrap()["status"], "False");
+}
+
+/// Pods of deployment `app-1` under `behaviour` whose container declares port 8080, once one
+/// is Running.
+fn serving_pod(fake: &KubeFake, client: &Client, behaviour: PodBehaviour) -> Value {
+    fake.set_deployment_behaviour("ns1", "app", behaviour);
+    let mut d = deployment("app-1", 1, "Recreate", "img:1");
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}]);
+    assert_eq!(client.ok("POST", DEPLOYMENTS, Some(&d)).0, 201);
+    wait_for(Duration::from_secs(5), "a running pod", || {
+        pods_of(fake, "app-1")
+            .into_iter()
+            .find(|p| p["status"]["phase"] == "Running")
+    })
+}
+
+// The held harness of the seed's entrypoints (seed 004 lines 1063-1070, 5763-5770) runs
+// unready and is never restarted; its `/readyz`, read through the API server's Pod proxy, is
+// the container's plain 503 with the code alone. The API server's own answers stay Status
+// objects: 404 for a missing Pod, 503 when nothing listens on the port.
+#[test]
+fn the_pod_proxy_reaches_a_held_harness_readyz_with_real_semantics() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    let pod = serving_pod(
+        &fake,
+        &client,
+        PodBehaviour::HeldUnready("AUTHENTICATION_FAILED".into()),
+    );
+    let status = &pod["status"]["containerStatuses"][0];
+    assert_eq!(status["ready"], false);
+    assert_eq!(status["restartCount"], 0);
+    assert!(status["state"]["running"].is_object());
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let base = format!("/api/v1/namespaces/ns1/pods/{name}");
+
+    let (code, content_type, body) = client.raw(&format!("{base}:8080/proxy/readyz"));
+    assert_eq!((code, body.as_str()), (503, "AUTHENTICATION_FAILED"));
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    // No port: the first one the Pod declares.
+    assert_eq!(client.raw(&format!("{base}/proxy/readyz")).0, 503);
+    assert_eq!(
+        client.raw(&format!("{base}:8080/proxy/livez")),
+        (200, "text/plain; charset=utf-8".into(), "ok".into())
+    );
+
+    let (code, body) = client.ok("GET", &format!("{base}:9090/proxy/readyz"), None);
+    assert_eq!(code, 503);
+    assert_status(&body, 503, "ServiceUnavailable");
+    let (code, body) = client.ok(
+        "GET",
+        "/api/v1/namespaces/ns1/pods/missing:8080/proxy/readyz",
+        None,
+    );
+    assert_eq!(code, 404);
+    assert_status(&body, 404, "NotFound");
+    assert_eq!(body["details"]["name"], "missing");
+    let (code, body) = client.ok("GET", &format!("{base}:x:y:z/proxy/readyz"), None);
+    assert_eq!(code, 400);
+    assert_status(&body, 400, "BadRequest");
+    // The proxy is authenticated like every path.
+    let anonymous = Client {
+        token: None,
+        ..Client::new(&fake)
+    };
+    assert_eq!(anonymous.raw(&format!("{base}:8080/proxy/readyz")).0, 401);
+}
+
+// A ready harness answers 200; a terminated one (a termination-log held failure) listens on
+// nothing, so the API server answers its own 503 Status, never a code.
+#[test]
+fn the_pod_proxy_answers_ready_and_terminated_containers_as_a_cluster_does() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    let pod = serving_pod(&fake, &client, PodBehaviour::Ready);
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let readyz = format!("/api/v1/namespaces/ns1/pods/{name}:8080/proxy/readyz");
+    wait_for(Duration::from_secs(5), "ready", || {
+        (client.raw(&readyz).0 == 200).then_some(())
+    });
+    fake.set_deployment_behaviour(
+        "ns1",
+        "app",
+        PodBehaviour::HeldFailure("LOGIN_FAILED".into()),
+    );
+    let (code, body) = wait_for(Duration::from_secs(5), "terminated", || {
+        let (code, body) = client.ok("GET", &readyz, None);
+        (code == 503).then_some((code, body))
+    });
+    assert_eq!(code, 503);
+    assert_status(&body, 503, "ServiceUnavailable");
 }
 
 #[test]

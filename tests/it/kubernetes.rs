@@ -1404,6 +1404,154 @@ fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     assert!(touched.is_empty(), "{touched:?}");
 }
 
+/// Requests that read a harness's `/readyz` through the API server's Pod proxy.
+fn readyz_reads(w: &AgentWorld) -> Vec<Recorded> {
+    w.kube
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/proxy/readyz"))
+        .collect()
+}
+
+// Seed 004 lines 1063-1070 and 5763-5770: runtime entrypoints hold the container unready
+// until an explicit restart that nothing performs, and a held failure ends the deployment at
+// once with the code naming its cause. The harness stays running and unready (no restart
+// loop, restartCount 0) with the code as its `/readyz` body; the driver reads it through the
+// API server's Pod proxy, so the work fails long before the 60 s convergence deadline (the
+// run's 30 s limit would fail first), keeping the probe's evidence, and the runtime is kept.
+#[test]
+fn r5_a_harness_holding_unready_fails_at_once_with_its_code_and_no_restart_loop() {
+    let w = agent_world();
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldUnready("MODEL_PROBE_FAILED".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, data, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("RUNTIME_MODEL_PROBE_FAILED"))
+    );
+    assert_eq!(
+        data.expect("result data")["runtimeFailure"],
+        json!({"code": "MODEL_PROBE_FAILED", "container": "harness", "restartCount": 0})
+    );
+    assert_eq!(active(&mut c, &w.agent), None);
+    // One Pod, running unready and never restarted, kept for diagnosis.
+    let pods = agent_objects(&w, "pods");
+    assert_eq!(pods.len(), 1);
+    let harness = &pods[0]["status"]["containerStatuses"][0];
+    assert_eq!(
+        (&harness["ready"], &harness["restartCount"]),
+        (&json!(false), &json!(0))
+    );
+    assert!(harness["state"]["running"].is_object());
+    assert_eq!(deployment(&w, &name).unwrap()["spec"]["replicas"], 1);
+    // Read through the Pod proxy at the harness port, the held answer a 503.
+    let pod = pods[0]["metadata"]["name"].as_str().unwrap();
+    let reads = readyz_reads(&w);
+    assert!(!reads.is_empty());
+    for read in &reads {
+        assert_eq!(
+            read.path,
+            format!("{CORE}/namespaces/{NS1}/pods/{pod}:8080/proxy/readyz")
+        );
+    }
+    assert_eq!(reads.last().unwrap().status, 503);
+}
+
+// Seed 004 lines 1063-1070 and 5763-5770, without the permission to read the held code: a
+// 403 on `pods/proxy` is no finding, never a failure. The observation stays pending
+// (REVISION_INCOMPLETE, attempts refunded) as it would without the read, and the convergence
+// deadline decides.
+#[test]
+fn r5_a_refused_pod_proxy_leaves_a_held_harness_pending() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/pods/"),
+        times: 10_000,
+        action: Action::Status(403),
+    });
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldUnready("AUTHENTICATION_FAILED".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let refused = || readyz_reads(&w).iter().filter(|r| r.status == 403).count();
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        refused() >= 2
+            && evidence(c, &rkey(&rev))
+                .iter()
+                .filter(|e| *e == "deferred:REVISION_INCOMPLETE")
+                .count()
+                >= 2
+    });
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!((state.as_str(), code), ("queued", None));
+    assert_eq!(attempts, 0, "deferrals refund attempts");
+    let evidence = evidence(&mut c, &rkey(&rev));
+    assert!(
+        !evidence.iter().any(|e| e.starts_with("failed")),
+        "{evidence:?}"
+    );
+    assert_eq!(active(&mut c, &w.agent), None);
+    assert_eq!(deployment(&w, &name).unwrap()["spec"]["replicas"], 1);
+}
+
+// Seed 004 lines 1063-1070 and 5763-5770, with a Pod the API server cannot reach (a
+// NetworkPolicy without the API server's networks drops the proxied read): the read has its
+// own deadline of a few seconds, far under the 30 s request timeout, so the pass comes back
+// pending instead of stalling; the next pass reads the held code and fails at once.
+#[test]
+fn r5_a_stalled_pod_proxy_read_ends_at_its_own_deadline_and_the_pass_stays_pending() {
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/pods/"),
+        times: 1,
+        action: Action::Stall,
+    });
+    let name = format!("agent-{}-r1", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &name,
+        PodBehaviour::HeldUnready("AUTHENTICATION_FAILED".into()),
+    );
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let started = Instant::now();
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
+    );
+    let statuses: Vec<u16> = readyz_reads(&w).iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses.first(),
+        Some(&0),
+        "the first read never got an answer"
+    );
+    assert_eq!(statuses.last(), Some(&503));
+    assert!(evidence(&mut c, &rkey(&rev))
+        .iter()
+        .any(|e| e == "deferred:REVISION_INCOMPLETE"));
+}
+
 #[test]
 fn r5_a_harness_without_an_image_is_harness_image_unavailable() {
     let settings = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
@@ -2081,10 +2229,16 @@ fn access_of(r: &Recorded) -> (String, String, String) {
         "api" => ("", &segments[2..]),
         _ => (segments[1], &segments[3..]),
     };
-    let (resource, named) = match rest {
-        ["namespaces", _, resource, tail @ ..] => (*resource, !tail.is_empty()),
-        [resource, tail @ ..] => (*resource, !tail.is_empty()),
+    let (resource, tail) = match rest {
+        ["namespaces", _, resource, tail @ ..] => (*resource, tail),
+        [resource, tail @ ..] => (*resource, tail),
         [] => panic!("{path}"),
+    };
+    let named = !tail.is_empty();
+    // A subresource (`pods/{name}/proxy/...`) is its own RBAC resource.
+    let resource = match tail {
+        [_, subresource, ..] => format!("{resource}/{subresource}"),
+        _ => resource.to_string(),
     };
     let verb = match (r.method.as_str(), named) {
         ("GET", true) => "get",
@@ -2095,7 +2249,7 @@ fn access_of(r: &Recorded) -> (String, String, String) {
         ("DELETE", _) => "delete",
         (m, _) => panic!("{m} {path}"),
     };
-    (verb.into(), group.into(), resource.into())
+    (verb.into(), group.into(), resource)
 }
 
 #[test]
@@ -2164,7 +2318,15 @@ fn w8_preflight_warns_about_each_denied_access() {
     let kube = Kube::start();
     assert_eq!(kube.driver.preflight(&cancel()).unwrap(), vec![]);
     kube.fake.deny_access("create", "deployments");
+    // The held-code read's subresource is reviewed as RBAC names it.
+    kube.fake.deny_access("get", "pods/proxy");
     let warnings = kube.driver.preflight(&cancel()).unwrap();
     let codes: Vec<&str> = warnings.iter().map(|w| w.code.as_str()).collect();
-    assert_eq!(codes, vec!["KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS"]);
+    assert_eq!(
+        codes,
+        vec![
+            "KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS",
+            "KUBERNETES_ACCESS_DENIED_GET_PODS_PROXY"
+        ]
+    );
 }

@@ -601,13 +601,29 @@ impl Drop for NamespaceWorker {
 /// Sends `request` to `addr` (errors ignored: the server may close early) and returns the
 /// status line's code, or `None` when the connection closed without one.
 pub fn http_exchange(addr: impl std::net::ToSocketAddrs, request: &[u8]) -> Option<u16> {
+    http_response(addr, request).map(|(status, _)| status)
+}
+
+/// `http_exchange`, with the body after the head (read to the connection's end).
+fn http_response(addr: impl std::net::ToSocketAddrs, request: &[u8]) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let _ = stream.write_all(request);
     let mut response = Vec::new();
     let _ = stream.read_to_end(&mut response);
     let text = String::from_utf8_lossy(&response);
-    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    let status = text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Some((status, body.to_string()))
+}
+
+/// The status code and body of `GET path` on `addr`, from a server that closes the connection
+/// after its answer.
+pub fn http_get_text(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, String)> {
+    http_response(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
 }
 
 /// The status code of `GET path` on `addr`.

@@ -8,9 +8,12 @@
 //! heartbeat renews the claim; a lost claim shuts the socket down: `compute::abortable`), the
 //! response body limit, 429 back-off honouring `Retry-After`, and the mapping of `Status`
 //! bodies to a typed `KubeError` (`classify`) and of that to `ComputeError` (`into_compute`).
+//! `get_raw` reads an answer that is not a Kubernetes object (a Pod's own endpoint through
+//! the API server's proxy) with its own, shorter deadline and body limit.
 //! It must never outlive the claim, never follow a redirect, and never log or return the
 //! API's message text, a body or a token: errors and log lines carry the method, a path
-//! template, the HTTP status, the one-word Status reason and, for 422, the field name.
+//! template, the HTTP status, the one-word Status reason and, for 422, the field name. The
+//! one body it returns is `get_raw`'s, to a caller that keeps a bounded code of it or nothing.
 
 use super::connection::{read_token, Auth, Connection, ConnectionError};
 use super::exec::{self, ExecConfig, ExecToken};
@@ -225,6 +228,12 @@ struct Request<'a> {
     path: &'a str,
     query: Vec<(&'static str, &'a str)>,
     body: Option<(Vec<u8>, &'static str)>,
+    /// The media types asked for.
+    accept: &'static str,
+    /// A bound shorter than the client's request timeout, if any.
+    timeout: Option<Duration>,
+    /// The largest answer body read.
+    limit: u64,
 }
 
 /// One answer, body read in full (never logged).
@@ -232,6 +241,14 @@ struct Reply {
     status: u16,
     retry_after: Option<u64>,
     body: Vec<u8>,
+}
+
+/// An answer that is not a Kubernetes object, as sent: what a Pod answered through the API
+/// server's proxy, or the API server's own `Status` when it could not ask the Pod. Its body is
+/// the peer's free text: callers read a bounded code from it or nothing, and never log it.
+pub struct RawReply {
+    pub status: u16,
+    pub body: Vec<u8>,
 }
 
 impl Reply {
@@ -439,6 +456,29 @@ impl Client {
         expect_object(Method::Post, path, reply)
     }
 
+    /// Reads a path whose answer is not a Kubernetes object (a Pod's own endpoint through the
+    /// API server's proxy, `…/pods/{name}:{port}/proxy/{path}`): every status is an answer,
+    /// returned raw. One attempt, no 401 or 429 retry, bounded by `timeout` (or the request
+    /// timeout when that is shorter) so an unreachable Pod cannot hold a pass, and by `limit`
+    /// bytes of body (a longer one is `Decode`).
+    pub fn get_raw(
+        &self,
+        path: &str,
+        timeout: Duration,
+        limit: u64,
+        cancel: &CancelToken,
+    ) -> Result<RawReply, KubeError> {
+        let mut request = Request::new(Method::Get, path);
+        request.accept = "text/plain, */*";
+        request.timeout = Some(timeout);
+        request.limit = limit;
+        let reply = self.send(&request, cancel)?;
+        Ok(RawReply {
+            status: reply.status,
+            body: reply.body,
+        })
+    }
+
     /// Sends a request, retrying once after a 401 with a re-read token file and up to
     /// `MAX_THROTTLE_RETRIES` times after a 429, sleeping `Retry-After` (default 1 s) within
     /// the lease.
@@ -492,20 +532,23 @@ impl Client {
         }
         let _current = cancel.enter();
         let started = std::time::Instant::now();
-        let timeout = self.request_timeout;
+        let timeout = request
+            .timeout
+            .map_or(self.request_timeout, |t| t.min(self.request_timeout));
+        let limit = request.limit;
         let mut builder = ureq::http::Request::builder()
             .method(method.as_str())
             .uri(request.url(&self.server))
-            .header("accept", "application/json");
+            .header("accept", request.accept);
         if let Some(token) = self.token.current() {
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
         let result = match &request.body {
-            None => builder.body(()).map(|r| self.run(r, timeout)),
+            None => builder.body(()).map(|r| self.run(r, timeout, limit)),
             Some((bytes, content_type)) => builder
                 .header("content-type", *content_type)
                 .body(bytes.as_slice())
-                .map(|r| self.run(r, timeout)),
+                .map(|r| self.run(r, timeout, limit)),
         };
         let result = result.map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
         if let Ok(reply) = &result {
@@ -537,6 +580,7 @@ impl Client {
         &self,
         request: ureq::http::Request<S>,
         timeout: Duration,
+        limit: u64,
     ) -> Result<Reply, ureq::Error> {
         let request = self
             .agent
@@ -554,7 +598,7 @@ impl Client {
         let body = response
             .body_mut()
             .with_config()
-            .limit(BODY_LIMIT)
+            .limit(limit)
             .read_to_vec()?;
         Ok(Reply {
             status,
@@ -571,6 +615,9 @@ impl<'a> Request<'a> {
             path,
             query: Vec::new(),
             body: None,
+            accept: "application/json",
+            timeout: None,
+            limit: BODY_LIMIT,
         }
     }
 
@@ -583,10 +630,8 @@ impl<'a> Request<'a> {
         let bytes = serde_json::to_vec(body)
             .map_err(|_| KubeError::new(KubeErrorKind::Other, method, path))?;
         Ok(Request {
-            method,
-            path,
-            query: Vec::new(),
             body: Some((bytes, content_type)),
+            ..Request::new(method, path)
         })
     }
 

@@ -48,7 +48,7 @@ const DISCOVERY: &str = "/apis/discovery.k8s.io/v1";
 const AUTHORIZATION: &str = "/apis/authorization.k8s.io/v1";
 
 /// Every (verb, group, resource) the driver uses; preflight asks a SelfSubjectAccessReview
-/// for each.
+/// for each (`pods/proxy` is the resource `pods`, subresource `proxy`).
 pub const ACCESS: &[(&str, &str, &str)] = &[
     ("get", "", "namespaces"),
     ("list", "", "namespaces"),
@@ -82,6 +82,7 @@ pub const ACCESS: &[(&str, &str, &str)] = &[
     ("list", "apps", "deployments"),
     ("list", "apps", "replicasets"),
     ("list", "", "pods"),
+    ("get", "", "pods/proxy"),
     ("list", "discovery.k8s.io", "endpointslices"),
 ];
 
@@ -148,6 +149,10 @@ fn draining() -> ComputeError {
 
 /// The runtime-failure evidence of a rollout the Deployment controller gave up on.
 const PROGRESS_DEADLINE_EXCEEDED: &str = "PROGRESS_DEADLINE_EXCEEDED";
+
+/// How long a harness's `/readyz` is waited for through the API server's proxy: a Pod the API
+/// server cannot reach costs a pass this much at most, not the whole request timeout.
+const HELD_READ_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// An observation of `revision` with nothing to report but readiness.
 fn observation(revision: &RevisionSpec, ready: bool) -> RevisionObservation {
@@ -627,7 +632,10 @@ impl KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
         let pods = self.pods(namespace, &Self::revision_pods(revision), cancel)?;
-        let findings = observe::pods(&pods);
+        let mut findings = observe::pods(&pods);
+        if findings.runtime_failure.is_none() {
+            findings.runtime_failure = self.held_failure(namespace, &pods, cancel)?;
+        }
         let mut reason = findings.pending_reason;
         if reason.is_none() && pods.is_empty() {
             let sets = self
@@ -647,6 +655,44 @@ impl KubernetesDriver {
             runtime_failure: findings.runtime_failure,
             ..observation(revision, false)
         })
+    }
+
+    /// The failure a harness holds behind its `/readyz` (SPEC R5): one running, unready Pod is
+    /// asked through the API server's proxy. Anything but a 503 with a bounded code (a refusal
+    /// without `pods/proxy`, a Pod the API server cannot reach, a timeout) is no finding and the
+    /// observation stays pending as without the read; only a cancelled pass ends here.
+    fn held_failure(
+        &self,
+        namespace: &str,
+        pods: &[Value],
+        cancel: &CancelToken,
+    ) -> Result<Option<crate::compute::RuntimeFailure>, ComputeError> {
+        let Some(candidate) = observe::held_candidate(pods) else {
+            return Ok(None);
+        };
+        let path = format!(
+            "{CORE}/namespaces/{namespace}/pods/{}:{}/proxy/readyz",
+            candidate.pod,
+            manifests::HARNESS_PORT
+        );
+        let limit = observe::HELD_BODY_LIMIT;
+        match self.client.get_raw(&path, HELD_READ_TIMEOUT, limit, cancel) {
+            Ok(reply) => {
+                let code = observe::held_code(reply.status, &reply.body);
+                if code.is_none() {
+                    log::debug!(
+                        "kubernetes harness readyz: status {}, no held code",
+                        reply.status
+                    );
+                }
+                Ok(code.map(|code| candidate.failure(code)))
+            }
+            Err(e) if e.is_cancelled() => Err(e.into_compute("KUBERNETES_BAD_REQUEST")),
+            Err(e) => {
+                log::debug!("{e}: no held code");
+                Ok(None)
+            }
+        }
     }
 
     /// The Agent Service, which `bind_agent` created.
@@ -826,10 +872,15 @@ impl ComputeDriver for KubernetesDriver {
         }
         let mut warnings = Vec::new();
         for (verb, group, resource) in ACCESS {
+            let mut attributes = json!({"verb": verb, "group": group, "resource": resource});
+            if let Some((resource, subresource)) = resource.split_once('/') {
+                attributes["resource"] = json!(resource);
+                attributes["subresource"] = json!(subresource);
+            }
             let review = json!({
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
+                "spec": {"resourceAttributes": attributes},
             });
             let answer = self
                 .client
@@ -844,7 +895,7 @@ impl ComputeDriver for KubernetesDriver {
                     code: format!(
                         "KUBERNETES_ACCESS_DENIED_{}_{}",
                         verb.to_ascii_uppercase(),
-                        resource.to_ascii_uppercase()
+                        resource.to_ascii_uppercase().replace('/', "_")
                     ),
                 });
             }
@@ -917,7 +968,7 @@ impl ComputeDriver for KubernetesDriver {
             .insert(spec.namespace_id.clone(), name.clone());
         self.converge(
             &format!("{NETWORKING}/namespaces/{name}/networkpolicies"),
-            &manifests::default_deny(spec, &name),
+            &manifests::default_deny(spec, &name, &self.settings.api_server_cidrs),
             &spec.installation_id,
             "networkpolicies",
             cancel,

@@ -125,8 +125,21 @@ pub fn adoption_labels(spec: &NamespaceSpec) -> Value {
 
 /// Default deny for ingress and egress, except DNS to the cluster's resolver (UDP and TCP
 /// 53 to `kube-system` Pods labelled `k8s-app=kube-dns`), which every runtime needs to name
-/// anything at all.
-pub fn default_deny(spec: &NamespaceSpec, namespace: &str) -> Value {
+/// anything at all, and, when the driver file names the API server's networks
+/// (`apiServerCidrs`), TCP to the harness port from those networks only: the API server's
+/// proxied read of a held failure's `/readyz` (SPEC C3, R5).
+pub fn default_deny(spec: &NamespaceSpec, namespace: &str, api_server_cidrs: &[String]) -> Value {
+    let ingress: Vec<Value> = if api_server_cidrs.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({
+            "from": api_server_cidrs
+                .iter()
+                .map(|cidr| json!({"ipBlock": {"cidr": cidr}}))
+                .collect::<Vec<_>>(),
+            "ports": [{"protocol": "TCP", "port": HARNESS_PORT}],
+        })]
+    };
     stamp(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -138,7 +151,7 @@ pub fn default_deny(spec: &NamespaceSpec, namespace: &str) -> Value {
         "spec": {
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
+            "ingress": ingress,
             "egress": [{
                 "to": [{
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -669,6 +682,29 @@ mod tests {
                 "SECRET_REFERENCE_OUTSIDE_NAMESPACE".into()
             )
         );
+    }
+
+    // The API server's proxied `/readyz` read reaches the harness port from the configured
+    // networks only; without them the policy denies every ingress, stamped as before.
+    #[test]
+    fn the_default_deny_admits_the_api_server_to_the_harness_port_only_when_configured() {
+        let spec = NamespaceSpec {
+            installation_id: "inst".into(),
+            namespace_id: "ns1".into(),
+            name: "n".into(),
+            existing_namespace: None,
+        };
+        let closed = default_deny(&spec, "occ-ns1", &[]);
+        assert_eq!(closed["spec"]["ingress"], json!([]));
+        let cidrs = vec!["10.0.0.0/8".to_string(), "fd00::/64".to_string()];
+        let open = default_deny(&spec, "occ-ns1", &cidrs);
+        assert_eq!(
+            open["spec"]["ingress"],
+            json!([{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}, {"ipBlock": {"cidr": "fd00::/64"}}],
+                    "ports": [{"protocol": "TCP", "port": 8080}]}])
+        );
+        assert_eq!(open["spec"]["egress"], closed["spec"]["egress"]);
+        assert_ne!(stamped(&open), stamped(&closed));
     }
 
     #[test]

@@ -1,17 +1,22 @@
 //! Reading Kubernetes status into the worker's vocabulary: rollout readiness (the
 //! `kubectl rollout status` rule), pending reasons from Pods and ReplicaSets, held runtime
-//! failures from container termination messages, and EndpointSlice readiness.
+//! failures from container termination messages or from a harness that holds itself unready
+//! (which Pod to ask, and what its `/readyz` answer means), and EndpointSlice readiness.
 //!
-//! Everything here is a pure function of API objects, so it is tested without a server. It
-//! never copies provider free text into what it returns: a termination message becomes a
-//! runtime failure only when it is a bounded code, and a ReplicaSet's quota message is only
-//! matched, never kept.
+//! Everything here is a pure function of API objects and answers, so it is tested without a
+//! server. It never copies provider free text into what it returns: a termination message or
+//! a `/readyz` body becomes a runtime failure only when it is a bounded code, and a
+//! ReplicaSet's quota message is only matched, never kept.
 
 use crate::compute::{is_code, RuntimeFailure};
 use serde_json::Value;
 
 /// The harness container's name in every workload the driver creates.
 pub const HARNESS_CONTAINER: &str = "harness";
+
+/// The most bytes of a harness's `/readyz` answer read for its held code: a code is at most
+/// 64 bytes, and a line end or spaces around it are allowed.
+pub const HELD_BODY_LIMIT: u64 = 256;
 
 /// Where a Deployment's rollout stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,8 +75,9 @@ pub struct PodFindings {
 /// Reads Pods: `Unschedulable` → `WORKLOAD_UNSCHEDULABLE`; `ErrImagePull`,
 /// `ImagePullBackOff` or `InvalidImageName` → `WORKLOAD_IMAGE_PULL_FAILED`; a harness
 /// container whose termination message is a bounded code reports that code as a runtime
-/// failure (the harness image contract: write the code, and nothing else, to
-/// `/dev/termination-log` before exiting).
+/// failure (the harness image contract's fallback: write the code, and nothing else, to
+/// `/dev/termination-log` before exiting; a harness holding unready is read through
+/// `held_candidate` and `held_code` instead).
 pub fn pods(pods: &[Value]) -> PodFindings {
     let mut findings = PodFindings::default();
     for pod in pods {
@@ -113,17 +119,76 @@ pub fn pods(pods: &[Value]) -> PodFindings {
                 .map(str::trim)
                 .find(|m| is_code(m));
             if let Some(code) = message {
-                findings.runtime_failure = Some(RuntimeFailure {
-                    code: code.to_string(),
-                    container: Some(HARNESS_CONTAINER.to_string()),
-                    restart_count: container["restartCount"]
-                        .as_u64()
-                        .and_then(|n| u32::try_from(n).ok()),
-                });
+                findings.runtime_failure = Some(harness_failure(code, restart_count(container)));
             }
         }
     }
     findings
+}
+
+fn restart_count(container: &Value) -> Option<u32> {
+    container["restartCount"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+/// A runtime failure the harness container reported.
+fn harness_failure(code: &str, restart_count: Option<u32>) -> RuntimeFailure {
+    RuntimeFailure {
+        code: code.to_string(),
+        container: Some(HARNESS_CONTAINER.to_string()),
+        restart_count,
+    }
+}
+
+/// A Pod whose harness may hold a failure behind its `/readyz`: the one Pod asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldCandidate {
+    pub pod: String,
+    pub restart_count: Option<u32>,
+}
+
+impl HeldCandidate {
+    /// The runtime failure of a held code this Pod's harness answered.
+    pub fn failure(&self, code: &str) -> RuntimeFailure {
+        harness_failure(code, self.restart_count)
+    }
+}
+
+/// The first Pod that may hold a failure (SPEC R5, the harness contract: a harness that
+/// cannot start stays running and unready): Running, not being deleted, its harness container
+/// running but not ready. A Pod still starting, waiting or terminated is not one: its
+/// container could not answer, and a terminated one reports through its termination message.
+pub fn held_candidate(pods: &[Value]) -> Option<HeldCandidate> {
+    pods.iter().find_map(|pod| {
+        if pod["metadata"].get("deletionTimestamp").is_some()
+            || pod["status"]["phase"].as_str() != Some("Running")
+        {
+            return None;
+        }
+        let name = pod["metadata"]["name"].as_str()?;
+        let container = pod["status"]["containerStatuses"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == HARNESS_CONTAINER)?;
+        let held =
+            container["ready"].as_bool() != Some(true) && container["state"]["running"].is_object();
+        held.then(|| HeldCandidate {
+            pod: name.to_string(),
+            restart_count: restart_count(container),
+        })
+    })
+}
+
+/// The held code a harness's `/readyz` answered (the harness contract): a 503 whose body,
+/// trimmed, is a bounded code and nothing else. Any other status, a longer body, prose or a
+/// `Status` from the API server itself (which could not reach the Pod) is no finding.
+pub fn held_code(status: u16, body: &[u8]) -> Option<&str> {
+    if status != 503 || body.len() as u64 > HELD_BODY_LIMIT {
+        return None;
+    }
+    let text = std::str::from_utf8(body).ok()?.trim();
+    is_code(text).then_some(text)
 }
 
 /// Whether a ReplicaSet of the workload cannot create Pods because the namespace's quota is
@@ -215,6 +280,94 @@ mod tests {
         let prose = json!({"metadata": {}, "status": {"containerStatuses": [
             {"name": "harness", "state": {"terminated": {"message": "panic: key sk-123 rejected"}}}]}});
         assert_eq!(pods(&[prose]).runtime_failure, None);
+    }
+
+    fn harness_pod(phase: &str, container: Value) -> Value {
+        json!({"metadata": {"name": "p1"}, "status": {"phase": phase,
+            "containerStatuses": [container]}})
+    }
+
+    // The seed's entrypoints hold the container unready until an explicit restart that
+    // nothing performs (seed 004 lines 1063-1070, 5763-5770): only a Running Pod whose harness
+    // runs unready is asked, one at most.
+    #[test]
+    fn the_held_candidate_is_a_running_unready_harness() {
+        let running = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+        let held = json!({"name": "harness", "ready": false, "restartCount": 0, "state": running});
+        assert_eq!(
+            held_candidate(&[harness_pod("Running", held.clone())]),
+            Some(HeldCandidate {
+                pod: "p1".into(),
+                restart_count: Some(0)
+            })
+        );
+        let mut ready = held.clone();
+        ready["ready"] = json!(true);
+        assert_eq!(held_candidate(&[harness_pod("Running", ready)]), None);
+        assert_eq!(
+            held_candidate(&[harness_pod("Pending", held.clone())]),
+            None
+        );
+        let mut waiting = held.clone();
+        waiting["state"] = json!({"waiting": {"reason": "ContainerCreating"}});
+        assert_eq!(held_candidate(&[harness_pod("Running", waiting)]), None);
+        let mut other = held.clone();
+        other["name"] = json!("sidecar");
+        assert_eq!(held_candidate(&[harness_pod("Running", other)]), None);
+        let mut deleting = harness_pod("Running", held.clone());
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(held_candidate(std::slice::from_ref(&deleting)), None);
+        let mut second = harness_pod("Running", held);
+        second["metadata"]["name"] = json!("p2");
+        assert_eq!(
+            held_candidate(&[deleting, second]).map(|c| c.pod),
+            Some("p2".to_string())
+        );
+    }
+
+    // Seed 004 lines 1063-1070, 5763-5770: the held code is the bounded code alone; anything
+    // else the harness or the API server says is no finding.
+    #[test]
+    fn a_held_code_is_a_503_whose_body_is_a_bounded_code() {
+        assert_eq!(
+            held_code(503, b"AUTHENTICATION_FAILED"),
+            Some("AUTHENTICATION_FAILED")
+        );
+        assert_eq!(
+            held_code(503, b"  MODEL_PROBE_FAILED\r\n"),
+            Some("MODEL_PROBE_FAILED")
+        );
+        // Not held: ready, or another status.
+        for status in [200, 404, 500, 502] {
+            assert_eq!(
+                held_code(status, b"AUTHENTICATION_FAILED"),
+                None,
+                "{status}"
+            );
+        }
+        // Prose, a starting harness, a Status from the API server, or not text.
+        for body in [
+            &b"waiting for OCC_AGENT_DOCUMENT"[..],
+            b"panic: key sk-123 rejected",
+            b"authentication_failed",
+            br#"{"kind":"Status","code":503,"reason":"ServiceUnavailable"}"#,
+            b"AUTHENTICATION_FAILED\nsk-live-123",
+            b"",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(held_code(503, body), None, "{body:?}");
+        }
+        // Over-long: a code-like token past 64 bytes, and any body past the limit.
+        assert_eq!(held_code(503, "A".repeat(65).as_bytes()), None);
+        let padded = format!(
+            "AUTHENTICATION_FAILED{}",
+            " ".repeat(HELD_BODY_LIMIT as usize)
+        );
+        assert_eq!(held_code(503, padded.as_bytes()), None);
+        assert_eq!(
+            held_code(503, "A".repeat(64).as_bytes()).map(str::len),
+            Some(64)
+        );
     }
 
     #[test]

@@ -24,10 +24,16 @@
 //! - `qps` (default 20, greater than 0) and `burst` (default 40, at least 1): the client-side
 //!   rate limit of every request this process sends, shared by its threads (client-go's
 //!   defaults are 5 and 10; a worker sends a few requests per pass).
+//! - `apiServerCidrs` (optional, at least one IPv4 or IPv6 network, host bits zero): the
+//!   networks the API server's connections to Pods come from; the default-deny NetworkPolicy
+//!   admits them to the harness port, so the driver can read a held failure's `/readyz`
+//!   through the API server's Pod proxy (SPEC C3, R5). Absent: no ingress at all, and a held
+//!   failure is known from the termination log only.
 
 use serde::Deserialize;
 use std::fmt;
 use std::io::Read;
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -56,6 +62,9 @@ pub struct Settings {
     pub qps: f64,
     /// Requests the client may send at once after an idle moment.
     pub burst: u32,
+    /// The API server's networks the default-deny NetworkPolicy admits to the harness port, in
+    /// canonical form (`10.0.0.0/8`); empty when the file names none.
+    pub api_server_cidrs: Vec<String>,
 }
 
 /// Container resource requests and limits.
@@ -139,6 +148,8 @@ struct RawSettings {
     qps: f64,
     #[serde(default = "default_burst")]
     burst: u32,
+    #[serde(default)]
+    api_server_cidrs: Option<Vec<String>>,
 }
 
 fn default_qps() -> f64 {
@@ -340,6 +351,10 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         }
         None => {}
     }
+    let api_server_cidrs = match &raw.api_server_cidrs {
+        None => Vec::new(),
+        Some(cidrs) => validate_cidrs(cidrs)?,
+    };
     Ok(Settings {
         tenant_role_binding: raw.tenant_role_binding,
         token_audience: raw.token_audience,
@@ -353,7 +368,45 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         gateway_image: raw.gateway_image,
         qps: raw.qps,
         burst: raw.burst,
+        api_server_cidrs,
     })
+}
+
+/// `apiServerCidrs`: at least one network, each in canonical form.
+fn validate_cidrs(cidrs: &[String]) -> Result<Vec<String>, SettingsError> {
+    if cidrs.is_empty() {
+        return Err(invalid(
+            "apiServerCidrs must name at least one network, or be left out",
+        ));
+    }
+    cidrs
+        .iter()
+        .enumerate()
+        .map(|(i, cidr)| {
+            canonical_cidr(cidr).ok_or_else(|| {
+                invalid(format!(
+                    "apiServerCidrs[{i}] must be an IPv4 or IPv6 network such as 10.0.0.0/8, its host bits zero"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// `address/prefix` as a NetworkPolicy `ipBlock` takes it, when it is a network: an IPv4 or
+/// IPv6 address, a prefix length within its size, and no host bits set.
+fn canonical_cidr(text: &str) -> Option<String> {
+    let (address, prefix) = text.split_once('/')?;
+    if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let prefix: u32 = prefix.parse().ok()?;
+    let address: IpAddr = address.parse().ok()?;
+    // Shifting the prefix out leaves the host bits; a full-length prefix has none.
+    let host_bits_clear = match address {
+        IpAddr::V4(v4) => prefix <= 32 && u32::from(v4).checked_shl(prefix).unwrap_or(0) == 0,
+        IpAddr::V6(v6) => prefix <= 128 && u128::from(v6).checked_shl(prefix).unwrap_or(0) == 0,
+    };
+    host_bits_clear.then(|| format!("{address}/{prefix}"))
 }
 
 fn validate_harnesses(harnesses: &[HarnessImage]) -> Result<(), SettingsError> {
@@ -456,6 +509,46 @@ mod tests {
         assert_eq!(s.maintenance_interval, None);
         assert_eq!(s.tenant_role_binding, "occ-tenant");
         assert_eq!(s.token_audience, "occ-agent");
+        assert!(s.api_server_cidrs.is_empty());
+    }
+
+    // The API server's networks for the default-deny NetworkPolicy's one ingress rule: IPv4
+    // or IPv6 networks, kept in canonical form; anything else is refused naming the entry.
+    #[test]
+    fn api_server_cidrs_are_networks() {
+        let s = Settings::parse(&with(
+            r#""apiServerCidrs":["10.0.0.0/8","172.18.0.2/32","FD00:0::/64","0.0.0.0/0"]"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            s.api_server_cidrs,
+            vec!["10.0.0.0/8", "172.18.0.2/32", "fd00::/64", "0.0.0.0/0"]
+        );
+        for (bad, index) in [
+            (r#"["10.0.0.1/8"]"#, 0),
+            (r#"["10.0.0.0/8","10.0.0.0"]"#, 1),
+            (r#"["10.0.0.0/33"]"#, 0),
+            (r#"["fd00::/129"]"#, 0),
+            (r#"["10.0.0.0/"]"#, 0),
+            (r#"["10.0.0.0/+8"]"#, 0),
+            (r#"["kube-apiserver/32"]"#, 0),
+            (r#"[" 10.0.0.0/8"]"#, 0),
+        ] {
+            assert_eq!(
+                error(&with(&format!(r#""apiServerCidrs":{bad}"#))),
+                format!("OCC_KUBERNETES_CONFIG: apiServerCidrs[{index}] must be an IPv4 or IPv6 network such as 10.0.0.0/8, its host bits zero"),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            error(&with(r#""apiServerCidrs":[]"#)),
+            "OCC_KUBERNETES_CONFIG: apiServerCidrs must name at least one network, or be left out"
+        );
+        let message = error(&with(r#""apiServerCidrs":"10.0.0.0/8""#));
+        assert!(
+            message.starts_with("OCC_KUBERNETES_CONFIG: apiServerCidrs: invalid type"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn terminating(obj: &Value) -> bool {
 }
 
 /// The behaviour for an object named after a deployment: the longest matching prefix wins.
-fn behaviour_for(behaviours: &Behaviours, namespace: &str, name: &str) -> PodBehaviour {
+pub fn behaviour_for(behaviours: &Behaviours, namespace: &str, name: &str) -> PodBehaviour {
     behaviours
         .iter()
         .filter(|(ns, prefix, _)| ns == namespace && name.starts_with(prefix.as_str()))
@@ -563,9 +563,10 @@ fn kubelet_status(
             }});
             scheduled(pod, "Running", false, terminated.clone(), terminated, 1)
         }
-        PodBehaviour::NeverReady | PodBehaviour::ProgressDeadlineExceeded => {
-            scheduled(pod, "Running", false, running, none, 0)
-        }
+        // A held harness runs unready and is never restarted: no liveness probe fails.
+        PodBehaviour::NeverReady
+        | PodBehaviour::ProgressDeadlineExceeded
+        | PodBehaviour::HeldUnready(_) => scheduled(pod, "Running", false, running, none, 0),
         PodBehaviour::Ready | PodBehaviour::QuotaExceeded | PodBehaviour::Unschedulable => {
             scheduled(pod, "Running", true, running, none, 0)
         }

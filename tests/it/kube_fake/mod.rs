@@ -3,6 +3,7 @@
 //! connections (one named thread each), bearer-token and client-certificate authentication,
 //! failure injection, a request log, and a controller thread that plays the deployment,
 //! ReplicaSet, EndpointSlice and garbage collectors, namespace termination and a kubelet.
+//! GETs through the Pod proxy subresource reach the Pods' "containers" (`proxy`).
 //!
 //! It keeps the semantics the Kubernetes Compute Driver depends on: global resourceVersions,
 //! 409 Conflict/AlreadyExists, 404 NotFound, 422 Invalid names, 403 NamespaceTerminating,
@@ -23,6 +24,7 @@
 mod controller;
 #[allow(unused_imports)] // The rollout bench shares this module and binds every claim.
 pub use controller::UNBOUND_STORAGE_CLASS;
+mod proxy;
 mod psa;
 mod store;
 pub mod tls;
@@ -78,6 +80,9 @@ pub enum PodBehaviour {
     QuotaExceeded,
     /// The container terminated with reason Error and this termination message; never ready.
     HeldFailure(String),
+    /// Running, never ready, never restarted (restartCount 0): the harness holds a failure
+    /// and its `/readyz` answers 503 with this code alone as a plain-text body.
+    HeldUnready(String),
     /// Running, never ready.
     NeverReady,
     /// Running, never ready, and the Deployment controller has given up on the rollout: its
@@ -409,7 +414,8 @@ impl KubeFake {
         state.store.all_dirty = true;
     }
 
-    /// SelfSubjectAccessReviews for this verb and resource answer allowed=false.
+    /// SelfSubjectAccessReviews for this verb and resource (`pods/proxy` for a subresource)
+    /// answer allowed=false.
     pub fn deny_access(&self, verb: &str, resource: &str) {
         self.shared
             .state
@@ -512,9 +518,12 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
             shared.stop.wait_forever();
             return;
         };
-        let body = body.to_string();
+        let (content_type, body) = match body {
+            Body::Json(value) => ("application/json", value.to_string()),
+            Body::Text(text) => ("text/plain; charset=utf-8", text),
+        };
         let mut head = format!(
-            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n",
             store::reason_for(status),
             body.len()
         );
@@ -611,7 +620,13 @@ fn read_request(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<Request> {
     Some(request)
 }
 
-type Answer = (u16, Vec<(&'static str, String)>, Value);
+/// An answer's body: the API server's own JSON, or a Pod's plain text through the proxy.
+enum Body {
+    Json(Value),
+    Text(String),
+}
+
+type Answer = (u16, Vec<(&'static str, String)>, Body);
 
 /// Latency, authentication, injection, then the API; records the outcome. None: stall.
 fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answer> {
@@ -638,7 +653,7 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
     if !authorized {
         record(401);
         let e = ApiError::plain(401, "Unauthorized");
-        return Some((401, vec![], e.body));
+        return Some((401, vec![], Body::Json(e.body)));
     }
     let action = take_injection(&mut shared.state.lock(), request);
     match action {
@@ -653,12 +668,12 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
                 403,
                 "persistentvolumeclaims \"x\" is forbidden: exceeded quota: storage, requested: requests.storage=1Gi, used: requests.storage=10Gi, limited: requests.storage=10Gi",
             );
-            return Some((403, vec![], e.body));
+            return Some((403, vec![], Body::Json(e.body)));
         }
         Some(Action::Status(code)) => {
             record(code);
             let e = ApiError::plain(code, &format!("injected failure {code}"));
-            return Some((code, vec![], e.body));
+            return Some((code, vec![], Body::Json(e.body)));
         }
         Some(Action::TooMany { retry_after_secs }) => {
             record(429);
@@ -667,15 +682,19 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
             return Some((
                 429,
                 vec![("Retry-After", retry_after_secs.to_string())],
-                e.body,
+                Body::Json(e.body),
             ));
         }
         Some(Action::Latency(_)) | Some(Action::ApplyThenStall) | None => {}
     }
     let mut state = shared.state.lock();
-    let (status, body) = match api(&mut state, request) {
-        Ok(answer) => answer,
-        Err(e) => (e.code, e.body),
+    let (status, body) = match proxy::pod_proxy(&state.store, &state.behaviours, request) {
+        Some(Ok((status, text))) => (status, Body::Text(text)),
+        Some(Err(e)) => (e.code, Body::Json(e.body)),
+        None => match api(&mut state, request) {
+            Ok((status, value)) => (status, Body::Json(value)),
+            Err(e) => (e.code, Body::Json(e.body)),
+        },
     };
     state.log.push(Recorded {
         method: request.method.clone(),
@@ -758,8 +777,12 @@ fn api(state: &mut State, request: &Request) -> Result<(u16, Value), ApiError> {
         let mut review = body()?;
         let attrs = &review["spec"]["resourceAttributes"];
         let verb = attrs["verb"].as_str().unwrap_or("");
-        let res = attrs["resource"].as_str().unwrap_or("");
-        let allowed = !state.denied.iter().any(|(v, r)| v == verb && r == res);
+        // A subresource is denied as RBAC names it: `pods/proxy`.
+        let res = match attrs["subresource"].as_str().filter(|s| !s.is_empty()) {
+            Some(sub) => format!("{}/{sub}", attrs["resource"].as_str().unwrap_or("")),
+            None => attrs["resource"].as_str().unwrap_or("").to_string(),
+        };
+        let allowed = !state.denied.iter().any(|(v, r)| v == verb && *r == res);
         review["kind"] = json!("SelfSubjectAccessReview");
         review["apiVersion"] = json!("authorization.k8s.io/v1");
         review["status"] = if allowed {
