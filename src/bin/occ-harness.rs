@@ -5,6 +5,8 @@
 //! It listens on `OCC_HARNESS_ADDR` (default `0.0.0.0:8080`) and answers `GET /livez` with 200
 //! and `GET /readyz` with 200 once `OCC_AGENT_DOCUMENT` is a JSON object and the file named by
 //! `OCC_TOKEN_FILE` is readable and not empty (503 before, with the missing input's name). With
+//! `OCC_UPSTREAM_URL` set it plays the Agent's gateway in front of a dedicated Harness instead:
+//! ready while the upstream's `/readyz` answers 200. With
 //! `OCC_HARNESS_HOLD_CODE` set to one of the contract's codes it holds that failure the
 //! contract's way instead: it stays running and unready, `/readyz` answering 503 with the code
 //! alone as its body, and writes the code to `/dev/termination-log` too (`OCC_TERMINATION_LOG`
@@ -28,8 +30,12 @@ const HELD_CODES: [&str; 9] = [
     "REPOSITORY_ROUTE_BLOCKED",
 ];
 
-/// What `/readyz` waits for, if anything: the name of the first missing input.
+/// What `/readyz` waits for, if anything: the name of the first missing input. As the gateway
+/// in front of a dedicated Harness (`OCC_UPSTREAM_URL` set), that is a ready upstream.
 fn missing_input() -> Option<&'static str> {
+    if let Ok(upstream) = std::env::var("OCC_UPSTREAM_URL") {
+        return (!upstream_ready(&upstream)).then_some("OCC_UPSTREAM_URL");
+    }
     let document = std::env::var("OCC_AGENT_DOCUMENT").ok();
     let is_object = document
         .as_deref()
@@ -45,6 +51,16 @@ fn missing_input() -> Option<&'static str> {
         return Some("OCC_TOKEN_FILE");
     }
     None
+}
+
+/// Whether the upstream's `/readyz` answers 200 within two seconds.
+fn upstream_ready(upstream: &str) -> bool {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into();
+    let url = format!("{}/readyz", upstream.trim_end_matches('/'));
+    agent.get(&url).call().is_ok()
 }
 
 fn answer(stream: TcpStream, held: Option<&str>) {

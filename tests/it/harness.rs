@@ -134,3 +134,29 @@ fn the_reference_harness_holds_a_failure_on_demand_the_contracts_way() {
     assert!(!dir.join("other").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn as_the_gateway_the_reference_harness_is_ready_while_its_upstream_is() {
+    // SPEC C3: the dedicated topology's gateway (`OCC_UPSTREAM_URL`, set by the driver to the
+    // revision's Harness Service) is ready only while the Harness behind it is.
+    let dir = std::env::temp_dir().join(format!("occ-gateway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "t").unwrap();
+    let upstream_port = free_port();
+    let upstream = format!("http://127.0.0.1:{upstream_port}");
+    let gateway_port = free_port();
+    let gateway = start_with(gateway_port, &[("OCC_UPSTREAM_URL", OsStr::new(&upstream))]);
+    // Nothing listens upstream yet.
+    assert_eq!(get(gateway_port, "/readyz"), Some(503));
+    assert_eq!(
+        http_get_text(("127.0.0.1", gateway_port), "/readyz").map(|(_, body)| body),
+        Some("waiting for OCC_UPSTREAM_URL".to_string())
+    );
+    let harness = start(upstream_port, Some("{}"), &token);
+    assert_eq!(get(gateway_port, "/readyz"), Some(200));
+    drop(harness);
+    assert_eq!(get(gateway_port, "/readyz"), Some(503));
+    drop(gateway);
+    let _ = std::fs::remove_dir_all(dir);
+}
