@@ -1161,7 +1161,9 @@ fn r11_maintenance_reobserves_the_active_revision_without_writing() {
     // that starts after the request log was cleared.
     let before = maintained(&mut c).len();
     w.kube.fake.clear_requests();
-    run_until(&w.db, w.kube.driver.clone(), |c| maintained(c).len() > before);
+    run_until(&w.db, w.kube.driver.clone(), |c| {
+        maintained(c).len() > before
+    });
     assert_eq!(
         maintained(&mut c)[before],
         (
