@@ -270,12 +270,12 @@ pub fn decide(
         &[&principals, &actions, &kinds, &ids, &namespaces, &wanted],
     )?;
     let unreadable = |e: serde_json::Error| {
-        DbError::Unavailable(format!("occ.authorize answered what does not parse: {e}"))
+        DbError::Corrupt(format!("occ.authorize answered what does not parse: {e}"))
     };
     let decided: Vec<Decided> = serde_json::from_value(row.get(0)).map_err(unreadable)?;
     let identities: Vec<Identity> = serde_json::from_value(row.get(1)).map_err(unreadable)?;
     if decided.len() != requests.len() {
-        return Err(DbError::Unavailable(format!(
+        return Err(DbError::Corrupt(format!(
             "occ.authorize answered {} of {} requests",
             decided.len(),
             requests.len()
@@ -290,7 +290,7 @@ pub fn decide(
                 .into_iter()
                 .find(|r| *r == d.reason)
                 .ok_or_else(|| {
-                    DbError::Unavailable("occ.authorize answered an unknown reason".into())
+                    DbError::Corrupt("occ.authorize answered an unknown reason".into())
                 })?;
             let decision = Decision {
                 allowed: d.allowed,
@@ -359,7 +359,7 @@ pub fn load(client: &mut impl GenericClient) -> Result<Model, DbError> {
     let row = client.query_one(LOAD, &[])?;
     let value: serde_json::Value = row.get(0);
     serde_json::from_value(value)
-        .map_err(|e| DbError::Unavailable(format!("persisted IAM policy does not parse: {e}")))
+        .map_err(|e| DbError::Corrupt(format!("persisted IAM policy does not parse: {e}")))
 }
 
 impl Model {

@@ -36,7 +36,15 @@ impl std::fmt::Display for MigrateError {
     }
 }
 
-impl std::error::Error for MigrateError {}
+impl std::error::Error for MigrateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: its `Display` is the database error's own.
+            MigrateError::Db(e) => e.source(),
+            MigrateError::Refinery(_) => None,
+        }
+    }
+}
 
 /// Applies every pending migration, holding the migration lock while it does.
 pub fn run(client: &mut Client) -> Result<Report, MigrateError> {

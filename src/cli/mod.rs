@@ -89,9 +89,11 @@ impl fmt::Display for CliError {
     }
 }
 
+/// Any error becomes its whole chain on one line (`db::error_chain`), so the cause a wrapper
+/// keeps as its source is printed too.
 impl<E: std::error::Error> From<E> for CliError {
     fn from(e: E) -> CliError {
-        CliError::new(e.to_string())
+        CliError::new(occ_worker::db::error_chain(&e))
     }
 }
 

@@ -8,6 +8,7 @@ use occ_worker::compute::kubernetes::{
 };
 use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
 use occ_worker::config::{Config, DriverKind, Mode};
+use occ_worker::db::error_chain;
 use occ_worker::events::Events;
 use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::metrics::Metrics;
@@ -64,7 +65,12 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let events = Events::stdout();
     // First, so even start-up's own statements cannot wait past the database timeout.
     let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
-        .map_err(|e| CliError::config(format!("invalid configuration: OCC_DATABASE_URL: {e}")))?;
+        .map_err(|e| {
+            CliError::config(format!(
+                "invalid configuration: OCC_DATABASE_URL: {}",
+                error_chain(&e)
+            ))
+        })?;
     // One direct connection first: a missing database, a refused login or a closed port is
     // reported at once with the address, instead of after the pool's connection timeout. It
     // also checks the connection budget before the pool takes any of it (issue 10 item 8).
@@ -72,7 +78,10 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     {
         let mut direct = globals.connect_to(&config.database_url, config.db_timeout)?;
         let limit = ServerLimit::read(&mut direct).map_err(|e| {
-            CliError::new(format!("cannot read the server's connection limit: {e}"))
+            CliError::new(format!(
+                "cannot read the server's connection limit: {}",
+                error_chain(&e)
+            ))
         })?;
         budget::check(budget, limit)
             .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
@@ -92,15 +101,16 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 .map(|(c, _)| occ_worker::db::describe(&c))
                 .unwrap_or_default();
             CliError::new(format!(
-                "database unreachable at {target} after {} ms ({}): {e}",
+                "database unreachable at {target} after {} ms ({}): {}",
                 config.db_timeout.as_millis(),
-                globals.database_url_source()
+                globals.database_url_source(),
+                error_chain(&e)
             ))
         })?;
     let installation_id = {
         let mut client = pool
             .get()
-            .map_err(|e| CliError::new(format!("database unreachable: {e}")))?;
+            .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
         let rows = client
             .query("SELECT id, secret_driver_id FROM occ.installation", &[])
             .map_err(|e| {

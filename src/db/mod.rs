@@ -146,13 +146,16 @@ pub enum DbError {
     Unavailable(String),
     /// A statement failed.
     Query(postgres::Error),
+    /// A row the worker reads does not hold what the schema promises (a NULL or unparsable
+    /// column, an unknown enum value): corruption, never transient and never "unavailable".
+    Corrupt(String),
 }
 
 impl DbError {
     /// Transient errors end the pass without publishing; the worker recovers by itself.
     pub fn is_transient(&self) -> bool {
         match self {
-            DbError::InvalidUrl(_) | DbError::InvalidTls(_) => false,
+            DbError::InvalidUrl(_) | DbError::InvalidTls(_) | DbError::Corrupt(_) => false,
             DbError::Unavailable(_) => true,
             DbError::Query(e) => e.as_db_error().is_none() || e.is_closed(),
         }
@@ -170,18 +173,47 @@ impl DbError {
 impl fmt::Display for DbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DbError::InvalidUrl(e) => write!(f, "invalid database URL: {e}"),
+            DbError::InvalidUrl(_) => write!(f, "invalid database URL"),
             DbError::InvalidTls(m) => write!(f, "invalid database TLS settings: {m}"),
             DbError::Unavailable(m) => write!(f, "database unavailable: {m}"),
+            // The server's own message is the source (`error_chain` prints it).
             DbError::Query(e) => match e.as_db_error() {
-                Some(db) => write!(f, "database error {}: {}", db.code().code(), db.message()),
-                None => write!(f, "database error: {e}"),
+                Some(db) => write!(f, "database error {}", db.code().code()),
+                None => write!(f, "database connection failed"),
             },
+            DbError::Corrupt(what) => write!(f, "corrupt data: {what}"),
         }
     }
 }
 
-impl std::error::Error for DbError {}
+impl std::error::Error for DbError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DbError::InvalidUrl(e) => Some(e),
+            DbError::Query(e) => match e.as_db_error() {
+                Some(db) => Some(db),
+                None => Some(e),
+            },
+            DbError::InvalidTls(_) | DbError::Unavailable(_) | DbError::Corrupt(_) => None,
+        }
+    }
+}
+
+/// An error and its sources on one line, outermost first, joined by `: `; a source whose
+/// text its wrapper already shows is not repeated, and line breaks become spaces.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        let text = source.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = source.source();
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 impl From<postgres::Error> for DbError {
     fn from(e: postgres::Error) -> DbError {
@@ -288,4 +320,53 @@ pub fn describe(config: &postgres::Config) -> String {
     let user = config.get_user().unwrap_or("?");
     let dbname = config.get_dbname().unwrap_or(user);
     format!("{user}@{}/{dbname}", server(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corruption_is_its_own_permanent_kind() {
+        let e = DbError::Corrupt("column 3 of a claim is NULL".into());
+        assert!(!e.is_transient());
+        assert_eq!(e.to_string(), "corrupt data: column 3 of a claim is NULL");
+        assert!(std::error::Error::source(&e).is_none());
+    }
+
+    #[test]
+    fn an_error_chain_is_one_line_without_repeats() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("cannot read the settings")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such\nfile");
+        assert_eq!(
+            error_chain(&Outer(inner)),
+            "cannot read the settings: no such file"
+        );
+        // A wrapper that already shows its source's text does not repeat it.
+        #[derive(Debug)]
+        struct Shows(std::io::Error);
+        impl fmt::Display for Shows {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "read failed: {}", self.0)
+            }
+        }
+        impl std::error::Error for Shows {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = std::io::Error::other("disk gone");
+        assert_eq!(error_chain(&Shows(inner)), "read failed: disk gone");
+    }
 }

@@ -228,7 +228,15 @@ impl fmt::Display for QueueError {
     }
 }
 
-impl std::error::Error for QueueError {}
+impl std::error::Error for QueueError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QueueError::ClaimLost => None,
+            // Transparent: its `Display` is the database error's own.
+            QueueError::Db(e) => e.source(),
+        }
+    }
+}
 
 impl From<postgres::Error> for QueueError {
     fn from(e: postgres::Error) -> QueueError {
@@ -367,7 +375,7 @@ trait Columns {
 }
 
 fn malformed(what: String) -> QueueError {
-    QueueError::Db(DbError::Unavailable(what))
+    QueueError::Db(DbError::Corrupt(what))
 }
 
 impl Columns for postgres::Row {

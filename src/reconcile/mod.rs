@@ -298,7 +298,16 @@ impl fmt::Display for PassError {
     }
 }
 
-impl std::error::Error for PassError {}
+impl std::error::Error for PassError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: their `Display` is the wrapped error's own.
+            PassError::Db(e) => e.source(),
+            PassError::Compute(e) => e.source(),
+            PassError::Lost(_) | PassError::ClaimLost | PassError::Invariant(_) => None,
+        }
+    }
+}
 
 impl From<Cancelled> for PassError {
     fn from(c: Cancelled) -> PassError {

@@ -588,6 +588,7 @@ impl Failures {
 fn error_class(e: &PassError) -> String {
     match e {
         PassError::Db(DbError::Unavailable(_)) => "DatabaseUnavailable".into(),
+        PassError::Db(DbError::Corrupt(_)) => "CorruptData".into(),
         PassError::Db(e) => match e.sqlstate() {
             Some(state) => format!("DatabaseError:{state}"),
             None => "DatabaseConnection".into(),
