@@ -1,4 +1,4 @@
--- Completes a finalizer batch's live claims in one statement (Q1, Q11, issue 10 item 4) and
+-- Completes a finalizer batch's live claims in one statement (Q1, Q11) and
 -- records each one's evidence, as work_complete.sql does for one. All or none: when a claim it
 -- names is no longer live, the statement fails (V16 `occ.require_live_claims`), so a
 -- transaction that sends its COMMIT in the same message never commits a partial batch.
