@@ -1,4 +1,4 @@
--- The server's connection limit as it applies to the worker (issue 10 item 8):
+-- The server's connection limit as it applies to the worker:
 -- max_connections, the slots no ordinary role may take (superuser_reserved_connections, and
 -- from PostgreSQL 16 reserved_connections), and the client connections open now, this one
 -- excluded.

@@ -23,7 +23,7 @@ WITH heads AS (
     FROM heads
     -- One probe of the work's key per lane head, whatever the planner estimates of `heads`
     -- (its LIMIT is a parameter): the LIMIT 1 keeps the lookup from being joined otherwise,
-    -- which for a small queue was a scan of every work (issue 10 item 1).
+    -- which for a small queue was a scan of every work.
     CROSS JOIN LATERAL (
         SELECT w.* FROM occ.work w
         WHERE w.id = heads.head_id AND w.state = 'queued'

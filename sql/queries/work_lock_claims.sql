@@ -1,4 +1,4 @@
--- Locks a finalizer batch's live claims in one statement (Q6, issue 10 item 4), as
+-- Locks a finalizer batch's live claims in one statement (Q6), as
 -- work_lock_claim.sql does for one: every write that follows in the transaction for a work is
 -- published only if its id is returned; a work missing from the answer lost its claim.
 -- $1 ids, $2 claim tokens (aligned).

@@ -1,5 +1,5 @@
 -- Queued and claimed work: the readiness probe's and the metrics' queue depth. Bounded
--- (issue 10): each count stops at $1 rows (index-only scans of partial indexes), so a large
+-- (W5a): each count stops at $1 rows (index-only scans of partial indexes), so a large
 -- backlog never makes readiness slow; a count equal to $1 means "at least". A claimed work is
 -- `queued` in `occ.work` with its claim on its lane row (V14), so it is counted there and
 -- taken out of the queued count.

@@ -3,7 +3,7 @@
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement.
--- Bounded (issue 10): expired claims are found among the live claims on the lane rows (V14's
+-- Bounded (Q10): expired claims are found among the live claims on the lane rows (V14's
 -- partial index work_lanes_claims), exhausted queued works in the range of work_queued_attempts above
 -- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
 -- ahead of the works queued behind it in its lane (lane order, Q4). A lane row a finalizing

@@ -7,7 +7,7 @@
 //! the single-row ceiling measured right before each drain (`paired`); enqueue-to-claim
 //! latency of single works arriving at an idle worker (the LISTEN/NOTIFY path, the poll left at
 //! 250 ms); the claim's cost as terminal rows pile up, with a backlog behind busy lanes, right
-//! after a burst of completions and with future-dated works (issue 10); admission throughput
+//! after a burst of completions and with future-dated works; admission throughput
 //! with wake-ups on and off; and an idle worker process's CPU and RSS. It never touches
 //! infrastructure: its Compute Driver refuses every call.
 
@@ -50,7 +50,7 @@ pub struct BenchArgs {
     /// Claim+complete cycles per table size in the claim-cost measurement.
     #[arg(long, default_value_t = 500)]
     cycles: usize,
-    /// Queued works behind the heads of 100 busy lanes (issue 10).
+    /// Queued works behind the heads of 100 busy lanes.
     #[arg(long, default_value_t = 100_000)]
     backlog: i64,
     /// Works completed before the claim is measured again, without a manual vacuum.
@@ -456,7 +456,7 @@ fn claim_probe(c: &mut Client, cycles: usize) -> Result<Value, CliError> {
     }))
 }
 
-/// `p50 after / p50 before`, the figure the issue's goals are stated in.
+/// `p50 after / p50 before`, the ratio the claim measurements report.
 fn ratio(after: &Value, before: &Value) -> f64 {
     let a = after["claimP50Ms"].as_f64().unwrap_or(0.0);
     let b = before["claimP50Ms"].as_f64().unwrap_or(0.0);
@@ -509,7 +509,7 @@ fn namespaces(c: &mut Client, prefix: &str, n: i64) -> Result<(), CliError> {
 }
 
 /// (4) Claim cost with no queued work, then with `backlog` works queued behind the claimed
-/// heads of 100 busy lanes (issue 10 item 1).
+/// heads of 100 busy lanes (Q4).
 fn claim_busy_lanes(admin: &str, backlog: i64, cycles: usize) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "busylanes")?;
     let mut c = db.client()?;
@@ -548,7 +548,7 @@ fn claim_busy_lanes(admin: &str, backlog: i64, cycles: usize) -> Result<Value, C
 
 /// (5) Claim cost in a fresh table, then right after `completed` works were claimed and
 /// completed (in batches of 1,000, through the worker's own statements), before any manual
-/// vacuum (issue 10 item 7).
+/// vacuum.
 fn claim_after_completions(admin: &str, completed: i64, cycles: usize) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "completed")?;
     let mut c = db.client()?;
@@ -582,7 +582,7 @@ fn claim_after_completions(admin: &str, completed: i64, cycles: usize) -> Result
 }
 
 /// (6) Claim cost in a fresh table, then with `future` works due in an hour or more, spread
-/// over 10,000 lanes (issue 10 item 2).
+/// over 10,000 lanes (Q4).
 fn claim_with_future(admin: &str, future: i64, cycles: usize) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "future")?;
     let mut c = db.client()?;
@@ -611,7 +611,7 @@ fn claim_with_future(admin: &str, future: i64, cycles: usize) -> Result<Value, C
 }
 
 /// (7) `occ.namespace_create` from 16 sessions for `seconds`, with the wake-up trigger on,
-/// then off (disabled); a LISTEN session is connected throughout (issue 10 item 6).
+/// then off (disabled); a LISTEN session is connected throughout (Q13).
 fn admission(admin: &str, seconds: u64) -> Result<Value, CliError> {
     let db = BenchDb::create(admin, "admission")?;
     let mut listener = db.client()?;

@@ -73,7 +73,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         })?;
     // One direct connection first: a missing database, a refused login or a closed port is
     // reported at once with the address, instead of after the pool's connection timeout. It
-    // also checks the connection budget before the pool takes any of it (issue 10 item 8).
+    // also checks the connection budget before the pool takes any of it.
     let budget = ConnectionBudget::new(config.concurrency);
     {
         let mut direct = globals.connect_to(&config.database_url, config.db_timeout)?;

@@ -1,4 +1,4 @@
-//! Pooled connections that prepare each statement once (issue 10, item 5).
+//! Pooled connections that prepare each statement once.
 //!
 //! `Conn` is what the pool hands out: a `postgres::Client` with its own statement cache, keyed
 //! by SQL text. `postgres` prepares a `&str` query on every call (a Parse/Describe round trip
@@ -182,7 +182,7 @@ impl std::ops::DerefMut for Conn {
 /// `postgres::Transaction` sends them) rather than in a `postgres::Transaction`, because that
 /// type cannot begin with a statement in the same message, nor commit with one: a publication
 /// sends `BEGIN` with its first statement and `COMMIT` after its last ones, two round trips
-/// where a statement each took five (`begin_with`, `commit_with`; issue 10 item 5). Dropped
+/// where a statement each took five (`begin_with`, `commit_with`). Dropped
 /// unfinished, it rolls back, as `postgres::Transaction` does.
 pub struct Tx<'a> {
     client: &'a mut Client,

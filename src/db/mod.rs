@@ -230,18 +230,20 @@ impl From<r2d2::Error> for DbError {
 /// How the worker's sessions plan its statements, as `options` of a connection (`config`; the
 /// benchmark runs the worker's statements under pgbench with them too).
 ///
-/// Prepared statements keep one generic plan (`plan_cache_mode`, issue 10 item 5): the
+/// Prepared statements keep one generic plan (`plan_cache_mode`): the
 /// worker's statements look rows up by key, id arrays and lane rows, whose best plan does not
 /// depend on the values bound, while PostgreSQL's default planned many of them again on every
 /// execution (its custom plans for array parameters cost about as much as the generic one).
-/// Measured on the drain at 16 threads: +10 % works/s, -10 % CPU per work (docs/benchmarks.md).
+/// Measured on the drain at 16 threads: +10 % works/s, -10 % CPU per work (`scripts/bench-queue`;
+/// the runs are in the git history of docs/benchmarks.md).
 ///
 /// They are planned as for a working set in memory (`random_page_cost` 1.1, PostgreSQL's
 /// advice for a cached database; its default of 4 prices each index probe as four pages read
 /// in order). With the default, a statement over the 16 lanes of a publication scanned the
 /// whole lane table whenever it had fewer than a few thousand rows, and the lock of the lane
 /// trigger compared every row with each lane named: three scans per publication, most of the
-/// gap between the drain and PostgreSQL's own cycle (docs/benchmarks.md).
+/// gap between the drain and PostgreSQL's own cycle (the runs are in the git history of
+/// docs/benchmarks.md).
 pub const PLANNER_OPTIONS: &str = "-c plan_cache_mode=force_generic_plan -c random_page_cost=1.1";
 
 /// Parses `url` (its TLS settings apart, `tls`) and applies the worker's session settings:

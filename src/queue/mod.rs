@@ -347,7 +347,7 @@ pub fn work_claim(
 }
 
 /// Claims up to `limit` works in one statement, each the head of a distinct free lane, the
-/// oldest due first (Q4, issue 10). Empty when nothing is claimable now.
+/// oldest due first (Q4). Empty when nothing is claimable now.
 pub fn work_claim_batch(
     client: &mut impl GenericClient,
     options: &QueueOptions,
@@ -691,7 +691,7 @@ pub fn work_recover_stale(
 }
 
 /// Where `work_pending_count` stops counting: readiness stays a bounded query however large
-/// the backlog (issue 10); a count at the cap means "at least this many".
+/// the backlog (W5a); a count at the cap means "at least this many".
 pub const PENDING_COUNT_CAP: i64 = 10_000;
 
 /// Queued and claimed counts, each capped at `PENDING_COUNT_CAP`.

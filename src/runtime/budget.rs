@@ -1,4 +1,4 @@
-//! The connection budget (issue 10 item 8): how many PostgreSQL connections one worker
+//! The connection budget: how many PostgreSQL connections one worker
 //! process holds at most, derived from its threads, and the start-up check of that number
 //! against what the server admits. It opens no connection of its own.
 //!
@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | `occ-work-N`: a pass (reads, renewal before each effect, the fenced publication, a release at shutdown) | `concurrency` |
 //! | `occ-lease-<id>`: one heartbeat thread per live claim, one per worker thread (kept for its next claims) | `concurrency` |
-//! | `occ-publish-N`: the batched publications, claims, lease recovery and the idle health beat (issue 10 item 4) | `PUBLISHERS` (2) |
+//! | `occ-publish-N`: the batched publications, claims, lease recovery and the idle health beat | `PUBLISHERS` (2) |
 //! | `occ-http-probe`: readiness' pending count | 1 |
 //!
 //! The claim thread (`occ-claim`) borrows none: it hands its database work to the publishers.

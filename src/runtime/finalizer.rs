@@ -30,15 +30,16 @@ pub const LINGER: Duration = Duration::from_millis(1);
 pub const MAX_BATCH: usize = 64;
 /// The publisher threads (`occ-publish-N`), each with at most one publication under way on its
 /// own connection: while one waits for its statements and its commit, the next batch's are
-/// under way, so the database is not idle between the pool's batches (issue 10 item 4).
+/// under way, so the database is not idle between the pool's batches.
 pub const PUBLISHERS: usize = 2;
 /// The fewest passes a publication is cut to so that another publisher can take the rest.
 pub const MIN_SHARE: usize = 8;
 
 /// The publishers a worker of `concurrency` keeps busy at once: all of them only while each
 /// share of the pool holds `MIN_SHARE` passes or more (from concurrency 16). Below that the
-/// smaller batches cost more per work than the overlap gains (docs/benchmarks.md: at
-/// concurrency 4, two publishers drained 1,125-1,285 works/s against 1,494-1,525 for one).
+/// smaller batches cost more per work than the overlap gains (`scripts/bench-queue` at
+/// concurrency 4: two publishers drained 1,125-1,285 works/s against 1,494-1,525 for one; the
+/// runs are in the git history of docs/benchmarks.md).
 pub fn publishers_in_use(concurrency: usize) -> usize {
     if concurrency >= PUBLISHERS * MIN_SHARE {
         PUBLISHERS
@@ -165,7 +166,7 @@ impl Finalizer {
 }
 
 /// One pass's answer from its publication: the worker thread waits for it parked, without
-/// the spinning and yielding a channel's receive does first (issue 10). A publication takes
+/// the spinning and yielding a channel's receive does first. A publication takes
 /// milliseconds, and on two cores each of those yields was a context switch of its own.
 struct Reply<T>(Arc<(Mutex<Answer<T>>, Condvar)>);
 

@@ -5,7 +5,8 @@
 //! than one per worker thread. While it serves a claim the thread is named after the work
 //! (`occ-lease-<work id>`, what gdb and `top -H` show); between claims it is `occ-lease-idle`.
 //! Starting a thread for every claim and joining it afterwards cost about an eighth of the
-//! CPU per work (worker and PostgreSQL together) in the no-op drain (docs/benchmarks.md).
+//! CPU per work (worker and PostgreSQL together) in the no-op drain (`scripts/bench-queue`;
+//! the runs are in the git history of docs/benchmarks.md).
 //!
 //! While it serves a claim the thread renews every `lease/3` through `LeaseState::renew`, which
 //! cancels the pass on a refused or late renewal, or on the second failed renewal in a row
@@ -13,7 +14,7 @@
 //! a lapse interrupts the effect under way at once (`CancelToken::on_cancel`). It never
 //! publishes anything.
 //!
-//! Starting and ending a service wake nobody (issue 10): the worker thread writes the claim
+//! Starting and ending a service wake nobody: the worker thread writes the claim
 //! into the slot the two threads share, with when its first renewal is due, and names the
 //! heartbeat thread itself (`ThreadName`). The heartbeat thread sleeps until the renewal due
 //! of the claim it serves, or for `lease/3` while it serves none, so it always wakes by the

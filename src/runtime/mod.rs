@@ -1,7 +1,7 @@
 //! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
 //! named worker threads, one heartbeat thread per live claim, and a LISTEN thread that turns
 //! notifications into wake-ups. The coordinator claims as many works as it has free slots in
-//! one statement (issue 10), and publishes the passes that finish close together in one
+//! one statement (Q4), and publishes the passes that finish close together in one
 //! transaction, which also claims the works for the slots they free (`finalizer`).
 //!
 //! The coordinator owns all scheduling state; workers and the listener only send `Event`s

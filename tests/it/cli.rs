@@ -459,7 +459,7 @@ fn operator_reads_list_and_show_every_kind() {
     );
 }
 
-// Issue 10 item 8: the pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
+// The pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
 // pooled, 1 listener); a worker the server's max_connections can never carry is refused at
 // start-up, before any pool connection, with one line naming both numbers (exit 2).
 #[test]

@@ -159,7 +159,7 @@ fn migrations_are_numbered_one_to_n_in_sequence() {
     );
 }
 
-// Issue 9 item 7: test tooling (`run --test-reconciler`, `bench`, which drops databases) is
+// Test tooling (`run --test-reconciler`, `bench`, which drops databases) is
 // compiled only with the `test-tooling` feature, and the shipped image never enables it.
 #[test]
 fn test_tooling_stays_out_of_the_shipped_binary() {

@@ -357,7 +357,7 @@ fn stop_retire_and_credential_deletion_remove_labelled_containers() {
     cleanup(&ns);
 }
 
-// C2, issue 9 item 6: two installations share one Docker Engine and one Namespace id. The
+// C2: two installations share one Docker Engine and one Namespace id. The
 // driver of installation A deletes only objects carrying A's installation label and the
 // Namespace's (or revision's, or Agent's) label; B's network and containers, labelled with the
 // same Namespace, revision and Agent ids, are never touched.
@@ -568,7 +568,7 @@ fn create_unchecked(name: &str, subnet: &str, labels: &serde_json::Value) -> Str
 
 #[test]
 fn c2_two_raced_networks_of_one_namespace_are_reduced_to_the_reserved_one() {
-    // Issue 13: under load a create that outlived its request and the next pass's create both
+    // C2: under load a create that outlived its request and the next pass's create both
     // landed (Docker's duplicate-name check is not atomic); `docker network inspect NAME` then
     // fails as ambiguous. The next ensure keeps the network on the reserved subnet only.
     if !docker_available() {

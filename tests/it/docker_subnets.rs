@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How many Namespaces the three-process test creates unless `OCC_TEST_SUBNET_NAMESPACES`
-/// says otherwise: the 600, which took 99 s to create and 167 s to delete on the
+/// says otherwise: 600, which took 99 s to create and 167 s to delete on the
 /// project's 2-core machine under other builds. A smaller count (`OCC_TEST_SUBNET_NAMESPACES=60
 /// scripts/test docker_subnets`) is for quick local runs.
 const DEFAULT_NAMESPACES: usize = 600;

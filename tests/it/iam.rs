@@ -612,7 +612,7 @@ fn the_admin_cli_manages_groups_and_grants_to_them() {
     assert_eq!(left, 0);
 }
 
-/// Issue 10 item 5: a pass decides through `iam::decide` (one statement, `occ.authorize` for
+/// A pass decides through `iam::decide` (one statement, `occ.authorize` for
 /// each request) instead of loading the whole policy. Its decisions, evidence order included
 /// (roles by first matching binding, groups bytewise), are exactly the Rust model's, so denial
 /// audit rows do not change.

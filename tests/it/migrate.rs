@@ -63,7 +63,7 @@ fn two_concurrent_migrations_of_an_empty_database_both_succeed_and_apply_each_ve
     assert_eq!(roles, 4, "the built-in roles were inserted once");
 }
 
-// Issue 10 (V14): an installation upgraded with live claims keeps them. A claim V13 held on
+// V14: an installation upgraded with live claims keeps them. A claim V13 held on
 // its work row moves to its lane row with its token, lease and attempt; the work is queued in
 // `occ.work` with its count before the claim; the claim's holder completes it as before.
 #[test]

@@ -800,7 +800,7 @@ fn recovery_fails_queued_work_with_exhausted_attempts() {
     assert!(work_claim(&mut c, &o).unwrap().is_none());
 }
 
-// W5, issue 9 item 3: the schema refuses rows that could stop the queue: non-finite times and
+// W5: the schema refuses rows that could stop the queue: non-finite times and
 // leases more than an hour past their last transition.
 #[test]
 fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
@@ -825,7 +825,7 @@ fn poison_times_and_unbounded_leases_are_refused_by_the_schema() {
     assert_eq!(row_state(&mut c, w.id).0, "queued");
 }
 
-// W5, issue 9 item 3: rows forced in with the checks disabled stop nothing: a queued row born
+// W5: rows forced in with the checks disabled stop nothing: a queued row born
 // at '-infinity' is skipped by the claim, a claim leased until 'infinity' is recovered, and the
 // rest of the queue drains.
 #[test]
@@ -862,7 +862,7 @@ fn rows_forced_past_the_checks_never_stop_the_queue() {
     assert_eq!(poison, "queued", "skipped, not fatal");
 }
 
-// W3, issue 9 item 4: one failed renewal (a database error) is retried within the lease
+// W3: one failed renewal (a database error) is retried within the lease
 // before the pass is cancelled: it only warns; the next renewal confirms the lease. Two in a
 // row cancel the pass with CLAIM_RENEWAL_FAILED.
 #[test]

@@ -1,8 +1,8 @@
-//! The queue engine of issue 10 against a real PostgreSQL: batched claims take one head per
-//! lane, lane order survives lease recovery, claims never read future-dated rows or the
-//! backlog behind a busy lane, and a batched finalization publishes every pass whose claim is
-//! live while reporting the lost one as `ClaimLost`, and the claim a publication makes for the
-//! slots it frees commits with it, or alone is refused.
+//! The queue engine (SPEC Q4, Q6, Q10, W1) against a real PostgreSQL: batched claims take one
+//! head per lane, lane order survives lease recovery, claims never read future-dated rows or
+//! the backlog behind a busy lane, and a batched finalization publishes every pass whose claim
+//! is live while reporting the lost one as `ClaimLost`, and the claim a publication makes for
+//! the slots it frees commits with it, or alone is refused.
 
 use crate::support::{context, insert_namespace, scalar, TestDb};
 use occ_worker::queue::*;
@@ -141,7 +141,7 @@ fn status(c: &mut Client, ns: &str) -> String {
     .get(0)
 }
 
-// Issue 10 item 3: one statement claims up to the limit, one head per distinct lane, oldest
+// Q4: one statement claims up to the limit, one head per distinct lane, oldest
 // first; a lane whose head is claimed yields nothing more until it is released.
 #[test]
 fn a_batch_claim_never_returns_two_works_of_one_lane() {
@@ -201,7 +201,7 @@ fn a_batch_claim_never_returns_two_works_of_one_lane() {
     assert_eq!(lanes_out_of_step(&mut c), 0);
 }
 
-// Issue 10 item 1, Q10: a work whose lease expired returns to the head of its lane, ahead of
+// Q10: a work whose lease expired returns to the head of its lane, ahead of
 // the works queued behind it while it was claimed.
 #[test]
 fn lane_order_is_kept_across_lease_recovery() {
@@ -286,7 +286,7 @@ fn rows_read(plan: &Value) -> i64 {
         .sum()
 }
 
-// Issue 10 items 1 and 2: with 500 future-dated works in 500 lanes and 500 works queued behind
+// Q4: with 500 future-dated works in 500 lanes and 500 works queued behind
 // one busy lane's head, a claim (and so an idle poll) reads none of them: claimable now is an
 // index range over lane heads.
 #[test]
@@ -328,7 +328,7 @@ fn a_claim_reads_neither_future_dated_rows_nor_the_backlog_behind_a_busy_lane() 
     assert_eq!(queued, 1000);
 }
 
-// Issue 10 items 1 and 4: a publication's statements and the claim after it, on the worker's
+// A publication's statements and the claim after it, on the worker's
 // own session settings, find the rows they name by key, never by reading the lane table or the
 // work table whole. With 1,000 lanes and 2,000 works, PostgreSQL's default cost model (a page
 // fetched at random costs four read in order) prices a scan below 16 probes by key: without
@@ -441,7 +441,7 @@ fn finalize_successes(
     })
 }
 
-// Issue 10 item 4: finalizations batched in one transaction, a savepoint each: the pass whose
+// Q6: finalizations batched in one transaction, a savepoint each: the pass whose
 // claim was lost gets `ClaimLost` and publishes nothing; the others publish and complete.
 #[test]
 fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
@@ -478,7 +478,7 @@ fn a_batched_completion_with_one_lost_claim_publishes_the_others() {
     assert_eq!(evidence, 0, "no evidence from the lost claim");
 }
 
-// Issue 10 items 4 and 5 (V16): a publication sends its completion, its claim and its COMMIT
+// Q6 (V16): a publication sends its completion, its claim and its COMMIT
 // in one message, so the completion is all or none. A claim live when the batch locked it and
 // no longer live when it completes (its lease ran out meanwhile) refuses the whole message:
 // nothing of that transaction commits, and unit by unit that pass alone is `ClaimLost` and
@@ -536,7 +536,7 @@ fn a_lease_that_runs_out_between_the_lock_and_the_completion_commits_nothing_of_
     assert_eq!(lanes_out_of_step(&mut c), 0);
 }
 
-// Issue 10 item 4: a batch is first finalized together (claims locked in one statement,
+// Q6: a batch is first finalized together (claims locked in one statement,
 // completions in one); when one pass's publication fails there, that transaction is rolled
 // back whole and the batch runs again a savepoint per pass: the failing pass publishes nothing
 // and keeps its claim, the others publish and complete, each with one attempt row.
@@ -592,7 +592,7 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
     );
 }
 
-// W1, issue 10 item 4: the coordinator's publication claims for the slots it frees in the same
+// W1: the coordinator's publication claims for the slots it frees in the same
 // transaction, after the completions, so a lane the batch moved on is claimable in it; the
 // claims commit with the publications. A claim the server refuses is rolled back alone: every
 // publication still commits and nothing is claimed.
@@ -691,7 +691,7 @@ fn lanes_out_of_step(c: &mut Client) -> i64 {
     )
 }
 
-// Issue 10 item 1: the lane rows the trigger keeps incrementally match a full recomputation
+// Q4: the lane rows the trigger keeps incrementally match a full recomputation
 // after concurrent enqueues, batched claims, completions, deferrals, retries and recoveries
 // from eight sessions over five lanes.
 #[test]
@@ -808,7 +808,7 @@ fn lane_row(c: &mut Client, ns: &str) -> (Option<i64>, Option<i64>) {
     (row.get(0), row.get(1))
 }
 
-// Issue 10 item 1, Q4 (V15): the lanes are kept once per statement. One statement that
+// Q4 (V15): the lanes are kept once per statement. One statement that
 // inserts, completes, re-dates or deletes works of several lanes at once leaves every lane
 // as a full recomputation has it: heads moved, claims ended exactly when their work left the
 // queue or was deleted, untouched lanes and live claims left alone.
@@ -923,7 +923,7 @@ fn notifications(listener: &mut Client) -> usize {
         .unwrap()
 }
 
-// Issue 10 item 6, Q13: a notification goes out only when work becomes claimable now by an
+// Q13: a notification goes out only when work becomes claimable now by an
 // insert or a release, once per transaction; future-dated inserts, deferrals and completions
 // wake nobody.
 #[test]
@@ -978,7 +978,7 @@ fn wake_ups_only_when_work_becomes_claimable_once_per_transaction() {
     );
 }
 
-// Issue 10 item 7: a heartbeat rewrites no index entry: it changes only unindexed columns of
+// Q5: a heartbeat rewrites no index entry: it changes only unindexed columns of
 // a page with room (fillfactor), so PostgreSQL makes it a HOT update.
 #[test]
 fn a_heartbeat_is_a_hot_update() {
@@ -1011,7 +1011,7 @@ fn a_heartbeat_is_a_hot_update() {
     tx.commit().unwrap();
 }
 
-// Issue 10 item 1, Q6, Q10 (V14): a finalizing transaction holds its lane only FOR KEY SHARE:
+// Q6, Q10 (V14): a finalizing transaction holds its lane only FOR KEY SHARE:
 // an admission into that lane, even one that holds the lane's Namespace row which the
 // finalizer then waits for, never waits on it (no deadlock), and recovery passes a held lane by
 // until the finalizer is done.

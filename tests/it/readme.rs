@@ -1,4 +1,4 @@
-//! The README runs as written (issue 11): every `sh` block carries a marker, and the blocks
+//! The README runs as written: every `sh` block carries a marker, and the blocks
 //! marked `readme-test: run` are executed in order, in one shell, exactly as a new user would
 //! type them, so the walk-throughs cannot drift from the code.
 //!
@@ -133,7 +133,7 @@ fn scratch_checkout() -> Scratch {
     }
 }
 
-// Issue 11: every sh block is marked, the Kubernetes ones are skipped by their marker, and
+// Every sh block is marked, the Kubernetes ones are skipped by their marker, and
 // the development walk-throughs run as written against a throwaway cluster and the Docker
 // Engine.
 #[test]
@@ -242,7 +242,7 @@ fn literals(source: &str) -> Vec<&str> {
     source.split('"').skip(1).step_by(2).collect()
 }
 
-// Issue 11: the documentation (README.md and docs/) is self-contained: every event the worker
+// The documentation (README.md and docs/) is self-contained: every event the worker
 // emits and every reason code in the source is documented there (a new one without a line
 // fails here).
 #[test]

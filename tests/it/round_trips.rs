@@ -1,4 +1,4 @@
-//! Round trips per reconcile pass (issue 10, item 5): a counting proxy in front of the shared
+//! Round trips per reconcile pass: a counting proxy in front of the shared
 //! test cluster reads the worker's frontend messages (Parse, Bind, Sync, simple Query) and
 //! counts, per connection, what a batch of passes sent. The worker runs the real reconcilers
 //! on the scripted driver, one work at a time. The figures are printed (`--nocapture`); the
@@ -236,7 +236,7 @@ struct Figures {
     pings: u64,
     reparsed: Vec<String>,
     /// Publications that began with their claims' lock in one message, and that completed,
-    /// claimed and committed in one message (issue 10 item 5).
+    /// claimed and committed in one message.
     begun_locking: u64,
     committed_completing: u64,
 }
@@ -354,7 +354,7 @@ fn namespace_ensure_passes_prepare_each_statement_once_per_connection() {
     report("Namespace ensure", PASSES, &f);
     assert_lean(&f);
     // Each pass's publication: BEGIN with the claim's lock, then its completion, the claim
-    // and COMMIT, two messages (issue 10 item 5).
+    // and COMMIT, two messages.
     assert_eq!(
         (f.begun_locking, f.committed_completing),
         (PASSES, PASSES),

@@ -827,7 +827,7 @@ impl Reconciler for Stubborn {
     }
 }
 
-// W4, issue 9 item 4: in-flight bookkeeping is keyed by claim, not by work id. The same work
+// W4: in-flight bookkeeping is keyed by claim, not by work id. The same work
 // is claimed a second time while its first, stuck pass still runs; when the first ends, the
 // second is still known, so a stop cancels it after the grace (instead of waiting for it) and
 // its claim is released.
@@ -903,7 +903,7 @@ impl Write for PanicOnStopping {
     }
 }
 
-// W4, issue 9 item 4: a panic on the claim thread is not a clean stop: every thread is joined
+// W4: a panic on the claim thread is not a clean stop: every thread is joined
 // and `Worker::run` fails, so the process exits non-zero.
 #[test]
 fn a_panic_on_the_claim_thread_makes_the_worker_fail() {
@@ -1048,7 +1048,7 @@ impl Reconciler for ClaimTransactions {
     }
 }
 
-// W1, issue 10 item 4: the transaction that publishes a pass claims the works for the slot it
+// W1: the transaction that publishes a pass claims the works for the slot it
 // frees, so a claim never outlives its slot and one commit serves both. Three works in one
 // lane at concurrency 1: the first is claimed alone; each later one is claimed by the very
 // transaction that completed its predecessor (the lane moved on inside it), and every work
@@ -1165,7 +1165,7 @@ impl Reconciler for HeldPublication {
     }
 }
 
-// W1, issue 10 item 4: from concurrency 16 publications run on two publisher threads at once,
+// W1: from concurrency 16 publications run on two publisher threads at once,
 // and the slots a publication may claim for are reserved when it is handed over, so the live
 // claims never outnumber the worker threads. 160 works in 160 lanes at concurrency 16: the
 // first publication stays inside its transaction (its passes' claims live) until 40 other

@@ -1,4 +1,4 @@
-//! The development scripts (issue 11): a throwaway cluster keeps its data across a stop and a
+//! The development scripts: a throwaway cluster keeps its data across a stop and a
 //! start, and deletes it only on `--reset`; as root, a DIR the `postgres` user cannot reach is
 //! refused with one line naming the user, the directory and the fix.
 
@@ -30,7 +30,7 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
 }
 
-// Issue 11: `scripts/pg-stop` then `scripts/pg-start` finds the same data; only `--reset`
+// `scripts/pg-stop` then `scripts/pg-start` finds the same data; only `--reset`
 // deletes it (the dev database used to vanish on the next start).
 #[test]
 fn a_stopped_cluster_restarts_with_its_data_until_reset() {
@@ -61,7 +61,7 @@ fn a_stopped_cluster_restarts_with_its_data_until_reset() {
     assert!(!std::path::Path::new(&where_).exists(), "{where_} deleted");
 }
 
-// Issue 11: as root the server runs as `postgres`; an absolute DIR it cannot enter is refused
+// As root the server runs as `postgres`; an absolute DIR it cannot enter is refused
 // at once, naming the user, the directory and the fix.
 #[test]
 fn a_cluster_directory_postgres_cannot_reach_is_refused_with_the_fix() {

@@ -373,7 +373,7 @@ fn metric(port: u16, line_prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-// W5, issue 9 item 3: a claim statement that keeps failing (here a trigger refuses every
+// W5: a claim statement that keeps failing (here a trigger refuses every
 // claim) is counted on every try, said as worker.error WORKER_UNAVAILABLE at most every 5 s,
 // and turns /readyz 503 while the database itself answers; once claims work again the queue
 // drains and /readyz is 200.
