@@ -332,6 +332,11 @@ pub enum ComputeErrorKind {
     Draining,
     /// The driver refuses the request for good, with a stable code.
     Permanent(String),
+    /// The infrastructure refused the request on its permissions (an RBAC 403): retried as
+    /// `DEPENDENCY_UNAVAILABLE` within the attempt budget, since a grant just made takes a
+    /// moment to reach every API server; the work fails with this code once the budget is
+    /// spent. (Boxed: `ComputeError` stays within clippy's size for an error.)
+    Denied(Box<str>),
     /// The request cannot succeed until something outside the worker changes (a ResourceQuota
     /// used up): the work waits with this pending code, refunding the attempt, within the
     /// convergence deadline (revision work), or retries within its budget (other work).
@@ -481,6 +486,15 @@ impl ComputeError {
         }
     }
 
+    /// A refusal on permissions (`ComputeErrorKind::Denied`), failing with `code` once retries
+    /// are spent.
+    pub fn denied(code: &str, class: &'static str, status: Option<u16>) -> ComputeError {
+        ComputeError {
+            kind: ComputeErrorKind::Denied(code.into()),
+            ..ComputeError::permanent(code, class, status)
+        }
+    }
+
     pub fn permanent(code: &str, class: &'static str, status: Option<u16>) -> ComputeError {
         ComputeError {
             kind: ComputeErrorKind::Permanent(code.to_string()),
@@ -595,6 +609,7 @@ impl fmt::Display for ComputeError {
             ComputeErrorKind::Retryable => write!(f, "compute request failed")?,
             ComputeErrorKind::Draining => write!(f, "compute stop still draining")?,
             ComputeErrorKind::Permanent(code) => write!(f, "compute refused: {code}")?,
+            ComputeErrorKind::Denied(code) => write!(f, "compute denied: {code}")?,
             ComputeErrorKind::Pending(code) => write!(f, "compute pending: {code}")?,
             ComputeErrorKind::Cancelled(c) => write!(f, "{c}")?,
         }

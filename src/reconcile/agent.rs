@@ -365,6 +365,13 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
             Report::pending(code, readiness_recheck(pass.age()))
         }
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
+        // A refusal on permissions may be a grant still propagating (SPEC R10): retried within
+        // the budget, then failed with the refusal's own code.
+        ComputeErrorKind::Denied(code) => {
+            let mut report = Report::retry("DEPENDENCY_UNAVAILABLE");
+            report.exhausted_code = Some(code.to_string());
+            report
+        }
         _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
     };
     report.with_compute_error(e)

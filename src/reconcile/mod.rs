@@ -179,6 +179,10 @@ pub struct Report {
     /// resolves the report but writes nothing and makes no queue transition. Only a successful
     /// outcome may set it.
     pub already_published: bool,
+    /// The code a retry fails with once the attempt budget is spent, when it is not the
+    /// retry's own (a permissions refusal retries as `DEPENDENCY_UNAVAILABLE` and fails as
+    /// the refusal it kept meeting).
+    pub exhausted_code: Option<String>,
 }
 
 impl Report {
@@ -197,6 +201,7 @@ impl Report {
             facts: Facts::Plain,
             deploy: None,
             already_published: false,
+            exhausted_code: None,
         }
     }
 
@@ -627,6 +632,7 @@ pub fn resolve(
         }
         Outcome::Retry if attempt >= max_attempts => Report {
             outcome: Outcome::Permanent,
+            code: report.exhausted_code.clone().unwrap_or(report.code),
             ..report
         },
         _ => report,
@@ -764,6 +770,23 @@ mod tests {
         assert_eq!(
             r.result_data,
             Some(json!({"timeoutMs": 5000, "runtimeFailure": {"code": "CRASH_LOOP"}}))
+        );
+    }
+
+    #[test]
+    fn a_retry_out_of_attempts_fails_with_its_exhausted_code() {
+        // A refusal on permissions retries as DEPENDENCY_UNAVAILABLE and fails as itself.
+        let mut report = Report::retry("DEPENDENCY_UNAVAILABLE");
+        report.exhausted_code = Some("KUBERNETES_FORBIDDEN".into());
+        let early = resolve(report.clone(), 4, 5, Duration::ZERO, Duration::from_secs(5));
+        assert_eq!(
+            (early.outcome, early.code.as_str()),
+            (Outcome::Retry, "DEPENDENCY_UNAVAILABLE")
+        );
+        let last = resolve(report, 5, 5, Duration::ZERO, Duration::from_secs(5));
+        assert_eq!(
+            (last.outcome, last.code.as_str()),
+            (Outcome::Permanent, "KUBERNETES_FORBIDDEN")
         );
     }
 

@@ -353,6 +353,15 @@ impl Reconciler for NamespaceReconciler {
                         .at(step)
                         .with_compute_error(&e));
                 }
+                // A grant still propagating: retried within the budget, then failed with the
+                // refusal's code.
+                ComputeErrorKind::Denied(code) => {
+                    let mut report = Report::retry("DEPENDENCY_UNAVAILABLE")
+                        .at(step)
+                        .with_compute_error(&e);
+                    report.exhausted_code = Some(code.to_string());
+                    return Ok(report);
+                }
             },
         };
         if !compute::valid_namespace_observation(&observation, &namespace.id) {

@@ -1830,7 +1830,10 @@ fn r10_a_401_retries_within_the_budget() {
 }
 
 #[test]
-fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
+fn r10_a_403_that_stays_retries_within_the_budget_then_fails_naming_the_resource() {
+    // Seed 004 4676-4686, 6058-6070: only a refusal no retry can fix is permanent at once; a
+    // 403 may be a grant still propagating, so it retries (DEPENDENCY_UNAVAILABLE) within the
+    // attempt budget (5 here) and then fails with the refusal's own code.
     let w = agent_world();
     w.kube.fake.inject(Inject {
         method: Some("POST"),
@@ -1850,32 +1853,44 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
             Some("KUBERNETES_FORBIDDEN_SERVICEACCOUNTS")
         )
     );
-    // SPEC Z12: the API's status and Status reason reach the ended pass's line, never its
-    // message.
+    // SPEC Z12: the API's status and Status reason reach each pass's line, never its
+    // message; the last pass fails with the refusal's code.
     let completed: Vec<Value> = events
         .named("worker.completed")
         .into_iter()
         .filter(|e| e["workId"] == rkey(&rev).as_str())
         .collect();
-    assert_eq!(completed.len(), 1, "{completed:?}");
+    let outcomes: Vec<(&str, &str)> = completed
+        .iter()
+        .map(|e| (e["outcome"].as_str().unwrap(), e["code"].as_str().unwrap()))
+        .collect();
     assert_eq!(
-        (
-            &completed[0]["cause"],
-            &completed[0]["status"],
-            &completed[0]["reason"],
-            &completed[0]["method"],
-            completed[0].get("dependency")
-        ),
-        (
-            &json!("kubernetes"),
-            &json!(403),
-            &json!("Forbidden"),
-            &json!("POST"),
-            None
-        ),
-        "{}",
-        completed[0]
+        outcomes,
+        [
+            vec![("retry", "DEPENDENCY_UNAVAILABLE"); 4],
+            vec![("permanent", "KUBERNETES_FORBIDDEN_SERVICEACCOUNTS")]
+        ]
+        .concat()
     );
+    for line in &completed {
+        assert_eq!(
+            (
+                &line["cause"],
+                &line["status"],
+                &line["reason"],
+                &line["method"],
+                line.get("dependency")
+            ),
+            (
+                &json!("kubernetes"),
+                &json!(403),
+                &json!("Forbidden"),
+                &json!("POST"),
+                None
+            ),
+            "{line}"
+        );
+    }
     let forbidden = w
         .kube
         .fake
@@ -1883,7 +1898,38 @@ fn r10_a_403_is_a_permanent_forbidden_naming_the_resource() {
         .iter()
         .filter(|r| r.status == 403)
         .count();
-    assert_eq!(forbidden, 1, "a permanent refusal is not retried");
+    assert_eq!(forbidden, 5, "one refused create per attempt");
+    let evidence = evidence(&mut c, &rkey(&rev));
+    assert_eq!(
+        evidence
+            .iter()
+            .filter(|e| *e == "retry:DEPENDENCY_UNAVAILABLE")
+            .count(),
+        4,
+        "{evidence:?}"
+    );
+}
+
+#[test]
+fn r10_a_403_right_after_a_rolebinding_change_retries_and_the_deployment_goes_on() {
+    // Seed 004 4676-4686: a grant that has not reached the API server yet refuses a few
+    // requests; the deployment retries within its budget and activates once it has.
+    let w = agent_world();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
+        times: 2,
+        action: Action::Status(403),
+    });
+    let mut c = w.db.client();
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        ("succeeded", Some("REVISION_ACTIVATED"), 3)
+    );
+    assert_eq!(active(&mut c, &w.agent), Some(rev));
 }
 
 #[test]

@@ -849,8 +849,9 @@ impl KubeError {
     }
 
     /// The default mapping to a driver error. `permanent_code` names permanent refusals that
-    /// have no code of their own (400 `BadRequest`); forbidden and invalid requests keep
-    /// `KUBERNETES_FORBIDDEN` and `KUBERNETES_INVALID_REQUEST`, a quota refusal waits, and a
+    /// have no code of their own (400 `BadRequest`); a forbidden request is a refusal on
+    /// permissions (`KUBERNETES_FORBIDDEN`, retried within the budget), an invalid one keeps
+    /// `KUBERNETES_INVALID_REQUEST`, a quota refusal waits, and a
     /// 401 that outlived the token's re-read retries. Callers that treat `AlreadyExists`,
     /// `NotFound` or `NamespaceTerminating` as answers handle them before mapping.
     pub fn into_compute(self, permanent_code: &str) -> ComputeError {
@@ -865,9 +866,7 @@ impl KubeError {
             | KubeErrorKind::NamespaceTerminating
             | KubeErrorKind::NotFound
             | KubeErrorKind::Other => ComputeError::retryable(CLASS, status),
-            KubeErrorKind::Forbidden => {
-                ComputeError::permanent("KUBERNETES_FORBIDDEN", CLASS, status)
-            }
+            KubeErrorKind::Forbidden => ComputeError::denied("KUBERNETES_FORBIDDEN", CLASS, status),
             KubeErrorKind::QuotaExceeded => {
                 ComputeError::pending("NAMESPACE_QUOTA_EXCEEDED", CLASS, status)
             }

@@ -20,7 +20,8 @@
 //!
 //! Errors: 404 on read and delete is absence; 409 `AlreadyExists` on create re-reads and
 //! converges; 409 `Conflict` re-reads and retries once within the pass; a terminating
-//! namespace is pending; other 403s are permanent `KUBERNETES_FORBIDDEN_<RESOURCE>`; 422 is
+//! namespace is pending; a quota 403 waits; other 403s retry within the attempt budget (a
+//! grant may still be propagating) and then fail `KUBERNETES_FORBIDDEN_<RESOURCE>`; 422 is
 //! permanent; 429 and 5xx are transient (`client`).
 
 use super::client::{Client, KubeError, KubeErrorKind};
@@ -110,8 +111,9 @@ const KNOWN_FOR: Duration = Duration::from_secs(60);
 /// Above this many remembered paths, stale ones are dropped.
 const KNOWN_LIMIT: usize = 50_000;
 
-/// A request failure as a Compute error: 403 names the resource, everything else follows
-/// `KubeError::into_compute`.
+/// A request failure as a Compute error: an RBAC 403 is a refusal on permissions naming the
+/// resource (retried within the budget: a grant may still be propagating), everything else
+/// follows `KubeError::into_compute`.
 fn fail(e: KubeError, resource: &str) -> ComputeError {
     if *e.kind() == KubeErrorKind::QuotaExceeded {
         // Only an authorization refusal is the operator's to fix for good: a used-up quota
@@ -130,7 +132,7 @@ fn fail(e: KubeError, resource: &str) -> ComputeError {
             "KUBERNETES_FORBIDDEN_{}",
             resource.to_ascii_uppercase().replace('.', "_")
         );
-        return ComputeError::permanent(&code, "kubernetes", e.status())
+        return ComputeError::denied(&code, "kubernetes", e.status())
             .with_reason("Forbidden")
             .with_request(e.diagnostic());
     }

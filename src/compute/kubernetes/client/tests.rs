@@ -108,7 +108,7 @@ fn errors_map_to_compute_errors() {
     assert_eq!(compute(409, "Conflict").kind(), &C::Retryable);
     assert_eq!(
         compute(403, "Forbidden").kind(),
-        &C::Permanent("KUBERNETES_FORBIDDEN".to_string())
+        &C::Denied("KUBERNETES_FORBIDDEN".into())
     );
     // A 401 that outlived the token's re-read retries within the budget.
     let unauthorized = compute(401, "Unauthorized");
