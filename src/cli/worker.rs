@@ -21,6 +21,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
+const INSTALLATION_READ: &str = include_str!("../../sql/queries/installation_read.sql");
+
 #[derive(Args)]
 pub struct RunArgs {
     /// Test tooling: replace every reconciler (noop | probe). Only in builds with the
@@ -111,18 +113,16 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         let mut client = pool
             .get()
             .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
-        let rows = client
-            .query("SELECT id, secret_driver_id FROM occ.installation", &[])
-            .map_err(|e| {
-                if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
-                    CliError::new("the database has no occ schema: run `occ-worker migrate` first")
-                } else {
-                    CliError::new(format!(
-                        "cannot read the Installation: {}",
-                        super::admin::db_message(&e)
-                    ))
-                }
-            })?;
+        let rows = client.query(INSTALLATION_READ, &[]).map_err(|e| {
+            if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
+                CliError::new("the database has no occ schema: run `occ-worker migrate` first")
+            } else {
+                CliError::new(format!(
+                    "cannot read the Installation: {}",
+                    super::admin::db_message(&e)
+                ))
+            }
+        })?;
         match rows.first() {
             Some(row) => {
                 // SPEC Z4: the Installation's Secret Driver must be this worker's.

@@ -186,3 +186,142 @@ fn test_tooling_stays_out_of_the_shipped_binary() {
         "#[cfg(feature = \"test-tooling\")]\n    #[arg(long, hide = true)]\n    test_reconciler"
     ));
 }
+
+/// The string literals of a Rust source (plain and raw), without its test module.
+fn string_literals(source: &str) -> Vec<String> {
+    let code = source
+        .split("\n#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or(source);
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'\'' => {
+                // A char literal ('"', '\'') or a lifetime: skip what cannot open a string.
+                if bytes.get(i + 2) == Some(&b'\'') {
+                    i += 3;
+                    continue;
+                }
+                if bytes.get(i + 1) == Some(&b'\\') && bytes.get(i + 3) == Some(&b'\'') {
+                    i += 4;
+                    continue;
+                }
+                i += 1;
+            }
+            b'r' if matches!(bytes.get(i + 1), Some(b'"' | b'#'))
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')) =>
+            {
+                let hashes = bytes[i + 1..].iter().take_while(|b| **b == b'#').count();
+                if bytes.get(i + 1 + hashes) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let start = i + 2 + hashes;
+                let close = format!("\"{}", "#".repeat(hashes));
+                let end = code[start..].find(&close).map_or(code.len(), |n| start + n);
+                out.push(code[start..end].to_string());
+                i = end + close.len();
+            }
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < bytes.len() && bytes[j] != b'"' {
+                    j += if bytes[j] == b'\\' { 2 } else { 1 };
+                }
+                out.push(code[start..j.min(code.len())].to_string());
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+// STYLE 2: statements live in `sql/`. What `src/` may still spell out is framing (transaction
+// and session verbs, PREPARE/EXECUTE of a statement read from `sql/`), the migration lock, and
+// the operator CLI's one-line calls of one admission function each; the test tooling
+// (`cli::bench`, `reconcile::probe`) measures statements and is exempt.
+#[test]
+fn queries_live_in_sql_files() {
+    const FRAMING: [&str; 12] = [
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "RELEASE",
+        "SET",
+        "PREPARE",
+        "EXECUTE",
+        "DEALLOCATE",
+        "LISTEN",
+        "UNLISTEN",
+        "SHOW",
+    ];
+    const QUERY: [&str; 7] = [
+        "SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "CREATE", "DROP",
+    ];
+    let mut found = Vec::new();
+    let mut files = Vec::new();
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    walk(&root().join("src"), &mut files);
+    for path in files {
+        let relative = path.strip_prefix(root()).unwrap().display().to_string();
+        if relative.ends_with("cli/bench.rs")
+            || relative.ends_with("reconcile/probe.rs")
+            || relative.contains("/tests.rs")
+            || relative.contains("/tests/")
+        {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("read source");
+        for literal in string_literals(&source) {
+            let first = literal
+                .split(|c: char| !c.is_ascii_alphabetic())
+                .find(|w| !w.is_empty())
+                .unwrap_or_default()
+                .to_ascii_uppercase();
+            if literal.trim_start().len() < first.len() + 1
+                || !literal
+                    .trim_start()
+                    .to_ascii_uppercase()
+                    .starts_with(&first)
+            {
+                continue;
+            }
+            let framing = FRAMING.contains(&first.as_str());
+            let query = QUERY.contains(&first.as_str());
+            let admission_call = relative.contains("src/cli/")
+                && literal.trim_start().starts_with("SELECT occ.")
+                && literal.matches(';').count() <= 1
+                && !literal.to_ascii_uppercase().contains(" FROM ");
+            let lock = relative.ends_with("src/migrate.rs") && literal.contains("pg_advisory");
+            if query && !(admission_call || lock) && !framing {
+                found.push(format!(
+                    "{relative}: {}",
+                    literal.lines().next().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "queries outside sql/ (move each to sql/queries and include_str! it):\n{}",
+        found.join("\n")
+    );
+}
