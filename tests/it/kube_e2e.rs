@@ -548,7 +548,7 @@ fn c3_a_stopped_workload_prepared_again_runs_again() {
     // driver stamped; when the refusal is lifted (R9) the next preparation must scale it back
     // up, and a workload with no replica is never ready.
     use occ_worker::cancel::CancelToken;
-    use occ_worker::compute::{AgentSpec, ComputeDriver, NamespaceSpec, RevisionSpec};
+    use occ_worker::compute::{AgentSpec, ComputeDriver, NamespaceSpec};
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(20),
@@ -571,26 +571,8 @@ fn c3_a_stopped_workload_prepared_again_runs_again() {
         service_principal_id: "sp-1".into(),
     };
     driver.bind_agent(&agent, &cancel).unwrap();
-    let revision = RevisionSpec {
-        installation_id: "inst".into(),
-        namespace_id: "ns-1".into(),
-        agent_id: "ag-1".into(),
-        revision_id: "rev-1".into(),
-        revision: 1,
-        service_principal_id: "sp-1".into(),
-        harness_id: "codex".into(),
-        harness_version: "1.0.0".into(),
-        harness_mode: "dedicated".into(),
-        execution_mode: "dedicated".into(),
-        document: json!({}),
-        harness_auth: None,
-        secret_bindings: json!({}),
-        secrets: vec![],
-        harness_secret: None,
-        managed_account: None,
-        backend_id: None,
-        plugin_ids: vec![],
-    };
+    let revision =
+        crate::support::bare_revision("ns-1", "ag-1", ("rev-1", 1), ("codex", "dedicated"));
     let ready = |what: &str| {
         wait_for(what, Duration::from_secs(20), || {
             driver.prepare_revision(&revision, &cancel).unwrap().ready
@@ -622,9 +604,7 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
     // replaced the gateway, taking the active revision down for a candidate that might never
     // activate); activation replaces it, is pending while it rolls out, then routes it.
     use occ_worker::cancel::CancelToken;
-    use occ_worker::compute::{
-        AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
-    };
+    use occ_worker::compute::{AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec};
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(20),
@@ -651,25 +631,8 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
             &cancel,
         )
         .unwrap();
-    let revision = |id: &str, n: i32| RevisionSpec {
-        installation_id: "inst".into(),
-        namespace_id: "ns-1".into(),
-        agent_id: "ag-1".into(),
-        revision_id: id.into(),
-        revision: n,
-        service_principal_id: "sp-1".into(),
-        harness_id: "openclaw".into(),
-        harness_version: "1.0.0".into(),
-        harness_mode: "embedded".into(),
-        execution_mode: "embedded".into(),
-        document: json!({}),
-        harness_auth: None,
-        secret_bindings: json!({}),
-        secrets: vec![],
-        harness_secret: None,
-        managed_account: None,
-        backend_id: None,
-        plugin_ids: vec![],
+    let revision = |id: &str, n: i32| {
+        crate::support::bare_revision("ns-1", "ag-1", (id, n), ("openclaw", "embedded"))
     };
     let (r1, r2) = (revision("rev-1", 1), revision("rev-2", 2));
     wait_for("the first gateway", Duration::from_secs(20), || {

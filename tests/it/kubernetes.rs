@@ -996,7 +996,6 @@ fn c3_a_dedicated_stop_releases_the_harness_only_once_the_gateways_pods_are_gone
     // Seed 000 (dedicated Codex behind the Agent's shared single-replica gateway) and seed 004
     // 1932-1940: a stop waits for the gateway's and the Harness's Pods, and the Harness (the
     // holder of the ReadWriteOnce claim) is let go only after the gateway's Pods are gone.
-    use occ_worker::compute::RevisionSpec;
     let w = agent_world_with(
         FakeOptions {
             pod_termination: Duration::from_millis(600),
@@ -1005,26 +1004,7 @@ fn c3_a_dedicated_stop_releases_the_harness_only_once_the_gateways_pods_are_gone
         SETTINGS,
     );
     let rev = deployed(&w);
-    let spec = RevisionSpec {
-        installation_id: "inst".into(),
-        namespace_id: "ns1".into(),
-        agent_id: w.agent.clone(),
-        revision_id: rev,
-        revision: 1,
-        service_principal_id: String::new(),
-        harness_id: "codex".into(),
-        harness_version: "1.0.0".into(),
-        harness_mode: "dedicated".into(),
-        execution_mode: "dedicated".into(),
-        document: json!({}),
-        harness_auth: None,
-        secret_bindings: json!({}),
-        secrets: vec![],
-        harness_secret: None,
-        managed_account: None,
-        backend_id: None,
-        plugin_ids: vec![],
-    };
+    let spec = crate::support::bare_revision("ns1", &w.agent, (&rev, 1), ("codex", "dedicated"));
     let component_pods = |component: &str| {
         agent_objects(&w, "pods")
             .into_iter()

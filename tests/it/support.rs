@@ -633,3 +633,33 @@ pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<u16> {
         format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
     )
 }
+
+/// A revision with nothing but its identity and harness (no document, auth or Secrets), of
+/// Installation `inst`, for the tests that call a driver directly.
+pub fn bare_revision(
+    namespace_id: &str,
+    agent_id: &str,
+    (revision_id, revision): (&str, i32),
+    (harness_id, mode): (&str, &str),
+) -> RevisionSpec {
+    RevisionSpec {
+        installation_id: "inst".into(),
+        namespace_id: namespace_id.into(),
+        agent_id: agent_id.into(),
+        revision_id: revision_id.into(),
+        revision,
+        service_principal_id: "sp-1".into(),
+        harness_id: harness_id.into(),
+        harness_version: "1.0.0".into(),
+        harness_mode: mode.into(),
+        execution_mode: mode.into(),
+        document: serde_json::json!({}),
+        harness_auth: None,
+        secret_bindings: serde_json::json!({}),
+        secrets: vec![],
+        harness_secret: None,
+        managed_account: None,
+        backend_id: None,
+        plugin_ids: vec![],
+    }
+}
