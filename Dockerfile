@@ -1,5 +1,5 @@
-# The occ-worker image: nothing but a static, stripped binary, the CA roots and a non-root
-# user, on an empty base, so it builds without any registry. Build it with scripts/build-image,
+# The occ-worker image: nothing but a static, stripped binary, its man page, the CA roots and
+# a non-root user, on an empty base, so it builds without any registry. Build it with scripts/build-image,
 # which stages target/image/ (the only part of the checkout .dockerignore lets into the build
 # context) and then runs `docker build -t occ-worker:latest .`.
 # Run: docker run -e OCC_DATABASE_URL=… -e OCC_COMPUTE_DRIVER=kubernetes … occ-worker run

@@ -60,6 +60,136 @@ pub struct Config {
     pub secret_driver: String,
 }
 
+/// What an unset (or blank) variable means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unset {
+    /// Start-up stops: the variable must be set.
+    Required,
+    /// Start-up stops in the case named (`with OCC_COMPUTE_DRIVER=kubernetes`).
+    RequiredWhen(&'static str),
+    /// This value is used.
+    Default(&'static str),
+    /// No value is used; the text says what happens instead.
+    Means(&'static str),
+}
+
+/// One environment variable: its name, what leaving it unset means, and one line of help.
+#[derive(Clone, Copy, Debug)]
+pub struct Variable {
+    pub name: &'static str,
+    pub unset: Unset,
+    pub help: &'static str,
+}
+
+/// Every variable `Config::from_lookup` reads, in the order `run --help` lists them: the one
+/// table of them. `from_lookup` takes each default from here and panics on a name it does not
+/// list; the operator CLI prints it in `run --help`, `check --help` and the man page, and
+/// `docs/operating.md` describes each at length.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "OCC_DATABASE_URL",
+        unset: Unset::Required,
+        help: "PostgreSQL connection string (--database-url overrides it); sslmode and sslrootcert as in libpq",
+    },
+    Variable {
+        name: "OCC_COMPUTE_DRIVER",
+        unset: Unset::Required,
+        help: "The Compute Driver: docker (development) or kubernetes",
+    },
+    Variable {
+        name: "OCC_WORKER_MODE",
+        unset: Unset::Default("development"),
+        help: "Development or production; production needs the settings marked so set explicitly, the kubernetes driver and TLS to a remote database",
+    },
+    Variable {
+        name: "OCC_WORKER_CONCURRENCY",
+        unset: Unset::Default("8"),
+        help: "Worker threads, at most 1024 (set explicitly in production)",
+    },
+    Variable {
+        name: "OCC_WORKER_LEASE_MS",
+        unset: Unset::Default("5000"),
+        help: "Claim lease, at most 3600000 (set explicitly in production)",
+    },
+    Variable {
+        name: "OCC_WORKER_POLL_INTERVAL_MS",
+        unset: Unset::Default("250"),
+        help: "Fallback poll when idle (LISTEN/NOTIFY wakes the worker first)",
+    },
+    Variable {
+        name: "OCC_WORKER_MAX_ATTEMPTS",
+        unset: Unset::Default("5"),
+        help: "Failure budget per work (set explicitly in production)",
+    },
+    Variable {
+        name: "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
+        unset: Unset::Default("900000"),
+        help: "Pending deadline from creation (database clock)",
+    },
+    Variable {
+        name: "OCC_WORKER_DB_TIMEOUT_MS",
+        unset: Unset::Default("10000"),
+        help: "Connect and statement timeout, and the bound on every database wait",
+    },
+    Variable {
+        name: "OCC_WORKER_SHUTDOWN_GRACE_MS",
+        unset: Unset::Default("10000"),
+        help: "Drain time on SIGTERM or SIGINT",
+    },
+    Variable {
+        name: "OCC_COMPUTE_REQUEST_TIMEOUT_MS",
+        unset: Unset::Default("30000"),
+        help: "Upper bound of one Docker or Kubernetes API request",
+    },
+    Variable {
+        name: "OCC_WORKER_HTTP_ADDR",
+        unset: Unset::Default("127.0.0.1:9464"),
+        help: "HOST:PORT of /livez, /readyz and /metrics (set explicitly in production)",
+    },
+    Variable {
+        name: "OCC_SECRET_DRIVER",
+        unset: Unset::Default(crate::secret::DEFAULT_SECRET_DRIVER),
+        help: "The Secret Driver this worker provides; must be the one the Installation selects",
+    },
+    Variable {
+        name: "DOCKER_HOST",
+        unset: Unset::Default("unix:///var/run/docker.sock"),
+        help: "The Docker Engine's socket (docker driver; unix:// only)",
+    },
+    Variable {
+        name: "OCC_DOCKER_SUBNET_POOL",
+        unset: Unset::Default(SubnetPool::DEFAULT),
+        help: "POOL_CIDR:SUBNET_PREFIX the Docker driver takes Namespace network subnets from",
+    },
+    Variable {
+        name: "OCC_KUBERNETES_CONFIG",
+        unset: Unset::RequiredWhen("with OCC_COMPUTE_DRIVER=kubernetes"),
+        help: "The Kubernetes driver file (JSON, docs/kubernetes.md)",
+    },
+    Variable {
+        name: "OCC_KUBERNETES_CONTEXT",
+        unset: Unset::Means("the kubeconfig's current context"),
+        help: "The kubeconfig context to use",
+    },
+];
+
+/// The table's entry for `name`. Reading a variable the table does not list is a bug, so it
+/// cannot be read without being documented.
+fn variable(name: &str) -> &'static Variable {
+    VARIABLES
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("{name} is read but not listed in config::VARIABLES"))
+}
+
+/// The value `name` takes when unset, from the table.
+pub fn default_of(name: &str) -> Option<&'static str> {
+    match variable(name).unset {
+        Unset::Default(value) => Some(value),
+        _ => None,
+    }
+}
+
 /// A configuration error naming the variable at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -109,10 +239,17 @@ fn local_only(url: &str) -> bool {
 impl Config {
     /// Reads the configuration through `lookup` (usually `std::env::var`).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let positive = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
+        let get = |name: &str| {
+            variable(name);
+            lookup(name).filter(|v| !v.trim().is_empty())
+        };
+        // The value, or the table's default.
+        let value = |name: &str| get(name).or_else(|| default_of(name).map(String::from));
+        let positive = |name: &'static str| -> Result<u64, ConfigError> {
             match get(name) {
-                None => Ok(default),
+                None => Ok(default_of(name)
+                    .and_then(|d| d.parse().ok())
+                    .expect("a numeric variable has a numeric default in config::VARIABLES")),
                 Some(raw) => match raw.trim().parse::<u64>() {
                     Ok(v) if v > 0 => Ok(v),
                     _ => Err(err(
@@ -122,10 +259,10 @@ impl Config {
                 },
             }
         };
-        let mode = match get("OCC_WORKER_MODE").as_deref().map(str::trim) {
-            None | Some("development") => Mode::Development,
-            Some("production") => Mode::Production,
-            Some(other) => {
+        let mode = match value("OCC_WORKER_MODE").unwrap_or_default().trim() {
+            "development" => Mode::Development,
+            "production" => Mode::Production,
+            other => {
                 return Err(err(
                     "OCC_WORKER_MODE",
                     format!("must be development or production, got {other:?}"),
@@ -183,23 +320,22 @@ impl Config {
                 "needs sslmode=require, verify-ca or verify-full in production mode (plaintext only to a loopback host or a Unix socket)",
             ));
         }
-        let concurrency = positive("OCC_WORKER_CONCURRENCY", 8)?;
+        let concurrency = positive("OCC_WORKER_CONCURRENCY")?;
         if concurrency > 1024 {
             return Err(err("OCC_WORKER_CONCURRENCY", "must be at most 1024"));
         }
-        let max_attempts = positive("OCC_WORKER_MAX_ATTEMPTS", 5)?;
+        let max_attempts = positive("OCC_WORKER_MAX_ATTEMPTS")?;
         if max_attempts > i32::MAX as u64 {
             return Err(err("OCC_WORKER_MAX_ATTEMPTS", "is too large"));
         }
-        let http_raw = get("OCC_WORKER_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:9464".into());
+        let http_raw = value("OCC_WORKER_HTTP_ADDR").unwrap_or_default();
         let http_addr = http_raw.trim().parse::<SocketAddr>().map_err(|_| {
             err(
                 "OCC_WORKER_HTTP_ADDR",
                 format!("must be HOST:PORT with a numeric address, got {http_raw:?}"),
             )
         })?;
-        let docker_host =
-            get("DOCKER_HOST").unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+        let docker_host = value("DOCKER_HOST").unwrap_or_default();
         if compute_driver == DriverKind::Docker && !docker_host.starts_with("unix://") {
             return Err(err(
                 "DOCKER_HOST",
@@ -214,15 +350,16 @@ impl Config {
             ));
         }
         let kubernetes_context = get("OCC_KUBERNETES_CONTEXT").map(|c| c.trim().to_string());
-        let docker_subnet_pool = match get("OCC_DOCKER_SUBNET_POOL") {
-            None => SubnetPool::default(),
-            Some(raw) => raw.parse::<SubnetPool>().map_err(|problem| {
-                err("OCC_DOCKER_SUBNET_POOL", format!("{problem}, got {raw:?}"))
-            })?,
-        };
-        let secret_driver = get("OCC_SECRET_DRIVER")
+        let pool_raw = value("OCC_DOCKER_SUBNET_POOL").unwrap_or_default();
+        let docker_subnet_pool = pool_raw.parse::<SubnetPool>().map_err(|problem| {
+            err(
+                "OCC_DOCKER_SUBNET_POOL",
+                format!("{problem}, got {pool_raw:?}"),
+            )
+        })?;
+        let secret_driver = value("OCC_SECRET_DRIVER")
             .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| crate::secret::DEFAULT_SECRET_DRIVER.into());
+            .unwrap_or_default();
         let ident = |v: &str| {
             v.len() <= 63
                 && v.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
@@ -236,7 +373,7 @@ impl Config {
             ));
         }
         // The schema bounds a lease to one hour past its claim or renewal (V7).
-        let lease_ms = positive("OCC_WORKER_LEASE_MS", 5_000)?;
+        let lease_ms = positive("OCC_WORKER_LEASE_MS")?;
         if lease_ms > 3_600_000 {
             return Err(err(
                 "OCC_WORKER_LEASE_MS",
@@ -249,20 +386,15 @@ impl Config {
             compute_driver,
             concurrency: concurrency as usize,
             lease: Duration::from_millis(lease_ms),
-            poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS", 250)?),
+            poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS")?),
             max_attempts: max_attempts as i32,
             convergence_timeout: Duration::from_millis(positive(
                 "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
-                900_000,
             )?),
-            db_timeout: Duration::from_millis(positive("OCC_WORKER_DB_TIMEOUT_MS", 10_000)?),
-            shutdown_grace: Duration::from_millis(positive(
-                "OCC_WORKER_SHUTDOWN_GRACE_MS",
-                10_000,
-            )?),
+            db_timeout: Duration::from_millis(positive("OCC_WORKER_DB_TIMEOUT_MS")?),
+            shutdown_grace: Duration::from_millis(positive("OCC_WORKER_SHUTDOWN_GRACE_MS")?),
             compute_request_timeout: Duration::from_millis(positive(
                 "OCC_COMPUTE_REQUEST_TIMEOUT_MS",
-                30_000,
             )?),
             http_addr,
             docker_host,
@@ -311,6 +443,60 @@ mod tests {
         assert_eq!(c.http_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(c.mode, Mode::Development);
         assert_eq!(c.docker_subnet_pool.to_string(), "172.16.0.0/16:24");
+    }
+
+    #[test]
+    fn every_variable_read_is_listed_and_every_listed_one_is_read() {
+        let read = std::cell::RefCell::new(Vec::new());
+        let env: HashMap<&str, &str> = [
+            ("OCC_DATABASE_URL", "postgres://x"),
+            ("OCC_COMPUTE_DRIVER", "kubernetes"),
+            ("OCC_KUBERNETES_CONFIG", "/etc/occ/kubernetes.json"),
+        ]
+        .into();
+        Config::from_lookup(|name| {
+            read.borrow_mut().push(name.to_string());
+            env.get(name).map(|v| v.to_string())
+        })
+        .unwrap();
+        let mut read = read.into_inner();
+        read.sort();
+        read.dedup();
+        let mut listed: Vec<String> = VARIABLES.iter().map(|v| v.name.to_string()).collect();
+        listed.sort();
+        assert_eq!(read, listed);
+    }
+
+    #[test]
+    fn every_variable_is_described_in_the_operating_reference() {
+        let reference = include_str!("../docs/operating.md");
+        for v in VARIABLES {
+            assert!(
+                reference.contains(&format!("| `{}` |", v.name)),
+                "{} is missing from the variable table of docs/operating.md",
+                v.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_table_defaults_are_the_ones_used() {
+        let c = with(&BASE).unwrap();
+        assert_eq!(default_of("OCC_WORKER_MODE"), Some("development"));
+        assert_eq!(
+            default_of("OCC_DOCKER_SUBNET_POOL"),
+            Some(c.docker_subnet_pool.to_string().as_str())
+        );
+        assert_eq!(
+            default_of("OCC_WORKER_HTTP_ADDR"),
+            Some(c.http_addr.to_string().as_str())
+        );
+        assert_eq!(
+            default_of("OCC_SECRET_DRIVER"),
+            Some(c.secret_driver.as_str())
+        );
+        assert_eq!(default_of("DOCKER_HOST"), Some(c.docker_host.as_str()));
+        assert_eq!(default_of("OCC_DATABASE_URL"), None);
     }
 
     #[test]

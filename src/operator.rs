@@ -1,4 +1,4 @@
-//! Operator reads (SPEC section 9): identities, groups, grants, Agents, Secrets and
+//! Operator reads (SPEC section 9): identities, groups, grants, roles, Agents, Secrets and
 //! Configurations as the operator's tool shows them, so nothing needs psql.
 //!
 //! One function per `sql/queries/operator_*.sql` statement, each returning the JSON the
@@ -16,6 +16,7 @@ const IDENTITY_SHOW: &str = include_str!("../sql/queries/operator_identity_show.
 const GROUP_LIST: &str = include_str!("../sql/queries/operator_group_list.sql");
 const GROUP_SHOW: &str = include_str!("../sql/queries/operator_group_show.sql");
 const GRANT_LIST: &str = include_str!("../sql/queries/operator_grant_list.sql");
+const ROLE_LIST: &str = include_str!("../sql/queries/operator_role_list.sql");
 const AGENT_LIST: &str = include_str!("../sql/queries/operator_agent_list.sql");
 const SECRET_LIST: &str = include_str!("../sql/queries/operator_secret_list.sql");
 const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configuration_list.sql");
@@ -67,6 +68,11 @@ pub fn grant_list(
     scope: Option<&str>,
 ) -> Result<Value, Error> {
     one(c, GRANT_LIST, &[&principal, &scope])
+}
+
+/// Every IAM role with the actions it grants and the resource kinds they apply to.
+pub fn role_list(c: &mut Client) -> Result<Value, Error> {
+    one(c, ROLE_LIST, &[])
 }
 
 /// The Agents of a live Namespace (`namespace_id` from `namespace_resolve`).

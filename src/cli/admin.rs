@@ -26,6 +26,9 @@ pub enum AdminCommand {
     Grant(GrantArgs),
     /// Revoke a role binding.
     Revoke(BindingArgs),
+    /// The built-in IAM roles: what each grants.
+    #[command(subcommand)]
+    Role(RoleCommand),
     /// Namespace admission and reads (N1, N4).
     #[command(subcommand)]
     Namespace(NamespaceCommand),
@@ -40,6 +43,7 @@ pub enum AdminCommand {
         /// Only events at or after this RFC 3339 time.
         #[arg(long)]
         since: Option<String>,
+        /// At most this many events (the newest).
         #[arg(long, default_value_t = 1000)]
         limit: i32,
     },
@@ -55,6 +59,13 @@ pub enum AdminCommand {
 }
 
 #[derive(Subcommand)]
+pub enum RoleCommand {
+    /// List the roles with the actions each grants and the resource kinds they apply to (a
+    /// binding grants every listed action on every listed kind within its scope).
+    List,
+}
+
+#[derive(Subcommand)]
 pub enum HarnessCommand {
     /// List the approved Harness versions.
     List,
@@ -63,11 +74,13 @@ pub enum HarnessCommand {
     Approve {
         /// The Harness id (`codex`, `openclaw`).
         id: String,
+        /// The mode the version is approved for.
         #[arg(long, value_enum)]
         mode: super::admin_agent::Mode,
         /// The exact version, e.g. `1.2.0`.
         #[arg(long)]
         version: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
@@ -79,15 +92,20 @@ pub enum BackendCommand {
     List,
     /// Configure a backend (installation administrators; audited).
     Add {
+        /// The new backend's id.
         id: String,
+        /// What kind of backend it is.
         #[arg(long, value_enum)]
         r#type: BackendType,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// Remove a backend: revisions admitted on it fail BACKEND_UNAVAILABLE from their next pass.
     Remove {
+        /// The backend id.
         id: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
@@ -103,33 +121,43 @@ pub enum BackendType {
 pub enum IdentityCommand {
     /// Create a user, or the service principal of an existing Agent.
     Create {
+        /// The new identity's id.
         id: String,
         /// The installation administrator performing the change.
         #[arg(long)]
         actor: String,
+        /// Create the service principal of the Agent --agent in --namespace instead of a user.
         #[arg(long, requires_all = ["namespace", "agent"])]
         service_principal: bool,
+        /// The Namespace of the Agent (with --service-principal).
         #[arg(long, requires = "service_principal")]
         namespace: Option<String>,
+        /// The Agent whose service principal this is (with --service-principal).
         #[arg(long, requires = "service_principal")]
         agent: Option<String>,
     },
     /// Revoke an identity (removes it; its bindings and restrictions go with it).
     Revoke {
+        /// The identity to revoke.
         id: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// List every identity with its groups.
     List,
     /// Show one identity: groups, the bindings that apply to it, restrictions.
-    Show { id: String },
+    Show {
+        /// The identity id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
 pub enum GroupCommand {
     /// Create an empty group.
     Create {
+        /// The new group's id.
         id: String,
         /// The installation administrator performing the change.
         #[arg(long)]
@@ -137,22 +165,31 @@ pub enum GroupCommand {
     },
     /// Add an identity to a group.
     AddMember {
+        /// The group id.
         group: String,
+        /// The identity to add.
         identity: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// Remove an identity from a group (the group's bindings stop applying to it).
     RemoveMember {
+        /// The group id.
         group: String,
+        /// The identity to remove.
         identity: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// List every group with its members.
     List,
     /// Show one group: members and bindings.
-    Show { id: String },
+    Show {
+        /// The group id.
+        id: String,
+    },
 }
 
 #[derive(Args)]
@@ -163,6 +200,7 @@ pub struct GrantArgs {
     /// An identity id, or `group:ID` for a group.
     #[arg(required = true)]
     principal: Option<String>,
+    /// The role to grant (`admin role list`).
     #[arg(required = true)]
     role: Option<String>,
     /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
@@ -190,6 +228,7 @@ pub enum GrantCommand {
 pub struct BindingArgs {
     /// An identity id, or `group:ID` for a group.
     principal: String,
+    /// The role of the binding (`admin role list`).
     role: String,
     /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
     #[arg(long)]
@@ -203,7 +242,9 @@ pub struct BindingArgs {
 pub enum NamespaceCommand {
     /// Admit a Namespace: stores it provisioning and enqueues its ensure work.
     Create {
+        /// The new Namespace's name.
         name: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
         /// The exact existing Kubernetes namespace to adopt (needs Installation administer).
@@ -214,6 +255,7 @@ pub enum NamespaceCommand {
     Delete {
         /// The Namespace id or name.
         namespace: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
@@ -230,18 +272,26 @@ pub enum NamespaceCommand {
 pub enum WorkCommand {
     /// List work rows.
     List {
+        /// Only works in this state: queued, claimed, succeeded or failed_permanent.
         #[arg(long)]
         state: Option<String>,
+        /// Only this Namespace's works (id or name; deleted Namespaces included).
         #[arg(long)]
         namespace: Option<String>,
+        /// At most this many rows.
         #[arg(long, default_value_t = 1000)]
         limit: i64,
     },
     /// Show one work row with its attempt evidence.
-    Show { key: String },
+    Show {
+        /// The work key, e.g. `namespace:ID:ensure`.
+        key: String,
+    },
     /// Explicitly retry a failed deletion (Q9): enqueues `…:delete:<n>`.
     Retry {
+        /// The failed deletion's work key, `namespace:ID:delete[:N]`.
         key: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
@@ -362,6 +412,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                 &[&b.actor, &b.principal, &b.role, &b.scope],
             )
         }
+        AdminCommand::Role(RoleCommand::List) => admin_read::run(globals, Read::Roles),
         AdminCommand::Revoke(b) => call(
             globals,
             "revoke",

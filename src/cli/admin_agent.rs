@@ -52,14 +52,20 @@ impl Mode {
 
 #[derive(Args)]
 pub struct DeployArgs {
+    /// The Namespace id or name.
     namespace: String,
+    /// The Agent id or name.
     agent: String,
+    /// The identity making the change (authorized, and named in the audit trail).
     #[arg(long)]
     actor: String,
+    /// The Configuration the revision runs with (its id in the Namespace).
     #[arg(long)]
     configuration: String,
+    /// The Harness to run.
     #[arg(long, value_enum)]
     harness: Harness,
+    /// How the Harness runs: dedicated or embedded.
     #[arg(long, value_enum)]
     mode: Mode,
     /// The Secret holding the harness API key (the `secret` harness auth).
@@ -85,8 +91,11 @@ pub struct DeployArgs {
 pub enum AgentCommand {
     /// Create an Agent and its service principal.
     Create {
+        /// The Namespace id or name.
         namespace: String,
+        /// The new Agent's name.
         name: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
@@ -94,40 +103,65 @@ pub enum AgentCommand {
     Deploy(DeployArgs),
     /// Stop the Agent's runtime.
     Stop {
+        /// The Namespace id or name.
         namespace: String,
+        /// The Agent id or name.
         agent: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// Delete the Agent (again: retry a failed deletion).
     Delete {
+        /// The Namespace id or name.
         namespace: String,
+        /// The Agent id or name.
         agent: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// Show the Agent and each revision's deployment status.
-    Show { namespace: String, agent: String },
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
     /// List the Namespace's Agents with their latest revision's status.
-    List { namespace: String },
+    List {
+        /// The Namespace id or name.
+        namespace: String,
+    },
 }
 
 #[derive(Subcommand)]
 pub enum ConfigurationCommand {
     /// Store a new generation of a Configuration from a JSON file.
     Put {
+        /// The Namespace id or name.
         namespace: String,
+        /// The Configuration id.
         id: String,
         /// A JSON object, at most 1 MiB.
         #[arg(long)]
         file: std::path::PathBuf,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// List the Namespace's Configurations (id, generation, last change).
-    List { namespace: String },
+    List {
+        /// The Namespace id or name.
+        namespace: String,
+    },
     /// Show one Configuration with its document.
-    Show { namespace: String, id: String },
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Configuration id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -135,37 +169,58 @@ pub enum ServiceAccountCommand {
     /// Create a service account, or issue it again, with its access token's Secret reference
     /// SECRET_NAME/KEY (a Kubernetes Secret in the Agent's namespace; never a value).
     Create {
+        /// The Namespace id or name.
         namespace: String,
+        /// The service account id.
         id: String,
+        /// SECRET_NAME/KEY: the Kubernetes Secret and key holding the access token, in the
+        /// Agent's namespace (a reference, never the token).
         #[arg(long)]
         access_token: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// Bind an issued account to a configured chatgpt backend, its driver and workspace.
     Bind {
+        /// The Namespace id or name.
         namespace: String,
+        /// The service account id.
         id: String,
+        /// A configured chatgpt backend (`admin backend list`).
         #[arg(long)]
         backend: String,
+        /// The driver id of the binding; each revision freezes it at admission.
         #[arg(long)]
         driver: String,
+        /// The workspace id the account works in (OCC_HARNESS_WORKSPACE_ID in the harness).
         #[arg(long)]
         workspace: String,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// List the Namespace's service accounts with their credential and binding.
-    List { namespace: String },
+    List {
+        /// The Namespace id or name.
+        namespace: String,
+    },
     /// Show one service account.
-    Show { namespace: String, id: String },
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The service account id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
 pub enum SecretCommand {
     /// Register a Secret by its backend reference NAMESPACE/NAME/KEY.
     Create {
+        /// The Namespace id or name.
         namespace: String,
+        /// The new Secret's id.
         id: String,
         /// NAMESPACE/NAME/KEY of the Kubernetes Secret. NAMESPACE must be the Namespace's own
         /// Kubernetes namespace, which `admin namespace show` prints as kubernetesNamespace
@@ -179,11 +234,15 @@ pub enum SecretCommand {
         /// The backend object's uid (default: a generated one).
         #[arg(long)]
         backend_uid: Option<String>,
+        /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
     },
     /// List the Namespace's Secrets (backend references, never values).
-    List { namespace: String },
+    List {
+        /// The Namespace id or name.
+        namespace: String,
+    },
 }
 
 fn compute_default() -> Option<String> {

@@ -1,4 +1,4 @@
-//! The operator reads of `admin identity|group|grant|agent|secret|configuration list|show`
+//! The operator reads of `admin identity|group|grant|role|agent|secret|configuration list|show`
 //! (SPEC section 9): each calls one `occ_worker::operator` function and prints JSON with
 //! `--json`, a table (lists) or the indented form (one object) otherwise.
 //!
@@ -20,6 +20,7 @@ pub enum Read<'a> {
         principal: Option<&'a str>,
         scope: Option<&'a str>,
     },
+    Roles,
     Agents(&'a str),
     Secrets(&'a str),
     Configurations(&'a str),
@@ -88,6 +89,17 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
                     ("ROLE", "role"),
                     ("SCOPE", "scope"),
                     ("CREATED", "createdAt"),
+                ],
+            );
+        }
+        Read::Roles => {
+            let v = operator::role_list(&mut c).map_err(|e| fail("role list", &[], e))?;
+            globals.print_table(
+                &v,
+                &[
+                    ("ROLE", "id"),
+                    ("ACTIONS", "actions"),
+                    ("ON RESOURCE KINDS", "resourceKinds"),
                 ],
             );
         }

@@ -6,6 +6,7 @@ mod admin_agent;
 mod admin_read;
 #[cfg(feature = "test-tooling")]
 mod bench;
+mod reference;
 mod refusal;
 mod worker;
 
@@ -36,18 +37,32 @@ enum Command {
     Migrate,
     /// Create the Installation and its first administrator (idempotent).
     Bootstrap {
+        /// The Installation id.
         #[arg(long)]
         installation: String,
+        /// The id of the first administrator, an identity with installation-admin.
         #[arg(long)]
         admin: String,
     },
     /// Run the worker.
+    #[command(after_help = reference::environment(reference::Reader::Run))]
     Run(worker::RunArgs),
     /// Check configuration, database and Compute preflight, then exit.
+    #[command(after_help = reference::environment(reference::Reader::Check))]
     Check,
     /// Operator commands.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Print a shell completion script to stdout.
+    ///
+    /// For instance `occ-worker completions bash > /etc/bash_completion.d/occ-worker`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page to stdout (`occ-worker man > occ-worker.1`).
+    Man,
     /// Queue benchmark (see scripts/bench-queue); test tooling, not in the shipped binary.
     #[cfg(feature = "test-tooling")]
     #[command(hide = true)]
@@ -278,6 +293,11 @@ fn scalar(v: &Value) -> String {
     }
 }
 
+/// Writes `bytes` to stdout; a closed stdout (`| head`) drops the rest, as `Globals::print` does.
+fn write_stdout(bytes: &[u8]) {
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), bytes);
+}
+
 pub fn run() -> Result<(), CliError> {
     let cli = Cli::parse();
     let globals = Globals {
@@ -314,6 +334,14 @@ pub fn run() -> Result<(), CliError> {
         Command::Run(args) => worker::run(&globals, args),
         Command::Check => worker::check(&globals),
         Command::Admin(cmd) => admin::run(&globals, cmd),
+        Command::Completions { shell } => {
+            write_stdout(&reference::completions(shell));
+            Ok(())
+        }
+        Command::Man => {
+            write_stdout(&reference::man());
+            Ok(())
+        }
         #[cfg(feature = "test-tooling")]
         Command::Bench(args) => bench::run(&globals, args),
     }

@@ -250,12 +250,15 @@ pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
     }
 }
 
+/// The log filter when `RUST_LOG` is unset (`reference::LOG` lists it in `run --help`).
+pub const DEFAULT_LOG_FILTER: &str = "warn,r2d2=off";
+
 pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     // r2d2 logs every failed connection attempt with the driver's free text; the worker
     // reports database trouble itself (one start-up line, `worker.error` events), so its
     // logger stays off.
     let _ = env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("warn,r2d2=off"),
+        env_logger::Env::default().default_filter_or(DEFAULT_LOG_FILTER),
     )
     .target(env_logger::Target::Stderr)
     .try_init();

@@ -459,6 +459,67 @@ fn operator_reads_list_and_show_every_kind() {
     );
 }
 
+// O: the built-in roles and what each grants are readable without psql: every action of a
+// role on every resource kind it lists, as JSON (camelCase) and as an aligned table.
+#[test]
+fn role_list_shows_what_each_built_in_role_grants() {
+    let db = TestDb::bootstrapped();
+    let roles = ok(&db, &["admin", "role", "list"]);
+    let everything = [
+        "installation",
+        "namespace",
+        "agent",
+        "configuration",
+        "secret",
+        "service_account",
+    ];
+    assert_eq!(
+        roles,
+        json!([
+            {"id": "installation-admin", "builtin": true,
+             "actions": ["create", "delete", "administer", "operate", "deploy", "read"],
+             "resourceKinds": everything},
+            {"id": "namespace-admin", "builtin": true,
+             "actions": ["create", "delete", "administer", "operate", "deploy", "read"],
+             "resourceKinds": everything[1..]},
+            {"id": "agent-operator", "builtin": true,
+             "actions": ["operate", "deploy", "read"],
+             "resourceKinds": ["agent", "configuration", "secret"]},
+            {"id": "viewer", "builtin": true,
+             "actions": ["read"],
+             "resourceKinds": everything},
+        ])
+    );
+    let (code, table, stderr) = run(Some(&db.url), &["admin", "role", "list"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_eq!(
+        table.lines().collect::<Vec<_>>(),
+        [
+            "ROLE                ACTIONS                                       ON RESOURCE KINDS",
+            "installation-admin  create,delete,administer,operate,deploy,read  installation,namespace,agent,configuration,secret,service_account",
+            "namespace-admin     create,delete,administer,operate,deploy,read  namespace,agent,configuration,secret,service_account",
+            "agent-operator      operate,deploy,read                           agent,configuration,secret",
+            "viewer              read                                          installation,namespace,agent,configuration,secret,service_account",
+        ]
+    );
+}
+
+// O: completions and the man page come from the binary alone, with no database.
+#[test]
+fn completions_and_the_man_page_need_no_database() {
+    let (code, script, stderr) = run(None, &["completions", "bash"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert!(
+        script.contains("occ-worker") && script.contains("bootstrap"),
+        "{script}"
+    );
+    let (code, page, stderr) = run(None, &["man"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert!(page.contains("\n.TH occ-worker 1 "), "{page}");
+    let (code, _, stderr) = run(None, &["completions", "tcsh"]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
 // The pool follows from the concurrency (2 x OCC_WORKER_CONCURRENCY + 3
 // pooled, 1 listener); a worker the server's max_connections can never carry is refused at
 // start-up, before any pool connection, with one line naming both numbers (exit 2).

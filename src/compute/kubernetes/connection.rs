@@ -12,6 +12,7 @@
 //! key material in an error. Certificates and keys are ureq's types, parsed by its PEM reader
 //! (rustls-pki-types underneath), so the client hands them to rustls unconverted.
 
+use crate::config::{Unset, Variable};
 use base64::Engine;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -19,6 +20,31 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use ureq::tls::{Certificate, PemItem, PrivateKey};
+
+/// The environment `discover` reads, for `run --help` and `check --help` (`config::VARIABLES`
+/// has the worker's own settings, `OCC_KUBERNETES_CONTEXT` among them).
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "KUBERNETES_SERVICE_HOST",
+        unset: Unset::Means("not in a cluster: the kubeconfig"),
+        help: "With KUBERNETES_SERVICE_PORT and no OCC_KUBERNETES_CONTEXT, the in-cluster API server and service account",
+    },
+    Variable {
+        name: "KUBERNETES_SERVICE_PORT",
+        unset: Unset::Means("not in a cluster: the kubeconfig"),
+        help: "The in-cluster API server's port",
+    },
+    Variable {
+        name: "KUBECONFIG",
+        unset: Unset::Means("$HOME/.kube/config"),
+        help: "The kubeconfig outside a cluster (the first path of a list)",
+    },
+    Variable {
+        name: "HOME",
+        unset: Unset::Means("no kubeconfig unless KUBECONFIG is set"),
+        help: "Where the default kubeconfig is",
+    },
+];
 
 /// Where a pod's service account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

@@ -300,3 +300,20 @@ fn debug_output_hides_secrets() {
     let auth = Auth::Token("secret-token".to_string());
     assert!(!format!("{auth:?}").contains("secret-token"));
 }
+
+#[test]
+fn discovery_reads_only_the_variables_it_lists() {
+    let read = std::cell::RefCell::new(Vec::new());
+    let Err(e) = discover(
+        |name| {
+            read.borrow_mut().push(name.to_string());
+            None
+        },
+        None,
+    ) else {
+        panic!("a connection with nothing configured");
+    };
+    assert_eq!(e.kind(), ConnectionErrorKind::NotConfigured);
+    let listed: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
+    assert_eq!(read.into_inner(), listed);
+}
