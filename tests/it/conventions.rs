@@ -291,16 +291,18 @@ fn queries_live_in_sql_files() {
         }
         let source = std::fs::read_to_string(&path).expect("read source");
         for literal in string_literals(&source) {
+            // SQL here is written in upper case; prose that begins with "With" is not.
             let first = literal
+                .trim_start()
                 .split(|c: char| !c.is_ascii_alphabetic())
-                .find(|w| !w.is_empty())
+                .next()
                 .unwrap_or_default()
-                .to_ascii_uppercase();
-            if literal.trim_start().len() < first.len() + 1
-                || !literal
-                    .trim_start()
-                    .to_ascii_uppercase()
-                    .starts_with(&first)
+                .to_string();
+            // A statement: a keyword and more (an HTTP method alone is not one).
+            let rest = &literal.trim_start()[first.len()..];
+            if first.len() < 3
+                || first != first.to_ascii_uppercase()
+                || !rest.starts_with(char::is_whitespace)
             {
                 continue;
             }
