@@ -5,11 +5,11 @@
 //! Threads: the acceptor `occ-http`, at most `MAX_CONNECTIONS` connection threads
 //! `occ-http-conn` (beyond that a connection gets a canned 503 and is closed), and the probe
 //! `occ-http-probe`, which asks the database for the queue depth every second and keeps the
-//! answer. Liveness comes from the coordinator's `Progress`; readiness from the probe's last
-//! answer and the coordinator's claim state; metrics from the registry. A request head is read
-//! within `HEAD_DEADLINE` and `MAX_HEAD` bytes with at most `MAX_HEADERS` headers; request
-//! bodies are refused (413). Every response closes its connection. Nothing here writes to the
-//! database.
+//! answer. Liveness comes from the runtime's `Progress` (the scheduling loop going round);
+//! readiness from the probe's last answer and the last claim's outcome; metrics from the
+//! registry. A request head is read within `HEAD_DEADLINE` and `MAX_HEAD` bytes with at most
+//! `MAX_HEADERS` headers; request bodies are refused (413). Every response closes its
+//! connection. Nothing here writes to the database.
 
 use crate::db::Pool;
 use crate::events::Events;
@@ -37,7 +37,7 @@ pub const HEAD_DEADLINE: Duration = Duration::from_secs(1);
 
 /// What the health server needs to know besides its address.
 pub struct HealthOptions {
-    /// `/livez` fails once the coordinator loop has not gone round for this long.
+    /// `/livez` fails once the scheduling loop has not gone round for this long.
     pub stale_after: Duration,
     /// The database timeout: bounds how stale a readiness answer may be.
     pub db_timeout: Duration,
@@ -370,7 +370,7 @@ fn answer(path: &str, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
     }
 }
 
-/// Ready: the probe reached the database recently and the coordinator's last claim worked.
+/// Ready: the probe reached the database recently and the worker's last claim worked.
 fn readyz(shared: &Shared) -> (u16, &'static str, Vec<u8>) {
     const JSON: &str = "application/json";
     if shared.progress.stopping() {

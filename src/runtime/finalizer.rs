@@ -3,9 +3,11 @@
 //! claims the works for the slots they free in the same transaction.
 //!
 //! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Publish`
-//! on the coordinator's channel) and blocks until the transaction holding it has committed (or
-//! its own unit failed); the coordinator sends the answer, with the thread's next work when the
-//! publication claimed one (`PassAnswer`). The transaction itself is `reconcile::publish`: each
+//! on the scheduling thread's channel) and blocks until the transaction holding it has
+//! committed (or its own unit failed); the scheduling thread sends the answer, with the
+//! thread's next work when the publication claimed one (`PassAnswer`), and `finalize` returns
+//! both (`Finalized`). Which passes a publication takes, and how many works it claims, is the
+//! scheduler's decision (`scheduler`). The transaction itself is `reconcile::publish`: each
 //! pass is fenced by its live claim, locked by token and lease before anything of it is
 //! written, so a missing row is `ClaimLost` for that pass alone.
 //!
@@ -22,42 +24,13 @@ use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Reconciler, R
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// The longest the coordinator waits for more passes to hand over while others still run.
-pub const LINGER: Duration = Duration::from_millis(1);
-/// The most passes one transaction publishes.
-pub const MAX_BATCH: usize = 64;
 /// The publisher threads (`occ-publish-N`), each with at most one publication under way on its
 /// own connection: while one waits for its statements and its commit, the next batch's are
 /// under way, so the database is not idle between the pool's batches.
 pub const PUBLISHERS: usize = 2;
-/// The fewest passes a publication is cut to so that another publisher can take the rest.
-pub const MIN_SHARE: usize = 8;
 
-/// The publishers a worker of `concurrency` keeps busy at once: all of them only while each
-/// share of the pool holds `MIN_SHARE` passes or more (from concurrency 16). Below that the
-/// smaller batches cost more per work than the overlap gains (`scripts/bench-queue` at
-/// concurrency 4: two publishers drained 1,125-1,285 works/s against 1,494-1,525 for one; the
-/// runs are in the git history of docs/benchmarks.md).
-pub fn publishers_in_use(concurrency: usize) -> usize {
-    if concurrency >= PUBLISHERS * MIN_SHARE {
-        PUBLISHERS
-    } else {
-        1
-    }
-}
-
-/// The most passes one publication takes at `concurrency`: an even share of the pool per
-/// publisher in use, so the passes that finish together are published by every publisher at
-/// once.
-pub fn batch_share(concurrency: usize) -> usize {
-    concurrency
-        .div_ceil(publishers_in_use(concurrency))
-        .clamp(1, MAX_BATCH)
-}
-
-/// One pass's finalization, handed to the coordinator.
+/// One pass's finalization, handed to the scheduling thread.
 pub struct Unit {
     claim: Claim,
     lease: Arc<LeaseState>,
@@ -71,8 +44,8 @@ pub struct Unit {
 /// channel: one wake-up per pass instead of two).
 type Answered = (Result<Report, PassError>, Option<Job>);
 
-/// A pass's outcome from its publication, for the coordinator to send with the next pass for
-/// its thread (`send`). Dropped unsent, the thread is told its pass was dropped.
+/// A pass's outcome from its publication, for the scheduling thread to send with the next pass
+/// for its thread (`send`). Dropped unsent, the thread is told its pass was dropped.
 pub struct PassAnswer {
     reply: Reply<Answered>,
     outcome: Result<Report, PassError>,
@@ -86,46 +59,39 @@ impl PassAnswer {
 }
 
 impl Unit {
-    /// The claim token of the pass (the coordinator's key for it).
+    /// The claim token of the pass (the scheduler's key for it).
     pub fn token(&self) -> &str {
         &self.claim.token
     }
 }
 
-/// The handle worker threads use to hand their reports to the coordinator; each thread has
-/// its own clone (its `answered` and `next` are the thread's).
+/// The handle worker threads use to hand their reports to the scheduling thread.
+#[derive(Clone)]
 pub struct Finalizer {
     events: Sender<Event>,
-    /// Whether the coordinator answered this thread's last hand-over (`take_answered`).
-    answered: std::cell::Cell<bool>,
-    /// The next pass the answer brought (`take_next`).
-    next: std::cell::Cell<Option<Job>>,
 }
 
-impl Clone for Finalizer {
-    fn clone(&self) -> Finalizer {
-        Finalizer::new(self.events.clone())
-    }
+/// What a finalization came to, for the pass's thread.
+pub struct Finalized {
+    pub outcome: Result<Report, PassError>,
+    pub slot: Slot,
+}
+
+/// What became of a finished pass's pool slot (W1).
+// Returned once per pass and moved twice: boxing the work would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub enum Slot {
+    /// Still the pass's: its thread frees it (`Event::Done`). The pass was published or
+    /// refused on its own thread, or never answered (its publication panicked).
+    Held,
+    /// Freed when the scheduler batched the pass (its `Event::Done` would say nothing); `next`
+    /// is the work its publication claimed for this thread, if any.
+    Freed { next: Option<Job> },
 }
 
 impl Finalizer {
     pub fn new(events: Sender<Event>) -> Finalizer {
-        Finalizer {
-            events,
-            answered: std::cell::Cell::new(false),
-            next: std::cell::Cell::new(None),
-        }
-    }
-
-    /// Whether the pass that just ended was answered by its publication, and forgets it. Its
-    /// slot was freed when the coordinator batched it, so its `Event::Done` would say nothing.
-    pub fn take_answered(&self) -> bool {
-        self.answered.replace(false)
-    }
-
-    /// The next pass the last answer brought, if any, and forgets it.
-    pub fn take_next(&self) -> Option<Job> {
-        self.next.take()
+        Finalizer { events }
     }
 
     /// Finalizes `report` (`reconcile::finalize`, batched): blocks until it is published or
@@ -136,9 +102,13 @@ impl Finalizer {
         lease: &Arc<LeaseState>,
         reconciler: Arc<dyn Reconciler>,
         report: Report,
-    ) -> Result<Report, PassError> {
+    ) -> Finalized {
+        let held = |outcome| Finalized {
+            outcome,
+            slot: Slot::Held,
+        };
         let resolved = match reconcile::finalize_resolved(pass, report) {
-            Resolved::Published(published) => return Ok(published),
+            Resolved::Published(published) => return held(Ok(published)),
             Resolved::Publish(resolved) => resolved,
         };
         let (reply, answer) = reply();
@@ -150,17 +120,18 @@ impl Finalizer {
             reply,
         };
         if self.events.send(Event::Publish(Box::new(unit))).is_err() {
-            return Err(PassError::Invariant("the coordinator is gone".into()));
+            return held(Err(PassError::Invariant(
+                "the scheduling thread is gone".into(),
+            )));
         }
         match answer.recv() {
-            Some((outcome, next)) => {
-                self.answered.set(true);
-                self.next.set(next);
-                outcome
-            }
-            None => Err(PassError::Invariant(
-                "the coordinator dropped a pass".into(),
-            )),
+            Some((outcome, next)) => Finalized {
+                outcome,
+                slot: Slot::Freed { next },
+            },
+            None => held(Err(PassError::Invariant(
+                "the scheduling thread dropped a pass".into(),
+            ))),
         }
     }
 }
@@ -220,7 +191,7 @@ impl<T> Awaited<T> {
 }
 
 /// A publication handed to a publisher thread: a batch (possibly empty) to publish, how many
-/// works to claim with it (the slots the coordinator reserved for it), and whether to recover
+/// works to claim with it (the slots the scheduler reserved for it), and whether to recover
 /// expired leases first.
 pub struct Publication {
     pub batch: Vec<Unit>,
@@ -228,7 +199,7 @@ pub struct Publication {
     pub recover: bool,
 }
 
-/// What a publication came to, for the coordinator.
+/// What a publication came to, for the scheduling thread.
 pub struct Published {
     /// The slots reserved for its claim (`Publication::claim`): those it did not fill are free
     /// again.
@@ -236,7 +207,7 @@ pub struct Published {
     /// A failed lease recovery.
     pub recovery: Option<PassError>,
     pub claimed: Claimed,
-    /// The outcome of each pass of the batch, for the coordinator to send to its thread.
+    /// The outcome of each pass of the batch, for the scheduling thread to send to its thread.
     pub answers: Vec<PassAnswer>,
 }
 
@@ -285,10 +256,10 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
 }
 
 /// A publisher's side of a batch: publishes it, claims up to `claim` works in the same
-/// transaction, and returns each pass's answer (for the coordinator to send, with the next
-/// pass for its thread) and the claims. `tick` is called after each step
-/// (each bounded by the database timeout), so the coordinator's liveness counts them one by
-/// one, however many passes the batch holds.
+/// transaction, and returns each pass's answer (for the scheduling thread to send, with the
+/// next pass for its thread) and the claims. `tick` is called after each step (each bounded
+/// by the database timeout), so the worker's liveness counts them one by one, however many
+/// passes the batch holds.
 pub fn publish(
     ctx: &Context,
     batch: Vec<Unit>,
@@ -341,17 +312,5 @@ mod tests {
         answer.send(9);
         drop(answer);
         assert_eq!(awaited.recv(), Some(9));
-    }
-
-    #[test]
-    fn the_second_publisher_takes_a_share_only_from_concurrency_16() {
-        let at = |c| (publishers_in_use(c), batch_share(c));
-        assert_eq!(at(1), (1, 1));
-        assert_eq!(at(4), (1, 4));
-        assert_eq!(at(15), (1, 15));
-        assert_eq!(at(16), (2, 8));
-        assert_eq!(at(17), (2, 9));
-        assert_eq!(at(64), (2, 32));
-        assert_eq!(at(256), (2, MAX_BATCH));
     }
 }

@@ -1,18 +1,24 @@
-//! The worker runtime (SPEC W1-W4, Q13): one claim thread (the coordinator), a fixed pool of
-//! named worker threads, one heartbeat thread per live claim, and a LISTEN thread that turns
-//! notifications into wake-ups. The coordinator claims as many works as it has free slots in
-//! one statement (Q4), and publishes the passes that finish close together in one
-//! transaction, which also claims the works for the slots they free (`finalizer`).
+//! The worker runtime (SPEC W1-W4, Q13): the threads, and the channels between them. The
+//! scheduling thread (`occ-schedule`, SPEC's claim thread) owns every scheduling decision
+//! through a `Scheduler`, a state machine with no effects of its own: it feeds it each `Event`
+//! that arrives on its one channel and executes the commands it returns (`coordinate`). It
+//! never waits for the database: the publisher threads (`occ-publish-N`) run every
+//! transaction, each publishing a batch of finished passes and claiming works for the free
+//! slots in one commit, the idle claims and lease recovery included (`finalizer`). The pool
+//! (`occ-work-N`) runs one pass at a time per thread (`run_pass`), each with its heartbeat
+//! thread (`occ-lease-<work id>`, `lease`), and hands its report over for publication; its
+//! answer comes back as a value, with the thread's next work when the publication claimed one.
+//! The listener (`occ-listen`) turns notifications into wake-ups.
 //!
-//! The coordinator owns all scheduling state; workers and the listener only send `Event`s
-//! back over one channel, so every cause of activity is in one `match`. The coordinator never
-//! leaves its loop early: it drains until every in-flight pass has reported. Threads are named,
-//! stopped by closing channels, and joined.
+//! Pool threads, publishers and the listener only send `Event`s, so every cause of activity
+//! is in one `match`. The scheduling thread never leaves its loop early: it drains until every
+//! in-flight pass has reported. Threads are named, stopped by closing channels, and joined.
 
 pub mod budget;
 mod finalizer;
 mod lease;
 pub mod records;
+mod scheduler;
 
 use crate::cancel::LossCause;
 use crate::db::DbError;
@@ -22,16 +28,18 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use postgres::fallible_iterator::FallibleIterator;
 use records::Records;
+use scheduler::{Command, Scheduler, Settings};
 use serde_json::json;
-use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use finalizer::{batch_share, publishers_in_use, PUBLISHERS};
-pub use finalizer::{Finalizer, LINGER, MAX_BATCH};
+pub use finalizer::Finalizer;
+use finalizer::{Slot, PUBLISHERS};
 pub use lease::{Heartbeat, Lease};
+pub use scheduler::{LINGER, MAX_BATCH};
 
 /// Settings of the runtime itself (the rest is in `Context`).
 #[derive(Clone, Debug)]
@@ -44,7 +52,8 @@ pub struct RuntimeOptions {
     pub db_timeout: Duration,
 }
 
-/// Every cause of coordinator activity.
+/// What the other threads send the scheduling thread: every cause of its activity but the end
+/// of a wait (`scheduler::Event::Tick`).
 pub enum Event {
     /// A notification: new or released work may be claimable.
     Wake,
@@ -54,24 +63,19 @@ pub enum Event {
     Done { token: String },
     /// SIGTERM/SIGINT or an in-process stop request.
     Stop,
-    /// The poll interval (or a follow-up after a wake-up) passed without an event.
-    Poll,
     /// A worker's finished pass, to publish (its thread waits for the answer).
     Publish(Box<finalizer::Unit>),
     /// A publisher thread finished a publication: its claims, and the slots it reserved.
     Published(Box<finalizer::Published>),
 }
 
-/// How long after a wake-up the coordinator claims once more (see `coordinate`).
-const FOLLOW_UP: Duration = Duration::from_millis(15);
-
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
 pub struct StopHandle(Sender<Event>, Arc<Progress>);
 
 impl StopHandle {
-    /// Marks the worker stopping at once (the coordinator claims nothing more, the listener and
-    /// the readiness probe end after their current bounded wait), then wakes the coordinator.
+    /// Marks the worker stopping at once (nothing more is claimed, the listener and the
+    /// readiness probe end after their current bounded wait), then wakes the scheduling thread.
     pub fn stop(&self) {
         self.1.stopping.store(true, Ordering::SeqCst);
         let _ = self.0.send(Event::Stop);
@@ -82,7 +86,7 @@ impl StopHandle {
 #[derive(Default)]
 pub struct Progress {
     last: Mutex<Option<Instant>>,
-    /// The class of the coordinator's last claim or recovery failure, until one succeeds.
+    /// The class of the last claim or recovery failure, until a claim succeeds.
     claim_failure: Mutex<Option<String>>,
     /// Set by `StopHandle::stop`: nothing new starts.
     stopping: AtomicBool,
@@ -94,7 +98,7 @@ impl Progress {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Records the outcome of the coordinator's last claim or recovery statement.
+    /// Records the outcome of the last claim or recovery statement.
     pub fn set_claim_failure(&self, cause: Option<String>) {
         *self.claim_failure.lock() = cause;
     }
@@ -108,7 +112,8 @@ impl Progress {
         *self.last.lock() = Some(Instant::now());
     }
 
-    /// Time since the coordinator loop last went round; `None` before it started.
+    /// Time since the scheduling loop last went round (or a publisher finished a database
+    /// wait); `None` before it started.
     pub fn since(&self) -> Option<Duration> {
         self.last.lock().map(|t| t.elapsed())
     }
@@ -119,6 +124,33 @@ impl Progress {
 pub struct Job {
     claim: Claim,
     lease: Arc<LeaseState>,
+}
+
+impl Job {
+    /// A work its claim statement (sent at `sent`) returned, trusted for one `lease` from then.
+    fn new(claim: Claim, sent: Instant, lease: Duration) -> Job {
+        let lease = Arc::new(LeaseState::new(&claim, sent, lease));
+        Job { claim, lease }
+    }
+}
+
+/// The runtime's payloads, as the scheduler moves them between threads.
+struct Threads;
+
+impl scheduler::Payload for Threads {
+    type Unit = finalizer::Unit;
+    type Job = Job;
+    type Answer = finalizer::PassAnswer;
+    type Lease = Arc<LeaseState>;
+    fn unit_token(unit: &finalizer::Unit) -> &str {
+        unit.token()
+    }
+    fn job_token(job: &Job) -> &str {
+        &job.claim.token
+    }
+    fn job_lease(job: &Job) -> Arc<LeaseState> {
+        job.lease.clone()
+    }
 }
 
 /// The worker: build it, take a `StopHandle`, then `run` on the current thread.
@@ -195,25 +227,32 @@ impl Worker {
                                 token: job.claim.token.clone(),
                                 freed: false,
                             };
+                            // Taken from the pass before it is concluded, so that a panic while
+                            // it is said loses neither the freed slot nor the next pass.
+                            let mut slot = Slot::Held;
                             let outcome =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    run_pass(
+                                    let ran = run_pass(
                                         &ctx,
                                         &registry,
                                         &records,
                                         &finalizer,
                                         &mut heartbeat,
                                         job,
-                                    )
+                                    );
+                                    slot = ran.slot;
+                                    conclude(&ctx, &records, &ran.pass, ran.result);
                                 }));
-                            // A pass its publication answered has its slot back already.
-                            guard.freed = finalizer.take_answered();
-                            next = finalizer.take_next();
                             if outcome.is_err() {
                                 ctx.events.emit(
                                     "worker.error",
                                     json!({"code": "WORKER_UNAVAILABLE", "cause": "PassPanicked"}),
                                 );
+                            }
+                            // A pass its publication answered has its slot back already.
+                            if let Slot::Freed { next: answered } = slot {
+                                guard.freed = true;
+                                next = answered;
                             }
                             drop(guard);
                         }
@@ -231,7 +270,7 @@ impl Worker {
                 "concurrency": options.concurrency,
             }),
         );
-        // The publisher threads: each runs the publications the coordinator hands it, one at a
+        // The publisher threads: each runs the publications the scheduler hands it, one at a
         // time, and answers with an `Event::Published`.
         let (publications_tx, publications_rx) =
             crossbeam_channel::bounded::<finalizer::Publication>(PUBLISHERS);
@@ -276,29 +315,29 @@ impl Worker {
             );
         }
         drop(publications_rx);
-        // The claim loop runs on its own named thread so thread tools show `occ-claim`.
-        let claim_ctx = ctx.clone();
-        let claim_thread =
-            std::thread::Builder::new()
-                .name("occ-claim".into())
-                .spawn(move || {
-                    coordinate(
-                        &claim_ctx,
-                        &options,
-                        &jobs_tx,
-                        &publications_tx,
-                        &events_rx,
-                        &progress,
-                    );
-                    // Closing the job channel stops the pool; every in-flight pass has reported.
-                    // Closing the publication channel stops the publishers.
-                    drop(jobs_tx);
-                    drop(publications_tx);
-                })?;
-        // A panic on the claim thread is a broken invariant: the pool and the publishers drain
-        // (their channels closed as the thread unwound), every thread is joined, and `run`
-        // fails (W4).
-        let claim_panicked = claim_thread.join().is_err();
+        // The scheduling loop runs on its own named thread so thread tools show
+        // `occ-schedule`.
+        let schedule_ctx = ctx.clone();
+        let schedule_thread = std::thread::Builder::new()
+            .name("occ-schedule".into())
+            .spawn(move || {
+                coordinate(
+                    &schedule_ctx,
+                    &options,
+                    &jobs_tx,
+                    &publications_tx,
+                    &events_rx,
+                    &progress,
+                );
+                // Closing the job channel stops the pool; every in-flight pass has reported.
+                // Closing the publication channel stops the publishers.
+                drop(jobs_tx);
+                drop(publications_tx);
+            })?;
+        // A panic on the scheduling thread (SPEC W4's claim thread) is a broken invariant: the
+        // pool and the publishers drain (their channels closed as the thread unwound), every
+        // thread is joined, and `run` fails (W4).
+        let schedule_panicked = schedule_thread.join().is_err();
 
         for w in workers {
             let _ = w.join();
@@ -310,12 +349,15 @@ impl Worker {
         if let Some(l) = listener {
             let _ = l.join();
         }
-        if claim_panicked {
+        if schedule_panicked {
+            // The cause keeps its name: operators' alerts match it.
             ctx.events.emit(
                 "worker.error",
                 json!({"code": "WORKER_UNAVAILABLE", "cause": "ClaimThreadPanicked"}),
             );
-            return Err(std::io::Error::other("the claim thread panicked"));
+            return Err(std::io::Error::other(
+                "the scheduling thread (occ-schedule) panicked",
+            ));
         }
         ctx.events.emit("worker.stopped", json!({}));
         Ok(())
@@ -323,7 +365,7 @@ impl Worker {
 }
 
 /// Reports a finished pass even when the pass panicked, unless its publication answered it
-/// (`freed`: the coordinator freed its slot when it batched it).
+/// (`freed`: the scheduler freed its slot when it batched it).
 struct DoneGuard<'a> {
     events: &'a Sender<Event>,
     token: String,
@@ -340,23 +382,11 @@ impl Drop for DoneGuard<'_> {
     }
 }
 
-/// The claim loop. Claims only for free slots; has finished passes published, claiming for
-/// the slots they free in the same transaction; sleeps on the event channel. It never waits
-/// for the database itself: its publications and claims run on the publisher threads
-/// (`PUBLISHERS`), at most one each.
-///
-/// A finished pass hands over its report (`Event::Publish`) and waits. The coordinator hands a
-/// batch to a free publisher once every dispatched pass has handed over, or a publisher's
-/// share of the pool has (`batch_share`), or the first of them has waited `LINGER` (passes
-/// still running): under load each transaction publishes part of what the pool finished and
-/// claims as many works, so a statement's fixed cost is shared by many passes, one commit
-/// serves both, and one publication's statements run while another commits. A lone pass
-/// (nothing else running) is published at once.
-///
-/// W1 holds across publications under way: the slots a publication may claim for are
-/// reserved when it is handed over and freed by its answer for what it did not claim, so the
-/// live claims (dispatched, being published, being claimed) never outnumber the worker
-/// threads.
+/// The scheduling loop, on `occ-schedule`: it asks the `Scheduler` what to do, executes it,
+/// waits for the next event as long as the scheduler says (a wait that runs out is a poll),
+/// and hands it every event that arrived, each burst as a whole, so that a burst of
+/// notifications costs one claim. It decides nothing itself and never waits for the database;
+/// it returns when the scheduler says `Exit`, or when the pool or the publishers are gone.
 fn coordinate(
     ctx: &Context,
     options: &RuntimeOptions,
@@ -365,184 +395,146 @@ fn coordinate(
     events: &Receiver<Event>,
     progress: &Progress,
 ) {
-    let mut free = options.concurrency;
-    let publishers = publishers_in_use(options.concurrency);
-    let share = batch_share(options.concurrency);
-    // Dispatched passes not yet handed to a publisher or reported done, keyed by claim token,
-    // never by work id (see `Event::Done`).
-    let mut in_flight: HashMap<String, Arc<LeaseState>> = HashMap::new();
-    // Finished passes waiting for their publication, and since when the first of them waits.
-    let mut units: Vec<finalizer::Unit> = Vec::new();
-    let mut gathering: Option<Instant> = None;
-    // Publications handed to a publisher and not answered yet.
-    let mut publishing = 0;
-    // Whether a claim for free slots is due: after a slot freed otherwise than by a
-    // publication (which claims for its own), a wake-up or a poll. A claim that came back
-    // short found the queue empty; the next one waits for one of those.
-    let mut claim_due = true;
-    let mut stopping: Option<Instant> = None;
-    let mut cancelled_all = false;
-    let recovery_every = (ctx.queue.lease / 2).min(Duration::from_secs(1));
-    let mut last_recovery: Option<Instant> = None;
-    let mut failures = Failures::default();
-    // After a notification, one more claim shortly after: a transaction that left the
-    // wake-up to a concurrent one (V11) may commit just after the notifying one.
-    let mut follow_up: Option<Instant> = None;
-    'coordinator: loop {
+    let settings = Settings::new(
+        options.concurrency,
+        options.poll_interval,
+        options.shutdown_grace,
+        ctx.queue.lease,
+    );
+    let mut scheduler = Scheduler::<Threads>::new(settings);
+    let mut effects = Effects {
+        ctx,
+        options,
+        jobs,
+        publications,
+        progress,
+        failures: Failures::default(),
+    };
+    loop {
         progress.tick();
-        let publisher_free = publishing < publishers;
-        let publish_due = publisher_free
-            && !units.is_empty()
-            && (units.len() >= in_flight.len()
-                || units.len() >= share
-                || gathering.is_some_and(|t| t.elapsed() >= LINGER));
         // A requested stop is seen before the next database wait, not after it.
-        let claiming = stopping.is_none() && !progress.stopping();
-        let claim_now = claiming && claim_due && free > 0 && units.is_empty() && publisher_free;
-        if publish_due || claim_now {
-            let batch: Vec<finalizer::Unit> = if publish_due {
-                let batch = units.drain(..units.len().min(share)).collect();
-                if units.is_empty() {
-                    gathering = None;
-                }
-                batch
-            } else {
-                Vec::new()
-            };
-            // Every pass of the batch is answered by its publication, and its claim ends with
-            // it (or is no longer ours): its slot is free for what that publication claims.
-            for unit in &batch {
-                if in_flight.remove(unit.token()).is_some() {
-                    free += 1;
-                }
+        if progress.stopping() {
+            let commands = scheduler.handle(scheduler::Event::Stop, Instant::now());
+            if effects.execute(commands).is_break() {
+                return;
             }
-            let claim = if claiming { free } else { 0 };
-            let recover = claim > 0 && last_recovery.is_none_or(|t| t.elapsed() >= recovery_every);
-            if recover {
-                last_recovery = Some(Instant::now());
-            }
-            if claim > 0 {
-                claim_due = false;
-            }
-            free -= claim;
-            publishing += 1;
-            let publication = finalizer::Publication {
-                batch,
-                claim,
-                recover,
-            };
-            if publications.send(publication).is_err() {
-                // The publishers are gone; nothing will be published. Stop claiming.
-                break;
-            }
-            progress.tick();
         }
-        if stopping.is_some() && in_flight.is_empty() && publishing == 0 {
-            break;
-        }
-        let now = Instant::now();
-        let wait = match (gathering, stopping) {
-            // Passes gather for publication: at most `LINGER`, shorter than any other wait. A
-            // pending follow-up stays pending meanwhile. With every publisher busy, the next
-            // answer wakes the loop.
-            (Some(first), _) if publishing < publishers => {
-                (first + LINGER).saturating_duration_since(now)
-            }
-            (_, Some(deadline)) if !cancelled_all => deadline.saturating_duration_since(now),
-            (_, Some(_)) => Duration::from_millis(200),
-            (_, None) => match follow_up.take() {
-                Some(at) => at.saturating_duration_since(now),
-                None => options.poll_interval,
-            },
+        let wait = match effects.execute(scheduler.decide(Instant::now())) {
+            ControlFlow::Continue(wait) => wait.unwrap_or(options.poll_interval),
+            ControlFlow::Break(()) => return,
         };
         let first = match events.recv_timeout(wait) {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => Event::Poll,
-            Err(RecvTimeoutError::Disconnected) => break,
+            Ok(event) => Some(event),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
         };
-        // Handle everything already waiting, so a burst of notifications costs one claim.
-        for event in std::iter::once(first).chain(events.try_iter()) {
-            match event {
-                Event::Poll => claim_due = true,
-                Event::Wake => {
-                    claim_due = true;
-                    follow_up = Some(Instant::now() + FOLLOW_UP);
-                }
-                Event::Publish(unit) => {
-                    if units.is_empty() {
-                        gathering = Some(Instant::now());
-                    }
-                    units.push(*unit);
-                }
-                Event::Published(published) => {
-                    publishing -= 1;
-                    free += published.reserved;
-                    if let Some(e) = &published.recovery {
-                        failures.report(ctx, progress, e);
-                    }
-                    // Each answered pass's thread gets the next claim with its answer; the
-                    // claims left over go to the job channel, the answers left over alone.
-                    let mut answers = published.answers.into_iter();
-                    let mut pool_gone = false;
-                    match published.claimed {
-                        Some(Ok((claims, sent))) => {
-                            failures.clear(progress);
-                            for claim in claims {
-                                let lease =
-                                    Arc::new(LeaseState::new(&claim, sent, ctx.queue.lease));
-                                in_flight.insert(claim.token.clone(), lease.clone());
-                                free -= 1;
-                                let job = Job { claim, lease };
-                                match answers.next() {
-                                    Some(answer) => answer.send(Some(job)),
-                                    None => pool_gone |= jobs.send(job).is_err(),
-                                }
-                            }
-                        }
-                        Some(Err(e)) => failures.report(ctx, progress, &e),
-                        None => {}
-                    }
-                    for answer in answers {
-                        answer.send(None);
-                    }
-                    if pool_gone {
-                        // The pool is gone; nothing will report. Stop claiming.
-                        break 'coordinator;
-                    }
-                }
-                // A published pass's slot was freed with its publication.
-                Event::Done { token } => {
-                    if in_flight.remove(&token).is_some() {
-                        free += 1;
-                        claim_due = true;
-                    }
-                }
-                Event::Stop => {
-                    if stopping.is_none() {
-                        stopping = Some(Instant::now() + options.shutdown_grace);
-                        ctx.events.emit(
-                            "worker.stopping",
-                            json!({"inFlight": in_flight.len(), "graceMs": options.shutdown_grace.as_millis() as u64}),
-                        );
-                    }
-                }
-            }
-        }
-        if let Some(deadline) = stopping {
-            if !cancelled_all && Instant::now() >= deadline {
-                // Grace is over: the remaining passes stop at their next cancellation point and
-                // release their claims, attempt refunded, so another worker resumes them (W4).
-                // A pass waiting for its publication is refused by it (`WORKER_STOPPING`).
-                for lease in in_flight.values() {
-                    lease.cancel.cancel(LossCause::WorkerStopping);
-                }
-                cancelled_all = true;
+        for event in std::iter::once(first).chain(events.try_iter().map(Some)) {
+            let event = effects.received(event);
+            if effects
+                .execute(scheduler.handle(event, Instant::now()))
+                .is_break()
+            {
+                return;
             }
         }
     }
 }
 
-/// The coordinator's failing claim and recovery statements: every failure is counted and turns
+/// The scheduling thread's hands: it turns what arrives into the scheduler's events and
+/// carries out the scheduler's commands on the channels, the leases and the event log.
+struct Effects<'a> {
+    ctx: &'a Context,
+    options: &'a RuntimeOptions,
+    jobs: &'a crossbeam_channel::Sender<Job>,
+    publications: &'a crossbeam_channel::Sender<finalizer::Publication>,
+    progress: &'a Progress,
+    failures: Failures,
+}
+
+impl Effects<'_> {
+    /// The scheduler's event for what arrived (`None`: the wait ran out). A publication's
+    /// answer also reports its failures, or clears them when its claim worked, and registers
+    /// the works it claimed, each trusted for one lease from when the claim was sent.
+    fn received(&mut self, event: Option<Event>) -> scheduler::Event<Threads> {
+        let published = match event {
+            None => return scheduler::Event::Tick,
+            Some(Event::Wake) => return scheduler::Event::Wake,
+            Some(Event::Stop) => return scheduler::Event::Stop,
+            Some(Event::Done { token }) => return scheduler::Event::PassEnded { token },
+            Some(Event::Publish(unit)) => return scheduler::Event::Handover(*unit),
+            Some(Event::Published(published)) => *published,
+        };
+        let (ctx, progress) = (self.ctx, self.progress);
+        if let Some(e) = &published.recovery {
+            self.failures.report(ctx, progress, e);
+        }
+        let claims = match published.claimed {
+            Some(Ok((claims, sent))) => {
+                self.failures.clear(progress);
+                let lease = ctx.queue.lease;
+                claims
+                    .into_iter()
+                    .map(|c| Job::new(c, sent, lease))
+                    .collect()
+            }
+            Some(Err(e)) => {
+                self.failures.report(ctx, progress, &e);
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        scheduler::Event::Published {
+            reserved: published.reserved,
+            claims,
+            answers: published.answers,
+        }
+    }
+
+    /// Carries out `commands` in order; returns the wait they asked for, or `Break` when the
+    /// loop must end: the scheduler said `Exit`, or the pool or the publishers are gone (then
+    /// nothing will report). The commands after one that failed are still carried out, so
+    /// every answer is sent.
+    fn execute(&self, commands: Vec<Command<Threads>>) -> ControlFlow<(), Option<Duration>> {
+        let (mut wait, mut exit) = (None, false);
+        for command in commands {
+            match command {
+                Command::Publish {
+                    batch,
+                    claim,
+                    recover,
+                } => {
+                    let publication = finalizer::Publication {
+                        batch,
+                        claim,
+                        recover,
+                    };
+                    exit |= self.publications.send(publication).is_err();
+                    self.progress.tick();
+                }
+                Command::Answer { answer, next } => answer.send(next),
+                Command::Run(job) => exit |= self.jobs.send(job).is_err(),
+                Command::Stopping { in_flight } => self.ctx.events.emit(
+                    "worker.stopping",
+                    json!({"inFlight": in_flight, "graceMs": self.options.shutdown_grace.as_millis() as u64}),
+                ),
+                Command::Cancel(leases) => {
+                    for lease in leases {
+                        lease.cancel.cancel(LossCause::WorkerStopping);
+                    }
+                }
+                Command::Wait(duration) => wait = Some(duration),
+                Command::Exit => exit = true,
+            }
+        }
+        if exit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(wait)
+        }
+    }
+}
+
+/// The failing claim and recovery statements: every failure is counted and turns
 /// `/readyz` 503 until a claim works again; each is said as `worker.error WORKER_UNAVAILABLE`,
 /// at most once per `FAILURE_REPORT_EVERY` while they keep failing.
 #[derive(Default)]
@@ -706,7 +698,31 @@ fn is_stop_yield(report: &Report) -> bool {
         )
 }
 
-/// Runs one pass on a worker thread: lease thread, reconcile, finalize, events, metrics.
+/// A pass that ran on a worker thread: what it was (`pass`) and came to (`result`), for
+/// `conclude`, and what became of its slot.
+struct Ran {
+    pass: RanPass,
+    result: PassResult,
+    /// Freed when its publication took the pass, with the next work for this thread.
+    slot: Slot,
+}
+
+/// The claim a pass ran for and when it started.
+struct RanPass {
+    claim: Claim,
+    lease: Arc<LeaseState>,
+    started: Instant,
+    /// Whether the pass is a revision's own reconcile, whose deploy timings are kept (Z9).
+    deployment: bool,
+}
+
+/// What the reconciler said (`classified`) and the finalized report, which carries the
+/// queue's decision (they differ at the attempt limit and the deadline); or why there is none.
+type PassResult = Result<(Outcome, Report), PassError>;
+
+/// Runs one pass on a worker thread: its heartbeat, the reconcile and the finalization, which
+/// waits for the publication. Returns the pass's answer and what became of its slot (with the
+/// thread's next work when its publication claimed one); `conclude` says what happened.
 fn run_pass(
     ctx: &Arc<Context>,
     registry: &Registry,
@@ -714,10 +730,9 @@ fn run_pass(
     finalizer: &Finalizer,
     heartbeat: &mut Heartbeat,
     job: Job,
-) {
+) -> Ran {
     let Job { claim, lease } = job;
     let started = Instant::now();
-    let operation = claim.operation.as_str();
     // Deploy timings follow a revision's own reconcile key only (SPEC Z9).
     let deployment = claim.operation == queue::Operation::RevisionReconcile
         && claim
@@ -727,8 +742,8 @@ fn run_pass(
     if deployment {
         records.timings.lock().begin(&claim.key, started);
     }
-    let heartbeat = match heartbeat.start(claim.clone(), lease.clone()) {
-        Ok(h) => Some(h),
+    let service = match heartbeat.start(claim.clone(), lease.clone()) {
+        Ok(service) => Some(service),
         Err(_) => {
             lease.cancel.cancel(LossCause::RenewalFailed);
             None
@@ -740,35 +755,49 @@ fn run_pass(
         ctx,
         lease: &lease,
     };
-    // `classified` is what the reconciler said; the finalized report carries the queue's
-    // decision (they differ at the attempt limit and the deadline).
-    let result = reconciler
-        .reconcile(&pass)
-        .or_else(|e| {
-            if e.is_claim_loss() {
-                Err(e)
-            } else {
-                let mut report = Report::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
-                report.failure.class = Some(error_class(&e));
-                match &e {
-                    PassError::Compute(e) => report = report.with_compute_error(e),
-                    PassError::Db(_) => {
-                        report.failure.transient = true;
-                        report.failure.dependency = Some("database");
-                    }
-                    _ => {}
-                }
-                Ok(report)
-            }
-        })
-        .and_then(|report| {
+    let (result, slot) = match reconciler.reconcile(&pass).or_else(retry_report) {
+        Ok(report) => {
             let classified = report.outcome;
-            finalizer
-                .finalize(&pass, &lease, reconciler.clone(), report)
-                .map(|r| (classified, r))
-        });
-    drop(heartbeat);
-    let elapsed = started.elapsed();
+            let finalized = finalizer.finalize(&pass, &lease, reconciler.clone(), report);
+            (finalized.outcome.map(|r| (classified, r)), finalized.slot)
+        }
+        Err(e) => (Err(e), Slot::Held),
+    };
+    drop(service);
+    let pass = RanPass {
+        claim,
+        lease,
+        started,
+        deployment,
+    };
+    Ran { pass, result, slot }
+}
+
+/// A reconcile that failed is retried (`DEPENDENCY_UNAVAILABLE`, with the error's class),
+/// unless it lost its claim: then nothing may be published.
+fn retry_report(e: PassError) -> Result<Report, PassError> {
+    if e.is_claim_loss() {
+        return Err(e);
+    }
+    let mut report = Report::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
+    report.failure.class = Some(error_class(&e));
+    match &e {
+        PassError::Compute(e) => report = report.with_compute_error(e),
+        PassError::Db(_) => {
+            report.failure.transient = true;
+            report.failure.dependency = Some("database");
+        }
+        _ => {}
+    }
+    Ok(report)
+}
+
+/// Says how a pass ended: its metrics and its event (`worker.completed`, or
+/// `worker.pass-interrupted` after giving the claim back at a stop, W4, or `worker.error`).
+fn conclude(ctx: &Context, records: &Records, pass: &RanPass, result: PassResult) {
+    let claim = &pass.claim;
+    let operation = claim.operation.as_str();
+    let elapsed = pass.started.elapsed();
     ctx.metrics
         .pass_duration
         .with_label_values(&[operation])
@@ -789,96 +818,110 @@ fn run_pass(
     } else {
         records.stop_yields.lock().settled(&claim.key)
     };
-    match result {
-        Ok((classified, report)) => {
-            let outcome = report.outcome.as_str();
-            ctx.metrics
-                .passes
-                .with_label_values(&[operation, outcome])
-                .inc();
-            // A draining stop says so on its first yield, then at most once a minute (Z5).
-            let (stop_yields, due) = if yielded {
-                let (n, due) = records
-                    .stop_yields
-                    .lock()
-                    .yielded(&claim.key, Instant::now());
-                (Some(n), due)
-            } else {
-                (stop_yields, true)
-            };
-            if due {
-                if report.outcome != Outcome::Success {
-                    ctx.events
-                        .emit("worker.pass-error", pass_error_fields(&fields, &report));
-                }
-                fields["result"] = json!(classified.as_str());
-                fields["outcome"] = json!(outcome);
-                fields["code"] = json!(report.code);
-                fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});
-                failure_fields(&mut fields, ctx, &report);
-                if let Some(n) = stop_yields {
-                    fields["stopYields"] = json!(n);
-                }
-            }
-            if deployment {
-                let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
-                let timings = records.timings.lock().finish(
-                    &claim.key,
-                    report.deploy.as_ref(),
-                    terminal,
-                    lease.age(),
-                    Instant::now(),
-                );
-                if let (true, Some(serde_json::Value::Object(timings))) = (due, timings) {
-                    for (k, v) in timings {
-                        fields[k] = v;
-                    }
-                }
-            }
-            if due {
-                ctx.events.emit("worker.completed", fields);
-            }
-            // After every pass that published (SPEC Z7); a pass that lost its claim or its
-            // database leaves the beat to the coordinator's idle cadence.
-            records.health.beat(ctx, true);
-        }
+    let (label, name) = match result {
+        Ok(result) => return completed(ctx, records, pass, elapsed, fields, stop_yields, result),
         Err(e) if e.is_stopping() => {
-            ctx.metrics
-                .passes
-                .with_label_values(&[operation, "interrupted"])
-                .inc();
             // W4: give the claim back at once instead of letting its lease run out; a lost or
             // expired claim (or an unreachable database) leaves recovery to do it.
             let released = ctx.pool.get().is_ok_and(|mut client| {
-                queue::work_release(&mut *client, &claim, LossCause::WorkerStopping.code()).is_ok()
+                queue::work_release(&mut *client, claim, LossCause::WorkerStopping.code()).is_ok()
             });
             fields["released"] = json!(released);
             fields["cause"] = json!("WorkerStopping");
-            ctx.events.emit("worker.pass-interrupted", fields);
+            ("interrupted", "worker.pass-interrupted")
         }
         Err(e) if e.is_claim_loss() => {
-            ctx.metrics
-                .passes
-                .with_label_values(&[operation, "claim_lost"])
-                .inc();
             ctx.metrics
                 .claims_lost
                 .with_label_values(&[e.loss_code()])
                 .inc();
             fields["code"] = json!("CLAIM_LOST");
             fields["cause"] = json!(e.loss_code());
-            ctx.events.emit("worker.error", fields);
+            ("claim_lost", "worker.error")
         }
         Err(e) => {
-            ctx.metrics
-                .passes
-                .with_label_values(&[operation, "error"])
-                .inc();
             fields["code"] = json!("WORKER_UNAVAILABLE");
             fields["cause"] = json!(error_class(&e));
-            ctx.events.emit("worker.error", fields);
+            ("error", "worker.error")
+        }
+    };
+    ctx.metrics
+        .passes
+        .with_label_values(&[operation, label])
+        .inc();
+    ctx.events.emit(name, fields);
+}
+
+/// Says how a pass that published (or was refused by its publication) ended: `worker.completed`
+/// (a draining stop's yield at most once a minute, Z5), `worker.pass-error` when it did not
+/// succeed, its deploy timings (Z9), and the health beat (Z7).
+fn completed(
+    ctx: &Context,
+    records: &Records,
+    pass: &RanPass,
+    elapsed: Duration,
+    mut fields: serde_json::Value,
+    settled_yields: Option<u64>,
+    (classified, report): (Outcome, Report),
+) {
+    let claim = &pass.claim;
+    let outcome = report.outcome.as_str();
+    ctx.metrics
+        .passes
+        .with_label_values(&[claim.operation.as_str(), outcome])
+        .inc();
+    // A draining stop says so on its first yield, then at most once a minute (Z5).
+    let (stop_yields, due) = if is_stop_yield(&report) {
+        let (n, due) = records
+            .stop_yields
+            .lock()
+            .yielded(&claim.key, Instant::now());
+        (Some(n), due)
+    } else {
+        (settled_yields, true)
+    };
+    if due {
+        if report.outcome != Outcome::Success {
+            ctx.events
+                .emit("worker.pass-error", pass_error_fields(&fields, &report));
+        }
+        fields["result"] = json!(classified.as_str());
+        fields["outcome"] = json!(outcome);
+        fields["code"] = json!(report.code);
+        fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});
+        failure_fields(&mut fields, ctx, &report);
+        if let Some(n) = stop_yields {
+            fields["stopYields"] = json!(n);
         }
     }
+    if pass.deployment {
+        if let (true, Some(serde_json::Value::Object(timings))) =
+            (due, finish_timings(records, pass, &report))
+        {
+            for (k, v) in timings {
+                fields[k] = v;
+            }
+        }
+    }
+    if due {
+        ctx.events.emit("worker.completed", fields);
+    }
+    // After every pass that published (SPEC Z7); a pass that lost its claim or its database
+    // leaves the beat to the idle claims' cadence.
+    records.health.beat(ctx, true);
+}
+
+/// Adds a revision's own reconcile to its deploy timings (Z9), which a terminal outcome ends;
+/// returns the timing fields of its `worker.completed`.
+fn finish_timings(records: &Records, pass: &RanPass, report: &Report) -> Option<serde_json::Value> {
+    let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
+    records.timings.lock().finish(
+        &pass.claim.key,
+        report.deploy.as_ref(),
+        terminal,
+        pass.lease.age(),
+        Instant::now(),
+    )
 }
 
 /// The LISTEN thread: `occ-listen`. Reconnects with backoff; stops when `running` clears.

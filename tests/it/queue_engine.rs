@@ -592,7 +592,7 @@ fn a_failing_publication_in_a_batch_loses_no_other_pass() {
     );
 }
 
-// W1: the coordinator's publication claims for the slots it frees in the same
+// W1: a publication claims for the slots it frees in the same
 // transaction, after the completions, so a lane the batch moved on is claimable in it; the
 // claims commit with the publications. A claim the server refuses is rolled back alone: every
 // publication still commits and nothing is claimed.

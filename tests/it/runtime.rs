@@ -632,9 +632,10 @@ fn health_endpoints_answer() {
         names.push(comm);
     }
     for expected in [
-        "occ-claim",
         "occ-http",
         "occ-listen",
+        "occ-publish-0",
+        "occ-schedule",
         "occ-signal",
         "occ-work-0",
     ] {
@@ -888,13 +889,13 @@ fn a_stop_cancels_a_second_claim_of_the_same_work_after_the_first_pass_ended() {
     );
 }
 
-/// An event sink that panics on the coordinator's `worker.stopping` line.
+/// An event sink that panics on the scheduling thread's `worker.stopping` line.
 struct PanicOnStopping;
 
 impl Write for PanicOnStopping {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if String::from_utf8_lossy(buf).contains("\"worker.stopping\"") {
-            panic!("test: the claim thread panics");
+            panic!("test: the scheduling thread panics");
         }
         Ok(buf.len())
     }
@@ -903,10 +904,10 @@ impl Write for PanicOnStopping {
     }
 }
 
-// W4: a panic on the claim thread is not a clean stop: every thread is joined
-// and `Worker::run` fails, so the process exits non-zero.
+// W4: a panic on the claim thread (`occ-schedule`, the scheduling thread) is not a clean stop:
+// every thread is joined and `Worker::run` fails, so the process exits non-zero.
 #[test]
-fn a_panic_on_the_claim_thread_makes_the_worker_fail() {
+fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
     let db = TestDb::bootstrapped();
     let (ctx, _) = context(&db, Duration::from_secs(5), 5);
     let ctx = Arc::new(occ_worker::reconcile::Context {
@@ -924,8 +925,12 @@ fn a_panic_on_the_claim_thread_makes_the_worker_fail() {
     std::thread::sleep(Duration::from_millis(300));
     stop.stop();
     let result = running.join().expect("run itself returns");
-    let e = result.expect_err("a panicked claim thread fails the run");
-    assert!(e.to_string().contains("claim thread panicked"), "{e}");
+    let e = result.expect_err("a panicked scheduling thread fails the run");
+    assert!(
+        e.to_string()
+            .contains("scheduling thread (occ-schedule) panicked"),
+        "{e}"
+    );
 }
 
 /// Sleeps through its pass without renewing the claim itself, and notes which threads of this
