@@ -12,7 +12,7 @@
 //! | `occ-publish-N`: the batched publications, claims, lease recovery and the idle health beat | `PUBLISHERS` (2) |
 //! | `occ-http-probe`: readiness' pending count | 1 |
 //!
-//! The scheduling thread (`occ-schedule`) borrows none: it hands its database work to the
+//! The scheduling thread (`occ-claim`) borrows none: it hands its database work to the
 //! publishers.
 //! The listener (`occ-listen`) keeps one dedicated connection outside the pool. So a worker
 //! needs `2 × concurrency + 3` pooled connections and `2 × concurrency + 4` in all.

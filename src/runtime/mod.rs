@@ -1,5 +1,5 @@
 //! The worker runtime (SPEC W1-W4, Q13): the threads, and the channels between them. The
-//! scheduling thread (`occ-schedule`, SPEC's claim thread) owns every scheduling decision
+//! scheduling thread (`occ-claim`, SPEC's claim thread) owns every scheduling decision
 //! through a `Scheduler`, a state machine with no effects of its own: it feeds it each `Event`
 //! that arrives on its one channel and executes the commands it returns (`coordinate`). It
 //! never waits for the database: the publisher threads (`occ-publish-N`) run every
@@ -315,25 +315,26 @@ impl Worker {
             );
         }
         drop(publications_rx);
-        // The scheduling loop runs on its own named thread so thread tools show
-        // `occ-schedule`.
+        // The scheduling loop runs on its own named thread so thread tools show it; SPEC W1
+        // names it `occ-claim`, since it decides every claim the publishers make.
         let schedule_ctx = ctx.clone();
-        let schedule_thread = std::thread::Builder::new()
-            .name("occ-schedule".into())
-            .spawn(move || {
-                coordinate(
-                    &schedule_ctx,
-                    &options,
-                    &jobs_tx,
-                    &publications_tx,
-                    &events_rx,
-                    &progress,
-                );
-                // Closing the job channel stops the pool; every in-flight pass has reported.
-                // Closing the publication channel stops the publishers.
-                drop(jobs_tx);
-                drop(publications_tx);
-            })?;
+        let schedule_thread =
+            std::thread::Builder::new()
+                .name("occ-claim".into())
+                .spawn(move || {
+                    coordinate(
+                        &schedule_ctx,
+                        &options,
+                        &jobs_tx,
+                        &publications_tx,
+                        &events_rx,
+                        &progress,
+                    );
+                    // Closing the job channel stops the pool; every in-flight pass has reported.
+                    // Closing the publication channel stops the publishers.
+                    drop(jobs_tx);
+                    drop(publications_tx);
+                })?;
         // A panic on the scheduling thread (SPEC W4's claim thread) is a broken invariant: the
         // pool and the publishers drain (their channels closed as the thread unwound), every
         // thread is joined, and `run` fails (W4).
@@ -356,7 +357,7 @@ impl Worker {
                 json!({"code": "WORKER_UNAVAILABLE", "cause": "ClaimThreadPanicked"}),
             );
             return Err(std::io::Error::other(
-                "the scheduling thread (occ-schedule) panicked",
+                "the scheduling thread (occ-claim) panicked",
             ));
         }
         ctx.events.emit("worker.stopped", json!({}));
@@ -382,7 +383,7 @@ impl Drop for DoneGuard<'_> {
     }
 }
 
-/// The scheduling loop, on `occ-schedule`: it asks the `Scheduler` what to do, executes it,
+/// The scheduling loop, on `occ-claim`: it asks the `Scheduler` what to do, executes it,
 /// waits for the next event as long as the scheduler says (a wait that runs out is a poll),
 /// and hands it every event that arrived, each burst as a whole, so that a burst of
 /// notifications costs one claim. It decides nothing itself and never waits for the database;

@@ -1,6 +1,6 @@
 //! The runtime's scheduling decisions (SPEC W1, W4, Q13), apart from their effects: a plain
 //! state machine with no thread, no channel, no database and no clock of its own. The
-//! scheduling thread (`occ-schedule`, `runtime::coordinate`) hands it each event with the time
+//! scheduling thread (`occ-claim`, `runtime::coordinate`) hands it each event with the time
 //! it was received (`Scheduler::handle`), asks it what to do once nothing more is waiting
 //! (`Scheduler::decide`), and executes the `Command`s it gets back. It must never block, send,
 //! sleep or read the clock: everything it knows comes in an `Event` or a `now` argument.

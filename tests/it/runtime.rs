@@ -635,7 +635,7 @@ fn health_endpoints_answer() {
         "occ-http",
         "occ-listen",
         "occ-publish-0",
-        "occ-schedule",
+        "occ-claim",
         "occ-signal",
         "occ-work-0",
     ] {
@@ -904,7 +904,7 @@ impl Write for PanicOnStopping {
     }
 }
 
-// W4: a panic on the claim thread (`occ-schedule`, the scheduling thread) is not a clean stop:
+// W4: a panic on the claim thread (`occ-claim`, the scheduling thread) is not a clean stop:
 // every thread is joined and `Worker::run` fails, so the process exits non-zero.
 #[test]
 fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
@@ -928,7 +928,7 @@ fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
     let e = result.expect_err("a panicked scheduling thread fails the run");
     assert!(
         e.to_string()
-            .contains("scheduling thread (occ-schedule) panicked"),
+            .contains("scheduling thread (occ-claim) panicked"),
         "{e}"
     );
 }
