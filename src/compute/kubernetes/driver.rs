@@ -12,8 +12,9 @@
 //! stays pending until their Pods are gone; `retire_revision` deletes them;
 //! `delete_namespace` deletes what the driver created.
 //!
-//! Guarantees: every request checks the pass's cancel token first and is bounded by the
-//! remaining lease (`client`); waits are observations that come back pending, never loops
+//! Guarantees: every request checks the pass's cancel token first, is bounded by
+//! `OCC_COMPUTE_REQUEST_TIMEOUT_MS` and is aborted when the claim is lost (`client`,
+//! `compute::abortable`); waits are observations that come back pending, never loops
 //! inside a pass; the driver never modifies or deletes an object without its installation's
 //! labels, and never deletes an adopted namespace. Secret values are never read: workloads
 //! reference Secrets by `secretKeyRef`.
