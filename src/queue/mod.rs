@@ -41,6 +41,21 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// The operation's name on `worker.completed` (SPEC W7x): the seed's dotted names, a
+    /// maintenance pass included under its revision's reconciliation. `as_str` stays the
+    /// `work.operation` value and the metric label.
+    pub fn event_name(self) -> &'static str {
+        match self {
+            Operation::NamespaceEnsure => "namespace.ensure",
+            Operation::NamespaceDelete => "namespace.delete",
+            Operation::AgentStop => "agent.stop",
+            Operation::AgentDelete => "agent.delete",
+            Operation::RevisionReconcile | Operation::RevisionMaintenance => {
+                "agent_revision.reconcile"
+            }
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::NamespaceEnsure => "namespace_ensure",

@@ -270,7 +270,7 @@ fn z5_a_draining_stop_defers_on_its_cadence_and_logs_its_first_yield_then_its_en
             e
         })
         .collect();
-    let base = json!({"event": "worker.completed", "workId": key, "operation": "agent_stop", "namespaceId": "ns1",
+    let base = json!({"event": "worker.completed", "workId": key, "operation": "agent.stop", "namespaceId": "ns1",
                       "agentId": f.agent});
     let with = |extra: Value| {
         let mut e = base.clone();
@@ -789,7 +789,7 @@ fn z10_namespace_reasons_need_a_failure() {
     let completed: Vec<Value> = events
         .named("worker.completed")
         .into_iter()
-        .filter(|e| e["operation"] == "namespace_ensure")
+        .filter(|e| e["operation"] == "namespace.ensure")
         .collect();
     assert_eq!(completed.len(), 2, "{completed:?}");
     assert_eq!(completed[1]["code"], "NAMESPACE_RECONCILED");
@@ -908,4 +908,99 @@ fn z5_a_failing_deployment_waits_for_its_yielded_predecessors_drain() {
         "{}",
         completed[0]
     );
+}
+
+#[test]
+fn w7x_worker_completed_names_the_operation_as_the_seed_does() {
+    // SPEC W7x (seed 004 801-821): the seed's dotted names, a maintenance key under its
+    // revision's reconciliation; `work.operation` keeps its own.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(200)),
+        ..ScriptedDriver::default()
+    });
+    let rev = crate::agent::deploy(&mut f.db.client(), &f.agent);
+    let maintained = |c: &mut Client| {
+        c.query_one(
+            "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'succeeded'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            > 0
+    };
+    let events = run_captured(&f.db, driver.clone(), Opts::default(), maintained);
+    let operations = |name: &str| -> Vec<String> {
+        events
+            .named("worker.completed")
+            .into_iter()
+            .filter(|e| e["workId"].as_str().is_some_and(|k| k.starts_with(name)))
+            .map(|e| e["operation"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(operations(&key(&rev)), ["agent_revision.reconcile"]);
+    let maintenance = operations(&format!("agent_revision:{rev}:maintenance:"));
+    assert!(!maintenance.is_empty());
+    assert!(maintenance.iter().all(|o| o == "agent_revision.reconcile"));
+    let mut c = f.db.client();
+    let stop_key = stop(&mut c, &f.agent, "admin");
+    let events = run_captured(&f.db, driver, Opts::default(), quiet);
+    let stopped = about(&events, "worker.completed", &stop_key);
+    assert_eq!(stopped.last().unwrap()["operation"], "agent.stop");
+    let column: String = c
+        .query_one(
+            "SELECT operation FROM occ.work WHERE idempotency_key = $1",
+            &[&stop_key],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(column, "agent_stop");
+}
+
+#[test]
+fn z8_a_denied_stop_and_deletion_carry_a_hint_and_nothing_else_does() {
+    // SPEC Z8 (seed 004 702-712): `hintCode` on the permanent outcome of a mapped code of an
+    // Agent stop or deletion, and on nothing else.
+    let f = fixture();
+    let driver = Arc::new(ScriptedDriver::new());
+    deployed(&f, &driver);
+    let mut c = f.db.client();
+    crate::agent::user(&mut c, "bob", "namespace-admin");
+    let stop_key = stop(&mut c, &f.agent, "bob");
+    c.execute("SELECT occ.agent_delete('ns1', $1, 'bob')", &[&f.agent])
+        .unwrap();
+    c.execute(
+        "DELETE FROM occ.iam_bindings WHERE principal_id = 'bob'",
+        &[],
+    )
+    .unwrap();
+    let events = run_captured(&f.db, driver, Opts::default(), quiet);
+    let delete_key = format!("agent:{}:delete", f.agent);
+    for (key, operation) in [(&stop_key, "agent.stop"), (&delete_key, "agent.delete")] {
+        let done = about(&events, "worker.completed", key);
+        let last = done.last().unwrap();
+        assert_eq!(
+            (
+                &last["operation"],
+                &last["outcome"],
+                &last["code"],
+                &last["hintCode"]
+            ),
+            (
+                &json!(operation),
+                &json!("permanent"),
+                &json!("AUTHORIZATION_DENIED"),
+                &json!("GRANT_AND_REPLAY")
+            ),
+            "{last}"
+        );
+        assert_eq!(work(&mut c, key).1.as_deref(), Some("AUTHORIZATION_DENIED"));
+    }
+    // Every other completion (the deployment's, every success) carries none.
+    let hinted: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e.get("hintCode").is_some())
+        .collect();
+    assert_eq!(hinted.len(), 2, "{hinted:?}");
 }
