@@ -737,6 +737,46 @@ pub struct WorkView {
     pub completed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Value>,
+    /// What an operator does next about a failed Agent stop or deletion (SPEC Z8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint_code: Option<&'static str>,
+    /// `hint_code` as a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<&'static str>,
+}
+
+/// SPEC Z8: the hint for a permanent outcome `code` of an Agent stop or deletion, when the table
+/// maps it; none for any other operation or code.
+pub fn hint_code(operation: Operation, code: &str) -> Option<&'static str> {
+    if !matches!(operation, Operation::AgentStop | Operation::AgentDelete) {
+        return None;
+    }
+    match code {
+        "AUTHORIZATION_DENIED" => Some("GRANT_AND_REPLAY"),
+        "ACTOR_REVOKED" => Some("REPLAY_AS_CURRENT_OPERATOR"),
+        "COMPUTE_DRIVER_MISMATCH" => Some("SELECT_ORIGINAL_COMPUTE_DRIVER"),
+        "CREDENTIAL_DELETION_UNSUPPORTED" => Some("REMOVE_RUNTIME_CREDENTIALS_MANUALLY"),
+        _ => None,
+    }
+}
+
+/// A hint code as the sentence `admin work show` prints.
+pub fn hint_sentence(hint: &str) -> Option<&'static str> {
+    Some(match hint {
+        "GRANT_AND_REPLAY" => {
+            "grant the actor the permission it lacked, then run the same command again"
+        }
+        "REPLAY_AS_CURRENT_OPERATOR" => {
+            "the actor was revoked: run the same command again as a current operator"
+        }
+        "SELECT_ORIGINAL_COMPUTE_DRIVER" => {
+            "run a worker with the Compute Driver that deployed the Agent, then run the command again"
+        }
+        "REMOVE_RUNTIME_CREDENTIALS_MANUALLY" => {
+            "this Compute Driver cannot delete the Agent's runtime credentials: remove them by hand"
+        }
+        _ => return None,
+    })
 }
 
 fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
@@ -756,6 +796,23 @@ fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
         available_at: row.get(12),
         completed_at: row.get(13),
         evidence: if with_evidence { row.get(14) } else { None },
+        hint_code: None,
+        hint: None,
+    }
+    .with_hint()
+}
+
+impl WorkView {
+    /// The hint of a work that failed for good with a mapped code (SPEC Z8).
+    fn with_hint(mut self) -> WorkView {
+        let failed = self.state == "failed_permanent";
+        let hint = match (failed, Operation::parse(&self.operation), &self.reason_code) {
+            (true, Some(operation), Some(code)) => hint_code(operation, code),
+            _ => None,
+        };
+        self.hint_code = hint;
+        self.hint = hint.and_then(hint_sentence);
+        self
     }
 }
 

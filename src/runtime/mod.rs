@@ -853,22 +853,6 @@ fn conclude(ctx: &Context, records: &Records, pass: &RanPass, result: PassResult
     ctx.events.emit(name, fields);
 }
 
-/// SPEC Z8: what an operator does next about a permanent outcome of an Agent stop or deletion,
-/// for the codes the table maps; nothing for any other outcome or code.
-fn hint_code(operation: queue::Operation, report: &Report) -> Option<&'static str> {
-    use queue::Operation::{AgentDelete, AgentStop};
-    if report.outcome != Outcome::Permanent || !matches!(operation, AgentStop | AgentDelete) {
-        return None;
-    }
-    match report.code.as_str() {
-        "AUTHORIZATION_DENIED" => Some("GRANT_AND_REPLAY"),
-        "ACTOR_REVOKED" => Some("REPLAY_AS_CURRENT_OPERATOR"),
-        "COMPUTE_DRIVER_MISMATCH" => Some("SELECT_ORIGINAL_COMPUTE_DRIVER"),
-        "CREDENTIAL_DELETION_UNSUPPORTED" => Some("REMOVE_RUNTIME_CREDENTIALS_MANUALLY"),
-        _ => None,
-    }
-}
-
 /// Says how a pass that published (or was refused by its publication) ended: `worker.completed`
 /// (a draining stop's yield at most once a minute, Z5), `worker.pass-error` when it did not
 /// succeed, its deploy timings (Z9), and the health beat (Z7).
@@ -906,7 +890,9 @@ fn completed(
         fields["result"] = json!(classified.as_str());
         fields["outcome"] = json!(outcome);
         fields["code"] = json!(report.code);
-        if let Some(hint) = hint_code(claim.operation, &report) {
+        // SPEC Z8: what an operator does next about a permanent outcome.
+        let hint = queue::hint_code(claim.operation, &report.code);
+        if let (Outcome::Permanent, Some(hint)) = (report.outcome, hint) {
             fields["hintCode"] = json!(hint);
         }
         fields["timings"] = json!({"passMs": elapsed.as_millis() as u64});

@@ -995,7 +995,19 @@ fn z8_a_denied_stop_and_deletion_carry_a_hint_and_nothing_else_does() {
             "{last}"
         );
         assert_eq!(work(&mut c, key).1.as_deref(), Some("AUTHORIZATION_DENIED"));
+        // `admin work show` says it as a sentence.
+        let shown = occ_worker::queue::work_show(&mut c, key).unwrap().unwrap();
+        assert_eq!(shown.hint_code, Some("GRANT_AND_REPLAY"));
+        assert_eq!(
+            shown.hint,
+            Some("grant the actor the permission it lacked, then run the same command again")
+        );
     }
+    let deployed_work = occ_worker::queue::work_list(&mut c, None, None, 100).unwrap();
+    assert!(deployed_work
+        .iter()
+        .filter(|w| w.key != stop_key && w.key != delete_key)
+        .all(|w| w.hint.is_none()));
     // Every other completion (the deployment's, every success) carries none.
     let hinted: Vec<Value> = events
         .named("worker.completed")
