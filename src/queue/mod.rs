@@ -745,38 +745,46 @@ pub struct WorkView {
     pub hint: Option<&'static str>,
 }
 
-/// SPEC Z8: the hint for a permanent outcome `code` of an Agent stop or deletion, when the table
-/// maps it; none for any other operation or code.
-pub fn hint_code(operation: Operation, code: &str) -> Option<&'static str> {
+/// SPEC Z8's table: a permanent outcome's code, the hint an operator is given, and that hint
+/// as the sentence `admin work show` prints.
+const HINTS: [(&str, &str, &str); 4] = [
+    (
+        "AUTHORIZATION_DENIED",
+        "GRANT_AND_REPLAY",
+        "grant the actor the permission it lacked, then run the same command again",
+    ),
+    (
+        "ACTOR_REVOKED",
+        "REPLAY_AS_CURRENT_OPERATOR",
+        "the actor was revoked: run the same command again as a current operator",
+    ),
+    (
+        "COMPUTE_DRIVER_MISMATCH",
+        "SELECT_ORIGINAL_COMPUTE_DRIVER",
+        "run a worker with the Compute Driver that deployed the Agent, then run the command again",
+    ),
+    (
+        "CREDENTIAL_DELETION_UNSUPPORTED",
+        "REMOVE_RUNTIME_CREDENTIALS_MANUALLY",
+        "this Compute Driver cannot delete the Agent's runtime credentials: remove them by hand",
+    ),
+];
+
+/// SPEC Z8: the hint code and sentence for a permanent outcome `code` of an Agent stop or
+/// deletion, when the table maps it; none for any other operation or code.
+fn hint(operation: Operation, code: &str) -> Option<(&'static str, &'static str)> {
     if !matches!(operation, Operation::AgentStop | Operation::AgentDelete) {
         return None;
     }
-    match code {
-        "AUTHORIZATION_DENIED" => Some("GRANT_AND_REPLAY"),
-        "ACTOR_REVOKED" => Some("REPLAY_AS_CURRENT_OPERATOR"),
-        "COMPUTE_DRIVER_MISMATCH" => Some("SELECT_ORIGINAL_COMPUTE_DRIVER"),
-        "CREDENTIAL_DELETION_UNSUPPORTED" => Some("REMOVE_RUNTIME_CREDENTIALS_MANUALLY"),
-        _ => None,
-    }
+    HINTS
+        .iter()
+        .find(|(mapped, _, _)| *mapped == code)
+        .map(|(_, hint, sentence)| (*hint, *sentence))
 }
 
-/// A hint code as the sentence `admin work show` prints.
-pub fn hint_sentence(hint: &str) -> Option<&'static str> {
-    Some(match hint {
-        "GRANT_AND_REPLAY" => {
-            "grant the actor the permission it lacked, then run the same command again"
-        }
-        "REPLAY_AS_CURRENT_OPERATOR" => {
-            "the actor was revoked: run the same command again as a current operator"
-        }
-        "SELECT_ORIGINAL_COMPUTE_DRIVER" => {
-            "run a worker with the Compute Driver that deployed the Agent, then run the command again"
-        }
-        "REMOVE_RUNTIME_CREDENTIALS_MANUALLY" => {
-            "this Compute Driver cannot delete the Agent's runtime credentials: remove them by hand"
-        }
-        _ => return None,
-    })
+/// The hint code of `hint` (what `worker.completed` carries).
+pub fn hint_code(operation: Operation, code: &str) -> Option<&'static str> {
+    hint(operation, code).map(|(hint, _)| hint)
 }
 
 fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
@@ -807,11 +815,11 @@ impl WorkView {
     fn with_hint(mut self) -> WorkView {
         let failed = self.state == "failed_permanent";
         let hint = match (failed, Operation::parse(&self.operation), &self.reason_code) {
-            (true, Some(operation), Some(code)) => hint_code(operation, code),
+            (true, Some(operation), Some(code)) => hint(operation, code),
             _ => None,
         };
-        self.hint_code = hint;
-        self.hint = hint.and_then(hint_sentence);
+        self.hint_code = hint.map(|(code, _)| code);
+        self.hint = hint.map(|(_, sentence)| sentence);
         self
     }
 }

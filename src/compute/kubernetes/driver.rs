@@ -421,15 +421,22 @@ impl KubernetesDriver {
         resource: &str,
         cancel: &CancelToken,
     ) -> Result<bool, ComputeError> {
-        let Some(current) = self
-            .client
-            .get(path, cancel)
-            .map_err(|e| fail(e, resource))?
-        else {
+        self.delete_owned_if(path, installation_id, resource, |_| true, cancel)
+    }
+
+    /// `delete_owned` of an object that also passes `wanted`; an owned object that does not
+    /// is kept. Answers whether it was deleted.
+    fn delete_owned_if(
+        &self,
+        path: &str,
+        installation_id: &str,
+        resource: &str,
+        wanted: impl FnOnce(&Value) -> bool,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
+        let current = self.get_owned(path, installation_id, resource, cancel)?;
+        if !current.is_some_and(|c| wanted(&c)) {
             return Ok(false);
-        };
-        if !owned(&current, installation_id) {
-            return Err(not_owned());
         }
         self.forget(path);
         self.client
@@ -1212,16 +1219,13 @@ impl ComputeDriver for KubernetesDriver {
             return Ok(());
         };
         let installation = &revision.installation_id;
-        let gateway = Self::gateway_path(revision, &namespace);
-        let serves = self
-            .get_owned(&gateway, installation, "deployments", cancel)?
-            .is_some_and(|g| Self::runs(&g, revision));
-        if serves {
-            self.forget(&gateway);
-            self.client
-                .delete(&gateway, Some("Background"), cancel)
-                .map_err(|e| fail(e, "deployments"))?;
-        }
+        self.delete_owned_if(
+            &Self::gateway_path(revision, &namespace),
+            installation,
+            "deployments",
+            |gateway| Self::runs(gateway, revision),
+            cancel,
+        )?;
         if revision.harness_mode == "dedicated" {
             let name = names::revision_object_name(&revision.agent_id, revision.revision);
             for (path, resource) in [
@@ -1290,12 +1294,13 @@ impl ComputeDriver for KubernetesDriver {
         Ok(())
     }
 
-    /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
-    /// first (exclusive replacement).
+    /// A production worker runs dedicated Codex and embedded OpenClaw only.
     fn accepts_harness(&self, harness_id: &str, mode: &str) -> bool {
         !self.production || crate::compute::PRODUCTION_HARNESSES.contains(&(harness_id, mode))
     }
 
+    /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
+    /// first (exclusive replacement).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
         revision.harness_mode == "dedicated"
     }
