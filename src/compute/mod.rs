@@ -715,8 +715,7 @@ pub trait ComputeDriver: Send + Sync {
     /// Whether every earlier runtime must be stopped before this revision is prepared (R8).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool;
     /// Whether this driver runs a harness id in a mode at all: a pure check, no request. A
-    /// production Kubernetes worker runs dedicated `codex` and embedded `openclaw` only
-    ///.
+    /// production Kubernetes worker runs dedicated `codex` and embedded `openclaw` only.
     fn accepts_harness(&self, _harness_id: &str, _mode: &str) -> bool {
         true
     }

@@ -511,8 +511,7 @@ impl Reconciler for AgentStop {
     }
 
     /// A later deployment may have asked for `running` again while the last stop ran: the
-    /// stop is then `STOP_SUPERSEDED` and the active pointer it would have cleared stays
-    ///.
+    /// stop is then `STOP_SUPERSEDED` and the active pointer it would have cleared stays.
     fn settle(
         &self,
         tx: &mut crate::db::Tx<'_>,

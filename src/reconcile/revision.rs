@@ -269,8 +269,8 @@ impl RevisionReconciler {
         {
             return Ok(Some(Report::permanent("INVALID_ADMITTED_REVISION")));
         }
-        // The catalog's exact version for this Harness and mode, decided again every pass
-        //: a version approved after admission refuses this revision.
+        // The catalog's exact version for this Harness and mode, decided again every pass: a
+        // version approved after admission refuses this revision.
         let approved: Option<String> = {
             let mut db = pass.db()?;
             db.query_opt(
@@ -481,8 +481,8 @@ impl RevisionReconciler {
 
     /// R9's stop of a candidate refused with `refusal`.
     ///
-    /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready
-    ///. Beside an active revision a non-exclusive (embedded) candidate is
+    /// Only the candidate's own reconcile work stops it, and only while its Namespace is ready.
+    /// Beside an active revision a non-exclusive (embedded) candidate is
     /// left alone, since it may own the Agent's shared Gateway route; one that Compute never
     /// prepared has nothing to stop. A failed stop becomes a `REFUSED_CANDIDATE_STOP_PENDING`
     /// wait that keeps the refusal for the next pass.
@@ -534,8 +534,7 @@ impl RevisionReconciler {
         })
     }
 
-    /// The permanent report that publishes a stored refusal once its candidate is stopped
-    ///.
+    /// The permanent report that publishes a stored refusal once its candidate is stopped.
     fn stored_refusal(&self, pass: &Pass<'_>, refusal: &str) -> Report {
         let report = Report::permanent(refusal);
         if refusal == "CONVERGENCE_DEADLINE_EXCEEDED" {
@@ -968,8 +967,7 @@ impl RevisionReconciler {
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
             }
-            // Before the first pointer commit of a dedicated Agent its route serves nothing
-            //.
+            // Before the first pointer commit of a dedicated Agent its route serves nothing.
             if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
                 try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }
@@ -1221,8 +1219,7 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             // Only a denial is audited on failure; the work row's code and the status view say
-            // the rest. A refusal ends a maintenance chain
-            //.
+            // the rest. A refusal ends a maintenance chain.
             Facts::Denied(denial) => {
                 if report.outcome == Outcome::Permanent {
                     denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report, denial)?;

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 /// At most this many keys per map.
 pub const MAX_RECORDS: usize = 256;
 
-/// After the first yield of a work, at most one `worker.completed` line per this interval
-///.
+/// After the first yield of a work, at most one `worker.completed` line per this interval.
 pub const STOP_YIELD_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// A map of at most `MAX_RECORDS` keys that drops its oldest key to make room.
