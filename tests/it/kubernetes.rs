@@ -1717,15 +1717,25 @@ fn c3_the_client_side_rate_limit_spaces_requests() {
     }
 }
 
+/// The next `times` creates under `collection` are answered by `action`.
+fn inject_posts(w: &AgentWorld, collection: String, times: usize, action: Action) {
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: collection,
+        times,
+        action,
+    });
+}
+
 #[test]
 fn r10_a_503_defers_as_dependency_unavailable_and_refunds_the_attempt() {
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
-        times: 1,
-        action: Action::Status(503),
-    });
+    inject_posts(
+        &w,
+        format!("{APPS}/namespaces/{NS1}/deployments"),
+        1,
+        Action::Status(503),
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
@@ -1748,12 +1758,12 @@ fn r10_a_503_defers_as_dependency_unavailable_and_refunds_the_attempt() {
 #[test]
 fn r10_a_quota_403_is_pending_not_a_permanent_refusal() {
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{CORE}/namespaces/{NS1}/persistentvolumeclaims"),
-        times: 2,
-        action: Action::QuotaExceeded,
-    });
+    inject_posts(
+        &w,
+        format!("{CORE}/namespaces/{NS1}/persistentvolumeclaims"),
+        2,
+        Action::QuotaExceeded,
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
@@ -1788,12 +1798,12 @@ fn r10_a_quota_403_is_pending_not_a_permanent_refusal() {
 #[test]
 fn r10_a_401_retries_within_the_budget() {
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
-        times: 1,
-        action: Action::Status(401),
-    });
+    inject_posts(
+        &w,
+        format!("{APPS}/namespaces/{NS1}/deployments"),
+        1,
+        Action::Status(401),
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
@@ -1815,12 +1825,12 @@ fn r10_a_403_that_stays_retries_within_the_budget_then_fails_naming_the_resource
     // 403 may be a grant still propagating, so it retries (DEPENDENCY_UNAVAILABLE) within the
     // attempt budget (5 here) and then fails with the refusal's own code.
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
-        times: 10,
-        action: Action::Status(403),
-    });
+    inject_posts(
+        &w,
+        format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
+        10,
+        Action::Status(403),
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     let events =
@@ -1895,12 +1905,12 @@ fn r10_a_403_right_after_a_rolebinding_change_retries_and_the_deployment_goes_on
     // Seed 004 4676-4686: a grant that has not reached the API server yet refuses a few
     // requests; the deployment retries within its budget and activates once it has.
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
-        times: 2,
-        action: Action::Status(403),
-    });
+    inject_posts(
+        &w,
+        format!("{CORE}/namespaces/{NS1}/serviceaccounts"),
+        2,
+        Action::Status(403),
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
@@ -1915,12 +1925,12 @@ fn r10_a_403_right_after_a_rolebinding_change_retries_and_the_deployment_goes_on
 #[test]
 fn r10_a_422_is_permanent() {
     let w = agent_world();
-    w.kube.fake.inject(Inject {
-        method: Some("POST"),
-        path_prefix: format!("{APPS}/namespaces/{NS1}/deployments"),
-        times: 10,
-        action: Action::Status(422),
-    });
+    inject_posts(
+        &w,
+        format!("{APPS}/namespaces/{NS1}/deployments"),
+        10,
+        Action::Status(422),
+    );
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
