@@ -55,6 +55,9 @@ pub struct Config {
     pub kubernetes_config: Option<std::path::PathBuf>,
     /// The kubeconfig context (`OCC_KUBERNETES_CONTEXT`); the current context when absent.
     pub kubernetes_context: Option<String>,
+    /// The Installation configuration file (`OCC_INSTALLATION_CONFIG`, `installation`):
+    /// nothing selected when absent.
+    pub installation_config: Option<std::path::PathBuf>,
     /// The Secret Driver this worker provides (`OCC_SECRET_DRIVER`, SPEC Z4); start-up checks
     /// it is the one the Installation selects.
     pub secret_driver: String,
@@ -170,6 +173,11 @@ pub const VARIABLES: &[Variable] = &[
         name: "OCC_KUBERNETES_CONTEXT",
         unset: Unset::Means("the kubeconfig's current context"),
         help: "The kubeconfig context to use",
+    },
+    Variable {
+        name: "OCC_INSTALLATION_CONFIG",
+        unset: Unset::Means("no lifecycle hook, Sandbox Driver or Credential Gateway selected"),
+        help: "The Installation configuration file (JSON: lifecycleHooks, sandbox, sandboxNetworkPolicyCeiling, credentialGateway; docs/operating.md)",
     },
 ];
 
@@ -350,6 +358,7 @@ impl Config {
             ));
         }
         let kubernetes_context = get("OCC_KUBERNETES_CONTEXT").map(|c| c.trim().to_string());
+        let installation_config = get("OCC_INSTALLATION_CONFIG").map(std::path::PathBuf::from);
         let pool_raw = value("OCC_DOCKER_SUBNET_POOL").unwrap_or_default();
         let docker_subnet_pool = pool_raw.parse::<SubnetPool>().map_err(|problem| {
             err(
@@ -401,6 +410,7 @@ impl Config {
             docker_subnet_pool,
             kubernetes_config,
             kubernetes_context,
+            installation_config,
             secret_driver,
         })
     }

@@ -12,6 +12,7 @@ pub mod db;
 pub mod events;
 pub mod health;
 pub mod iam;
+pub mod installation;
 pub mod metrics;
 pub mod migrate;
 pub mod operator;

@@ -11,7 +11,9 @@ fn main() -> ExitCode {
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("occ-worker: {e}");
+            for line in e.to_string().lines() {
+                eprintln!("occ-worker: {line}");
+            }
             ExitCode::from(e.exit_code())
         }
     }

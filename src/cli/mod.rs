@@ -69,11 +69,14 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// A command failure: one line, and the exit code it maps to.
+/// A command failure: one line (or one line per problem, `config_lines`), and the exit code
+/// it maps to.
 #[derive(Debug)]
 pub struct CliError {
     message: String,
     code: u8,
+    /// The message holds several problems, one per line.
+    several: bool,
 }
 
 impl CliError {
@@ -81,6 +84,7 @@ impl CliError {
         CliError {
             message: message.into(),
             code: 1,
+            several: false,
         }
     }
 
@@ -89,6 +93,20 @@ impl CliError {
         CliError {
             message: message.into(),
             code: 2,
+            several: false,
+        }
+    }
+
+    /// Invalid configuration with several problems, each one line of its own (exit 2).
+    pub fn config_lines(lines: impl IntoIterator<Item = String>) -> CliError {
+        CliError {
+            message: lines
+                .into_iter()
+                .map(|l| l.replace('\n', " "))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            code: 2,
+            several: true,
         }
     }
 
@@ -99,8 +117,12 @@ impl CliError {
 
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // One line, always.
-        f.write_str(&self.message.replace('\n', " "))
+        // One line per problem, always.
+        if self.several {
+            f.write_str(&self.message)
+        } else {
+            f.write_str(&self.message.replace('\n', " "))
+        }
     }
 }
 

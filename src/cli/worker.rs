@@ -6,11 +6,12 @@ use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::{
     client::Client, connection, settings::Settings, KubernetesDriver,
 };
-use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
+use occ_worker::compute::{docker::DockerDriver, hooks, ComputeDriver};
 use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::db::error_chain;
 use occ_worker::events::Events;
 use occ_worker::health::{HealthOptions, HealthServer};
+use occ_worker::installation::Installation;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{probe, Context, Registry};
@@ -48,6 +49,8 @@ struct Started {
     installation_id: String,
     compute: Arc<dyn ComputeDriver>,
     events: Events,
+    /// The Installation configuration file's selections (`OCC_INSTALLATION_CONFIG`).
+    installation: Installation,
     /// The codes of the Compute preflight's warnings (logged; `check` fails on any).
     preflight_warnings: Vec<String>,
     /// Bounds every database wait of this process (W5). Last, so it outlives the pool when
@@ -148,6 +151,19 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         ),
         DriverKind::Kubernetes => Arc::new(kubernetes_driver(&config)?),
     };
+    // The Installation's other drivers, before preflight: the hooks go to Compute (SPEC H1, H2).
+    let installation = match &config.installation_config {
+        Some(path) => Installation::load(path, config.compute_driver).map_err(|e| {
+            CliError::config_lines(
+                e.to_string()
+                    .lines()
+                    .map(|line| format!("invalid configuration: {line}")),
+            )
+        })?,
+        None => Installation::default(),
+    };
+    hooks::attach(&*compute, &installation)
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
     // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
         let target = match config.compute_driver {
@@ -173,6 +189,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         installation_id,
         compute,
         events,
+        installation,
         preflight_warnings,
     })
 }
@@ -207,6 +224,12 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
         "computeDriver": s.compute.id(),
         "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
+        "lifecycleHooks": s.installation.lifecycle_hooks.iter()
+            .map(|h| json!({"driver": h.driver.as_str(), "url": h.url,
+                "phases": h.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>()}))
+            .collect::<Vec<_>>(),
+        "sandboxDriverId": s.installation.sandbox.as_ref().map(|s| &s.id),
+        "credentialGatewayId": s.installation.credential_gateway.as_ref().map(|g| &g.id),
         "preflightWarnings": s.preflight_warnings,
     }));
     if warned {

@@ -30,6 +30,7 @@ mod unix;
 pub use super::subnet::{Ipv4Cidr, MemoryLedger, SubnetPool, SubnetPoolError};
 
 use super::*;
+use crate::installation::Phase;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
@@ -71,6 +72,9 @@ pub struct DockerDriver {
     subnet_pool: SubnetPool,
     /// Reservations of `ensure_namespace` calls made without a ledger (no database).
     local_ledger: MemoryLedger,
+    /// The Installation's lifecycle hooks: the Namespace phases only, Docker runs no workload
+    /// (SPEC H3, C2).
+    hooks: hooks::HookSlot,
 }
 
 /// One answer from the daemon, body read in full (never logged).
@@ -172,6 +176,7 @@ impl DockerDriver {
             api_prefix: OnceLock::new(),
             subnet_pool: SubnetPool::default(),
             local_ledger: MemoryLedger::default(),
+            hooks: hooks::HookSlot::default(),
         })
     }
 
@@ -188,6 +193,17 @@ impl DockerDriver {
         DockerDriver {
             subnet_pool: pool,
             ..self
+        }
+    }
+
+    /// What the hooks are asked about a Namespace.
+    fn namespace_subject<'a>(&'a self, namespace: &'a NamespaceSpec) -> hooks::HookSubject<'a> {
+        hooks::HookSubject {
+            installation_id: &namespace.installation_id,
+            namespace_id: &namespace.namespace_id,
+            agent_id: None,
+            revision_id: None,
+            compute_driver_id: self.id(),
         }
     }
 
@@ -594,6 +610,13 @@ impl ComputeDriver for DockerDriver {
         if removed && self.list_networks(&api, &owned, cancel)?.len() > 1 {
             return Ok(pending("NETWORK_REMOVAL_PENDING"));
         }
+        // Otherwise ready: the hooks are the last word before it is reported so (SPEC H3).
+        self.hooks.run(
+            Phase::AfterNamespacePrepared,
+            &self.namespace_subject(namespace),
+            &[],
+            cancel,
+        )?;
         Ok(NamespaceObservation {
             namespace_id: namespace.namespace_id.clone(),
             complete: true,
@@ -616,10 +639,21 @@ impl ComputeDriver for DockerDriver {
         let api = self.api(cancel)?;
         // Ownership is this installation's label and the Namespace's, together.
         let owned = ownership(namespace);
-        for container in self.list_containers(&api, &owned, cancel)? {
+        let containers = self.list_containers(&api, &owned, cancel)?;
+        let networks = self.list_networks(&api, &owned, cancel)?;
+        if !containers.is_empty() || !networks.is_empty() {
+            // Before anything is deleted; a refusal keeps all of it (SPEC H3, H4).
+            self.hooks.run(
+                Phase::BeforeNamespaceDelete,
+                &self.namespace_subject(namespace),
+                &[],
+                cancel,
+            )?;
+        }
+        for container in containers {
             self.remove_container(&api, &container.id, cancel)?;
         }
-        for network in self.list_networks(&api, &owned, cancel)? {
+        for network in networks {
             self.remove_network(&api, &network.id, cancel)?;
         }
         let pending_reason = if !self.list_containers(&api, &owned, cancel)?.is_empty() {
@@ -707,6 +741,12 @@ impl ComputeDriver for DockerDriver {
 
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         false
+    }
+
+    /// The Namespace phases (SPEC H2, H3); Docker has no workload to hook.
+    fn set_lifecycle_hooks(&self, hooks: std::sync::Arc<hooks::LifecycleHooks>) -> bool {
+        self.hooks.set(hooks);
+        true
     }
 }
 

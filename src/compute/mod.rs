@@ -8,6 +8,7 @@
 
 pub mod abortable;
 pub mod docker;
+pub mod hooks;
 pub mod kubernetes;
 pub mod subnet;
 
@@ -425,16 +426,26 @@ pub struct ComputeError {
     status: Option<u16>,
     /// A provider reason code when the API gives one (Kubernetes Status reason).
     reason: Option<String>,
+    /// What else the driver said, when it said anything (boxed: the error stays small).
+    details: Option<Box<Details>>,
+}
+
+/// A `ComputeError`'s optional evidence; every field is bounded and safe to log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Details {
     /// The driver's description of a failed preparation (SPEC Z6).
-    diagnostic: Option<Box<PrepareDiagnostic>>,
+    diagnostic: Option<PrepareDiagnostic>,
     /// The driver's request diagnostic (SPEC Z12).
-    request: Option<Box<RequestDiagnostic>>,
+    request: Option<RequestDiagnostic>,
     /// The class of the first cleanup that failed after this failure (SPEC Z12): this error
     /// still decides the outcome.
     cleanup_class: Option<&'static str>,
     /// Where the driver could not connect: `scheme://host:port` of the API it talks to, never
     /// a path, query or credential.
-    endpoint: Option<Box<str>>,
+    endpoint: Option<String>,
+    /// The code a retry or wait keeps instead of `DEPENDENCY_UNAVAILABLE` (a lifecycle
+    /// hook's, SPEC H4).
+    retry_code: Option<String>,
 }
 
 impl ComputeError {
@@ -452,10 +463,7 @@ impl ComputeError {
             class,
             status,
             reason: None,
-            diagnostic: None,
-            request: None,
-            cleanup_class: None,
-            endpoint: None,
+            details: None,
         }
     }
 
@@ -465,10 +473,7 @@ impl ComputeError {
             class,
             status,
             reason: None,
-            diagnostic: None,
-            request: None,
-            cleanup_class: None,
-            endpoint: None,
+            details: None,
         }
     }
 
@@ -479,10 +484,7 @@ impl ComputeError {
             class,
             status: None,
             reason: None,
-            diagnostic: None,
-            request: None,
-            cleanup_class: None,
-            endpoint: None,
+            details: None,
         }
     }
 
@@ -501,10 +503,7 @@ impl ComputeError {
             class,
             status,
             reason: None,
-            diagnostic: None,
-            request: None,
-            cleanup_class: None,
-            endpoint: None,
+            details: None,
         }
     }
 
@@ -514,25 +513,41 @@ impl ComputeError {
             class: "cancelled",
             status: None,
             reason: None,
-            diagnostic: None,
-            request: None,
-            cleanup_class: None,
-            endpoint: None,
+            details: None,
         }
     }
 
-    /// Attaches a provider reason code (already bounded to a code-like token).
     /// The same error, naming the address the driver could not reach.
     pub fn with_endpoint(mut self, endpoint: &str) -> ComputeError {
-        self.endpoint = Some(endpoint.into());
+        self.details_mut().endpoint = Some(endpoint.into());
         self
     }
 
     /// The address the driver could not reach, for a transport failure.
     pub fn endpoint(&self) -> Option<&str> {
-        self.endpoint.as_deref()
+        self.details.as_ref()?.endpoint.as_deref()
     }
 
+    fn details_mut(&mut self) -> &mut Details {
+        self.details.get_or_insert_with(Box::default)
+    }
+
+    /// The same error, retried or waited on with `code` instead of `DEPENDENCY_UNAVAILABLE`.
+    pub fn with_retry_code(mut self, code: &str) -> ComputeError {
+        self.details_mut().retry_code = Some(code.into());
+        self
+    }
+
+    /// The code a retry or a wait on this error carries (SPEC H4, R10).
+    pub fn retry_code(&self) -> &str {
+        self.details
+            .as_ref()
+            .and_then(|d| d.retry_code.as_deref())
+            .unwrap_or("DEPENDENCY_UNAVAILABLE")
+    }
+
+    /// Attaches a provider reason code, bounded to a code-like token (at most 64 letters,
+    /// digits and underscores).
     pub fn with_reason(mut self, reason: &str) -> ComputeError {
         let bounded: String = reason
             .chars()
@@ -547,32 +562,32 @@ impl ComputeError {
 
     /// Attaches the driver's description of a failed preparation (SPEC Z6).
     pub fn with_diagnostic(mut self, diagnostic: PrepareDiagnostic) -> ComputeError {
-        self.diagnostic = Some(Box::new(diagnostic));
+        self.details_mut().diagnostic = Some(diagnostic);
         self
     }
 
     /// Attaches the driver's request diagnostic (SPEC Z12).
     pub fn with_request(mut self, request: RequestDiagnostic) -> ComputeError {
-        self.request = Some(Box::new(request));
+        self.details_mut().request = Some(request);
         self
     }
 
     /// Records that a cleanup after this failure failed too, with its class (SPEC Z12).
     pub fn with_failed_cleanup(mut self, class: &'static str) -> ComputeError {
-        self.cleanup_class = Some(class);
+        self.details_mut().cleanup_class = Some(class);
         self
     }
 
     pub fn diagnostic(&self) -> Option<&PrepareDiagnostic> {
-        self.diagnostic.as_deref()
+        self.details.as_ref()?.diagnostic.as_ref()
     }
 
     pub fn request(&self) -> Option<&RequestDiagnostic> {
-        self.request.as_deref()
+        self.details.as_ref()?.request.as_ref()
     }
 
     pub fn cleanup_class(&self) -> Option<&'static str> {
-        self.cleanup_class
+        self.details.as_ref()?.cleanup_class
     }
 
     pub fn kind(&self) -> &ComputeErrorKind {
@@ -620,7 +635,7 @@ impl fmt::Display for ComputeError {
         if let Some(reason) = &self.reason {
             write!(f, ", reason {reason}")?;
         }
-        if let Some(endpoint) = &self.endpoint {
+        if let Some(endpoint) = self.endpoint() {
             write!(f, ", at {endpoint}")?;
         }
         write!(f, ")")
@@ -722,6 +737,12 @@ pub trait ComputeDriver: Send + Sync {
     /// The maintenance interval for active revisions, if the driver wants one (R11).
     fn maintenance_interval(&self) -> Option<Duration> {
         None
+    }
+    /// Takes the Installation's lifecycle hooks (SPEC H2), called once at start-up before any
+    /// other call; `false` when the driver runs no hooks, which stops start-up.
+    fn set_lifecycle_hooks(&self, hooks: std::sync::Arc<hooks::LifecycleHooks>) -> bool {
+        let _ = hooks;
+        false
     }
 }
 

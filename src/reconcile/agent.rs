@@ -354,8 +354,7 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
             report
         }
         ComputeErrorKind::TransientDependency if revision_work => {
-            let mut report =
-                Report::pending("DEPENDENCY_UNAVAILABLE", readiness_recheck(pass.age()));
+            let mut report = Report::pending(e.retry_code(), readiness_recheck(pass.age()));
             report.dependency_failure = true;
             report
         }
@@ -372,7 +371,8 @@ pub fn compute_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
             report.exhausted_code = Some(code.to_string());
             report
         }
-        _ => Report::retry("DEPENDENCY_UNAVAILABLE"),
+        // A lifecycle hook's retry keeps the hook's code (SPEC H4).
+        _ => Report::retry(e.retry_code()),
     };
     report.with_compute_error(e)
 }

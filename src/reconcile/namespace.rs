@@ -349,7 +349,7 @@ impl Reconciler for NamespaceReconciler {
                 ComputeErrorKind::TransientDependency
                 | ComputeErrorKind::Retryable
                 | ComputeErrorKind::Draining => {
-                    return Ok(Report::retry("DEPENDENCY_UNAVAILABLE")
+                    return Ok(Report::retry(e.retry_code())
                         .at(step)
                         .with_compute_error(&e));
                 }

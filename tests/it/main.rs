@@ -14,6 +14,8 @@ mod e2e;
 mod effects;
 mod harness;
 mod health;
+mod hook_server;
+mod hooks;
 mod iam;
 mod kube_e2e;
 mod kube_fake;

@@ -121,11 +121,12 @@ fn scratch_checkout() -> Scratch {
     std::fs::create_dir_all(checkout.join("target/debug")).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::symlink(root().join("scripts"), checkout.join("scripts")).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_occ-worker"),
-        checkout.join("target/debug/occ-worker"),
-    )
-    .unwrap();
+    for (bin, path) in [
+        ("occ-worker", env!("CARGO_BIN_EXE_occ-worker")),
+        ("occ-hook", env!("CARGO_BIN_EXE_occ-hook")),
+    ] {
+        std::os::unix::fs::symlink(path, checkout.join("target/debug").join(bin)).unwrap();
+    }
     Scratch {
         base,
         checkout,
@@ -213,6 +214,8 @@ fn the_readme_walk_throughs_run_as_written() {
         "\"status\":\"provisioning\"",
         "status: ready",
         "HARNESS_BINDING_UNSUPPORTED",
+        "status: deleting",
+        "\"phase\":\"beforeNamespaceDelete\"",
         "\"event\":\"worker.stopping\"",
         "\"event\":\"worker.stopped\"",
     ] {

@@ -33,13 +33,16 @@ use super::names::{
 use super::observe::{self, Rollout};
 use super::settings::Settings;
 use crate::cancel::CancelToken;
+use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
 use crate::compute::{
     AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
     RevisionObservation, RevisionSpec, RuntimeCredentials,
 };
+use crate::installation::Phase;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CORE: &str = "/api/v1";
@@ -103,6 +106,8 @@ pub struct KubernetesDriver {
     progress_deadline_seconds: u64,
     /// A production worker's driver runs `PRODUCTION_HARNESSES` only.
     production: bool,
+    /// The Installation's lifecycle hooks (SPEC H2, H3).
+    hooks: HookSlot,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -182,6 +187,38 @@ fn selector(pairs: &[(&str, String)]) -> String {
         .join(",")
 }
 
+/// The `beforeWorkloadStop` hooks of one stop or retirement (SPEC H3): asked once, just
+/// before the first write that takes the revision's workload down, and not at all when there is
+/// nothing left to take down. A refusal leaves every Pod running.
+struct BeforeStop<'a> {
+    driver: &'a KubernetesDriver,
+    revision: &'a RevisionSpec,
+    asked: std::cell::Cell<bool>,
+}
+
+impl<'a> BeforeStop<'a> {
+    fn new(driver: &'a KubernetesDriver, revision: &'a RevisionSpec) -> BeforeStop<'a> {
+        BeforeStop {
+            driver,
+            revision,
+            asked: std::cell::Cell::new(false),
+        }
+    }
+
+    fn ask(&self, cancel: &CancelToken) -> Result<(), ComputeError> {
+        if !self.asked.get() {
+            self.driver.hooks.run(
+                Phase::BeforeWorkloadStop,
+                &self.driver.workload_subject(self.revision),
+                &[],
+                cancel,
+            )?;
+            self.asked.set(true);
+        }
+        Ok(())
+    }
+}
+
 impl KubernetesDriver {
     pub fn new(client: Client, settings: Settings) -> KubernetesDriver {
         KubernetesDriver {
@@ -191,6 +228,7 @@ impl KubernetesDriver {
             known: Mutex::new(HashMap::new()),
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             production: false,
+            hooks: HookSlot::default(),
         }
     }
 
@@ -208,6 +246,45 @@ impl KubernetesDriver {
         KubernetesDriver {
             progress_deadline_seconds: (timeout.as_secs() + 60).min(i32::MAX as u64),
             ..self
+        }
+    }
+
+    /// What the hooks are asked about a revision's workload.
+    fn workload_subject<'a>(&'a self, revision: &'a RevisionSpec) -> HookSubject<'a> {
+        HookSubject {
+            installation_id: &revision.installation_id,
+            namespace_id: &revision.namespace_id,
+            agent_id: Some(&revision.agent_id),
+            revision_id: Some(&revision.revision_id),
+            compute_driver_id: self.id(),
+        }
+    }
+
+    /// The `beforeNamespaceDelete` hooks, before anything of the Namespace is deleted (SPEC
+    /// H3); a refusal keeps the Namespace as it is.
+    fn before_namespace_delete(
+        &self,
+        spec: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.hooks
+            .run(
+                Phase::BeforeNamespaceDelete,
+                &self.namespace_subject(spec),
+                &[],
+                cancel,
+            )
+            .map(drop)
+    }
+
+    /// What the hooks are asked about a Namespace.
+    fn namespace_subject<'a>(&'a self, spec: &'a NamespaceSpec) -> HookSubject<'a> {
+        HookSubject {
+            installation_id: &spec.installation_id,
+            namespace_id: &spec.namespace_id,
+            agent_id: None,
+            revision_id: None,
+            compute_driver_id: self.id(),
         }
     }
 
@@ -421,22 +498,26 @@ impl KubernetesDriver {
         resource: &str,
         cancel: &CancelToken,
     ) -> Result<bool, ComputeError> {
-        self.delete_owned_if(path, installation_id, resource, |_| true, cancel)
+        self.delete_owned_if(path, installation_id, resource, |_| true, None, cancel)
     }
 
     /// `delete_owned` of an object that also passes `wanted`; an owned object that does not
-    /// is kept. Answers whether it was deleted.
+    /// is kept. `before` is asked just before the delete. Answers whether it was deleted.
     fn delete_owned_if(
         &self,
         path: &str,
         installation_id: &str,
         resource: &str,
         wanted: impl FnOnce(&Value) -> bool,
+        before: Option<&BeforeStop<'_>>,
         cancel: &CancelToken,
     ) -> Result<bool, ComputeError> {
         let current = self.get_owned(path, installation_id, resource, cancel)?;
         if !current.is_some_and(|c| wanted(&c)) {
             return Ok(false);
+        }
+        if let Some(before) = before {
+            before.ask(cancel)?;
         }
         self.forget(path);
         self.client
@@ -460,7 +541,9 @@ impl KubernetesDriver {
             .map_err(|e| fail(e, "pods"))
     }
 
-    /// The revision's namespace and the workload it should run (its image must be configured).
+    /// The revision's namespace and the workload it should run (its image must be configured),
+    /// with the launch values the `beforeWorkloadStart` hooks answered: they are asked here,
+    /// before the workload is written, and a refusal writes nothing (SPEC H3-H5).
     fn desired_workload(
         &self,
         revision: &RevisionSpec,
@@ -479,10 +562,22 @@ impl KubernetesDriver {
             .to_string();
         let namespace =
             self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        let taken: Vec<&str> = revision
+            .secrets
+            .iter()
+            .map(|s| s.binding.as_str())
+            .collect();
+        let launch = self.hooks.run(
+            Phase::BeforeWorkloadStart,
+            &self.workload_subject(revision),
+            &taken,
+            cancel,
+        )?;
         let desired = manifests::workload(
             revision,
             &namespace,
             &image,
+            &launch,
             &self.settings,
             self.progress_deadline_seconds,
         )?;
@@ -588,12 +683,14 @@ impl KubernetesDriver {
         &self,
         revision: &RevisionSpec,
         path: &str,
+        before: &BeforeStop<'_>,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
         let workload = self.get_owned(path, &revision.installation_id, "deployments", cancel)?;
         if workload
             .is_some_and(|w| Self::runs(&w, revision) && w["spec"]["replicas"].as_i64() != Some(0))
         {
+            before.ask(cancel)?;
             self.client
                 .merge_patch(path, &json!({"spec": {"replicas": 0}}), cancel)
                 .map_err(|e| fail(e, "deployments"))?;
@@ -998,6 +1095,13 @@ impl ComputeDriver for KubernetesDriver {
                 Some("NAMESPACE_ROLEBINDING_PENDING"),
             ));
         }
+        // Otherwise ready: the hooks are the last word before it is reported so (SPEC H3).
+        self.hooks.run(
+            Phase::AfterNamespacePrepared,
+            &self.namespace_subject(spec),
+            &[],
+            cancel,
+        )?;
         Ok(Self::namespace_observation(spec, None))
     }
 
@@ -1022,7 +1126,11 @@ impl ComputeDriver for KubernetesDriver {
             // An adopted namespace is never deleted: only what the driver made inside it, and
             // then the ownership labels adoption added, so another Namespace (or a new one of
             // the same name) can adopt it again.
-            if observe::terminating(&current) || self.empty_adopted(spec, &name, cancel)? {
+            let terminating = observe::terminating(&current);
+            if !terminating {
+                self.before_namespace_delete(spec, cancel)?;
+            }
+            if terminating || self.empty_adopted(spec, &name, cancel)? {
                 self.release_adopted(spec, &path, &current, cancel)?;
                 self.namespaces.lock().remove(&spec.namespace_id);
                 return Ok(Self::namespace_observation(spec, None));
@@ -1039,6 +1147,7 @@ impl ComputeDriver for KubernetesDriver {
             return Ok(Self::namespace_observation(spec, None));
         }
         if !observe::terminating(&current) {
+            self.before_namespace_delete(spec, cancel)?;
             match self.client.delete(&path, Some("Background"), cancel) {
                 Ok(None) => return Ok(Self::namespace_observation(spec, None)),
                 Ok(Some(_)) => {}
@@ -1187,7 +1296,13 @@ impl ComputeDriver for KubernetesDriver {
         else {
             return Ok(());
         };
-        self.scale_down(revision, &Self::gateway_path(revision, &namespace), cancel)?;
+        let before = BeforeStop::new(self, revision);
+        self.scale_down(
+            revision,
+            &Self::gateway_path(revision, &namespace),
+            &before,
+            cancel,
+        )?;
         let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
         if revision.harness_mode == "dedicated" {
             let gateway_left = pods
@@ -1196,7 +1311,12 @@ impl ComputeDriver for KubernetesDriver {
             if gateway_left {
                 return Err(draining());
             }
-            self.scale_down(revision, &self.workload_path(revision, &namespace), cancel)?;
+            self.scale_down(
+                revision,
+                &self.workload_path(revision, &namespace),
+                &before,
+                cancel,
+            )?;
         }
         if pods.is_empty() {
             Ok(())
@@ -1219,11 +1339,13 @@ impl ComputeDriver for KubernetesDriver {
             return Ok(());
         };
         let installation = &revision.installation_id;
+        let before = BeforeStop::new(self, revision);
         self.delete_owned_if(
             &Self::gateway_path(revision, &namespace),
             installation,
             "deployments",
             |gateway| Self::runs(gateway, revision),
+            Some(&before),
             cancel,
         )?;
         if revision.harness_mode == "dedicated" {
@@ -1235,7 +1357,14 @@ impl ComputeDriver for KubernetesDriver {
                     "services",
                 ),
             ] {
-                self.delete_owned(&path, installation, resource, cancel)?;
+                self.delete_owned_if(
+                    &path,
+                    installation,
+                    resource,
+                    |_| true,
+                    Some(&before),
+                    cancel,
+                )?;
             }
         }
         Ok(())
@@ -1303,6 +1432,12 @@ impl ComputeDriver for KubernetesDriver {
     /// first (exclusive replacement).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
         revision.harness_mode == "dedicated"
+    }
+
+    /// All four phases (SPEC H2, H3).
+    fn set_lifecycle_hooks(&self, hooks: Arc<LifecycleHooks>) -> bool {
+        self.hooks.set(hooks);
+        true
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {

@@ -13,6 +13,7 @@ use super::names::{
 };
 use super::observe::HARNESS_CONTAINER;
 use super::settings::Settings;
+use crate::compute::hooks::LaunchValues;
 use crate::compute::{
     AgentSpec, ComputeError, ManagedAccountAuth, NamespaceSpec, RevisionSpec, SecretProjection,
 };
@@ -249,6 +250,7 @@ pub fn workload(
     revision: &RevisionSpec,
     namespace: &str,
     image: &str,
+    launch: &LaunchValues,
     settings: &Settings,
     progress_deadline_seconds: u64,
 ) -> Result<Value, ComputeError> {
@@ -281,7 +283,7 @@ pub fn workload(
     let container = container(
         HARNESS_CONTAINER,
         image,
-        env(revision, namespace)?,
+        env(revision, namespace, launch)?,
         mounts,
         settings,
     );
@@ -474,7 +476,13 @@ fn deployment(
 
 /// The harness's environment: identifiers, the admitted document, and every Secret as a
 /// `secretKeyRef` into the Agent's own namespace.
-fn env(revision: &RevisionSpec, namespace: &str) -> Result<Vec<Value>, ComputeError> {
+/// The workload's environment: the driver's own `OCC_` values, each Secret binding as a
+/// `secretKeyRef`, and the hooks' launch values (`opaque-` placeholders, SPEC H5) as plain values.
+fn env(
+    revision: &RevisionSpec,
+    namespace: &str,
+    launch: &LaunchValues,
+) -> Result<Vec<Value>, ComputeError> {
     let document = revision.document.to_string();
     if document.len() > DOCUMENT_LIMIT {
         return Err(ComputeError::permanent(
@@ -509,6 +517,11 @@ fn env(revision: &RevisionSpec, namespace: &str) -> Result<Vec<Value>, ComputeEr
     if let Some(account) = &revision.managed_account {
         env.extend(managed_account_env(account)?);
     }
+    env.extend(
+        launch
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": value})),
+    );
     Ok(env)
 }
 
@@ -623,7 +636,15 @@ mod tests {
         r.harness_secret = None;
         r.managed_account = ManagedAccountAuth::from_harness_auth(&auth);
         r.harness_auth = Some(auth);
-        let d = workload(&r, "occ-ns1", "img", &settings(), 960).unwrap();
+        let d = workload(
+            &r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap();
         let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
             .unwrap();
@@ -639,12 +660,28 @@ mod tests {
         assert!(env.iter().all(|e| e["name"] != "OCC_HARNESS_API_KEY"));
         // A legacy snapshot without its credential never reaches a workload.
         r.managed_account.as_mut().unwrap().credential = None;
-        assert!(workload(&r, "occ-ns1", "img", &settings(), 960).is_err());
+        assert!(workload(
+            &r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960
+        )
+        .is_err());
     }
 
     #[test]
     fn workloads_are_hardened_and_reference_secrets_only() {
-        let d = workload(&revision(), "occ-ns1", "registry/codex:1", &settings(), 960).unwrap();
+        let d = workload(
+            &revision(),
+            "occ-ns1",
+            "registry/codex:1",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap();
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(pod["automountServiceAccountToken"], false);
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -675,7 +712,15 @@ mod tests {
     fn a_secret_outside_the_agents_namespace_is_refused() {
         let mut r = revision();
         r.secrets[0].backend_ref = "kube-system/tok/value".into();
-        let e = workload(&r, "occ-ns1", "img", &settings(), 960).unwrap_err();
+        let e = workload(
+            &r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap_err();
         assert_eq!(
             e.kind(),
             &crate::compute::ComputeErrorKind::Permanent(

@@ -394,7 +394,7 @@ fn validate_cidrs(cidrs: &[String]) -> Result<Vec<String>, SettingsError> {
 
 /// `address/prefix` as a NetworkPolicy `ipBlock` takes it, when it is a network: an IPv4 or
 /// IPv6 address, a prefix length within its size, and no host bits set.
-fn canonical_cidr(text: &str) -> Option<String> {
+pub(crate) fn canonical_cidr(text: &str) -> Option<String> {
     let (address, prefix) = text.split_once('/')?;
     if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
         return None;

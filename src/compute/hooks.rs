@@ -1,0 +1,416 @@
+//! Lifecycle hooks as webhooks (SPEC §14): the calls a Compute Driver makes to the
+//! Installation's Configuration, Sandbox and IAM drivers at four points of its work.
+//!
+//! This module owns the HTTPS client of each hook (its own CA, no proxy, no redirect, bounded by
+//! the hook's `timeoutSeconds` and interrupted by the pass's cancellation), the request and
+//! answer shapes, the H4 outcomes as `ComputeError`s and the H5 rules on launch values. The
+//! drivers decide when to call (H3). It never logs: an error carries the hook's driver name,
+//! a class and an HTTP status, never the hook's text or a launch value.
+
+use super::abortable::AbortableConnector;
+use super::{ComputeDriver, ComputeError};
+use crate::cancel::CancelToken;
+use crate::installation::{self, HookDriver, HookEntry, Installation, Phase};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
+
+/// A refusal of a workload start's launch values (H5), permanent.
+pub const LAUNCH_VALUE_REFUSED: &str = "LIFECYCLE_LAUNCH_VALUE_REFUSED";
+/// A hook refused without a code of its own (H4).
+pub const HOOK_REFUSED: &str = "LIFECYCLE_HOOK_REFUSED";
+/// A hook gave no valid answer (H4).
+pub const HOOK_UNAVAILABLE: &str = "LIFECYCLE_HOOK_UNAVAILABLE";
+/// The largest answer read from a hook.
+const ANSWER_LIMIT: u64 = 64 * 1024;
+/// The longest launch value (H5).
+const LAUNCH_VALUE_MAX_CHARS: usize = 256;
+
+/// The configured hooks, each with its client, in H2 order.
+pub struct LifecycleHooks {
+    hooks: Vec<Hook>,
+}
+
+struct Hook {
+    driver: HookDriver,
+    url: String,
+    phases: Vec<Phase>,
+    timeout: Duration,
+    agent: ureq::Agent,
+}
+
+impl fmt::Debug for LifecycleHooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.hooks.iter().map(|h| (h.driver.as_str(), &h.url)))
+            .finish()
+    }
+}
+
+/// What a hook is asked about (H3's request, less the phase).
+#[derive(Clone, Copy, Debug)]
+pub struct HookSubject<'a> {
+    pub installation_id: &'a str,
+    pub namespace_id: &'a str,
+    pub agent_id: Option<&'a str>,
+    pub revision_id: Option<&'a str>,
+    pub compute_driver_id: &'a str,
+}
+
+/// Launch values the `beforeWorkloadStart` hooks answered (H5), in the hooks' order. Its
+/// `Debug` names the variables only: a value never reaches a log.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct LaunchValues(Vec<(String, String)>);
+
+impl LaunchValues {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for LaunchValues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+/// Hands the Installation's hooks to the Compute Driver, once, at start-up (SPEC H2): none,
+/// nothing; a driver that runs no hooks is a start-up error naming the variable.
+pub fn attach(compute: &dyn ComputeDriver, installation: &Installation) -> Result<(), String> {
+    if installation.lifecycle_hooks.is_empty() {
+        return Ok(());
+    }
+    let hooks = LifecycleHooks::new(&installation.lifecycle_hooks)
+        .map_err(|e| format!("{}: {e}", installation::VARIABLE))?;
+    if compute.set_lifecycle_hooks(Arc::new(hooks)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: lifecycleHooks: the {} Compute Driver ({}) runs no lifecycle hooks",
+            installation::VARIABLE,
+            compute.id(),
+            compute.implementation()
+        ))
+    }
+}
+
+/// Where a driver keeps the hooks it accepted (`ComputeDriver::set_lifecycle_hooks`); empty,
+/// every phase passes with no launch values.
+#[derive(Debug, Default)]
+pub struct HookSlot(OnceLock<Arc<LifecycleHooks>>);
+
+impl HookSlot {
+    /// Keeps `hooks`; a second call keeps the first.
+    pub fn set(&self, hooks: Arc<LifecycleHooks>) {
+        let _ = self.0.set(hooks);
+    }
+
+    /// `LifecycleHooks::run` of the kept hooks.
+    pub fn run(
+        &self,
+        phase: Phase,
+        subject: &HookSubject<'_>,
+        taken: &[&str],
+        cancel: &CancelToken,
+    ) -> Result<LaunchValues, ComputeError> {
+        match self.0.get() {
+            Some(hooks) => hooks.run(phase, subject, taken, cancel),
+            None => Ok(LaunchValues::default()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    allowed: bool,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    launch_values: Option<Map<String, Value>>,
+}
+
+impl LifecycleHooks {
+    /// Clients for `entries` (validated by `installation`, in H2 order). An entry's CA bundle
+    /// that holds no certificate is an error naming the driver.
+    pub fn new(entries: &[HookEntry]) -> Result<LifecycleHooks, String> {
+        let hooks = entries
+            .iter()
+            .map(|entry| {
+                let certs: Vec<_> = ureq::tls::parse_pem(&entry.ca_pem)
+                    .filter_map(|item| match item {
+                        Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
+                if certs.is_empty() {
+                    return Err(format!(
+                        "lifecycle hook {}: caFile holds no PEM certificate",
+                        entry.driver.as_str()
+                    ));
+                }
+                let tls = TlsConfig::builder()
+                    .provider(TlsProvider::Rustls)
+                    .root_certs(RootCerts::new_with_certs(&certs))
+                    .build();
+                let config = ureq::config::Config::builder()
+                    .http_status_as_error(false)
+                    .max_redirects(0)
+                    .proxy(None)
+                    .https_only(true)
+                    .tls_config(tls)
+                    .user_agent(concat!("occ-worker/", env!("CARGO_PKG_VERSION")))
+                    .max_idle_connections_per_host(4)
+                    .build();
+                let connector =
+                    AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
+                Ok(Hook {
+                    driver: entry.driver,
+                    url: entry.url.clone(),
+                    phases: entry.phases.clone(),
+                    timeout: entry.timeout,
+                    agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(LifecycleHooks { hooks })
+    }
+
+    /// Whether any hook is subscribed to `phase`.
+    pub fn subscribed(&self, phase: Phase) -> bool {
+        self.hooks.iter().any(|h| h.phases.contains(&phase))
+    }
+
+    /// Calls every hook subscribed to `phase`, in order, and stops at the first that does not
+    /// allow (H3, H4). At `beforeWorkloadStart` it returns the launch values the hooks
+    /// answered, each checked against H5 with `taken` (the names the workload already sets)
+    /// and the names earlier hooks gave; elsewhere launch values are ignored.
+    pub fn run(
+        &self,
+        phase: Phase,
+        subject: &HookSubject<'_>,
+        taken: &[&str],
+        cancel: &CancelToken,
+    ) -> Result<LaunchValues, ComputeError> {
+        let mut values = LaunchValues::default();
+        for hook in self.hooks.iter().filter(|h| h.phases.contains(&phase)) {
+            let answer = hook.call(phase, subject, cancel)?;
+            if !answer.allowed {
+                return Err(refused(phase, hook.driver, answer.code.as_ref()));
+            }
+            if phase == Phase::BeforeWorkloadStart {
+                for (name, value) in answer.launch_values.unwrap_or_default() {
+                    let fresh = !taken.contains(&name.as_str())
+                        && !values.0.iter().any(|(n, _)| *n == name);
+                    match value.as_str() {
+                        Some(value) if fresh && launch_name(&name) && launch_value(value) => {
+                            values.0.push((name, value.to_string()))
+                        }
+                        _ => {
+                            return Err(ComputeError::permanent(
+                                LAUNCH_VALUE_REFUSED,
+                                "lifecycle_hook",
+                                None,
+                            )
+                            .with_reason(hook.driver.as_str()))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(values)
+    }
+}
+
+impl Hook {
+    /// One call: a cancellation point, bounded by the hook's timeout and interrupted when
+    /// `cancel` is. Any answer but `200` with the answer's shape is no answer.
+    fn call(
+        &self,
+        phase: Phase,
+        subject: &HookSubject<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Answer, ComputeError> {
+        cancel.check()?;
+        let mut body = json!({
+            "phase": phase.as_str(),
+            "installationId": subject.installation_id,
+            "namespaceId": subject.namespace_id,
+            "computeDriverId": subject.compute_driver_id,
+        });
+        if let Some(agent) = subject.agent_id {
+            body["agentId"] = json!(agent);
+        }
+        if let Some(revision) = subject.revision_id {
+            body["revisionId"] = json!(revision);
+        }
+        let unavailable = |status: Option<u16>, class: &'static str| {
+            unavailable(phase, self.driver, status, class)
+        };
+        let sent = {
+            let _current = cancel.enter();
+            let request = ureq::http::Request::post(&self.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json")
+                .body(body.to_string())
+                .map_err(|_| unavailable(None, "lifecycle_hook_request"))?;
+            let request = self
+                .agent
+                .configure_request(request)
+                .timeout_global(Some(self.timeout))
+                .build();
+            self.agent.run(request).and_then(|mut response| {
+                let status = response.status().as_u16();
+                let body = response
+                    .body_mut()
+                    .with_config()
+                    .limit(ANSWER_LIMIT)
+                    .read_to_vec()?;
+                Ok((status, body))
+            })
+        };
+        let (status, body) = sent.map_err(|e| {
+            if let Err(cancelled) = cancel.check() {
+                return ComputeError::cancelled(cancelled);
+            }
+            unavailable(None, transport_class(&e))
+        })?;
+        if status != 200 {
+            return Err(unavailable(Some(status), "lifecycle_hook_status"));
+        }
+        serde_json::from_slice(&body).map_err(|_| unavailable(Some(200), "lifecycle_hook_answer"))
+    }
+}
+
+/// No valid answer (H4): a retry that keeps `LIFECYCLE_HOOK_UNAVAILABLE`. Before a workload
+/// starts it waits like any unavailable dependency of a deployment (R10); at the other phases
+/// it spends an attempt.
+fn unavailable(
+    phase: Phase,
+    driver: HookDriver,
+    status: Option<u16>,
+    class: &'static str,
+) -> ComputeError {
+    let error = if phase == Phase::BeforeWorkloadStart {
+        ComputeError::transient(class, status)
+    } else {
+        ComputeError::retryable(class, status)
+    };
+    error
+        .with_retry_code(HOOK_UNAVAILABLE)
+        .with_reason(driver.as_str())
+}
+
+/// `allowed: false` (H4): the hook's code when it is one, else `LIFECYCLE_HOOK_REFUSED`;
+/// permanent before a workload starts, a retry with that code elsewhere.
+fn refused(phase: Phase, driver: HookDriver, code: Option<&Value>) -> ComputeError {
+    let code = code
+        .and_then(Value::as_str)
+        .filter(|c| is_token(c))
+        .unwrap_or(HOOK_REFUSED);
+    let error = if phase == Phase::BeforeWorkloadStart {
+        ComputeError::permanent(code, "lifecycle_hook", None)
+    } else {
+        ComputeError::retryable("lifecycle_hook", None).with_retry_code(code)
+    };
+    error.with_reason(driver.as_str())
+}
+
+/// `^[A-Z][A-Z0-9_]{0,63}$`.
+fn is_token(value: &str) -> bool {
+    super::is_code(value)
+}
+
+/// A launch value's name (H5): a code-like token that is not the driver's own `OCC_` space.
+fn launch_name(name: &str) -> bool {
+    is_token(name) && !name.starts_with("OCC_")
+}
+
+/// A launch value (H5): an `opaque-` placeholder of at most 256 printable characters.
+fn launch_value(value: &str) -> bool {
+    value.starts_with("opaque-")
+        && value.chars().count() <= LAUNCH_VALUE_MAX_CHARS
+        && value.chars().all(|c| (' '..='~').contains(&c))
+}
+
+/// A short class of a transport failure (no peer text).
+fn transport_class(error: &ureq::Error) -> &'static str {
+    match error {
+        ureq::Error::Timeout(_) => "lifecycle_hook_timeout",
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "lifecycle_hook_tls",
+        // A refused certificate comes back as the handshake's I/O error around rustls's.
+        ureq::Error::Io(e) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+            "lifecycle_hook_tls"
+        }
+        ureq::Error::BodyExceedsLimit(_) => "lifecycle_hook_answer",
+        _ => "lifecycle_hook_transport",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_names_and_values_follow_h5() {
+        assert!(launch_name("MODEL_ROUTE"));
+        assert!(launch_name("A"));
+        for bad in ["", "model", "OCC_TOKEN", "1A", "A-B", &"A".repeat(65)] {
+            assert!(!launch_name(bad), "{bad}");
+        }
+        assert!(launch_value("opaque-1"));
+        assert!(launch_value(&format!("opaque-{}", "x".repeat(249))));
+        for bad in [
+            "sk-live-1",
+            "opaque",
+            "Opaque-1",
+            "opaque-\n",
+            "opaque-é",
+            &format!("opaque-{}", "x".repeat(250)),
+        ] {
+            assert!(!launch_value(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refusals_keep_a_codes_shape_or_become_the_generic_code() {
+        // SPEC H4.
+        let start = refused(
+            Phase::BeforeWorkloadStart,
+            HookDriver::Iam,
+            Some(&json!("TEAM_FROZEN")),
+        );
+        assert_eq!(
+            start.kind(),
+            &super::super::ComputeErrorKind::Permanent("TEAM_FROZEN".into())
+        );
+        assert_eq!(start.reason(), Some("iam"));
+        let stop = refused(
+            Phase::BeforeWorkloadStop,
+            HookDriver::Sandbox,
+            Some(&json!("not a code")),
+        );
+        assert_eq!(stop.kind(), &super::super::ComputeErrorKind::Retryable);
+        assert_eq!(stop.retry_code(), HOOK_REFUSED);
+        let unanswered = unavailable(Phase::BeforeWorkloadStart, HookDriver::Iam, None, "x");
+        assert!(unanswered.is_transient());
+        assert_eq!(unanswered.retry_code(), HOOK_UNAVAILABLE);
+    }
+
+    #[test]
+    fn launch_values_never_show_in_debug() {
+        let values = LaunchValues(vec![("MODEL".into(), "opaque-secretish".into())]);
+        assert_eq!(format!("{values:?}"), r#"["MODEL"]"#);
+    }
+}

@@ -1,0 +1,527 @@
+//! The Installation configuration file, named by `OCC_INSTALLATION_CONFIG` (SPEC §8): the
+//! Installation's driver selections beside the Compute Driver, read by the worker at start-up.
+//!
+//! This module owns the file's JSON shape and its validation (SPEC H1, S1, §13): lifecycle
+//! hooks, the Sandbox Driver and its egress ceiling, the Credential Gateway. Unknown keys are
+//! refused naming the key, and every other problem is one line naming the entry
+//! (`lifecycleHooks[1].timeoutSeconds …`); all of them are reported at once. It reads the one
+//! file it is given and the CA files its hooks name, and never talks to anything.
+//!
+//! Keys:
+//! - `lifecycleHooks` (optional): `[{driver: configuration | sandbox | iam, url, caFile, phases,
+//!   timeoutSeconds}]`, at most one entry per driver, kept in H2 order (Configuration, Sandbox,
+//!   IAM) whatever the file's order (SPEC H1, H2).
+//! - `sandbox` (optional): `{id, implementation: kubernetes-sandbox, facets,
+//!   runtimeClassName?}`; needs the Kubernetes Compute Driver (SPEC S1).
+//! - `sandboxNetworkPolicyCeiling` (optional): `[{cidr, ports}]`, the widest egress an Agent's
+//!   sandbox policy may allow (SPEC S1, S3).
+//! - `credentialGateway` (optional): `{id, implementation: kubernetes-secret-gateway}`; needs
+//!   the Kubernetes Compute Driver and `sandbox` (SPEC §13).
+//! - `credentialProxy`: no Credential Proxy is built in, so naming one is an error (SPEC §13).
+
+use crate::compute::kubernetes::settings::canonical_cidr;
+use crate::config::DriverKind;
+use serde::Deserialize;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The variable naming the file; every error begins with it.
+pub const VARIABLE: &str = "OCC_INSTALLATION_CONFIG";
+/// The largest file read.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// A hook's `timeoutSeconds` when the entry leaves it out (as Kubernetes admission webhooks).
+pub const DEFAULT_HOOK_TIMEOUT_SECONDS: u64 = 10;
+/// The longest `timeoutSeconds` a hook may have.
+pub const MAX_HOOK_TIMEOUT_SECONDS: u64 = 30;
+/// The only Sandbox Driver implementation (SPEC §15).
+pub const SANDBOX_IMPLEMENTATION: &str = "kubernetes-sandbox";
+/// The only Credential Gateway implementation (SPEC §13).
+pub const CREDENTIAL_GATEWAY_IMPLEMENTATION: &str = "kubernetes-secret-gateway";
+
+/// The validated selections. `Installation::default()` selects nothing (the variable unset).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Installation {
+    /// In H2 order: Configuration, Sandbox, IAM.
+    pub lifecycle_hooks: Vec<HookEntry>,
+    pub sandbox: Option<Sandbox>,
+    pub sandbox_network_policy_ceiling: Vec<EgressRule>,
+    pub credential_gateway: Option<CredentialGateway>,
+}
+
+/// The Installation driver a hook belongs to; the order of the variants is H2's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookDriver {
+    Configuration,
+    Sandbox,
+    Iam,
+}
+
+impl HookDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookDriver::Configuration => "configuration",
+            HookDriver::Sandbox => "sandbox",
+            HookDriver::Iam => "iam",
+        }
+    }
+}
+
+/// The four points of Compute's work a hook may run at (SPEC H3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    AfterNamespacePrepared,
+    BeforeWorkloadStart,
+    BeforeWorkloadStop,
+    BeforeNamespaceDelete,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::AfterNamespacePrepared => "afterNamespacePrepared",
+            Phase::BeforeWorkloadStart => "beforeWorkloadStart",
+            Phase::BeforeWorkloadStop => "beforeWorkloadStop",
+            Phase::BeforeNamespaceDelete => "beforeNamespaceDelete",
+        }
+    }
+}
+
+/// One validated `lifecycleHooks` entry (SPEC H1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookEntry {
+    pub driver: HookDriver,
+    /// An `https://` URL.
+    pub url: String,
+    /// The PEM bundle the hook's certificate is verified against.
+    pub ca_file: PathBuf,
+    /// The certificates read from `ca_file` at start-up, in PEM.
+    pub ca_pem: Vec<u8>,
+    pub phases: Vec<Phase>,
+    pub timeout: Duration,
+}
+
+/// The selected Sandbox Driver (SPEC S1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    pub id: String,
+    pub facets: Vec<String>,
+    pub runtime_class_name: Option<String>,
+}
+
+/// The isolation facets the built-in Sandbox Driver may declare (SPEC S2).
+pub const FACETS: [&str; 5] = [
+    "pod-security-restricted",
+    "default-deny-egress",
+    "no-service-account-token",
+    "read-only-root",
+    "runtime-class",
+];
+
+/// One egress entry: a network and the TCP ports on it (SPEC S3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressRule {
+    /// Canonical `address/prefix`.
+    pub cidr: String,
+    pub ports: Vec<u16>,
+}
+
+/// The selected Credential Gateway (SPEC §13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CredentialGateway {
+    pub id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawInstallation {
+    #[serde(default)]
+    lifecycle_hooks: Vec<RawHook>,
+    sandbox: Option<RawSandbox>,
+    sandbox_network_policy_ceiling: Option<Vec<RawEgressRule>>,
+    credential_gateway: Option<RawSelection>,
+    credential_proxy: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawHook {
+    driver: HookDriver,
+    url: String,
+    ca_file: PathBuf,
+    phases: Vec<Phase>,
+    timeout_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSandbox {
+    id: String,
+    implementation: String,
+    facets: Vec<String>,
+    runtime_class_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEgressRule {
+    cidr: String,
+    ports: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSelection {
+    id: String,
+    implementation: String,
+}
+
+/// Why the file was refused: one line per problem, each naming the entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallationError {
+    /// `OCC_INSTALLATION_CONFIG` and, when loaded from a file, its path.
+    origin: String,
+    problems: Vec<String>,
+}
+
+impl InstallationError {
+    fn new(problems: Vec<String>) -> InstallationError {
+        InstallationError {
+            origin: VARIABLE.to_string(),
+            problems: problems.iter().map(|p| one_line(p)).collect(),
+        }
+    }
+
+    fn at(mut self, path: &Path) -> InstallationError {
+        self.origin = format!("{VARIABLE} {}", path.display());
+        self
+    }
+
+    /// Each problem, without the origin.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+}
+
+impl fmt::Display for InstallationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {problem}", self.origin)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InstallationError {}
+
+impl Installation {
+    /// Reads and validates the file at `path` for a worker whose Compute Driver is `compute`;
+    /// hook CA files are read relative to the working directory.
+    pub fn load(path: &Path, compute: DriverKind) -> Result<Installation, InstallationError> {
+        let io = |e: std::io::Error| {
+            InstallationError::new(vec![format!("cannot be read ({e})")]).at(path)
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(InstallationError::new(vec![format!(
+                "is larger than {MAX_FILE_BYTES} bytes"
+            )])
+            .at(path));
+        }
+        Installation::parse(&text, compute).map_err(|e| e.at(path))
+    }
+
+    /// Parses and validates the file's JSON.
+    pub fn parse(text: &str, compute: DriverKind) -> Result<Installation, InstallationError> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let raw: RawInstallation =
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                InstallationError::new(vec![if path == "." || path.is_empty() {
+                    inner.to_string()
+                } else {
+                    format!("{path}: {inner}")
+                }])
+            })?;
+        deserializer
+            .end()
+            .map_err(|e| InstallationError::new(vec![e.to_string()]))?;
+        let mut problems = Vec::new();
+        let installation = validate(raw, compute, &mut problems);
+        if problems.is_empty() {
+            Ok(installation)
+        } else {
+            Err(InstallationError::new(problems))
+        }
+    }
+
+    /// The hooks subscribed to `phase`, in H2 order.
+    pub fn hooks_for(&self, phase: Phase) -> impl Iterator<Item = &HookEntry> {
+        self.lifecycle_hooks
+            .iter()
+            .filter(move |h| h.phases.contains(&phase))
+    }
+}
+
+fn validate(raw: RawInstallation, compute: DriverKind, problems: &mut Vec<String>) -> Installation {
+    let kubernetes = compute == DriverKind::Kubernetes;
+    if raw.credential_proxy.is_some() {
+        problems.push(
+            "credentialProxy: no Credential Proxy is built in; leave the key out".to_string(),
+        );
+    }
+    let sandbox = raw
+        .sandbox
+        .and_then(|s| validate_sandbox(s, kubernetes, problems));
+    let ceiling = raw
+        .sandbox_network_policy_ceiling
+        .map(|rules| validate_egress("sandboxNetworkPolicyCeiling", rules, problems))
+        .unwrap_or_default();
+    let credential_gateway = raw.credential_gateway.and_then(|g| {
+        let before = problems.len();
+        if g.id.trim().is_empty() {
+            problems.push("credentialGateway.id must not be blank".into());
+        }
+        if g.implementation != CREDENTIAL_GATEWAY_IMPLEMENTATION {
+            problems.push(format!(
+                "credentialGateway.implementation must be {CREDENTIAL_GATEWAY_IMPLEMENTATION}"
+            ));
+        }
+        if !kubernetes {
+            problems.push(
+                "credentialGateway needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)".into(),
+            );
+        }
+        if sandbox.is_none() {
+            problems.push("credentialGateway needs a sandbox selected".into());
+        }
+        (problems.len() == before).then_some(CredentialGateway { id: g.id })
+    });
+    let mut hooks = Vec::new();
+    let mut seen = Vec::new();
+    for (i, hook) in raw.lifecycle_hooks.into_iter().enumerate() {
+        let at = format!("lifecycleHooks[{i}]");
+        if seen.contains(&hook.driver) {
+            problems.push(format!(
+                "{at}: a second entry for driver {} (a driver has one hook set)",
+                hook.driver.as_str()
+            ));
+            continue;
+        }
+        seen.push(hook.driver);
+        if hook.driver == HookDriver::Sandbox && sandbox.is_none() {
+            problems.push(format!(
+                "{at}: driver sandbox needs a sandbox selected (the `sandbox` key)"
+            ));
+        }
+        if let Some(entry) = validate_hook(&at, hook, problems) {
+            hooks.push(entry);
+        }
+    }
+    hooks.sort_by_key(|h| h.driver);
+    Installation {
+        lifecycle_hooks: hooks,
+        sandbox,
+        sandbox_network_policy_ceiling: ceiling,
+        credential_gateway,
+    }
+}
+
+fn validate_hook(at: &str, hook: RawHook, problems: &mut Vec<String>) -> Option<HookEntry> {
+    let before = problems.len();
+    if hook.phases.is_empty() {
+        problems.push(format!("{at}.phases must name at least one phase"));
+    }
+    for (j, phase) in hook.phases.iter().enumerate() {
+        if hook.phases[..j].contains(phase) {
+            problems.push(format!("{at}.phases names {} twice", phase.as_str()));
+        }
+    }
+    let url_ok = hook
+        .url
+        .parse::<ureq::http::Uri>()
+        .ok()
+        .filter(|u| u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty()))
+        .is_some();
+    if !url_ok {
+        problems.push(format!(
+            "{at}.url must be an https:// URL with a host, got {:?}",
+            cut(&hook.url)
+        ));
+    }
+    let timeout = hook.timeout_seconds.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECONDS);
+    if !(1..=MAX_HOOK_TIMEOUT_SECONDS).contains(&timeout) {
+        problems.push(format!(
+            "{at}.timeoutSeconds must be 1-{MAX_HOOK_TIMEOUT_SECONDS}, got {timeout}"
+        ));
+    }
+    let ca_pem = match std::fs::read(&hook.ca_file) {
+        Ok(pem) if pem_has_certificate(&pem) => pem,
+        Ok(_) => {
+            problems.push(format!(
+                "{at}.caFile {} holds no PEM certificate",
+                hook.ca_file.display()
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            problems.push(format!(
+                "{at}.caFile {} cannot be read ({e})",
+                hook.ca_file.display()
+            ));
+            Vec::new()
+        }
+    };
+    (problems.len() == before).then(|| HookEntry {
+        driver: hook.driver,
+        url: hook.url,
+        ca_file: hook.ca_file,
+        ca_pem,
+        phases: hook.phases,
+        timeout: Duration::from_secs(timeout),
+    })
+}
+
+/// Whether `pem` holds at least one certificate, and nothing unparseable.
+fn pem_has_certificate(pem: &[u8]) -> bool {
+    let mut certificates = 0;
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(_)) => certificates += 1,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    certificates > 0
+}
+
+fn validate_sandbox(
+    raw: RawSandbox,
+    kubernetes: bool,
+    problems: &mut Vec<String>,
+) -> Option<Sandbox> {
+    let before = problems.len();
+    if !kubernetes {
+        problems.push("sandbox needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)".into());
+    }
+    if raw.id.trim().is_empty() {
+        problems.push("sandbox.id must not be blank".into());
+    }
+    if raw.implementation != SANDBOX_IMPLEMENTATION {
+        problems.push(format!(
+            "sandbox.implementation must be {SANDBOX_IMPLEMENTATION}, got {:?}",
+            cut(&raw.implementation)
+        ));
+    }
+    if raw.facets.is_empty() {
+        problems.push(format!(
+            "sandbox.facets must name at least one of {}",
+            FACETS.join(", ")
+        ));
+    }
+    for (i, facet) in raw.facets.iter().enumerate() {
+        if !FACETS.contains(&facet.as_str()) {
+            problems.push(format!(
+                "sandbox.facets[{i}] {:?} is not a facet; known: {}",
+                cut(facet),
+                FACETS.join(", ")
+            ));
+        } else if raw.facets[..i].contains(facet) {
+            problems.push(format!("sandbox.facets names {facet} twice"));
+        }
+    }
+    let runtime_class = raw.facets.iter().any(|f| f == "runtime-class");
+    match (&raw.runtime_class_name, runtime_class) {
+        (None, true) => problems
+            .push("sandbox.runtimeClassName is required when runtime-class is a facet".into()),
+        (Some(_), false) => problems.push(
+            "sandbox.runtimeClassName is set but runtime-class is not a facet; list the facet or leave the key out"
+                .into(),
+        ),
+        (Some(name), true) if !is_dns_label(name) => problems.push(format!(
+            "sandbox.runtimeClassName must be a DNS subdomain name, got {:?}",
+            cut(name)
+        )),
+        _ => {}
+    }
+    (problems.len() == before).then_some(Sandbox {
+        id: raw.id,
+        facets: raw.facets,
+        runtime_class_name: raw.runtime_class_name,
+    })
+}
+
+/// Egress entries `{cidr, ports}`: a canonical network and non-empty TCP ports 1-65535.
+fn validate_egress(
+    key: &str,
+    rules: Vec<RawEgressRule>,
+    problems: &mut Vec<String>,
+) -> Vec<EgressRule> {
+    let mut valid = Vec::new();
+    for (i, rule) in rules.into_iter().enumerate() {
+        let cidr = canonical_cidr(&rule.cidr);
+        if cidr.is_none() {
+            problems.push(format!(
+                "{key}[{i}].cidr must be an IPv4 or IPv6 network such as 10.0.0.0/8, its host bits zero"
+            ));
+        }
+        if rule.ports.is_empty() {
+            problems.push(format!("{key}[{i}].ports must name at least one port"));
+        }
+        let ports: Vec<u16> = rule
+            .ports
+            .iter()
+            .filter_map(|&p| u16::try_from(p).ok().filter(|&p| p > 0))
+            .collect();
+        if ports.len() != rule.ports.len() {
+            problems.push(format!("{key}[{i}].ports must be TCP ports 1-65535"));
+        }
+        if let Some(cidr) = cidr {
+            valid.push(EgressRule { cidr, ports });
+        }
+    }
+    valid
+}
+
+/// A DNS subdomain name (RFC 1123), as Kubernetes names objects.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// A value echoed in an error, cut to 64 characters with its length.
+fn cut(value: &str) -> String {
+    if value.chars().count() <= 64 {
+        value.to_string()
+    } else {
+        let head: String = value.chars().take(64).collect();
+        format!("{head}… ({} bytes)", value.len())
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests;
