@@ -4,8 +4,6 @@
 mod admin;
 mod admin_agent;
 mod admin_read;
-#[cfg(feature = "test-tooling")]
-mod bench;
 mod reference;
 mod refusal;
 mod worker;
@@ -63,10 +61,6 @@ enum Command {
     },
     /// Print the man page to stdout (`occ-worker man > occ-worker.1`).
     Man,
-    /// Queue benchmark (see scripts/bench-queue); test tooling, not in the shipped binary.
-    #[cfg(feature = "test-tooling")]
-    #[command(hide = true)]
-    Bench(bench::BenchArgs),
 }
 
 /// A command failure: one line (or one line per problem, `config_lines`), and the exit code
@@ -364,7 +358,5 @@ pub fn run() -> Result<(), CliError> {
             write_stdout(&reference::man());
             Ok(())
         }
-        #[cfg(feature = "test-tooling")]
-        Command::Bench(args) => bench::run(&globals, args),
     }
 }

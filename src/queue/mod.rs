@@ -376,7 +376,9 @@ pub fn work_claim_batch(
 }
 
 /// A claim's columns, read from a prepared statement's binary row or from the text row of a
-/// statement sent with others (`work_commit_completing_and_claiming`).
+/// statement sent with others (`work_begin_locking_claims`, `work_commit_completing_and_claiming`).
+/// `claim_from_row` and `claim_ids` are the only decoders of the queue's claims, whichever way
+/// their rows came.
 trait Columns {
     fn int<T: std::str::FromStr + for<'a> postgres::types::FromSql<'a>>(
         &self,
@@ -419,6 +421,7 @@ impl Columns for postgres::SimpleQueryRow {
     }
 }
 
+/// The claim a claim statement's row describes (`work_claim.sql`'s columns, in order).
 fn claim_from_row(row: &impl Columns) -> Result<Claim, QueueError> {
     let operation = row.text(3)?;
     Ok(Claim {
@@ -437,6 +440,11 @@ fn claim_from_row(row: &impl Columns) -> Result<Claim, QueueError> {
         age_ms: row.int(11)?,
         lane: row.text(12)?,
     })
+}
+
+/// The ids a lock or a completion of claims answered (its first column).
+fn claim_ids(rows: &[impl Columns]) -> Result<Vec<i64>, QueueError> {
+    rows.iter().map(|row| row.int(0)).collect()
 }
 
 /// Renews the lease of a live claim; returns the work's database age in milliseconds (Q5).
@@ -468,8 +476,7 @@ pub fn work_lock_claims(
 ) -> Result<Vec<i64>, QueueError> {
     let ids: Vec<i64> = claims.iter().map(|c| c.id).collect();
     let tokens: Vec<&str> = claims.iter().map(|c| c.token.as_str()).collect();
-    let rows = client.query(LOCK_CLAIMS, &[&ids, &tokens])?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    claim_ids(&client.query(LOCK_CLAIMS, &[&ids, &tokens])?)
 }
 
 /// Completes every claim of `done` (`succeeded`) in one statement, each with its code and
@@ -483,8 +490,7 @@ pub fn work_complete_batch(
     let tokens: Vec<&str> = done.iter().map(|(c, _, _)| c.token.as_str()).collect();
     let codes: Vec<&str> = done.iter().map(|(_, code, _)| *code).collect();
     let data: Vec<Option<&Value>> = done.iter().map(|(_, _, d)| *d).collect();
-    let rows = client.query(COMPLETE_BATCH, &[&ids, &tokens, &codes, &data])?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    claim_ids(&client.query(COMPLETE_BATCH, &[&ids, &tokens, &codes, &data])?)
 }
 
 /// The statements a publication sends together with its `BEGIN` and its `COMMIT`
@@ -518,12 +524,7 @@ pub fn work_begin_locking_claims<'c>(
         ],
     };
     let (tx, mut rows) = conn.begin_with(&[lock])?;
-    let live = rows
-        .pop()
-        .unwrap_or_default()
-        .iter()
-        .map(|r| r.int(0))
-        .collect::<Result<_, _>>()?;
+    let live = claim_ids(&rows.pop().unwrap_or_default())?;
     Ok((tx, live))
 }
 

@@ -169,8 +169,9 @@ fn migrations_are_numbered_one_to_n_in_sequence() {
     );
 }
 
-// Test tooling (`run --test-reconciler`, `bench`, which drops databases) is
-// compiled only with the `test-tooling` feature, and the shipped image never enables it.
+// Test tooling (`run --test-reconciler`, and the benchmark `occ-bench`, which drops databases)
+// is compiled only with the `test-tooling` feature, and neither the shipped binary nor its
+// image has it.
 #[test]
 fn test_tooling_stays_out_of_the_shipped_binary() {
     // The image's binary is built by scripts/build-image (the Dockerfile only copies it).
@@ -184,13 +185,32 @@ fn test_tooling_stays_out_of_the_shipped_binary() {
         !build.contains("--features") && !build.contains("--all-features"),
         "the image's build enables features: {build}"
     );
+    assert!(!build.contains("occ-bench"), "the image's build: {build}");
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).expect("read Dockerfile");
     assert!(
         !dockerfile.contains("cargo"),
         "the Dockerfile copies the binary scripts/build-image built"
     );
-    let cli = std::fs::read_to_string(root().join("src/cli/mod.rs")).expect("read cli");
-    assert!(cli.contains("#[cfg(feature = \"test-tooling\")]\nmod bench;"));
+    // The benchmark is a binary of its own that needs the feature, and the image check
+    // fails when it is in the image.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("read Cargo.toml");
+    let bench = manifest
+        .split("\n[[")
+        .find(|t| t.starts_with("bin]]") && t.contains("name = \"occ-bench\""))
+        .expect("Cargo.toml declares the occ-bench binary");
+    assert!(
+        bench.contains("required-features = [\"test-tooling\"]"),
+        "{bench}"
+    );
+    let check =
+        std::fs::read_to_string(root().join("scripts/check-image")).expect("read check-image");
+    assert!(check.contains("grep -q 'occ-bench'"), "scripts/check-image");
+    // The worker has no benchmark command, even built with the feature.
+    let bench_command = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(["bench", "--help"])
+        .output()
+        .expect("run occ-worker");
+    assert_eq!(bench_command.status.code(), Some(2), "occ-worker bench");
     let worker = std::fs::read_to_string(root().join("src/cli/worker.rs")).expect("read worker");
     assert!(worker.contains(
         "#[cfg(feature = \"test-tooling\")]\n    #[arg(long, hide = true)]\n    test_reconciler"
@@ -256,8 +276,9 @@ fn string_literals(source: &str) -> Vec<String> {
 
 // STYLE 2: statements live in `sql/`. What `src/` may still spell out is framing (transaction
 // and session verbs, PREPARE/EXECUTE of a statement read from `sql/`), the migration lock, and
-// the operator CLI's one-line calls of one admission function each; the test tooling
-// (`cli::bench`, `reconcile::probe`) measures statements and is exempt.
+// the operator CLI's one-line calls of one admission function each; the test tooling (the
+// benchmark `src/bin/occ-bench/`, `reconcile::probe`) fills tables for its measurements and is
+// exempt (`the_benchmark_runs_the_worker_statements_as_they_are` holds it to the worker's own).
 #[test]
 fn queries_live_in_sql_files() {
     const FRAMING: [&str; 12] = [
@@ -282,7 +303,7 @@ fn queries_live_in_sql_files() {
     rust_files(&root().join("src"), &mut files);
     for path in files {
         let relative = path.strip_prefix(root()).unwrap().display().to_string();
-        if relative.ends_with("cli/bench.rs")
+        if relative.starts_with("src/bin/occ-bench/")
             || relative.ends_with("reconcile/probe.rs")
             || relative.contains("/tests.rs")
             || relative.contains("/tests/")
@@ -326,4 +347,50 @@ fn queries_live_in_sql_files() {
         "queries outside sql/ (move each to sql/queries and include_str! it):\n{}",
         found.join("\n")
     );
+}
+
+// STYLE 2: the benchmark measures the statements the worker runs, not a variant of them: it
+// runs them through `queue`, and a query file it embeds itself is only ever prepared as is
+// (`PREPARE … AS {FILE}`), never edited into another statement.
+#[test]
+fn the_benchmark_runs_the_worker_statements_as_they_are() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src/bin/occ-bench"), &mut files);
+    assert!(files.len() > 1, "the benchmark's sources: {files:?}");
+    let mut embedded = 0;
+    for path in files {
+        let source = std::fs::read_to_string(&path).expect("read source");
+        let names: Vec<&str> = source
+            .lines()
+            .filter(|l| l.contains("include_str!(") && l.contains("sql/queries/"))
+            .map(|l| {
+                let name = l.trim_start().strip_prefix("const ").expect("a const");
+                &name[..name.find(':').expect("a typed const")]
+            })
+            .collect();
+        for name in names {
+            embedded += 1;
+            let uses: Vec<&str> = source
+                .lines()
+                .filter(|l| !l.contains("include_str!("))
+                .filter(|l| {
+                    l.match_indices(name).any(|(at, _)| {
+                        let before = l[..at].chars().next_back();
+                        let after = l[at + name.len()..].chars().next();
+                        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    })
+                })
+                .collect();
+            assert!(!uses.is_empty(), "{}: {name} is unused", path.display());
+            for line in uses {
+                assert!(
+                    line.contains("\"PREPARE ") && line.contains(&format!(" AS {{{name}}}\"")),
+                    "{}: {name} is run otherwise than prepared as is: {line}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(embedded > 0, "the benchmark embeds the claim for its plan");
 }
