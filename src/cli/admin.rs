@@ -35,7 +35,7 @@ pub enum AdminCommand {
     /// The work queue.
     #[command(subcommand)]
     Work(WorkCommand),
-    /// The audit trail, oldest first.
+    /// The audit trail, newest first.
     Audit {
         /// A Namespace id or name (tombstoned Namespaces included).
         #[arg(long)]
@@ -43,9 +43,12 @@ pub enum AdminCommand {
         /// Only events at or after this RFC 3339 time.
         #[arg(long)]
         since: Option<String>,
+        /// Only events older than the event with this id (the next page of a full one).
+        #[arg(long, value_name = "ID")]
+        before: Option<i64>,
         /// At most this many events (the newest).
-        #[arg(long, default_value_t = 1000)]
-        limit: i32,
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
+        limit: i64,
     },
     /// The approved-Harness catalog: one exact version per Harness and mode (R2).
     #[command(subcommand)]
@@ -259,8 +262,12 @@ pub enum NamespaceCommand {
         #[arg(long)]
         actor: String,
     },
-    /// List live Namespaces.
-    List,
+    /// List live Namespaces by name.
+    List {
+        /// At most this many Namespaces.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..))]
+        limit: i64,
+    },
     /// Show one live Namespace with its lifecycle work.
     Show {
         /// The Namespace id or name.
@@ -270,16 +277,29 @@ pub enum NamespaceCommand {
 
 #[derive(Subcommand)]
 pub enum WorkCommand {
-    /// List work rows.
+    /// List work rows, newest first.
     List {
-        /// Only works in this state: queued, claimed, succeeded or failed_permanent.
-        #[arg(long)]
-        state: Option<String>,
+        /// Only works in this state.
+        #[arg(long, value_enum)]
+        state: Option<WorkState>,
+        /// Only works of this operation.
+        #[arg(long, value_enum)]
+        operation: Option<WorkOperation>,
         /// Only this Namespace's works (id or name; deleted Namespaces included).
         #[arg(long)]
         namespace: Option<String>,
-        /// At most this many rows.
-        #[arg(long, default_value_t = 1000)]
+        /// Only this Agent's works (id or name; a deleted Agent's works went with it).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only works created at or after an RFC 3339 time, or within an age of now (`90s`,
+        /// `15m`, `2h`, `7d`).
+        #[arg(long, value_name = "TIME|AGE")]
+        since: Option<String>,
+        /// Only works older than the work with this id (the next page of a full one).
+        #[arg(long, value_name = "ID")]
+        before: Option<i64>,
+        /// At most this many rows (the newest).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
         limit: i64,
     },
     /// Show one work row with its attempt evidence.
@@ -295,6 +315,57 @@ pub enum WorkCommand {
         #[arg(long)]
         actor: String,
     },
+}
+
+/// A work row's state (`admin work list --state`).
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WorkState {
+    Queued,
+    Claimed,
+    Succeeded,
+    #[value(name = "failed_permanent")]
+    FailedPermanent,
+}
+
+impl WorkState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkState::Queued => "queued",
+            WorkState::Claimed => "claimed",
+            WorkState::Succeeded => "succeeded",
+            WorkState::FailedPermanent => "failed_permanent",
+        }
+    }
+}
+
+/// A work row's operation (`admin work list --operation`), as `queue::Operation` names it.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WorkOperation {
+    #[value(name = "namespace_ensure")]
+    NamespaceEnsure,
+    #[value(name = "namespace_delete")]
+    NamespaceDelete,
+    #[value(name = "agent_stop")]
+    AgentStop,
+    #[value(name = "agent_delete")]
+    AgentDelete,
+    #[value(name = "revision_reconcile")]
+    RevisionReconcile,
+    #[value(name = "revision_maintenance")]
+    RevisionMaintenance,
+}
+
+impl WorkOperation {
+    fn operation(self) -> queue::Operation {
+        match self {
+            WorkOperation::NamespaceEnsure => queue::Operation::NamespaceEnsure,
+            WorkOperation::NamespaceDelete => queue::Operation::NamespaceDelete,
+            WorkOperation::AgentStop => queue::Operation::AgentStop,
+            WorkOperation::AgentDelete => queue::Operation::AgentDelete,
+            WorkOperation::RevisionReconcile => queue::Operation::RevisionReconcile,
+            WorkOperation::RevisionMaintenance => queue::Operation::RevisionMaintenance,
+        }
+    }
 }
 
 /// The database's own message for a failed statement, one line (start-up reads only; admin
@@ -475,28 +546,101 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         AdminCommand::Audit {
             namespace,
             since,
+            before,
             limit,
-        } => {
-            if let Some(t) = &since {
-                if !is_rfc3339(t) {
-                    return Err(CliError::config(format!(
-                        "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {t:?}"
-                    )));
-                }
-            }
-            let namespace = match namespace {
-                Some(ns) => Some(admin_read::known_namespace(globals, "audit", &ns)?),
-                None => None,
-            };
-            call(
-                globals,
-                "audit",
-                &[],
-                "SELECT occ.audit_list($1, $2::text::timestamptz, $3)",
-                &[&namespace, &since, &limit],
-            )
+        } => audit(globals, namespace, since, before, limit),
+    }
+}
+
+/// `admin audit`: the trail newest first, a table of one line per event (`--json`: each
+/// event whole, details included).
+fn audit(
+    globals: &Globals,
+    namespace: Option<String>,
+    since: Option<String>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<(), CliError> {
+    if let Some(t) = &since {
+        if !is_rfc3339(t) {
+            return Err(CliError::config(format!(
+                "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {t:?}"
+            )));
         }
     }
+    let namespace = match namespace {
+        Some(ns) => Some(admin_read::known_namespace(globals, "audit", &ns)?),
+        None => None,
+    };
+    let mut client = globals.connect()?;
+    let filter = occ_worker::operator::AuditFilter {
+        namespace_id: namespace.as_deref(),
+        since: since.as_deref(),
+        before,
+        limit,
+    };
+    let events = occ_worker::operator::audit_list(&mut client, &filter).map_err(|e| {
+        refused(
+            &Inputs {
+                what: "audit",
+                args: &[],
+            },
+            &e,
+        )
+    })?;
+    let mut rows = events.clone();
+    for e in rows.as_array_mut().into_iter().flatten() {
+        e["resource"] = json!(format!(
+            "{} {}",
+            e["resourceKind"].as_str().unwrap_or("-"),
+            e["resourceId"].as_str().unwrap_or("-")
+        ));
+    }
+    globals.print_table(
+        if globals.json { &events } else { &rows },
+        &[
+            ("ID", "id"),
+            ("TIME", "occurredAt"),
+            ("ACTOR", "actorId"),
+            ("ACTION", "action"),
+            ("RESOURCE", "resource"),
+            ("OUTCOME", "outcome"),
+            ("REASON", "reasonCode"),
+        ],
+    );
+    let items = events.as_array().map(Vec::as_slice).unwrap_or_default();
+    globals.more(
+        items.len(),
+        limit,
+        items.last().and_then(|e| e["id"].as_i64()),
+    );
+    Ok(())
+}
+
+/// `--since` of `work list`: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) as the
+/// PostgreSQL interval it means. `(time, interval)`, one of them set.
+fn since_filter(value: &str) -> Result<(Option<String>, Option<String>), CliError> {
+    if is_rfc3339(value) {
+        return Ok((Some(value.to_string()), None));
+    }
+    let unit = match value.chars().last() {
+        Some('s') => "seconds",
+        Some('m') => "minutes",
+        Some('h') => "hours",
+        Some('d') => "days",
+        _ => "",
+    };
+    let count = &value[..value.len().saturating_sub(1)];
+    if unit.is_empty()
+        || count.is_empty()
+        || !count.bytes().all(|b| b.is_ascii_digit())
+        || count.len() > 9
+    {
+        return Err(CliError::config(format!(
+            "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z or an age such as 90s, 15m, 2h or 7d, got {value:?}"
+        )));
+    }
+    Ok((None, Some(format!("{count} {unit}"))))
 }
 
 /// A full RFC 3339 date-time: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`.
@@ -557,15 +701,52 @@ fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliErro
             "SELECT occ.namespace_delete($1, $2)",
             &[&actor, &namespace],
         ),
-        NamespaceCommand::List => call(
-            globals,
-            "namespace list",
-            &[],
-            "SELECT occ.namespace_list()",
-            &[],
-        ),
+        NamespaceCommand::List { limit } => namespace_list(globals, limit),
         NamespaceCommand::Show { namespace } => namespace_show(globals, &namespace),
     }
+}
+
+/// `namespace list`: one line per live Namespace, by name, with what its work waits for.
+fn namespace_list(globals: &Globals, limit: i64) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "namespace list",
+        args: &[],
+    };
+    let row = client
+        .query_one("SELECT occ.namespace_list()", &[])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    if let Some(items) = value.as_array_mut() {
+        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        for ns in items.iter_mut() {
+            let waiting = ns["work"]
+                .as_array()
+                .and_then(|w| {
+                    w.iter()
+                        .find(|w| matches!(w["state"].as_str(), Some("queued" | "claimed")))
+                })
+                .map(|w| match w["reasonCode"].as_str() {
+                    Some(code) => format!("{} {code}", w["state"].as_str().unwrap_or_default()),
+                    None => w["state"].as_str().unwrap_or_default().to_string(),
+                });
+            if !globals.json {
+                ns["waiting"] = json!(waiting);
+            }
+        }
+    }
+    globals.print_table(
+        &value,
+        &[
+            ("NAME", "name"),
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("AGENTS", "agents"),
+            ("WORK", "waiting"),
+            ("CREATED", "createdAt"),
+        ],
+    );
+    Ok(())
 }
 
 const NAMESPACE_PENDING: &str = include_str!("../../sql/queries/operator_namespace_pending.sql");
@@ -592,6 +773,8 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
             .and_then(|r| r.get(0));
         value["pendingReason"] = json!(pending);
     }
+    value["waitingFor"] = json!(occ_worker::operator::work_waiting(&mut client, &id, None)
+        .map_err(|e| refused(&inputs, &e))?);
     if let Some(path) = std::env::var_os("OCC_KUBERNETES_CONFIG") {
         let settings =
             occ_worker::compute::kubernetes::settings::Settings::load(std::path::Path::new(&path))
@@ -622,27 +805,64 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
     match command {
         WorkCommand::List {
             state,
+            operation,
             namespace,
+            agent,
+            since,
+            before,
             limit,
         } => {
             let namespace = match namespace {
                 Some(ns) => Some(admin_read::known_namespace(globals, "work list", &ns)?),
                 None => None,
             };
-            if let Some(s) = &state {
-                if !["queued", "claimed", "succeeded", "failed_permanent"].contains(&s.as_str()) {
-                    return Err(CliError::config(format!(
-                        "--state must be queued, claimed, succeeded or failed_permanent, got {s:?}"
-                    )));
-                }
-            }
-            let rows =
-                queue::work_list(&mut client, state.as_deref(), namespace.as_deref(), limit)?;
-            globals.print(&json!(rows));
+            let (since, age) = since
+                .as_deref()
+                .map(since_filter)
+                .transpose()?
+                .unwrap_or_default();
+            let filter = queue::WorkFilter {
+                state: state.map(WorkState::as_str),
+                namespace_id: namespace.as_deref(),
+                operation: operation.map(|o| o.operation().as_str()),
+                agent: agent.as_deref(),
+                since: since.as_deref(),
+                age: age.as_deref(),
+                before,
+                limit,
+            };
+            let rows = queue::work_list(&mut client, &filter)?;
+            globals.print_table(
+                &json!(rows),
+                &[
+                    ("ID", "id"),
+                    ("KEY", "key"),
+                    ("OPERATION", "operation"),
+                    ("STATE", "state"),
+                    ("ATTEMPTS", "attempts"),
+                    ("REASON", "reasonCode"),
+                    ("CREATED", "createdAt"),
+                ],
+            );
+            globals.more(rows.len(), limit, rows.last().map(|r| r.id));
         }
         WorkCommand::Show { key } => match queue::work_show(&mut client, &key)? {
             Some(row) => globals.print(&json!(row)),
-            None => return Err(CliError::new(format!("no work with key {key:?}"))),
+            None => {
+                let inputs = Inputs {
+                    what: "work show",
+                    args: &[("KEY", &key)],
+                };
+                let gone = occ_worker::operator::work_gone(&mut client, &key)
+                    .map_err(|e| refused(&inputs, &e))?;
+                return Err(CliError::new(match gone {
+                    Some(d) => format!(
+                        "work show refused: no work with key {key:?}: Agent {} was deleted at {} and its work went with it (admin audit --namespace {})",
+                        d.agent_id, d.deleted_at, d.namespace
+                    ),
+                    None => format!("work show refused: no work with key {key:?}"),
+                }));
+            }
         },
         WorkCommand::Retry { key, actor } => {
             drop(client);

@@ -8,6 +8,7 @@
 
 use super::admin::call;
 use super::admin_read::{self, Read};
+use super::refusal::{refused, Inputs};
 use super::{CliError, Globals};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
@@ -355,13 +356,9 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             "SELECT occ.agent_delete($1, $2, $3)",
             &[&namespace, &agent, &actor],
         ),
-        AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => call(
-            globals,
-            "agent show",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
-            "SELECT occ.agent_show($1, $2)",
-            &[&namespace, &agent],
-        ),
+        AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => {
+            agent_show(globals, &namespace, &agent)
+        }
         AgentAdmin::Configuration(ConfigurationCommand::Put {
             namespace,
             id,
@@ -403,6 +400,35 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
         ),
     }
+}
+
+/// `agent show`: the Agent, each revision's deployment status, and what its work waits for
+/// right now (`waitingFor`: the work, the code its latest attempt reported, since when and
+/// the attempt; none when nothing is unfinished).
+fn agent_show(globals: &Globals, namespace: &str, agent: &str) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "agent show",
+        args: &[("NAMESPACE", namespace), ("AGENT", agent)],
+    };
+    let row = client
+        .query_one("SELECT occ.agent_show($1, $2)", &[&namespace, &agent])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    let (ns_id, id) = (
+        value["namespaceId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        value["id"].as_str().unwrap_or_default().to_string(),
+    );
+    value["waitingFor"] =
+        serde_json::json!(
+            occ_worker::operator::work_waiting(&mut client, &ns_id, Some(&id))
+                .map_err(|e| refused(&inputs, &e))?
+        );
+    globals.print(&value);
+    Ok(())
 }
 
 /// `admin service-account …`: each calls one `occ.service_account_*` function (`sql/schema.sql`).

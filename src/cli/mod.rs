@@ -155,11 +155,18 @@ impl Globals {
         timeout: std::time::Duration,
     ) -> Result<postgres::Client, CliError> {
         let source = self.database_url_source();
-        let (config, tls) = occ_worker::db::config(url, timeout).map_err(|_| {
+        let (mut config, tls) = occ_worker::db::config(url, timeout).map_err(|_| {
             CliError::config(format!(
                 "invalid configuration: {source} is not a PostgreSQL connection string (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
             ))
         })?;
+        // Times in answers built from timestamptz (`to_jsonb`) are rendered in UTC, so
+        // `rfc3339` can give every time one form.
+        let options = format!(
+            "{} -c TimeZone=UTC",
+            config.get_options().unwrap_or_default()
+        );
+        config.options(options.trim_start());
         config
             .connect(tls)
             .map_err(|e| refusal::connect_failed(&config, source, &e))
@@ -168,6 +175,7 @@ impl Globals {
     /// Prints `value` as JSON or in the human form. A closed stdout (`| head`) is not an
     /// error worth a panic: the rest of the output is simply dropped.
     pub fn print(&self, value: &Value) {
+        let value = &rfc3339(value.clone());
         let mut out = String::new();
         if self.json {
             out.push_str(&value.to_string());
@@ -186,6 +194,7 @@ impl Globals {
         if self.json {
             return self.print(value);
         }
+        let value = rfc3339(value.clone());
         let rows: Vec<Vec<String>> = value
             .as_array()
             .map(|items| {
@@ -203,6 +212,76 @@ impl Globals {
         let out = table(columns, &rows);
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     }
+}
+
+impl Globals {
+    /// After a full page of a list newest first, says on stderr how to read the next one (a
+    /// table only: `--json` output stays one document).
+    pub fn more(&self, shown: usize, limit: i64, oldest_id: Option<i64>) {
+        if self.json || shown == 0 || (shown as i64) < limit {
+            return;
+        }
+        if let Some(id) = oldest_id {
+            eprintln!("(the newest {shown}; older ones: --before {id})");
+        }
+    }
+}
+
+/// Every time in an answer in one RFC 3339 form, UTC with milliseconds
+/// (`2026-01-31T12:00:00.123Z`): PostgreSQL's own rendering of a timestamptz in UTC
+/// (`2026-01-31 12:00:00.123456+00` in text, `2026-01-31T12:00:00.123456+00:00` in JSON) is
+/// rewritten; a Configuration's `document` is the user's and left as it is.
+pub fn rfc3339(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(utc_millis(&s).unwrap_or(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(rfc3339).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = if k == "document" { v } else { rfc3339(v) };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// `YYYY-MM-DD[T ]HH:MM:SS[.f…](+00|+00:00|Z)` as `YYYY-MM-DDTHH:MM:SS.mmmZ`; `None` for
+/// anything else.
+fn utc_millis(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let shape = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b'T' | b' ')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !shape {
+        return None;
+    }
+    let mut i = 19;
+    let mut fraction = String::new();
+    if b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            fraction.push(b[i] as char);
+            i += 1;
+        }
+    }
+    if !matches!(&s[i..], "Z" | "+00" | "+00:00") {
+        return None;
+    }
+    let millis: String = fraction.chars().chain("000".chars()).take(3).collect();
+    Some(format!("{}T{}.{millis}Z", &s[..10], &s[11..19]))
 }
 
 fn cell(v: &Value) -> String {

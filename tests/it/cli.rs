@@ -9,7 +9,7 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
 
 /// Runs `occ-worker ARGS` with exactly `url` as OCC_DATABASE_URL (or none): (exit, stdout, stderr).
-fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
+pub fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env_remove("OCC_DATABASE_URL")
@@ -27,7 +27,7 @@ fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
 }
 
 /// Asserts the command fails with exactly `code` and the one line `message`.
-fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
+pub fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
     let (got, _, stderr) = run(url, args);
     assert_eq!(
         (got, stderr.as_str()),
@@ -36,7 +36,7 @@ fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
     );
 }
 
-fn ok(db: &TestDb, args: &[&str]) -> Value {
+pub fn ok(db: &TestDb, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.push("--json");
     let (code, stdout, stderr) = run(Some(&db.url), &all);

@@ -4,6 +4,7 @@
 mod agent;
 mod behaviours;
 mod cli;
+mod cli_output;
 mod conventions;
 mod deploy;
 mod docker;
