@@ -7,7 +7,7 @@
 
 use super::admin_read::{self, Read};
 use super::refusal::{refused, Inputs};
-use super::{CliError, Globals};
+use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand};
 use occ_worker::queue;
 use postgres::types::ToSql;
@@ -65,13 +65,13 @@ pub enum AdminCommand {
 pub enum RoleCommand {
     /// List the roles with the actions each grants and the resource kinds they apply to (a
     /// binding grants every listed action on every listed kind within its scope).
-    List,
+    List(Page),
 }
 
 #[derive(Subcommand)]
 pub enum HarnessCommand {
     /// List the approved Harness versions.
-    List,
+    List(Page),
     /// Approve the one version of a Harness in a mode (installation administrators; audited).
     /// Revisions admitted under another version are refused from their next pass on.
     Approve {
@@ -92,7 +92,7 @@ pub enum HarnessCommand {
 #[derive(Subcommand)]
 pub enum BackendCommand {
     /// List the configured backends.
-    List,
+    List(Page),
     /// Configure a backend (installation administrators; audited).
     Add {
         /// The new backend's id.
@@ -148,7 +148,7 @@ pub enum IdentityCommand {
         actor: String,
     },
     /// List every identity with its groups.
-    List,
+    List(Page),
     /// Show one identity: groups, the bindings that apply to it, restrictions.
     Show {
         /// The identity id.
@@ -187,7 +187,7 @@ pub enum GroupCommand {
         actor: String,
     },
     /// List every group with its members.
-    List,
+    List(Page),
     /// Show one group: members and bindings.
     Show {
         /// The group id.
@@ -224,6 +224,8 @@ pub enum GrantCommand {
         /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
         #[arg(long)]
         scope: Option<String>,
+        #[command(flatten)]
+        page: Page,
     },
 }
 
@@ -395,6 +397,24 @@ pub fn call(
     Ok(())
 }
 
+/// Calls one read function returning a jsonb list and prints its first `page.limit` items as
+/// a table of `columns` (`Globals::print_table`).
+pub fn list(
+    globals: &Globals,
+    what: &str,
+    query: &str,
+    params: &[&(dyn ToSql + Sync)],
+    page: Page,
+    columns: &[(&str, &str)],
+) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let row = client
+        .query_one(query, params)
+        .map_err(|e| refused(&Inputs { what, args: &[] }, &e))?;
+    globals.print_table(&page.first(row.get(0)), columns);
+    Ok(())
+}
+
 pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
     match command {
         AdminCommand::Identity(IdentityCommand::Create {
@@ -446,16 +466,25 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             "SELECT occ.group_remove_member($1, $2, $3)",
             &[&actor, &group, &identity],
         ),
-        AdminCommand::Identity(IdentityCommand::List) => admin_read::run(globals, Read::Identities),
-        AdminCommand::Identity(IdentityCommand::Show { id }) => {
-            admin_read::run(globals, Read::Identity(&id))
+        AdminCommand::Identity(IdentityCommand::List(page)) => {
+            admin_read::run(globals, Read::Identities, page)
         }
-        AdminCommand::Group(GroupCommand::List) => admin_read::run(globals, Read::Groups),
+        AdminCommand::Identity(IdentityCommand::Show { id }) => {
+            admin_read::run(globals, Read::Identity(&id), Page::default())
+        }
+        AdminCommand::Group(GroupCommand::List(page)) => {
+            admin_read::run(globals, Read::Groups, page)
+        }
         AdminCommand::Group(GroupCommand::Show { id }) => {
-            admin_read::run(globals, Read::Group(&id))
+            admin_read::run(globals, Read::Group(&id), Page::default())
         }
         AdminCommand::Grant(GrantArgs {
-            list: Some(GrantCommand::List { principal, scope }),
+            list:
+                Some(GrantCommand::List {
+                    principal,
+                    scope,
+                    page,
+                }),
             ..
         }) => admin_read::run(
             globals,
@@ -463,6 +492,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                 principal: principal.as_deref(),
                 scope: scope.as_deref(),
             },
+            page,
         ),
         AdminCommand::Grant(g) => {
             let b = BindingArgs {
@@ -483,7 +513,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                 &[&b.actor, &b.principal, &b.role, &b.scope],
             )
         }
-        AdminCommand::Role(RoleCommand::List) => admin_read::run(globals, Read::Roles),
+        AdminCommand::Role(RoleCommand::List(page)) => admin_read::run(globals, Read::Roles, page),
         AdminCommand::Revoke(b) => call(
             globals,
             "revoke",
@@ -495,12 +525,19 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             "SELECT occ.binding_revoke($1, $2, $3, $4)",
             &[&b.actor, &b.principal, &b.role, &b.scope],
         ),
-        AdminCommand::Harness(HarnessCommand::List) => call(
+        AdminCommand::Harness(HarnessCommand::List(page)) => list(
             globals,
             "harness list",
-            &[],
             "SELECT occ.harness_list()",
             &[],
+            page,
+            &[
+                ("ID", "id"),
+                ("MODE", "mode"),
+                ("VERSION", "version"),
+                ("APPROVED BY", "approvedBy"),
+                ("APPROVED", "approvedAt"),
+            ],
         ),
         AdminCommand::Harness(HarnessCommand::Approve {
             id,
@@ -514,12 +551,18 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             "SELECT occ.harness_approve($1, $2, $3, $4)",
             &[&actor, &id, &mode.as_str().to_string(), &version],
         ),
-        AdminCommand::Backend(BackendCommand::List) => call(
+        AdminCommand::Backend(BackendCommand::List(page)) => list(
             globals,
             "backend list",
-            &[],
             "SELECT occ.backend_list()",
             &[],
+            page,
+            &[
+                ("ID", "id"),
+                ("TYPE", "type"),
+                ("CREATED BY", "createdBy"),
+                ("CREATED", "createdAt"),
+            ],
         ),
         AdminCommand::Backend(BackendCommand::Add { id, r#type, actor }) => {
             let kind = match r#type {

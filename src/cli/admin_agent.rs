@@ -6,10 +6,10 @@
 //! refuses with a one-line error and audits. This module only parses, calls and prints; it
 //! decides nothing itself.
 
-use super::admin::call;
+use super::admin::{call, list};
 use super::admin_read::{self, Read};
 use super::refusal::{refused, Inputs};
-use super::{CliError, Globals};
+use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
@@ -133,6 +133,8 @@ pub enum AgentCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
 }
 
@@ -155,6 +157,8 @@ pub enum ConfigurationCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
     /// Show one Configuration with its document.
     Show {
@@ -205,6 +209,8 @@ pub enum ServiceAccountCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
     /// Show one service account.
     Show {
@@ -243,6 +249,8 @@ pub enum SecretCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
 }
 
@@ -254,18 +262,20 @@ fn compute_default() -> Option<String> {
 
 pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
     match command {
-        AgentAdmin::Agent(AgentCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Agents(&namespace))
+        AgentAdmin::Agent(AgentCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Agents(&namespace), page)
         }
-        AgentAdmin::Secret(SecretCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Secrets(&namespace))
+        AgentAdmin::Secret(SecretCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Secrets(&namespace), page)
         }
-        AgentAdmin::Configuration(ConfigurationCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Configurations(&namespace))
+        AgentAdmin::Configuration(ConfigurationCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Configurations(&namespace), page)
         }
-        AgentAdmin::Configuration(ConfigurationCommand::Show { namespace, id }) => {
-            admin_read::run(globals, Read::Configuration(&namespace, &id))
-        }
+        AgentAdmin::Configuration(ConfigurationCommand::Show { namespace, id }) => admin_read::run(
+            globals,
+            Read::Configuration(&namespace, &id),
+            Page::default(),
+        ),
         AgentAdmin::Agent(AgentCommand::Create {
             namespace,
             name,
@@ -470,12 +480,22 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
             "SELECT occ.service_account_bind($1, $2, $3, $4, $5, $6)",
             &[&namespace, &id, &backend, &driver, &workspace, &actor],
         ),
-        ServiceAccountCommand::List { namespace } => call(
+        ServiceAccountCommand::List { namespace, page } => list(
             globals,
             "service-account list",
-            &[("NAMESPACE", &namespace)],
             "SELECT occ.service_account_list($1)",
             &[&namespace],
+            page,
+            &[
+                ("ID", "id"),
+                ("ISSUED", "issued"),
+                ("ACCESS TOKEN", "/credential/secretRef/name"),
+                ("KEY", "/credential/secretRef/key"),
+                ("BACKEND", "/backendBinding/backendId"),
+                ("DRIVER", "/backendBinding/driverId"),
+                ("WORKSPACE", "/backendBinding/workspaceId"),
+                ("UPDATED", "updatedAt"),
+            ],
         ),
         ServiceAccountCommand::Show { namespace, id } => call(
             globals,

@@ -112,6 +112,24 @@ impl<E: std::error::Error> From<E> for CliError {
     }
 }
 
+/// `--limit` of the lists ordered by name (those ordered by time take `--before` too).
+#[derive(clap::Args, Clone, Copy, Default)]
+pub struct Page {
+    /// At most this many rows.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+}
+
+impl Page {
+    /// The first `--limit` items of a list (all without one).
+    pub fn first(self, mut value: Value) -> Value {
+        if let (Some(limit), Some(items)) = (self.limit, value.as_array_mut()) {
+            items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        }
+        value
+    }
+}
+
 pub struct Globals {
     pub json: bool,
     pub database_url: Option<String>,
@@ -188,8 +206,9 @@ impl Globals {
 }
 
 impl Globals {
-    /// Prints a list as JSON, or as a table of `columns` (header, key): one row per item,
-    /// lists joined by commas, absent values as `-`.
+    /// Prints a list as JSON, or as a table of `columns` (header, key; a key starting with `/`
+    /// is a JSON pointer into the item): one row per item, lists joined by commas, absent
+    /// values as `-`.
     pub fn print_table(&self, value: &Value, columns: &[(&str, &str)]) {
         if self.json {
             return self.print(value);
@@ -203,7 +222,14 @@ impl Globals {
                     .map(|item| {
                         columns
                             .iter()
-                            .map(|(_, key)| cell(item.get(*key).unwrap_or(&Value::Null)))
+                            .map(|(_, key)| {
+                                let found = if key.starts_with('/') {
+                                    item.pointer(key)
+                                } else {
+                                    item.get(*key)
+                                };
+                                cell(found.unwrap_or(&Value::Null))
+                            })
                             .collect()
                     })
                     .collect()

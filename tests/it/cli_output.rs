@@ -362,3 +362,80 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
         "work show refused: no work with key \"agent:never:delete\"",
     );
 }
+
+// O: every list is a table and takes --limit: the catalog, backends and service accounts
+// (nested fields as their own columns) as well as the IAM reads.
+#[test]
+fn every_list_is_a_table_with_a_limit() {
+    let db = TestDb::bootstrapped();
+    insert_namespace(&mut db.client(), "team-b", "ready");
+    let url = Some(db.url.as_str());
+    let table = |args: &[&str]| {
+        let (code, out, stderr) = run(url, args);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{args:?}");
+        lines(&out)
+    };
+    assert_eq!(
+        table(&["admin", "harness", "list", "--limit", "2"]),
+        [
+            "ID     MODE       VERSION  APPROVED BY  APPROVED",
+            "codex  dedicated  1.0.0    migration    TIME",
+            "codex  embedded   1.0.0    migration    TIME",
+        ]
+    );
+    ok(
+        &db,
+        &[
+            "admin", "backend", "add", "b1", "--type", "chatgpt", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        table(&["admin", "backend", "list"]),
+        [
+            "ID  TYPE     CREATED BY  CREATED",
+            "b1  chatgpt  admin       TIME",
+        ]
+    );
+    ok(
+        &db,
+        &[
+            "admin",
+            "service-account",
+            "create",
+            "team-b",
+            "acct",
+            "--access-token",
+            "seat/token",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(
+        table(&["admin", "service-account", "list", "team-b"]),
+        [
+            "ID    ISSUED  ACCESS TOKEN  KEY    BACKEND  DRIVER  WORKSPACE  UPDATED",
+            "acct  true    seat          token  -        -       -          TIME",
+        ]
+    );
+    assert_eq!(table(&["admin", "role", "list", "--limit", "1"]).len(), 2);
+    assert_eq!(
+        table(&["admin", "identity", "list", "--limit", "1"]).len(),
+        2
+    );
+    assert_eq!(table(&["admin", "grant", "list", "--limit", "1"]).len(), 2);
+    assert_eq!(
+        ok(&db, &["admin", "role", "list", "--limit", "3"])
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    for list in [
+        vec!["admin", "group", "list", "--limit", "1"],
+        vec!["admin", "agent", "list", "team-b", "--limit", "1"],
+        vec!["admin", "secret", "list", "team-b", "--limit", "1"],
+        vec!["admin", "configuration", "list", "team-b", "--limit", "1"],
+    ] {
+        assert_eq!(table(&list)[1..], ["(none)"], "{list:?}");
+    }
+}
