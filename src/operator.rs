@@ -23,6 +23,7 @@ const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configura
 const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configuration_show.sql");
 const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
 const WORK_WAITING: &str = include_str!("../sql/queries/operator_work_waiting.sql");
+const WORKER_SEEN: &str = include_str!("../sql/queries/operator_worker_seen.sql");
 const WORK_GONE: &str = include_str!("../sql/queries/operator_work_gone.sql");
 
 fn one(c: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Value, Error> {
@@ -157,4 +158,10 @@ pub fn work_gone(c: &mut Client, key: &str) -> Result<Option<DeletedAgent>, Erro
             namespace_id: row.get(2),
             deleted_at: row.get(3),
         }))
+}
+
+/// Seconds since a worker last renewed a claim or recorded an attempt (database clock); none
+/// when no worker ever did.
+pub fn worker_seen(c: &mut Client) -> Result<Option<f64>, Error> {
+    Ok(c.query_one(WORKER_SEEN, &[])?.get(0))
 }

@@ -7,6 +7,7 @@
 
 use super::admin_read::{self, Read};
 use super::refusal::{refused, Inputs};
+use super::wait::WaitArg;
 use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand};
 use occ_worker::queue;
@@ -255,6 +256,8 @@ pub enum NamespaceCommand {
         /// The exact existing Kubernetes namespace to adopt (needs Installation administer).
         #[arg(long)]
         existing_namespace: Option<String>,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Delete an empty Namespace: stores it deleting and enqueues its teardown.
     Delete {
@@ -263,6 +266,8 @@ pub enum NamespaceCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// List live Namespaces by name.
     List {
@@ -303,6 +308,15 @@ pub enum WorkCommand {
         /// At most this many rows (the newest).
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
         limit: i64,
+    },
+    /// Follow one work row until it ends, showing its state and latest code (exit 0
+    /// succeeded, 3 failed for good, 4 timed out).
+    Watch {
+        /// The work key, e.g. `namespace:ID:ensure`.
+        key: String,
+        /// Give up after this long (90s, 15m, 1h; default: never).
+        #[arg(long, value_parser = super::wait::parse_timeout)]
+        timeout: Option<std::time::Duration>,
     },
     /// Show one work row with its attempt evidence.
     Show {
@@ -388,13 +402,53 @@ pub fn call(
     query: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<(), CliError> {
+    call_value(globals, what, args, query, params).map(drop)
+}
+
+/// `call`, returning the answer it printed.
+pub fn call_value(
+    globals: &Globals,
+    what: &str,
+    args: &[(&str, &str)],
+    query: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Value, CliError> {
     let mut client = globals.connect()?;
     let row = client
         .query_one(query, params)
         .map_err(|e| refused(&Inputs { what, args }, &e))?;
     let value: Value = row.get(0);
     globals.print(&value);
-    Ok(())
+    Ok(value)
+}
+
+/// Calls an admission that enqueues work (`call`), then with `--wait` follows that work until
+/// it ends (`wait::follow`). The work's key is the answer's `work`, or for a Namespace the key
+/// of its listed work containing `:{step}` (`ensure`, `delete`), the newest such.
+pub fn enqueue(
+    globals: &Globals,
+    what: &str,
+    args: &[(&str, &str)],
+    query: &str,
+    params: &[&(dyn ToSql + Sync)],
+    (wait, step): (WaitArg, &str),
+) -> Result<(), CliError> {
+    let value = call_value(globals, what, args, query, params)?;
+    let Some(timeout) = wait.wait else {
+        return Ok(());
+    };
+    let key = match &value["work"] {
+        Value::String(key) => Some(key.clone()),
+        Value::Array(works) => works
+            .iter()
+            .filter_map(|w| w["key"].as_str())
+            .rfind(|k| k.contains(&format!(":{step}")))
+            .map(str::to_string),
+        _ => None,
+    };
+    let key =
+        key.ok_or_else(|| CliError::new(format!("{what}: the answer names no work to wait for")))?;
+    super::wait::follow(globals, what, &key, Some(timeout))
 }
 
 /// Calls one read function returning a jsonb list and prints its first `page.limit` items as
@@ -730,19 +784,26 @@ fn namespace(globals: &Globals, command: NamespaceCommand) -> Result<(), CliErro
             name,
             actor,
             existing_namespace,
-        } => call(
+            wait,
+        } => enqueue(
             globals,
             "namespace create",
             &[("NAME", &name), ("--actor", &actor)],
             "SELECT occ.namespace_create($1, $2, $3)",
             &[&actor, &name, &existing_namespace],
+            (wait, "ensure"),
         ),
-        NamespaceCommand::Delete { namespace, actor } => call(
+        NamespaceCommand::Delete {
+            namespace,
+            actor,
+            wait,
+        } => enqueue(
             globals,
             "namespace delete",
             &[("NAMESPACE", &namespace), ("--actor", &actor)],
             "SELECT occ.namespace_delete($1, $2)",
             &[&actor, &namespace],
+            (wait, "delete"),
         ),
         NamespaceCommand::List { limit } => namespace_list(globals, limit),
         NamespaceCommand::Show { namespace } => namespace_show(globals, &namespace),
@@ -888,6 +949,10 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
                 ],
             );
             globals.more(rows.len(), limit, rows.last().map(|r| r.id));
+        }
+        WorkCommand::Watch { key, timeout } => {
+            drop(client);
+            return super::wait::follow(globals, "work watch", &key, timeout);
         }
         WorkCommand::Show { key } => match queue::work_show(&mut client, &key)? {
             Some(row) => globals.print(&json!(row)),

@@ -6,9 +6,10 @@
 //! refuses with a one-line error and audits. This module only parses, calls and prints; it
 //! decides nothing itself.
 
-use super::admin::{call, list};
+use super::admin::{call, enqueue, list};
 use super::admin_read::{self, Read};
 use super::refusal::{refused, Inputs};
+use super::wait::WaitArg;
 use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
@@ -86,6 +87,8 @@ pub struct DeployArgs {
     /// The Compute implementation (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
     compute_implementation: Option<String>,
+    #[command(flatten)]
+    wait: WaitArg,
 }
 
 #[derive(Subcommand)]
@@ -111,6 +114,8 @@ pub enum AgentCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Delete the Agent (again: retry a failed deletion).
     Delete {
@@ -121,6 +126,8 @@ pub enum AgentCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Show the Agent and each revision's deployment status.
     Show {
@@ -311,7 +318,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                      and --harness openclaw --mode embedded only"
                 )));
             }
-            call(
+            enqueue(
                 globals,
                 "agent deploy",
                 &[
@@ -342,29 +349,34 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &implementation,
                     &a.service_account,
                 ],
+                (a.wait, "reconcile"),
             )
         }
         AgentAdmin::Agent(AgentCommand::Stop {
             namespace,
             agent,
             actor,
-        }) => call(
+            wait,
+        }) => enqueue(
             globals,
             "agent stop",
             &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_stop($1, $2, $3)",
             &[&namespace, &agent, &actor],
+            (wait, "stop"),
         ),
         AgentAdmin::Agent(AgentCommand::Delete {
             namespace,
             agent,
             actor,
-        }) => call(
+            wait,
+        }) => enqueue(
             globals,
             "agent delete",
             &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_delete($1, $2, $3)",
             &[&namespace, &agent, &actor],
+            (wait, "delete"),
         ),
         AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => {
             agent_show(globals, &namespace, &agent)

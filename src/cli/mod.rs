@@ -8,6 +8,7 @@ mod admin_read;
 mod bench;
 mod reference;
 mod refusal;
+mod wait;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +82,14 @@ impl CliError {
         CliError {
             message: message.into(),
             code: 1,
+        }
+    }
+
+    /// A failure with its own exit code (`wait::FAILED`, `wait::TIMED_OUT`).
+    pub fn with_code(message: impl Into<String>, code: u8) -> CliError {
+        CliError {
+            message: message.into(),
+            code,
         }
     }
 

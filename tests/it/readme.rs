@@ -213,6 +213,11 @@ fn the_readme_walk_throughs_run_as_written() {
         "\"status\":\"provisioning\"",
         "status: ready",
         "HARNESS_BINDING_UNSUPPORTED",
+        // --wait followed the work to its end, a line per change (no terminal here).
+        ":ensure: succeeded · ",
+        ":delete: succeeded · ",
+        ":reconcile: failed_permanent · HARNESS_BINDING_UNSUPPORTED · ",
+        "agent:",
         "\"event\":\"worker.stopping\"",
         "\"event\":\"worker.stopped\"",
     ] {

@@ -1,0 +1,247 @@
+//! `--wait[=TIMEOUT]` of the commands that enqueue work, and `admin work watch KEY`: follow one
+//! work row until it ends (SPEC section 9), showing its state, the code its latest attempt
+//! reported and the time waited. On a terminal that is one line redrawn in place on stderr;
+//! otherwise a plain line each time the state or code changes. The exit code says how it
+//! ended: 0 succeeded, `FAILED` failed for good, `TIMED_OUT` still running when the timeout
+//! passed (the work goes on).
+//!
+//! It only reads. The schema notifies new work only (`occ_work`, for the workers' wake-up),
+//! not a row's progress, so the follower reads its one row a few times a second; and because
+//! workers leave no row of their own, a worker counts as alive while it renews a claim or
+//! records attempts (`operator::worker_seen`).
+
+use super::{CliError, Globals};
+use occ_worker::{operator, queue};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// Exit code: the work failed for good (`failed_permanent`).
+pub const FAILED: u8 = 3;
+/// Exit code: the timeout passed while the work still ran.
+pub const TIMED_OUT: u8 = 4;
+
+/// How long `--wait` without a value waits.
+const DEFAULT_TIMEOUT: &str = "10m";
+/// How often the row is read (and the spinner turns).
+const POLL: Duration = Duration::from_millis(250);
+/// How long the wait runs before it asks whether any worker is alive, and how often after.
+const LIVENESS_AFTER: Duration = Duration::from_secs(5);
+/// A worker not seen for this long is warned about.
+const WORKER_SILENT_SECS: f64 = 30.0;
+
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// `--wait[=TIMEOUT]`, flattened into every command that enqueues work.
+#[derive(clap::Args, Clone, Copy, Default)]
+pub struct WaitArg {
+    /// Wait until the queued work ends, showing its progress on stderr: exit 0 when it
+    /// succeeded, 3 when it failed for good, 4 when TIMEOUT (default 10m; 90s, 15m, 1h) passed
+    /// first.
+    #[arg(
+        long,
+        value_name = "TIMEOUT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = DEFAULT_TIMEOUT,
+        value_parser = parse_timeout,
+    )]
+    pub wait: Option<Duration>,
+}
+
+/// `90s`, `15m`, `1h` or a number of seconds.
+pub fn parse_timeout(value: &str) -> Result<Duration, String> {
+    let (count, unit) = match value.char_indices().last() {
+        Some((i, 's')) => (&value[..i], 1),
+        Some((i, 'm')) => (&value[..i], 60),
+        Some((i, 'h')) => (&value[..i], 3600),
+        _ => (value, 1),
+    };
+    match count.parse::<u64>() {
+        Ok(n) if n > 0 && n <= 7 * 24 * 3600 / unit => Ok(Duration::from_secs(n * unit)),
+        _ => Err("a timeout is a positive number of seconds, or one with s, m or h (90s, 15m, 1h), up to a week".into()),
+    }
+}
+
+/// What the follower saw of the row at one read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    state: String,
+    code: Option<String>,
+}
+
+impl Seen {
+    fn of(row: &queue::WorkView) -> Seen {
+        let latest = row
+            .evidence
+            .as_ref()
+            .and_then(|e| e.as_array())
+            .and_then(|a| a.last())
+            .and_then(|a| a["code"].as_str())
+            .map(str::to_string);
+        Seen {
+            state: row.state.clone(),
+            code: row.reason_code.clone().or(latest),
+        }
+    }
+
+    fn ended(&self) -> bool {
+        matches!(self.state.as_str(), "succeeded" | "failed_permanent")
+    }
+
+    /// `claimed · NAMESPACE_ROLEBINDING_PENDING · 12 s`.
+    fn line(&self, waited: Duration) -> String {
+        match &self.code {
+            Some(code) => format!("{} · {code} · {} s", self.state, waited.as_secs()),
+            None => format!("{} · {} s", self.state, waited.as_secs()),
+        }
+    }
+}
+
+/// Where progress goes: a terminal redraws one line, anything else gets a line per change.
+struct Display {
+    terminal: bool,
+    frame: usize,
+    last: Option<Seen>,
+    /// Something is drawn on the current line (terminal only).
+    drawn: bool,
+}
+
+impl Display {
+    fn new() -> Display {
+        Display {
+            terminal: std::io::stderr().is_terminal(),
+            frame: 0,
+            last: None,
+            drawn: false,
+        }
+    }
+
+    fn write(text: &str) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(text.as_bytes());
+        let _ = err.flush();
+    }
+
+    /// The row as it stands now.
+    fn show(&mut self, key: &str, seen: &Seen, waited: Duration) {
+        if self.terminal {
+            self.frame = (self.frame + 1) % SPINNER.len();
+            Display::write(&format!(
+                "\r\x1b[2K{} {}",
+                SPINNER[self.frame],
+                seen.line(waited)
+            ));
+            self.drawn = true;
+        } else if self.last.as_ref() != Some(seen) {
+            Display::write(&format!("{key}: {}\n", seen.line(waited)));
+        }
+        self.last = Some(seen.clone());
+    }
+
+    /// A line of its own (a warning), above the redrawn one.
+    fn note(&mut self, text: &str) {
+        self.clear();
+        Display::write(&format!("{text}\n"));
+    }
+
+    /// The last line: how it ended.
+    fn end(&mut self, key: &str, seen: &Seen, waited: Duration) {
+        self.clear();
+        if self.terminal {
+            let mark = if seen.state == "succeeded" {
+                '✓'
+            } else {
+                '✗'
+            };
+            Display::write(&format!("{mark} {key}: {}\n", seen.line(waited)));
+        } else {
+            Display::write(&format!("{key}: {}\n", seen.line(waited)));
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.drawn {
+            Display::write("\r\x1b[2K");
+            self.drawn = false;
+        }
+    }
+}
+
+/// Follows the work `key` that `what` enqueued until it ends or `timeout` passes.
+pub fn follow(
+    globals: &Globals,
+    what: &str,
+    key: &str,
+    timeout: Option<Duration>,
+) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let started = Instant::now();
+    let mut display = Display::new();
+    let mut next_liveness = LIVENESS_AFTER;
+    let mut warned = false;
+    loop {
+        let waited = started.elapsed();
+        let seen = match queue::work_show(&mut client, key)? {
+            Some(row) => Seen::of(&row),
+            // An Agent's deletion removes its work with it: gone after its deletion is done.
+            None => match operator::work_gone(&mut client, key)? {
+                Some(_) => Seen {
+                    state: "succeeded".into(),
+                    code: Some("AGENT_DELETED".into()),
+                },
+                None => {
+                    display.clear();
+                    return Err(CliError::new(format!(
+                        "{what}: no work with key {key:?} (admin work list)"
+                    )));
+                }
+            },
+        };
+        if seen.ended() {
+            display.end(key, &seen, waited);
+            if seen.state == "succeeded" {
+                return Ok(());
+            }
+            return Err(CliError::with_code(
+                format!(
+                    "{what}: {key} failed: {} (admin work show {key})",
+                    seen.code.as_deref().unwrap_or("-")
+                ),
+                FAILED,
+            ));
+        }
+        display.show(key, &seen, waited);
+        if timeout.is_some_and(|t| waited >= t) {
+            display.clear();
+            return Err(CliError::with_code(
+                format!(
+                    "{what}: {key} is still {} after {} s; the work goes on (admin work watch {key})",
+                    match &seen.code {
+                        Some(code) => format!("{} ({code})", seen.state),
+                        None => seen.state.clone(),
+                    },
+                    waited.as_secs()
+                ),
+                TIMED_OUT,
+            ));
+        }
+        if !warned && waited >= next_liveness {
+            next_liveness += LIVENESS_AFTER;
+            let silent = match operator::worker_seen(&mut client)? {
+                None => Some("no worker has ever claimed work in this database".to_string()),
+                Some(age) if age > WORKER_SILENT_SECS => Some(format!(
+                    "no worker has renewed a claim or recorded an attempt for {} s",
+                    age as u64
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = silent {
+                display.note(&format!(
+                    "warning: {why}: is `occ-worker run` running against this database?"
+                ));
+                warned = true;
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+}
