@@ -6,7 +6,7 @@
 //! decides nothing itself.
 
 use super::admin_read::{self, Read};
-use super::refusal::{refused, Inputs};
+use super::refusal::{explained, refused, Inputs};
 use super::wait::WaitArg;
 use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand};
@@ -414,9 +414,10 @@ pub fn call_value(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Value, CliError> {
     let mut client = globals.connect()?;
-    let row = client
-        .query_one(query, params)
-        .map_err(|e| refused(&Inputs { what, args }, &e))?;
+    let row = match client.query_one(query, params) {
+        Ok(row) => row,
+        Err(e) => return Err(explained(&mut client, &Inputs { what, args }, &e)),
+    };
     let value: Value = row.get(0);
     globals.print(&value);
     Ok(value)
@@ -505,7 +506,11 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "group add-member",
-            &[("GROUP", &group), ("IDENTITY", &identity)],
+            &[
+                ("GROUP", &group),
+                ("IDENTITY", &identity),
+                ("--actor", &actor),
+            ],
             "SELECT occ.group_add_member($1, $2, $3)",
             &[&actor, &group, &identity],
         ),
@@ -516,7 +521,11 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "group remove-member",
-            &[("GROUP", &group), ("IDENTITY", &identity)],
+            &[
+                ("GROUP", &group),
+                ("IDENTITY", &identity),
+                ("--actor", &actor),
+            ],
             "SELECT occ.group_remove_member($1, $2, $3)",
             &[&actor, &group, &identity],
         ),
@@ -562,6 +571,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                     ("PRINCIPAL", &b.principal),
                     ("ROLE", &b.role),
                     ("--scope", &b.scope),
+                    ("--actor", &b.actor),
                 ],
                 "SELECT occ.binding_grant($1, $2, $3, $4)",
                 &[&b.actor, &b.principal, &b.role, &b.scope],
@@ -575,6 +585,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
                 ("PRINCIPAL", &b.principal),
                 ("ROLE", &b.role),
                 ("--scope", &b.scope),
+                ("--actor", &b.actor),
             ],
             "SELECT occ.binding_revoke($1, $2, $3, $4)",
             &[&b.actor, &b.principal, &b.role, &b.scope],
@@ -601,7 +612,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         }) => call(
             globals,
             "harness approve",
-            &[("ID", &id), ("--version", &version)],
+            &[("ID", &id), ("--version", &version), ("--actor", &actor)],
             "SELECT occ.harness_approve($1, $2, $3, $4)",
             &[&actor, &id, &mode.as_str().to_string(), &version],
         ),
@@ -625,7 +636,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
             call(
                 globals,
                 "backend add",
-                &[("ID", &id)],
+                &[("ID", &id), ("--actor", &actor)],
                 "SELECT occ.backend_add($1, $2, $3)",
                 &[&actor, &id, &kind],
             )
@@ -633,7 +644,7 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         AdminCommand::Backend(BackendCommand::Remove { id, actor }) => call(
             globals,
             "backend remove",
-            &[("ID", &id)],
+            &[("ID", &id), ("--actor", &actor)],
             "SELECT occ.backend_remove($1, $2)",
             &[&actor, &id],
         ),
@@ -978,7 +989,7 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
                 return call(
                     globals,
                     "work retry",
-                    &[("KEY", &key)],
+                    &[("KEY", &key), ("--actor", &actor)],
                     "SELECT occ.namespace_delete_retry($1, $2)",
                     &[&actor, &key],
                 );

@@ -53,6 +53,7 @@ impl Mode {
 }
 
 #[derive(Args)]
+#[group(id = "harness_auth", required = true, multiple = false)]
 pub struct DeployArgs {
     /// The Namespace id or name.
     namespace: String,
@@ -70,16 +71,13 @@ pub struct DeployArgs {
     /// How the Harness runs: dedicated or embedded.
     #[arg(long, value_enum)]
     mode: Mode,
-    /// The Secret holding the harness API key (the `secret` harness auth).
-    #[arg(
-        long,
-        required_unless_present = "service_account",
-        conflicts_with = "service_account"
-    )]
+    /// The Secret holding the harness API key (the `secret` harness auth; or
+    /// --service-account, not both).
+    #[arg(long, value_name = "SECRET", group = "harness_auth")]
     harness_secret: Option<String>,
     /// A managed ChatGPT account instead: issued, bound to a configured backend, and readable
-    /// by `--actor` (SPEC M1).
-    #[arg(long)]
+    /// by `--actor` (SPEC M1; or --harness-secret, not both).
+    #[arg(long, value_name = "ACCOUNT", group = "harness_auth")]
     service_account: Option<String>,
     /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
@@ -290,7 +288,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "agent create",
-            &[("NAMESPACE", &namespace), ("NAME", &name)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("NAME", &name),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_create($1, $2, $3)",
             &[&namespace, &name, &actor],
         ),
@@ -334,6 +336,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                         a.service_account.as_deref().unwrap_or_default(),
                     ),
                     ("--compute-id", &compute_id),
+                    ("--actor", &a.actor),
                 ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
                     p_service_account => $10)",
@@ -360,7 +363,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => enqueue(
             globals,
             "agent stop",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_stop($1, $2, $3)",
             &[&namespace, &agent, &actor],
             (wait, "stop"),
@@ -373,7 +380,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => enqueue(
             globals,
             "agent delete",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_delete($1, $2, $3)",
             &[&namespace, &agent, &actor],
             (wait, "delete"),
@@ -395,6 +406,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     ("NAMESPACE", &namespace),
                     ("ID", &id),
                     ("--file", &file.display().to_string()),
+                    ("--actor", &actor),
                 ],
                 "SELECT occ.configuration_put($1, $2, $3, $4)",
                 &[&namespace, &id, &document, &actor],
@@ -417,6 +429,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 ("--backend-ref", &backend_ref),
                 ("--driver", driver.as_deref().unwrap_or_default()),
                 ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
+                ("--actor", &actor),
             ],
             "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
             &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
@@ -468,6 +481,7 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
                 ("NAMESPACE", &namespace),
                 ("ID", &id),
                 ("--access-token", &access_token),
+                ("--actor", &actor),
             ],
             "SELECT occ.service_account_create($1, $2, $3, $4)",
             &[&namespace, &id, &access_token, &actor],
@@ -488,6 +502,7 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
                 ("--backend", &backend),
                 ("--driver", &driver),
                 ("--workspace", &workspace),
+                ("--actor", &actor),
             ],
             "SELECT occ.service_account_bind($1, $2, $3, $4, $5, $6)",
             &[&namespace, &id, &backend, &driver, &workspace, &actor],

@@ -25,8 +25,14 @@ pub struct Cli {
     /// Print JSON instead of the human form.
     #[arg(long, global = true)]
     json: bool,
-    /// PostgreSQL connection string (defaults to OCC_DATABASE_URL).
-    #[arg(long, global = true, env = "OCC_DATABASE_URL", hide_env_values = true)]
+    /// PostgreSQL connection string; optional when OCC_DATABASE_URL is set.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "OCC_DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -412,8 +418,54 @@ fn write_stdout(bytes: &[u8]) {
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), bytes);
 }
 
+/// Parses the command line. Clap's own error (with the usage) is printed as clap prints it,
+/// except two flags given together that exclude each other: one line naming both.
+fn parse() -> Result<Cli, CliError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let e = match Cli::try_parse() {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if e.kind() == ErrorKind::ArgumentConflict {
+        let flag = |kind| match e.get(kind) {
+            Some(ContextValue::String(s)) => s.split(' ').next().map(str::to_string),
+            Some(ContextValue::Strings(v)) => v
+                .first()
+                .and_then(|s| s.split(' ').next().map(str::to_string)),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (flag(ContextKind::InvalidArg), flag(ContextKind::PriorArg)) {
+            // Whichever came first on the command line, the same sentence.
+            let (a, b) = if a < b { (a, b) } else { (b, a) };
+            return Err(CliError::config(format!(
+                "{a} and {b} are mutually exclusive: give one of them"
+            )));
+        }
+    }
+    // A database URL from OCC_DATABASE_URL counts as given, so clap's usage would list
+    // `--database-url` among the required arguments; it is optional, and said so.
+    let text: String = e
+        .render()
+        .to_string()
+        .lines()
+        .map(|line| match line.strip_prefix("Usage: ") {
+            Some(usage) => format!(
+                "Usage: {}\n",
+                usage.replace(" --database-url <URL> ", " [--database-url <URL>] ")
+            ),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    if e.use_stderr() {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+    std::process::exit(e.exit_code())
+}
+
 pub fn run() -> Result<(), CliError> {
-    let cli = Cli::parse();
+    let cli = parse()?;
     let globals = Globals {
         json: cli.json,
         database_url: cli.database_url,
