@@ -322,6 +322,60 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
     let mut c = db.client();
     insert_namespace(&mut c, "team-b", "ready");
     insert_agent(&mut c, "team-b", "gone", 0);
+    let cfg = std::env::temp_dir().join(format!("occ-cli-gone-{}", db.name));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-b",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "secret",
+            "create",
+            "team-b",
+            "key",
+            "--backend-ref",
+            "team-b/o/k",
+            "--actor",
+            "admin",
+        ],
+    );
+    let deployed = ok(
+        &db,
+        &[
+            "admin",
+            "agent",
+            "deploy",
+            "team-b",
+            "gone",
+            "--actor",
+            "admin",
+            "--configuration",
+            "cfg",
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "docker",
+        ],
+    );
+    let reconcile = deployed["work"].as_str().unwrap().to_string();
     let admitted = ok(
         &db,
         &[
@@ -354,6 +408,13 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
         &["admin", "work", "show", "agent:gone:delete"],
         1,
         "work show refused: no work with key \"agent:gone:delete\": Agent gone was deleted at 2026-01-31T12:00:00.000Z and its work went with it (admin audit --namespace team-b)",
+    );
+    // A revision's work too, its Agent found from the deployment's admission.
+    refused(
+        url,
+        &["admin", "work", "show", &reconcile],
+        1,
+        &format!("work show refused: no work with key {reconcile:?}: Agent gone was deleted at 2026-01-31T12:00:00.000Z and its work went with it (admin audit --namespace team-b)"),
     );
     refused(
         url,
