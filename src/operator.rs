@@ -24,6 +24,7 @@ const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configura
 const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
 const WORK_WAITING: &str = include_str!("../sql/queries/operator_work_waiting.sql");
 const WORKER_SEEN: &str = include_str!("../sql/queries/operator_worker_seen.sql");
+const WORK_SUBJECT: &str = include_str!("../sql/queries/operator_work_subject.sql");
 const WORK_GONE: &str = include_str!("../sql/queries/operator_work_gone.sql");
 
 fn one(c: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Value, Error> {
@@ -164,4 +165,11 @@ pub fn work_gone(c: &mut Client, key: &str) -> Result<Option<DeletedAgent>, Erro
 /// when no worker ever did.
 pub fn worker_seen(c: &mut Client) -> Result<Option<f64>, Error> {
     Ok(c.query_one(WORKER_SEEN, &[])?.get(0))
+}
+
+/// The state of what the work `key` changes, in its kind's words (`provisioning`, `deploying`,
+/// `stopping`, `deleting`, …); none when no work has the key.
+pub fn work_subject(c: &mut Client, key: &str) -> Result<Option<String>, Error> {
+    Ok(c.query_opt(WORK_SUBJECT, &[&key])?
+        .and_then(|row| row.get(0)))
 }

@@ -1,6 +1,7 @@
 //! `--wait[=TIMEOUT]` of the commands that enqueue work, and `admin work watch KEY`: follow one
-//! work row until it ends (SPEC section 9), showing its state, the code its latest attempt
-//! reported and the time waited. On a terminal that is one line redrawn in place on stderr;
+//! work row until it ends (SPEC section 9), showing the state of what it changes
+//! (`provisioning`, `deploying`, `stopping`, `deleting`, …), the code its latest attempt
+//! reported and the time waited, then how the work ended. On a terminal that is one line redrawn in place on stderr;
 //! otherwise a plain line each time the state or code changes. The exit code says how it
 //! ended: 0 succeeded, `FAILED` failed for good, `TIMED_OUT` still running when the timeout
 //! passed (the work goes on).
@@ -65,12 +66,15 @@ pub fn parse_timeout(value: &str) -> Result<Duration, String> {
 /// What the follower saw of the row at one read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
+    /// While the work runs, the state of what it changes (`operator::work_subject`) when
+    /// known; the work's own state otherwise and once it ended.
     state: String,
     code: Option<String>,
 }
 
 impl Seen {
-    fn of(row: &queue::WorkView) -> Seen {
+    /// The row, and while it runs the state of its subject.
+    fn of(row: &queue::WorkView, subject: Option<String>) -> Seen {
         let latest = row
             .evidence
             .as_ref()
@@ -78,17 +82,25 @@ impl Seen {
             .and_then(|a| a.last())
             .and_then(|a| a["code"].as_str())
             .map(str::to_string);
+        let ended = Seen::is_end(&row.state);
         Seen {
-            state: row.state.clone(),
+            state: match subject {
+                Some(subject) if !ended => subject,
+                _ => row.state.clone(),
+            },
             code: row.reason_code.clone().or(latest),
         }
     }
 
-    fn ended(&self) -> bool {
-        matches!(self.state.as_str(), "succeeded" | "failed_permanent")
+    fn is_end(state: &str) -> bool {
+        matches!(state, "succeeded" | "failed_permanent")
     }
 
-    /// `claimed · NAMESPACE_ROLEBINDING_PENDING · 12 s`.
+    fn ended(&self) -> bool {
+        Seen::is_end(&self.state)
+    }
+
+    /// `provisioning · NAMESPACE_ROLEBINDING_PENDING · 12 s`.
     fn line(&self, waited: Duration) -> String {
         match &self.code {
             Some(code) => format!("{} · {code} · {} s", self.state, waited.as_secs()),
@@ -182,7 +194,7 @@ pub fn follow(
     loop {
         let waited = started.elapsed();
         let seen = match queue::work_show(&mut client, key)? {
-            Some(row) => Seen::of(&row),
+            Some(row) => Seen::of(&row, operator::work_subject(&mut client, key)?),
             // An Agent's deletion removes its work with it: gone after its deletion is done.
             None => match operator::work_gone(&mut client, key)? {
                 Some(_) => Seen {

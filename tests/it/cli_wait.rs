@@ -116,11 +116,11 @@ fn wait_prints_a_line_per_change_and_exits_zero_on_success() {
     );
     let first = line(&mut stderr);
     let key = ensure_key(&db, "team-w");
-    assert_eq!(first, format!("{key}: queued · N s"));
+    assert_eq!(first, format!("{key}: provisioning · N s"));
     attempt(&db, &key, "NAMESPACE_ROLEBINDING_PENDING");
     assert_eq!(
         line(&mut stderr),
-        format!("{key}: queued · NAMESPACE_ROLEBINDING_PENDING · N s")
+        format!("{key}: provisioning · NAMESPACE_ROLEBINDING_PENDING · N s")
     );
     end(&db, &key, "succeeded", "NAMESPACE_READY");
     assert_eq!(
@@ -192,7 +192,7 @@ fn wait_on_an_agent_deletion_succeeds_when_its_rows_are_gone() {
             "--wait=60s",
         ],
     );
-    assert_eq!(line(&mut stderr), "agent:gone:delete: queued · N s");
+    assert_eq!(line(&mut stderr), "agent:gone:delete: deleting · N s");
     let mut tx = c.transaction().unwrap();
     tx.execute(
         "INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
@@ -242,7 +242,7 @@ fn wait_warns_without_a_worker_and_exits_four_at_its_timeout() {
             4,
             vec![
                 "warning: no worker has ever claimed work in this database: is `occ-worker run` running against this database?".to_string(),
-                format!("occ-worker: namespace create: {key} is still queued after N s; the work goes on (admin work watch {key})"),
+                format!("occ-worker: namespace create: {key} is still provisioning after N s; the work goes on (admin work watch {key})"),
             ]
         )
     );
@@ -299,10 +299,10 @@ fn on_a_terminal_wait_redraws_one_line() {
     for draw in redrawn {
         let (frame, rest) = draw.split_at(draw.char_indices().nth(1).unwrap().0);
         assert!("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏".contains(frame), "{draw:?}");
-        assert_eq!(seconds(rest), " queued · N s", "{draw:?}");
+        assert_eq!(seconds(rest), " provisioning · N s", "{draw:?}");
     }
     assert_eq!(
         seconds(last.trim_end()),
-        format!("occ-worker: namespace create: {key} is still queued after N s; the work goes on (admin work watch {key})")
+        format!("occ-worker: namespace create: {key} is still provisioning after N s; the work goes on (admin work watch {key})")
     );
 }
