@@ -512,3 +512,58 @@ pub fn run() -> Result<(), CliError> {
         Command::Bench(args) => bench::run(&globals, args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_time_takes_one_form_and_a_document_is_left_alone() {
+        assert_eq!(
+            utc_millis("2026-01-31T12:00:00.123456+00:00").as_deref(),
+            Some("2026-01-31T12:00:00.123Z")
+        );
+        assert_eq!(
+            utc_millis("2026-01-31 12:00:00+00").as_deref(),
+            Some("2026-01-31T12:00:00.000Z")
+        );
+        assert_eq!(
+            utc_millis("2026-01-31T12:00:00.5Z").as_deref(),
+            Some("2026-01-31T12:00:00.500Z")
+        );
+        for not_utc in [
+            "2026-01-31T12:00:00-05:00",
+            "2026-01-31",
+            "team-b",
+            "2026-01-31T12:00:00",
+        ] {
+            assert_eq!(utc_millis(not_utc), None, "{not_utc}");
+        }
+        assert_eq!(
+            rfc3339(json!({
+                "createdAt": "2026-01-31T12:00:00.1+00:00",
+                "revisions": [{"at": "2026-01-31 12:00:00+00"}],
+                "document": {"at": "2026-01-31T12:00:00+00:00"},
+            })),
+            json!({
+                "createdAt": "2026-01-31T12:00:00.100Z",
+                "revisions": [{"at": "2026-01-31T12:00:00.000Z"}],
+                "document": {"at": "2026-01-31T12:00:00+00:00"},
+            })
+        );
+    }
+
+    #[test]
+    fn a_table_is_aligned_two_spaces_apart_and_says_none_when_empty() {
+        let rows: Vec<Vec<String>> = vec![vec!["acct".into(), "seat".into()]];
+        assert_eq!(
+            table(
+                &[("ID", "id"), ("SECRET", "/credential/secretRef/name")],
+                &rows
+            ),
+            "ID    SECRET\nacct  seat\n"
+        );
+        assert_eq!(table(&[("ID", "id")], &[]), "ID\n(none)\n");
+    }
+}

@@ -266,3 +266,54 @@ pub fn connect_failed(config: &postgres::Config, source: &str, e: &postgres::Err
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_inputs_are_cut_to_their_head_and_length() {
+        assert_eq!(cut("team-b"), "team-b");
+        assert_eq!(cut(&"a".repeat(64)), "a".repeat(64));
+        assert_eq!(
+            cut(&"é".repeat(50)),
+            format!("{}… (100 bytes)", "é".repeat(32))
+        );
+        assert_eq!(quoted("x"), "\"x\"");
+        assert_eq!(
+            quoted(&"a".repeat(65)),
+            format!("\"{}…\" (65 bytes)", "a".repeat(32))
+        );
+    }
+
+    #[test]
+    fn ids_in_a_message_carry_the_names_typed() {
+        let inputs = Inputs {
+            what: "agent delete",
+            args: &[("NAMESPACE", "team-b"), ("AGENT", "helper")],
+        };
+        assert_eq!(
+            in_users_words("agent ns-1a2b3c4d/ag-9f is being deleted", &inputs),
+            "agent helper (ag-9f) in Namespace team-b (ns-1a2b3c4d) is being deleted"
+        );
+        assert_eq!(
+            in_users_words("Namespace ns-1a2b3c4d is deleting (must be ready)", &inputs),
+            "Namespace team-b (ns-1a2b3c4d) is deleting (must be ready)"
+        );
+        // Typed as the id: nothing to add.
+        let by_id = Inputs {
+            what: "agent show",
+            args: &[("NAMESPACE", "ns-1a2b3c4d"), ("AGENT", "nope")],
+        };
+        assert_eq!(
+            in_users_words("agent ns-1a2b3c4d/nope does not exist", &by_id),
+            "agent nope in Namespace ns-1a2b3c4d does not exist"
+        );
+        // Without a Namespace argument a message is left as it is.
+        let plain = Inputs {
+            what: "grant",
+            args: &[("ROLE", "viewer")],
+        };
+        assert_eq!(in_users_words("no role ns-x", &plain), "no role ns-x");
+    }
+}

@@ -257,3 +257,35 @@ pub fn follow(
         std::thread::sleep(POLL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_seconds_or_a_number_with_a_unit() {
+        let secs = |v: &str| parse_timeout(v).map(|d| d.as_secs());
+        assert_eq!(secs("90"), Ok(90));
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("15m"), Ok(900));
+        assert_eq!(secs("1h"), Ok(3600));
+        assert_eq!(secs("168h"), Ok(604_800));
+        for bad in ["0", "0s", "169h", "1d", "m", "", "-5", "1.5m"] {
+            assert!(secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_line_is_the_state_the_code_when_there_is_one_and_the_seconds() {
+        let seen = |code: Option<&str>| Seen {
+            state: "provisioning".into(),
+            code: code.map(str::to_string),
+        };
+        assert_eq!(
+            seen(Some("NAMESPACE_ROLEBINDING_PENDING")).line(Duration::from_millis(12_900)),
+            "provisioning · NAMESPACE_ROLEBINDING_PENDING · 12 s"
+        );
+        assert_eq!(seen(None).line(Duration::ZERO), "provisioning · 0 s");
+        assert!(!seen(None).ended());
+    }
+}
