@@ -157,12 +157,18 @@ fn dev_and_test_print_their_usage_without_starting_anything() {
     }
 }
 
-/// `scripts/dev` in `scratch` (without the build), its stderr into `log`: the child, once ready.
-fn start_dev(scratch: &crate::readme::Scratch, log: &std::path::Path) -> std::process::Child {
+/// `scripts/dev ARGS` in `scratch` (without the build), its output into `log`: the child, once
+/// ready.
+fn start_dev(
+    scratch: &crate::readme::Scratch,
+    log: &std::path::Path,
+    args: &[&str],
+) -> std::process::Child {
     use std::os::unix::process::CommandExt;
     let out = std::fs::File::create(log).unwrap();
     let mut cmd = Command::new("scripts/dev");
-    cmd.current_dir(&scratch.checkout)
+    cmd.args(args)
+        .current_dir(&scratch.checkout)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
@@ -229,7 +235,7 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
     scratch.installation = format!("dev-{}", &hex[..8]);
     let log = scratch.base.join("dev.log");
 
-    let dev = start_dev(&scratch, &log);
+    let dev = start_dev(&scratch, &log, &[]);
     assert_eq!(
         dev_env(&scratch, "OCC_DEV_INSTALLATION"),
         scratch.installation
@@ -264,7 +270,7 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
     );
     assert!(Client::connect(&url, NoTls).is_err(), "PostgreSQL stopped");
 
-    let dev = start_dev(&scratch, &log);
+    let dev = start_dev(&scratch, &log, &[]);
     assert_eq!(
         dev_env(&scratch, "OCC_WORKER_HTTP_ADDR"),
         addr,
@@ -276,6 +282,25 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
         .unwrap()
         .get(0);
     assert_eq!(kept, 1, "the dev database kept its data");
+    drop(c);
+    assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
+
+    // --reset starts afresh, naming the label of what it deletes.
+    let dev = start_dev(&scratch, &log, &["--reset"]);
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "dev: reset: deleting the dev cluster and Docker resources labelled occ.installation={}\n",
+            scratch.installation
+        )),
+        "{said}"
+    );
+    let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
+    let kept: i64 = c
+        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "afresh");
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
 }
