@@ -330,6 +330,8 @@ pub enum WorkCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
 }
 
@@ -424,8 +426,9 @@ pub fn call_value(
 }
 
 /// Calls an admission that enqueues work (`call`), then with `--wait` follows that work until
-/// it ends (`wait::follow`). The work's key is the answer's `work`, or for a Namespace the key
-/// of its listed work containing `:{step}` (`ensure`, `delete`), the newest such.
+/// it ends (`wait::follow`). The work's key is the answer's `work` (or `key`), or for a
+/// Namespace the key of its listed work containing `:{step}` (`ensure`, `delete`), the newest
+/// such.
 pub fn enqueue(
     globals: &Globals,
     what: &str,
@@ -438,9 +441,9 @@ pub fn enqueue(
     let Some(timeout) = wait.wait else {
         return Ok(());
     };
-    let key = match &value["work"] {
-        Value::String(key) => Some(key.clone()),
-        Value::Array(works) => works
+    let key = match (&value["work"], &value["key"]) {
+        (Value::String(key), _) | (Value::Null, Value::String(key)) => Some(key.clone()),
+        (Value::Array(works), _) => works
             .iter()
             .filter_map(|w| w["key"].as_str())
             .rfind(|k| k.contains(&format!(":{step}")))
@@ -983,15 +986,16 @@ fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
                 }));
             }
         },
-        WorkCommand::Retry { key, actor } => {
+        WorkCommand::Retry { key, actor, wait } => {
             drop(client);
             if key.starts_with("namespace:") {
-                return call(
+                return enqueue(
                     globals,
                     "work retry",
                     &[("KEY", &key), ("--actor", &actor)],
                     "SELECT occ.namespace_delete_retry($1, $2)",
                     &[&actor, &key],
+                    (wait, "delete"),
                 );
             }
             return Err(CliError::new(format!(

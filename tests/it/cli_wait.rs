@@ -306,3 +306,50 @@ fn on_a_terminal_wait_redraws_one_line() {
         format!("occ-worker: namespace create: {key} is still provisioning after N s; the work goes on (admin work watch {key})")
     );
 }
+
+// O, Q9: an explicit retry of a failed deletion waits for the retry it queued.
+#[test]
+fn work_retry_waits_for_the_retry_it_queued() {
+    let db = TestDb::bootstrapped();
+    crate::cli::ok(
+        &db,
+        &["admin", "namespace", "create", "team-r", "--actor", "admin"],
+    );
+    let ensure = ensure_key(&db, "team-r");
+    end(&db, &ensure, "succeeded", "NAMESPACE_RECONCILED");
+    db.client()
+        .execute(
+            "UPDATE occ.namespaces_all SET status = 'ready' WHERE name = 'team-r'",
+            &[],
+        )
+        .unwrap();
+    crate::cli::ok(
+        &db,
+        &["admin", "namespace", "delete", "team-r", "--actor", "admin"],
+    );
+    let delete = ensure.replace(":ensure", ":delete");
+    end(&db, &delete, "failed_permanent", "NAMESPACE_DELETE_FAILED");
+    let (child, mut stderr) = spawn(
+        &db,
+        &[
+            "admin",
+            "work",
+            "retry",
+            &delete,
+            "--actor",
+            "admin",
+            "--wait=60s",
+        ],
+    );
+    let first = line(&mut stderr);
+    let retry = format!("{delete}:2");
+    assert_eq!(first, format!("{retry}: deleting · N s"));
+    end(&db, &retry, "succeeded", "NAMESPACE_RECONCILED");
+    assert_eq!(
+        finish(child, stderr),
+        (
+            0,
+            vec![format!("{retry}: succeeded · NAMESPACE_RECONCILED · N s")]
+        )
+    );
+}
