@@ -1,5 +1,6 @@
-//! Command-line parsing and dispatch. Commands print JSON with `--json`, a short human form
-//! otherwise, and fail with one line. No SQL here beyond calling library functions.
+//! Command-line parsing and dispatch. Commands print JSON with `--json` (camelCase, every time
+//! RFC 3339 in UTC with milliseconds), otherwise a list as an aligned table and one object as
+//! `key: value` lines, and fail with one line. No SQL here beyond calling library functions.
 
 mod admin;
 mod admin_agent;
