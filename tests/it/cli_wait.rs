@@ -274,18 +274,11 @@ fn on_a_terminal_wait_redraws_one_line() {
         return;
     }
     let db = TestDb::bootstrapped();
-    let out = Command::new("script")
-        .args(["-qec"])
-        .arg(format!(
-            "{BIN} admin namespace create team-p --actor admin --json --wait=2s"
-        ))
-        .arg("/dev/null")
-        .env("OCC_DATABASE_URL", &db.url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("script");
-    let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
-    assert_eq!(out.status.code(), Some(4), "{text}");
+    let (code, text) = on_a_terminal(
+        &db,
+        "admin namespace create team-p --actor admin --json --wait=2s",
+    );
+    assert_eq!(code, Some(4), "{text}");
     let key = ensure_key(&db, "team-p");
     let (answer, progress) = text.split_once('\n').expect("the answer, then progress");
     assert!(answer.starts_with("{\"agents\":0,"), "{answer}");
@@ -305,6 +298,37 @@ fn on_a_terminal_wait_redraws_one_line() {
         seconds(last.trim_end()),
         format!("occ-worker: namespace create: {key} is still provisioning after N s; the work goes on (admin work watch {key})")
     );
+
+    // Work that ended: its last line, marked, at once.
+    end(&db, &key, "succeeded", "NAMESPACE_RECONCILED");
+    let (code, text) = on_a_terminal(&db, &format!("admin work watch {key}"));
+    assert_eq!(
+        (code, seconds(&text)),
+        (
+            Some(0),
+            format!("✓ {key}: succeeded · NAMESPACE_RECONCILED · N s\n")
+        )
+    );
+    // A table is the same on a terminal as through a pipe.
+    let (code, table) = on_a_terminal(&db, "admin work list");
+    let (_, piped, _) = crate::cli::run(Some(&db.url), &["admin", "work", "list"]);
+    assert_eq!((code, table), (Some(0), piped));
+}
+
+/// `occ-worker ARGS` on `script`'s pseudo-terminal: its exit code and what the terminal showed.
+fn on_a_terminal(db: &TestDb, args: &str) -> (Option<i32>, String) {
+    let out = Command::new("script")
+        .arg("-qec")
+        .arg(format!("{BIN} {args}"))
+        .arg("/dev/null")
+        .env("OCC_DATABASE_URL", &db.url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("script");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n"),
+    )
 }
 
 // O, Q9: an explicit retry of a failed deletion waits for the retry it queued.
