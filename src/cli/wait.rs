@@ -109,7 +109,8 @@ impl Seen {
     }
 }
 
-/// Where progress goes: a terminal redraws one line, anything else gets a line per change.
+/// Where progress goes: a terminal redraws one line, anything else (a dumb terminal included)
+/// gets a line per change.
 struct Display {
     terminal: bool,
     frame: usize,
@@ -121,7 +122,9 @@ struct Display {
 impl Display {
     fn new() -> Display {
         Display {
-            terminal: std::io::stderr().is_terminal(),
+            // A terminal that cannot clear a line (TERM=dumb) gets the plain lines.
+            terminal: std::io::stderr().is_terminal()
+                && std::env::var("TERM").map_or(true, |t| t != "dumb"),
             frame: 0,
             last: None,
             drawn: false,

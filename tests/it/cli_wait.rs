@@ -309,6 +309,20 @@ fn on_a_terminal_wait_redraws_one_line() {
             format!("✓ {key}: succeeded · NAMESPACE_RECONCILED · N s\n")
         )
     );
+    // A terminal that cannot clear a line gets the plain lines.
+    let out = Command::new("script")
+        .arg("-qec")
+        .arg(format!("{BIN} admin work watch {key}"))
+        .arg("/dev/null")
+        .env("OCC_DATABASE_URL", &db.url)
+        .env("TERM", "dumb")
+        .stdin(Stdio::null())
+        .output()
+        .expect("script");
+    assert_eq!(
+        seconds(&String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")),
+        format!("{key}: succeeded · NAMESPACE_RECONCILED · N s\n")
+    );
     // A table is the same on a terminal as through a pipe.
     let (code, table) = on_a_terminal(&db, "admin work list");
     let (_, piped, _) = crate::cli::run(Some(&db.url), &["admin", "work", "list"]);
