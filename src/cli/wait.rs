@@ -196,61 +196,24 @@ pub fn follow(
     let mut warned = false;
     loop {
         let waited = started.elapsed();
-        let seen = match queue::work_show(&mut client, key)? {
-            Some(row) => Seen::of(&row, operator::work_subject(&mut client, key)?),
-            // An Agent's deletion removes its work with it: gone after its deletion is done.
-            None => match operator::work_gone(&mut client, key)? {
-                Some(_) => Seen {
-                    state: "succeeded".into(),
-                    code: Some("AGENT_DELETED".into()),
-                },
-                None => {
-                    display.clear();
-                    return Err(CliError::new(format!(
-                        "{what}: no work with key {key:?} (admin work list)"
-                    )));
-                }
-            },
+        let Some(seen) = observe(&mut client, key)? else {
+            display.clear();
+            return Err(CliError::new(format!(
+                "{what}: no work with key {key:?} (admin work list)"
+            )));
         };
         if seen.ended() {
             display.end(key, &seen, waited);
-            if seen.state == "succeeded" {
-                return Ok(());
-            }
-            return Err(CliError::with_code(
-                format!(
-                    "{what}: {key} failed: {} (admin work show {key})",
-                    seen.code.as_deref().unwrap_or("-")
-                ),
-                FAILED,
-            ));
+            return ended(what, key, &seen);
         }
         display.show(key, &seen, waited);
         if timeout.is_some_and(|t| waited >= t) {
             display.clear();
-            return Err(CliError::with_code(
-                format!(
-                    "{what}: {key} is still {} after {} s; the work goes on (admin work watch {key})",
-                    match &seen.code {
-                        Some(code) => format!("{} ({code})", seen.state),
-                        None => seen.state.clone(),
-                    },
-                    waited.as_secs()
-                ),
-                TIMED_OUT,
-            ));
+            return Err(timed_out(what, key, &seen, waited));
         }
         if !warned && waited >= next_liveness {
             next_liveness += LIVENESS_AFTER;
-            let silent = match operator::worker_seen(&mut client)? {
-                None => Some("no worker has ever claimed work in this database".to_string()),
-                Some(age) if age > WORKER_SILENT_SECS => Some(format!(
-                    "no worker has renewed a claim or recorded an attempt for {} s",
-                    age as u64
-                )),
-                Some(_) => None,
-            };
-            if let Some(why) = silent {
+            if let Some(why) = silent_worker(&mut client)? {
                 display.note(&format!(
                     "warning: {why}: is `occ-worker run` running against this database?"
                 ));
@@ -259,6 +222,60 @@ pub fn follow(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The row `key` now; an Agent deletion's work that went with its Agent counts as succeeded.
+/// None when no work has the key and none went that way.
+fn observe(client: &mut postgres::Client, key: &str) -> Result<Option<Seen>, CliError> {
+    if let Some(row) = queue::work_show(client, key)? {
+        let subject = operator::work_subject(client, key)?;
+        return Ok(Some(Seen::of(&row, subject)));
+    }
+    Ok(operator::work_gone(client, key)?.map(|_| Seen {
+        state: "succeeded".into(),
+        code: Some("AGENT_DELETED".into()),
+    }))
+}
+
+/// How a work that ended ends the command: Ok when it succeeded, `FAILED` otherwise.
+fn ended(what: &str, key: &str, seen: &Seen) -> Result<(), CliError> {
+    if seen.state == "succeeded" {
+        return Ok(());
+    }
+    Err(CliError::with_code(
+        format!(
+            "{what}: {key} failed: {} (admin work show {key})",
+            seen.code.as_deref().unwrap_or("-")
+        ),
+        FAILED,
+    ))
+}
+
+/// The timeout passed: where the work stands, and that it goes on.
+fn timed_out(what: &str, key: &str, seen: &Seen, waited: Duration) -> CliError {
+    let state = match &seen.code {
+        Some(code) => format!("{} ({code})", seen.state),
+        None => seen.state.clone(),
+    };
+    CliError::with_code(
+        format!(
+            "{what}: {key} is still {state} after {} s; the work goes on (admin work watch {key})",
+            waited.as_secs()
+        ),
+        TIMED_OUT,
+    )
+}
+
+/// Why no worker seems to run, when none renewed a claim or recorded an attempt lately.
+fn silent_worker(client: &mut postgres::Client) -> Result<Option<String>, CliError> {
+    Ok(match operator::worker_seen(client)? {
+        None => Some("no worker has ever claimed work in this database".to_string()),
+        Some(age) if age > WORKER_SILENT_SECS => Some(format!(
+            "no worker has renewed a claim or recorded an attempt for {} s",
+            age as u64
+        )),
+        Some(_) => None,
+    })
 }
 
 #[cfg(test)]
