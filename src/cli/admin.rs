@@ -285,30 +285,7 @@ pub enum NamespaceCommand {
 #[derive(Subcommand)]
 pub enum WorkCommand {
     /// List work rows, newest first.
-    List {
-        /// Only works in this state.
-        #[arg(long, value_enum)]
-        state: Option<WorkState>,
-        /// Only works of this operation.
-        #[arg(long, value_enum)]
-        operation: Option<WorkOperation>,
-        /// Only this Namespace's works (id or name; deleted Namespaces included).
-        #[arg(long)]
-        namespace: Option<String>,
-        /// Only this Agent's works (id or name; a deleted Agent's works went with it).
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only works created at or after an RFC 3339 time, or within an age of now (`90s`,
-        /// `15m`, `2h`, `7d`).
-        #[arg(long, value_name = "TIME|AGE")]
-        since: Option<String>,
-        /// Only works older than the work with this id (the next page of a full one).
-        #[arg(long, value_name = "ID")]
-        before: Option<i64>,
-        /// At most this many rows (the newest).
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
-        limit: i64,
-    },
+    List(WorkListArgs),
     /// Follow one work row until it ends, showing its state and latest code (exit 0
     /// succeeded, 3 failed for good, 4 timed out).
     Watch {
@@ -333,6 +310,33 @@ pub enum WorkCommand {
         #[command(flatten)]
         wait: WaitArg,
     },
+}
+
+/// `admin work list`: its filters and page.
+#[derive(Args)]
+pub struct WorkListArgs {
+    /// Only works in this state.
+    #[arg(long, value_enum)]
+    state: Option<WorkState>,
+    /// Only works of this operation.
+    #[arg(long, value_enum)]
+    operation: Option<WorkOperation>,
+    /// Only this Namespace's works (id or name; deleted Namespaces included).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Only this Agent's works (id or name; a deleted Agent's works went with it).
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only works created at or after an RFC 3339 time, or within an age of now (`90s`,
+    /// `15m`, `2h`, `7d`).
+    #[arg(long, value_name = "TIME|AGE")]
+    since: Option<String>,
+    /// Only works older than the work with this id (the next page of a full one).
+    #[arg(long, value_name = "ID")]
+    before: Option<i64>,
+    /// At most this many rows (the newest).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
+    limit: i64,
 }
 
 /// A work row's state (`admin work list --state`).
@@ -919,88 +923,95 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
 }
 
 fn work(globals: &Globals, command: WorkCommand) -> Result<(), CliError> {
-    let mut client = globals.connect()?;
     match command {
-        WorkCommand::List {
-            state,
-            operation,
-            namespace,
-            agent,
-            since,
-            before,
-            limit,
-        } => {
-            let namespace = match namespace {
-                Some(ns) => Some(admin_read::known_namespace(globals, "work list", &ns)?),
-                None => None,
-            };
-            let (since, age) = since
-                .as_deref()
-                .map(since_filter)
-                .transpose()?
-                .unwrap_or_default();
-            let filter = queue::WorkFilter {
-                state: state.map(WorkState::as_str),
-                namespace_id: namespace.as_deref(),
-                operation: operation.map(|o| o.operation().as_str()),
-                agent: agent.as_deref(),
-                since: since.as_deref(),
-                age: age.as_deref(),
-                before,
-                limit,
-            };
-            let rows = queue::work_list(&mut client, &filter)?;
-            globals.print_table(
-                &json!(rows),
-                &[
-                    ("ID", "id"),
-                    ("KEY", "key"),
-                    ("OPERATION", "operation"),
-                    ("STATE", "state"),
-                    ("ATTEMPTS", "attempts"),
-                    ("REASON", "reasonCode"),
-                    ("CREATED", "createdAt"),
-                ],
-            );
-            globals.more(rows.len(), limit, rows.last().map(|r| r.id));
-        }
+        WorkCommand::List(args) => work_list(globals, &mut globals.connect()?, args),
         WorkCommand::Watch { key, timeout } => {
-            drop(client);
-            return super::wait::follow(globals, "work watch", &key, timeout);
+            super::wait::follow(globals, "work watch", &key, timeout)
         }
-        WorkCommand::Show { key } => match queue::work_show(&mut client, &key)? {
-            Some(row) => globals.print(&json!(row)),
-            None => {
-                let inputs = Inputs {
-                    what: "work show",
-                    args: &[("KEY", &key)],
-                };
-                let gone = occ_worker::operator::work_gone(&mut client, &key)
-                    .map_err(|e| refused(&inputs, &e))?;
-                return Err(CliError::new(match gone {
+        WorkCommand::Show { key } => work_show(globals, &mut globals.connect()?, &key),
+        WorkCommand::Retry { key, actor, wait } if key.starts_with("namespace:") => enqueue(
+            globals,
+            "work retry",
+            &[("KEY", &key), ("--actor", &actor)],
+            "SELECT occ.namespace_delete_retry($1, $2)",
+            &[&actor, &key],
+            (wait, "delete"),
+        ),
+        WorkCommand::Retry { key, .. } => Err(CliError::new(format!(
+            "work retry refused: explicit retry is available for failed Namespace deletions (namespace:<id>:delete[:<n>]) only, not {key:?}"
+        ))),
+    }
+}
+
+/// `work list`: the rows newest first, as a table, then the cursor of the next page.
+fn work_list(
+    globals: &Globals,
+    client: &mut postgres::Client,
+    args: WorkListArgs,
+) -> Result<(), CliError> {
+    let WorkListArgs {
+        state,
+        operation,
+        namespace,
+        agent,
+        since,
+        before,
+        limit,
+    } = args;
+    let namespace = match namespace {
+        Some(ns) => Some(admin_read::known_namespace(globals, "work list", &ns)?),
+        None => None,
+    };
+    let (since, age) = since
+        .as_deref()
+        .map(since_filter)
+        .transpose()?
+        .unwrap_or_default();
+    let filter = queue::WorkFilter {
+        state: state.map(WorkState::as_str),
+        namespace_id: namespace.as_deref(),
+        operation: operation.map(|o| o.operation().as_str()),
+        agent: agent.as_deref(),
+        since: since.as_deref(),
+        age: age.as_deref(),
+        before,
+        limit,
+    };
+    let rows = queue::work_list(client, &filter)?;
+    globals.print_table(
+        &json!(rows),
+        &[
+            ("ID", "id"),
+            ("KEY", "key"),
+            ("OPERATION", "operation"),
+            ("STATE", "state"),
+            ("ATTEMPTS", "attempts"),
+            ("REASON", "reasonCode"),
+            ("CREATED", "createdAt"),
+        ],
+    );
+    globals.more(rows.len(), limit, rows.last().map(|r| r.id));
+    Ok(())
+}
+
+/// `work show`: the row with its evidence; a key whose rows went with their Agent says so.
+fn work_show(globals: &Globals, client: &mut postgres::Client, key: &str) -> Result<(), CliError> {
+    match queue::work_show(client, key)? {
+        Some(row) => globals.print(&json!(row)),
+        None => {
+            let inputs = Inputs {
+                what: "work show",
+                args: &[("KEY", key)],
+            };
+            let gone =
+                occ_worker::operator::work_gone(client, key).map_err(|e| refused(&inputs, &e))?;
+            return Err(CliError::new(match gone {
                     Some(d) => format!(
                         "work show refused: no work with key {key:?}: Agent {} was deleted at {} and its work went with it (admin audit --namespace {})",
                         d.agent_id, d.deleted_at, d.namespace
                     ),
                     None => format!("work show refused: no work with key {key:?}"),
                 }));
-            }
-        },
-        WorkCommand::Retry { key, actor, wait } => {
-            drop(client);
-            if key.starts_with("namespace:") {
-                return enqueue(
-                    globals,
-                    "work retry",
-                    &[("KEY", &key), ("--actor", &actor)],
-                    "SELECT occ.namespace_delete_retry($1, $2)",
-                    &[&actor, &key],
-                    (wait, "delete"),
-                );
-            }
-            return Err(CliError::new(format!(
-                "work retry refused: explicit retry is available for failed Namespace deletions (namespace:<id>:delete[:<n>]) only, not {key:?}"
-            )));
         }
     }
     Ok(())
