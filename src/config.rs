@@ -61,6 +61,8 @@ pub struct Config {
     /// The Secret Driver this worker provides (`OCC_SECRET_DRIVER`, SPEC Z4); start-up checks
     /// it is the one the Installation selects.
     pub secret_driver: String,
+    /// How event lines are written (`OCC_LOG_FORMAT`); none: JSON, or text on a terminal.
+    pub log_format: Option<crate::events::Format>,
 }
 
 /// What an unset (or blank) variable means.
@@ -178,6 +180,11 @@ pub const VARIABLES: &[Variable] = &[
         name: "OCC_INSTALLATION_CONFIG",
         unset: Unset::Means("no lifecycle hook, Sandbox Driver or Credential Gateway selected"),
         help: "The Installation configuration file (JSON: lifecycleHooks, sandbox, sandboxNetworkPolicyCeiling, credentialGateway; docs/operating.md)",
+    },
+    Variable {
+        name: "OCC_LOG_FORMAT",
+        unset: Unset::Means("text when stdout is a terminal, json otherwise"),
+        help: "How event lines are written: json (one object per line) or text (a time, the event and its fields, worker.health only when it changes)",
     },
 ];
 
@@ -389,6 +396,17 @@ impl Config {
                 "must be at most 3600000 (one hour, the schema's bound on a lease)",
             ));
         }
+        let log_format = match get("OCC_LOG_FORMAT").as_deref().map(str::trim) {
+            None => None,
+            Some("json") => Some(crate::events::Format::Json),
+            Some("text") => Some(crate::events::Format::Text),
+            Some(other) => {
+                return Err(err(
+                    "OCC_LOG_FORMAT",
+                    format!("must be json or text, got {other:?}"),
+                ))
+            }
+        };
         Ok(Config {
             database_url,
             mode,
@@ -412,6 +430,7 @@ impl Config {
             kubernetes_context,
             installation_config,
             secret_driver,
+            log_format,
         })
     }
 

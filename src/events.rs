@@ -1,6 +1,8 @@
-//! Structured event lines (SPEC W7): one JSON object per line on stdout.
+//! Structured event lines (SPEC W7): one JSON object per line on stdout, or for a person at a
+//! terminal (`Format::Text`) one readable line per event, `worker.health` only when it says
+//! something new.
 //!
-//! Owns the event names and the sink. Events carry ids, codes, error classes, HTTP statuses
+//! Owns the event names, the sink and the two formats. Events carry ids, codes, error classes, HTTP statuses
 //! and Kubernetes Status reasons; callers must never put provider free text, secret values or
 //! tokens into them.
 
@@ -10,22 +12,54 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How event lines are written (`OCC_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `{"event":"worker.started","at":1767225600000,...}`: for machines (SPEC W7).
+    Json,
+    /// `12:00:00.000 worker.started computeDriverId=docker concurrency=8`: for people.
+    Text,
+}
+
 /// A cloneable sink for event lines.
 #[derive(Clone)]
 pub struct Events {
-    sink: Arc<Mutex<Box<dyn Write + Send>>>,
+    sink: Arc<Mutex<Sink>>,
+}
+
+struct Sink {
+    out: Box<dyn Write + Send>,
+    format: Format,
+    /// The fields of the last `worker.health` written as text.
+    last_health: Option<Map<String, Value>>,
 }
 
 impl Events {
-    /// Events on standard output.
-    pub fn stdout() -> Events {
-        Events::to(Box::new(std::io::stdout()))
+    /// Events on standard output, in `format`, or when none is given as text if stdout is a
+    /// terminal and JSON otherwise.
+    pub fn stdout(format: Option<Format>) -> Events {
+        use std::io::IsTerminal;
+        let format = format.unwrap_or(if std::io::stdout().is_terminal() {
+            Format::Text
+        } else {
+            Format::Json
+        });
+        Events::formatted(Box::new(std::io::stdout()), format)
     }
 
-    /// Events into any writer (tests capture them).
+    /// JSON events into any writer (tests capture them).
     pub fn to(sink: Box<dyn Write + Send>) -> Events {
+        Events::formatted(sink, Format::Json)
+    }
+
+    /// Events into any writer, in `format`.
+    pub fn formatted(out: Box<dyn Write + Send>, format: Format) -> Events {
         Events {
-            sink: Arc::new(Mutex::new(sink)),
+            sink: Arc::new(Mutex::new(Sink {
+                out,
+                format,
+                last_health: None,
+            })),
         }
     }
 
@@ -50,11 +84,114 @@ impl Events {
                 }
             }
         }
-        let mut line = Value::Object(object).to_string();
-        line.push('\n');
         let mut sink = self.sink.lock();
+        let line = match sink.format {
+            Format::Json => Value::Object(object).to_string() + "\n",
+            Format::Text => {
+                if name == "worker.health" {
+                    let mut said = object.clone();
+                    said.remove("at");
+                    said.remove("event");
+                    if sink.last_health.as_ref() == Some(&said) {
+                        return;
+                    }
+                    sink.last_health = Some(said);
+                }
+                text_line(at, &object)
+            }
+        };
         // An unwritable stdout must not stop the worker; the event is lost, the work is not.
-        let _ = sink.write_all(line.as_bytes());
-        let _ = sink.flush();
+        let _ = sink.out.write_all(line.as_bytes());
+        let _ = sink.out.flush();
+    }
+}
+
+/// `HH:MM:SS.mmm event key=value …` (UTC): strings bare unless they hold a space or a quote,
+/// anything else as JSON.
+fn text_line(at_ms: u64, object: &Map<String, Value>) -> String {
+    let day_ms = at_ms % 86_400_000;
+    let mut line = format!(
+        "{:02}:{:02}:{:02}.{:03} {}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000,
+        object.get("event").and_then(Value::as_str).unwrap_or("-")
+    );
+    for (k, v) in object {
+        if k == "event" || k == "at" {
+            continue;
+        }
+        let shown = match v {
+            Value::String(s) if !s.is_empty() && !s.contains([' ', '"', '=']) => s.clone(),
+            other => other.to_string(),
+        };
+        line.push_str(&format!(" {k}={shown}"));
+    }
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A writer the test reads back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn text_lines_name_the_event_and_its_fields_after_the_time() {
+        let mut object = Map::new();
+        object.insert("event".into(), json!("worker.completed"));
+        object.insert("key".into(), json!("namespace:ns-1:ensure"));
+        object.insert("reason".into(), json!("two words"));
+        object.insert("timings".into(), json!({"passMs": 12}));
+        assert_eq!(
+            text_line(1_767_225_600_000 + 3_723_004, &object),
+            "01:02:03.004 worker.completed key=namespace:ns-1:ensure reason=\"two words\" timings={\"passMs\":12}\n"
+        );
+    }
+
+    #[test]
+    fn as_text_worker_health_is_written_only_when_it_changes() {
+        let out = Captured::default();
+        let events = Events::formatted(Box::new(out.clone()), Format::Text);
+        for pending in [0, 0, 1, 1, 0] {
+            events.emit(
+                "worker.health",
+                json!({"status": "ready", "pending": pending}),
+            );
+        }
+        events.emit("worker.stopped", json!({}));
+        let text = String::from_utf8(out.0.lock().clone()).unwrap();
+        let said: Vec<&str> = text.lines().map(|l| &l[13..]).collect();
+        assert_eq!(
+            said,
+            [
+                "worker.health pending=0 status=ready",
+                "worker.health pending=1 status=ready",
+                "worker.health pending=0 status=ready",
+                "worker.stopped",
+            ]
+        );
+        let json = Captured::default();
+        let events = Events::formatted(Box::new(json.clone()), Format::Json);
+        for _ in 0..2 {
+            events.emit("worker.health", json!({"status": "ready", "pending": 0}));
+        }
+        let text = String::from_utf8(json.0.lock().clone()).unwrap();
+        assert_eq!(text.lines().count(), 2, "JSON keeps every beat (SPEC Z7)");
     }
 }

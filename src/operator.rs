@@ -21,6 +21,11 @@ const AGENT_LIST: &str = include_str!("../sql/queries/operator_agent_list.sql");
 const SECRET_LIST: &str = include_str!("../sql/queries/operator_secret_list.sql");
 const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configuration_list.sql");
 const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configuration_show.sql");
+const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
+const WORK_WAITING: &str = include_str!("../sql/queries/operator_work_waiting.sql");
+const WORKER_SEEN: &str = include_str!("../sql/queries/operator_worker_seen.sql");
+const WORK_SUBJECT: &str = include_str!("../sql/queries/operator_work_subject.sql");
+const WORK_GONE: &str = include_str!("../sql/queries/operator_work_gone.sql");
 
 fn one(c: &mut Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Value, Error> {
     Ok(c.query_one(sql, params)?.get(0))
@@ -94,4 +99,77 @@ pub fn configuration_show(
     id: &str,
 ) -> Result<Option<Value>, Error> {
     maybe(c, CONFIGURATION_SHOW, &[&namespace_id, &id])
+}
+
+/// Which audit events `audit_list` returns, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct AuditFilter<'a> {
+    /// A Namespace id, live or deleted (`namespace_known`).
+    pub namespace_id: Option<&'a str>,
+    /// At or after this RFC 3339 time.
+    pub since: Option<&'a str>,
+    /// Only events with a smaller id: the cursor of the page before.
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// The audit trail, newest first.
+pub fn audit_list(c: &mut Client, f: &AuditFilter) -> Result<Value, Error> {
+    one(
+        c,
+        AUDIT_LIST,
+        &[&f.namespace_id, &f.since, &f.before, &f.limit],
+    )
+}
+
+/// What the unfinished work of a Namespace (`agent_id` none) or of an Agent waits for: its
+/// key, state, latest attempt code, since when, attempt count and next run; none when nothing
+/// is unfinished.
+pub fn work_waiting(
+    c: &mut Client,
+    namespace_id: &str,
+    agent_id: Option<&str>,
+) -> Result<Option<Value>, Error> {
+    maybe(c, WORK_WAITING, &[&namespace_id, &agent_id])
+}
+
+/// A completed deletion of the Agent a work key named, when its rows went with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeletedAgent {
+    pub agent_id: String,
+    /// The Namespace's name (its id when it is gone too).
+    pub namespace: String,
+    pub namespace_id: String,
+    pub deleted_at: String,
+}
+
+/// The deletion that removed the work under `key` (`agent:ID:…` or `agent_revision:ID:…`), if
+/// that is why no row has the key.
+pub fn work_gone(c: &mut Client, key: &str) -> Result<Option<DeletedAgent>, Error> {
+    let mut parts = key.split(':');
+    let (agent, revision) = match (parts.next(), parts.next()) {
+        (Some("agent"), Some(id)) => (Some(id), None),
+        (Some("agent_revision"), Some(id)) => (None, Some(id)),
+        _ => return Ok(None),
+    };
+    Ok(c.query_opt(WORK_GONE, &[&agent, &revision])?
+        .map(|row| DeletedAgent {
+            agent_id: row.get(0),
+            namespace: row.get(1),
+            namespace_id: row.get(2),
+            deleted_at: row.get(3),
+        }))
+}
+
+/// Seconds since a worker last renewed a claim or recorded an attempt (database clock); none
+/// when no worker ever did.
+pub fn worker_seen(c: &mut Client) -> Result<Option<f64>, Error> {
+    Ok(c.query_one(WORKER_SEEN, &[])?.get(0))
+}
+
+/// The state of what the work `key` changes, in its kind's words (`provisioning`, `deploying`,
+/// `stopping`, `deleting`, …); none when no work has the key.
+pub fn work_subject(c: &mut Client, key: &str) -> Result<Option<String>, Error> {
+    Ok(c.query_opt(WORK_SUBJECT, &[&key])?
+        .and_then(|row| row.get(0)))
 }

@@ -6,9 +6,11 @@
 //! refuses with a one-line error and audits. This module only parses, calls and prints; it
 //! decides nothing itself.
 
-use super::admin::call;
+use super::admin::{call, enqueue, list};
 use super::admin_read::{self, Read};
-use super::{CliError, Globals};
+use super::refusal::{refused, Inputs};
+use super::wait::WaitArg;
+use super::{CliError, Globals, Page};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
@@ -51,6 +53,7 @@ impl Mode {
 }
 
 #[derive(Args)]
+#[group(id = "harness_auth", required = true, multiple = false)]
 pub struct DeployArgs {
     /// The Namespace id or name.
     namespace: String,
@@ -68,16 +71,13 @@ pub struct DeployArgs {
     /// How the Harness runs: dedicated or embedded.
     #[arg(long, value_enum)]
     mode: Mode,
-    /// The Secret holding the harness API key (the `secret` harness auth).
-    #[arg(
-        long,
-        required_unless_present = "service_account",
-        conflicts_with = "service_account"
-    )]
+    /// The Secret holding the harness API key (the `secret` harness auth; or
+    /// --service-account, not both).
+    #[arg(long, value_name = "SECRET", group = "harness_auth")]
     harness_secret: Option<String>,
     /// A managed ChatGPT account instead: issued, bound to a configured backend, and readable
-    /// by `--actor` (SPEC M1).
-    #[arg(long)]
+    /// by `--actor` (SPEC M1; or --harness-secret, not both).
+    #[arg(long, value_name = "ACCOUNT", group = "harness_auth")]
     service_account: Option<String>,
     /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
@@ -85,6 +85,8 @@ pub struct DeployArgs {
     /// The Compute implementation (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
     compute_implementation: Option<String>,
+    #[command(flatten)]
+    wait: WaitArg,
 }
 
 #[derive(Subcommand)]
@@ -110,6 +112,8 @@ pub enum AgentCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Delete the Agent (again: retry a failed deletion).
     Delete {
@@ -120,6 +124,8 @@ pub enum AgentCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Show the Agent and each revision's deployment status.
     Show {
@@ -132,6 +138,8 @@ pub enum AgentCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
 }
 
@@ -154,6 +162,8 @@ pub enum ConfigurationCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
     /// Show one Configuration with its document.
     Show {
@@ -204,6 +214,8 @@ pub enum ServiceAccountCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
     /// Show one service account.
     Show {
@@ -242,6 +254,8 @@ pub enum SecretCommand {
     List {
         /// The Namespace id or name.
         namespace: String,
+        #[command(flatten)]
+        page: Page,
     },
 }
 
@@ -253,18 +267,20 @@ fn compute_default() -> Option<String> {
 
 pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
     match command {
-        AgentAdmin::Agent(AgentCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Agents(&namespace))
+        AgentAdmin::Agent(AgentCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Agents(&namespace), page)
         }
-        AgentAdmin::Secret(SecretCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Secrets(&namespace))
+        AgentAdmin::Secret(SecretCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Secrets(&namespace), page)
         }
-        AgentAdmin::Configuration(ConfigurationCommand::List { namespace }) => {
-            admin_read::run(globals, Read::Configurations(&namespace))
+        AgentAdmin::Configuration(ConfigurationCommand::List { namespace, page }) => {
+            admin_read::run(globals, Read::Configurations(&namespace), page)
         }
-        AgentAdmin::Configuration(ConfigurationCommand::Show { namespace, id }) => {
-            admin_read::run(globals, Read::Configuration(&namespace, &id))
-        }
+        AgentAdmin::Configuration(ConfigurationCommand::Show { namespace, id }) => admin_read::run(
+            globals,
+            Read::Configuration(&namespace, &id),
+            Page::default(),
+        ),
         AgentAdmin::Agent(AgentCommand::Create {
             namespace,
             name,
@@ -272,7 +288,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         }) => call(
             globals,
             "agent create",
-            &[("NAMESPACE", &namespace), ("NAME", &name)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("NAME", &name),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_create($1, $2, $3)",
             &[&namespace, &name, &actor],
         ),
@@ -300,7 +320,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                      and --harness openclaw --mode embedded only"
                 )));
             }
-            call(
+            enqueue(
                 globals,
                 "agent deploy",
                 &[
@@ -316,6 +336,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                         a.service_account.as_deref().unwrap_or_default(),
                     ),
                     ("--compute-id", &compute_id),
+                    ("--actor", &a.actor),
                 ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
                     p_service_account => $10)",
@@ -331,37 +352,46 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &implementation,
                     &a.service_account,
                 ],
+                (a.wait, "reconcile"),
             )
         }
         AgentAdmin::Agent(AgentCommand::Stop {
             namespace,
             agent,
             actor,
-        }) => call(
+            wait,
+        }) => enqueue(
             globals,
             "agent stop",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_stop($1, $2, $3)",
             &[&namespace, &agent, &actor],
+            (wait, "stop"),
         ),
         AgentAdmin::Agent(AgentCommand::Delete {
             namespace,
             agent,
             actor,
-        }) => call(
+            wait,
+        }) => enqueue(
             globals,
             "agent delete",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
             "SELECT occ.agent_delete($1, $2, $3)",
             &[&namespace, &agent, &actor],
+            (wait, "delete"),
         ),
-        AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => call(
-            globals,
-            "agent show",
-            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
-            "SELECT occ.agent_show($1, $2)",
-            &[&namespace, &agent],
-        ),
+        AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => {
+            agent_show(globals, &namespace, &agent)
+        }
         AgentAdmin::Configuration(ConfigurationCommand::Put {
             namespace,
             id,
@@ -376,6 +406,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     ("NAMESPACE", &namespace),
                     ("ID", &id),
                     ("--file", &file.display().to_string()),
+                    ("--actor", &actor),
                 ],
                 "SELECT occ.configuration_put($1, $2, $3, $4)",
                 &[&namespace, &id, &document, &actor],
@@ -398,11 +429,41 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 ("--backend-ref", &backend_ref),
                 ("--driver", driver.as_deref().unwrap_or_default()),
                 ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
+                ("--actor", &actor),
             ],
             "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
             &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
         ),
     }
+}
+
+/// `agent show`: the Agent, each revision's deployment status, and what its work waits for
+/// right now (`waitingFor`: the work, the code its latest attempt reported, since when and
+/// the attempt; none when nothing is unfinished).
+fn agent_show(globals: &Globals, namespace: &str, agent: &str) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "agent show",
+        args: &[("NAMESPACE", namespace), ("AGENT", agent)],
+    };
+    let row = client
+        .query_one("SELECT occ.agent_show($1, $2)", &[&namespace, &agent])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    let (ns_id, id) = (
+        value["namespaceId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        value["id"].as_str().unwrap_or_default().to_string(),
+    );
+    value["waitingFor"] =
+        serde_json::json!(
+            occ_worker::operator::work_waiting(&mut client, &ns_id, Some(&id))
+                .map_err(|e| refused(&inputs, &e))?
+        );
+    globals.print(&value);
+    Ok(())
 }
 
 /// `admin service-account …`: each calls one `occ.service_account_*` function (`sql/schema.sql`).
@@ -420,6 +481,7 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
                 ("NAMESPACE", &namespace),
                 ("ID", &id),
                 ("--access-token", &access_token),
+                ("--actor", &actor),
             ],
             "SELECT occ.service_account_create($1, $2, $3, $4)",
             &[&namespace, &id, &access_token, &actor],
@@ -440,16 +502,27 @@ fn service_account(globals: &Globals, command: ServiceAccountCommand) -> Result<
                 ("--backend", &backend),
                 ("--driver", &driver),
                 ("--workspace", &workspace),
+                ("--actor", &actor),
             ],
             "SELECT occ.service_account_bind($1, $2, $3, $4, $5, $6)",
             &[&namespace, &id, &backend, &driver, &workspace, &actor],
         ),
-        ServiceAccountCommand::List { namespace } => call(
+        ServiceAccountCommand::List { namespace, page } => list(
             globals,
             "service-account list",
-            &[("NAMESPACE", &namespace)],
             "SELECT occ.service_account_list($1)",
             &[&namespace],
+            page,
+            &[
+                ("ID", "id"),
+                ("ISSUED", "issued"),
+                ("ACCESS TOKEN", "/credential/secretRef/name"),
+                ("KEY", "/credential/secretRef/key"),
+                ("BACKEND", "/backendBinding/backendId"),
+                ("DRIVER", "/backendBinding/driverId"),
+                ("WORKSPACE", "/backendBinding/workspaceId"),
+                ("UPDATED", "updatedAt"),
+            ],
         ),
         ServiceAccountCommand::Show { namespace, id } => call(
             globals,

@@ -6,7 +6,7 @@
 //! error (exit 1), never an empty answer.
 
 use super::refusal::{refused, Inputs};
-use super::{CliError, Globals};
+use super::{CliError, Globals, Page};
 use occ_worker::operator;
 use serde_json::Value;
 
@@ -27,7 +27,8 @@ pub enum Read<'a> {
     Configuration(&'a str, &'a str),
 }
 
-pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
+/// Reads `read`; a list prints its first `page.limit` rows.
+pub fn run(globals: &Globals, read: Read, page: Page) -> Result<(), CliError> {
     let mut c = globals.connect()?;
     let fail = |what: &'static str, args: &[(&str, &str)], e: postgres::Error| {
         refused(&Inputs { what, args }, &e)
@@ -36,7 +37,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
         Read::Identities => {
             let v = operator::identity_list(&mut c).map_err(|e| fail("identity list", &[], e))?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ID", "id"),
                     ("KIND", "kind"),
@@ -56,7 +57,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
         Read::Groups => {
             let v = operator::group_list(&mut c).map_err(|e| fail("group list", &[], e))?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ID", "id"),
                     ("MEMBERS", "members"),
@@ -82,7 +83,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
                 )
             })?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ID", "id"),
                     ("PRINCIPAL", "principal"),
@@ -95,7 +96,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
         Read::Roles => {
             let v = operator::role_list(&mut c).map_err(|e| fail("role list", &[], e))?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ROLE", "id"),
                     ("ACTIONS", "actions"),
@@ -106,7 +107,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
         Read::Agents(ns) => {
             let v = in_namespace(&mut c, "agent list", ns, operator::agent_list)?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("NAME", "name"),
                     ("ID", "id"),
@@ -121,7 +122,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
         Read::Secrets(ns) => {
             let v = in_namespace(&mut c, "secret list", ns, operator::secret_list)?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ID", "id"),
                     ("BACKEND REF", "backendRef"),
@@ -138,7 +139,7 @@ pub fn run(globals: &Globals, read: Read) -> Result<(), CliError> {
                 operator::configuration_list,
             )?;
             globals.print_table(
-                &v,
+                &page.first(v),
                 &[
                     ("ID", "id"),
                     ("GENERATION", "generation"),

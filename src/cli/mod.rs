@@ -1,11 +1,13 @@
-//! Command-line parsing and dispatch. Commands print JSON with `--json`, a short human form
-//! otherwise, and fail with one line. No SQL here beyond calling library functions.
+//! Command-line parsing and dispatch. Commands print JSON with `--json` (camelCase, every time
+//! RFC 3339 in UTC with milliseconds), otherwise a list as an aligned table and one object as
+//! `key: value` lines, and fail with one line. No SQL here beyond calling library functions.
 
 mod admin;
 mod admin_agent;
 mod admin_read;
 mod reference;
 mod refusal;
+mod wait;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -22,8 +24,14 @@ pub struct Cli {
     /// Print JSON instead of the human form.
     #[arg(long, global = true)]
     json: bool,
-    /// PostgreSQL connection string (defaults to OCC_DATABASE_URL).
-    #[arg(long, global = true, env = "OCC_DATABASE_URL", hide_env_values = true)]
+    /// PostgreSQL connection string; optional when OCC_DATABASE_URL is set.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "OCC_DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -82,6 +90,14 @@ impl CliError {
         }
     }
 
+    /// A failure with its own exit code (`wait::FAILED`, `wait::TIMED_OUT`).
+    pub fn with_code(message: impl Into<String>, code: u8) -> CliError {
+        CliError {
+            message: message.into(),
+            code,
+        }
+    }
+
     /// Invalid configuration or usage (exit 2).
     pub fn config(message: impl Into<String>) -> CliError {
         CliError {
@@ -128,6 +144,24 @@ impl<E: std::error::Error> From<E> for CliError {
     }
 }
 
+/// `--limit` of the lists ordered by name (those ordered by time take `--before` too).
+#[derive(clap::Args, Clone, Copy, Default)]
+pub struct Page {
+    /// At most this many rows.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+}
+
+impl Page {
+    /// The first `--limit` items of a list (all without one).
+    pub fn first(self, mut value: Value) -> Value {
+        if let (Some(limit), Some(items)) = (self.limit, value.as_array_mut()) {
+            items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        }
+        value
+    }
+}
+
 pub struct Globals {
     pub json: bool,
     pub database_url: Option<String>,
@@ -171,11 +205,18 @@ impl Globals {
         timeout: std::time::Duration,
     ) -> Result<postgres::Client, CliError> {
         let source = self.database_url_source();
-        let (config, tls) = occ_worker::db::config(url, timeout).map_err(|_| {
+        let (mut config, tls) = occ_worker::db::config(url, timeout).map_err(|_| {
             CliError::config(format!(
                 "invalid configuration: {source} is not a PostgreSQL connection string (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
             ))
         })?;
+        // Times in answers built from timestamptz (`to_jsonb`) are rendered in UTC, so
+        // `rfc3339` can give every time one form.
+        let options = format!(
+            "{} -c TimeZone=UTC",
+            config.get_options().unwrap_or_default()
+        );
+        config.options(options.trim_start());
         config
             .connect(tls)
             .map_err(|e| refusal::connect_failed(&config, source, &e))
@@ -184,6 +225,7 @@ impl Globals {
     /// Prints `value` as JSON or in the human form. A closed stdout (`| head`) is not an
     /// error worth a panic: the rest of the output is simply dropped.
     pub fn print(&self, value: &Value) {
+        let value = &rfc3339(value.clone());
         let mut out = String::new();
         if self.json {
             out.push_str(&value.to_string());
@@ -196,12 +238,14 @@ impl Globals {
 }
 
 impl Globals {
-    /// Prints a list as JSON, or as a table of `columns` (header, key): one row per item,
-    /// lists joined by commas, absent values as `-`.
+    /// Prints a list as JSON, or as a table of `columns` (header, key; a key starting with `/`
+    /// is a JSON pointer into the item): one row per item, lists joined by commas, absent
+    /// values as `-`.
     pub fn print_table(&self, value: &Value, columns: &[(&str, &str)]) {
         if self.json {
             return self.print(value);
         }
+        let value = rfc3339(value.clone());
         let rows: Vec<Vec<String>> = value
             .as_array()
             .map(|items| {
@@ -210,7 +254,14 @@ impl Globals {
                     .map(|item| {
                         columns
                             .iter()
-                            .map(|(_, key)| cell(item.get(*key).unwrap_or(&Value::Null)))
+                            .map(|(_, key)| {
+                                let found = if key.starts_with('/') {
+                                    item.pointer(key)
+                                } else {
+                                    item.get(*key)
+                                };
+                                cell(found.unwrap_or(&Value::Null))
+                            })
                             .collect()
                     })
                     .collect()
@@ -219,6 +270,76 @@ impl Globals {
         let out = table(columns, &rows);
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
     }
+}
+
+impl Globals {
+    /// After a full page of a list newest first, says on stderr how to read the next one (a
+    /// table only: `--json` output stays one document).
+    pub fn more(&self, shown: usize, limit: i64, oldest_id: Option<i64>) {
+        if self.json || shown == 0 || (shown as i64) < limit {
+            return;
+        }
+        if let Some(id) = oldest_id {
+            eprintln!("(the newest {shown}; older ones: --before {id})");
+        }
+    }
+}
+
+/// Every time in an answer in one RFC 3339 form, UTC with milliseconds
+/// (`2026-01-31T12:00:00.123Z`): PostgreSQL's own rendering of a timestamptz in UTC
+/// (`2026-01-31 12:00:00.123456+00` in text, `2026-01-31T12:00:00.123456+00:00` in JSON) is
+/// rewritten; a Configuration's `document` is the user's and left as it is.
+pub fn rfc3339(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(utc_millis(&s).unwrap_or(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(rfc3339).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = if k == "document" { v } else { rfc3339(v) };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// `YYYY-MM-DD[T ]HH:MM:SS[.f…](+00|+00:00|Z)` as `YYYY-MM-DDTHH:MM:SS.mmmZ`; `None` for
+/// anything else.
+fn utc_millis(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let shape = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b'T' | b' ')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !shape {
+        return None;
+    }
+    let mut i = 19;
+    let mut fraction = String::new();
+    if b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            fraction.push(b[i] as char);
+            i += 1;
+        }
+    }
+    if !matches!(&s[i..], "Z" | "+00" | "+00:00") {
+        return None;
+    }
+    let millis: String = fraction.chars().chain("000".chars()).take(3).collect();
+    Some(format!("{}T{}.{millis}Z", &s[..10], &s[11..19]))
 }
 
 fn cell(v: &Value) -> String {
@@ -314,8 +435,54 @@ fn write_stdout(bytes: &[u8]) {
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), bytes);
 }
 
+/// Parses the command line. Clap's own error (with the usage) is printed as clap prints it,
+/// except two flags given together that exclude each other: one line naming both.
+fn parse() -> Result<Cli, CliError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let e = match Cli::try_parse() {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if e.kind() == ErrorKind::ArgumentConflict {
+        let flag = |kind| match e.get(kind) {
+            Some(ContextValue::String(s)) => s.split(' ').next().map(str::to_string),
+            Some(ContextValue::Strings(v)) => v
+                .first()
+                .and_then(|s| s.split(' ').next().map(str::to_string)),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (flag(ContextKind::InvalidArg), flag(ContextKind::PriorArg)) {
+            // Whichever came first on the command line, the same sentence.
+            let (a, b) = if a < b { (a, b) } else { (b, a) };
+            return Err(CliError::config(format!(
+                "{a} and {b} are mutually exclusive: give one of them"
+            )));
+        }
+    }
+    // A database URL from OCC_DATABASE_URL counts as given, so clap's usage would list
+    // `--database-url` among the required arguments; it is optional, and said so.
+    let text: String = e
+        .render()
+        .to_string()
+        .lines()
+        .map(|line| match line.strip_prefix("Usage: ") {
+            Some(usage) => format!(
+                "Usage: {}\n",
+                usage.replace(" --database-url <URL> ", " [--database-url <URL>] ")
+            ),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    if e.use_stderr() {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+    std::process::exit(e.exit_code())
+}
+
 pub fn run() -> Result<(), CliError> {
-    let cli = Cli::parse();
+    let cli = parse()?;
     let globals = Globals {
         json: cli.json,
         database_url: cli.database_url,
@@ -358,5 +525,60 @@ pub fn run() -> Result<(), CliError> {
             write_stdout(&reference::man());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_time_takes_one_form_and_a_document_is_left_alone() {
+        assert_eq!(
+            utc_millis("2026-01-31T12:00:00.123456+00:00").as_deref(),
+            Some("2026-01-31T12:00:00.123Z")
+        );
+        assert_eq!(
+            utc_millis("2026-01-31 12:00:00+00").as_deref(),
+            Some("2026-01-31T12:00:00.000Z")
+        );
+        assert_eq!(
+            utc_millis("2026-01-31T12:00:00.5Z").as_deref(),
+            Some("2026-01-31T12:00:00.500Z")
+        );
+        for not_utc in [
+            "2026-01-31T12:00:00-05:00",
+            "2026-01-31",
+            "team-b",
+            "2026-01-31T12:00:00",
+        ] {
+            assert_eq!(utc_millis(not_utc), None, "{not_utc}");
+        }
+        assert_eq!(
+            rfc3339(json!({
+                "createdAt": "2026-01-31T12:00:00.1+00:00",
+                "revisions": [{"at": "2026-01-31 12:00:00+00"}],
+                "document": {"at": "2026-01-31T12:00:00+00:00"},
+            })),
+            json!({
+                "createdAt": "2026-01-31T12:00:00.100Z",
+                "revisions": [{"at": "2026-01-31T12:00:00.000Z"}],
+                "document": {"at": "2026-01-31T12:00:00+00:00"},
+            })
+        );
+    }
+
+    #[test]
+    fn a_table_is_aligned_two_spaces_apart_and_says_none_when_empty() {
+        let rows: Vec<Vec<String>> = vec![vec!["acct".into(), "seat".into()]];
+        assert_eq!(
+            table(
+                &[("ID", "id"), ("SECRET", "/credential/secretRef/name")],
+                &rows
+            ),
+            "ID    SECRET\nacct  seat\n"
+        );
+        assert_eq!(table(&[("ID", "id")], &[]), "ID\n(none)\n");
     }
 }

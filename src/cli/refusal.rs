@@ -22,11 +22,82 @@ pub struct Inputs<'a> {
 
 impl Inputs<'_> {
     fn arg(&self, name: &str) -> &str {
+        self.get(name).unwrap_or("?")
+    }
+
+    /// The argument `name` as typed, if the command was given one.
+    pub fn get(&self, name: &str) -> Option<&str> {
         self.args
             .iter()
-            .find(|(n, _)| *n == name)
-            .map_or("?", |(_, v)| *v)
+            .find(|(n, v)| *n == name && !v.is_empty())
+            .map(|(_, v)| *v)
     }
+}
+
+/// Inputs longer than this are cut when a message repeats them.
+const SHOWN_BYTES: usize = 64;
+
+/// `value`, or when longer than `SHOWN_BYTES` its first 32 characters and its length:
+/// `aaaa… (100000 bytes)`.
+pub fn cut(value: &str) -> String {
+    if value.len() <= SHOWN_BYTES {
+        return value.to_string();
+    }
+    let head: String = value.chars().take(32).collect();
+    format!("{head}… ({} bytes)", value.len())
+}
+
+/// `value` quoted, cut like `cut`: `"team-b"`, `"aaaa…" (100000 bytes)`.
+fn quoted(value: &str) -> String {
+    if value.len() <= SHOWN_BYTES {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(32).collect();
+    format!("{:?} ({} bytes)", format!("{head}…"), value.len())
+}
+
+/// An id the database put in a message, with the name the user typed for it when they typed
+/// another: `team-b (ns-17aebd40)`.
+fn named(id: &str, typed: Option<&str>) -> String {
+    match typed {
+        Some(t) if t != id => format!("{t} ({id})"),
+        _ => id.to_string(),
+    }
+}
+
+/// A database message in the user's words: the Namespace and Agent ids the admission resolved
+/// carry the names the user typed (`agent ns-1/helper` becomes `agent helper in Namespace
+/// team-b (ns-1)`), and an input too long to repeat is cut (`cut`).
+fn in_users_words(message: &str, inputs: &Inputs) -> String {
+    let mut message = message.to_string();
+    for (_, value) in inputs.args {
+        if value.len() > SHOWN_BYTES && message.contains(*value) {
+            message = message.replace(*value, &cut(value));
+        }
+    }
+    let Some(namespace) = inputs.get("NAMESPACE") else {
+        return message;
+    };
+    let agent = inputs.get("AGENT").or(inputs.get("NAME"));
+    message
+        .split(' ')
+        .map(|word| {
+            let core = word.trim_end_matches([',', ':', ';', ')', '.']);
+            let tail = &word[core.len()..];
+            let said = match core.split_once('/') {
+                Some((ns, rest)) if ns.starts_with("ns-") => format!(
+                    "{} in Namespace {}",
+                    named(rest, agent),
+                    named(ns, Some(namespace))
+                ),
+                _ if core.starts_with("ns-") => named(core, Some(namespace)),
+                _ if core.starts_with("ag-") => named(core, agent),
+                _ => return word.to_string(),
+            };
+            format!("{said}{tail}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The argument a CHECK constraint guards and the rule it enforces.
@@ -85,9 +156,9 @@ pub fn refused(inputs: &Inputs, e: &postgres::Error) -> CliError {
         if *code == SqlState::CHECK_VIOLATION || *code == SqlState::NOT_NULL_VIOLATION {
             if let Some((arg, rule)) = checked_argument(constraint) {
                 return CliError::config(format!(
-                    "{} refused: {arg} {rule}, got {:?}",
+                    "{} refused: {arg} {rule}, got {}",
                     inputs.what,
-                    inputs.arg(arg)
+                    quoted(inputs.arg(arg))
                 ));
             }
         }
@@ -98,12 +169,53 @@ pub fn refused(inputs: &Inputs, e: &postgres::Error) -> CliError {
         }
     }
     // The admission functions' own RAISE messages are written for operators.
-    let message = format!("{} refused: {}", inputs.what, db.message());
+    let message = format!(
+        "{} refused: {}",
+        inputs.what,
+        in_users_words(db.message(), inputs)
+    );
     if is_bad_input(code) {
         CliError::config(message)
     } else {
         CliError::new(message)
     }
+}
+
+/// `refused`, said more exactly where a read can tell why: an `--actor` that is no identity,
+/// a role that does not exist (with the roles that do). Only consulted after a refusal.
+pub fn explained(client: &mut postgres::Client, inputs: &Inputs, e: &postgres::Error) -> CliError {
+    let plain = refused(inputs, e);
+    if e.as_db_error().is_none() || plain.exit_code() != 1 {
+        return plain;
+    }
+    if let Some(actor) = inputs.get("--actor") {
+        if let Ok(None) = occ_worker::operator::identity_show(client, actor) {
+            return CliError::new(format!(
+                "{} refused: --actor {} is not an identity (admin identity list)",
+                inputs.what,
+                cut(actor)
+            ));
+        }
+    }
+    if let Some(role) = inputs.get("ROLE") {
+        if let Ok(roles) = occ_worker::operator::role_list(client) {
+            let ids: Vec<&str> = roles
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["id"].as_str())
+                .collect();
+            if !ids.is_empty() && !ids.contains(&role) {
+                return CliError::config(format!(
+                    "{} refused: no role {}; the roles are {} (admin role list)",
+                    inputs.what,
+                    cut(role),
+                    ids.join(", ")
+                ));
+            }
+        }
+    }
+    plain
 }
 
 /// Input that can never be admitted as given: data exceptions (class 22) and CHECK violations.
@@ -152,5 +264,56 @@ pub fn connect_failed(config: &postgres::Config, source: &str, e: &postgres::Err
             "database unreachable at {target} ({source}): {}",
             with_cause(e)
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_inputs_are_cut_to_their_head_and_length() {
+        assert_eq!(cut("team-b"), "team-b");
+        assert_eq!(cut(&"a".repeat(64)), "a".repeat(64));
+        assert_eq!(
+            cut(&"é".repeat(50)),
+            format!("{}… (100 bytes)", "é".repeat(32))
+        );
+        assert_eq!(quoted("x"), "\"x\"");
+        assert_eq!(
+            quoted(&"a".repeat(65)),
+            format!("\"{}…\" (65 bytes)", "a".repeat(32))
+        );
+    }
+
+    #[test]
+    fn ids_in_a_message_carry_the_names_typed() {
+        let inputs = Inputs {
+            what: "agent delete",
+            args: &[("NAMESPACE", "team-b"), ("AGENT", "helper")],
+        };
+        assert_eq!(
+            in_users_words("agent ns-1a2b3c4d/ag-9f is being deleted", &inputs),
+            "agent helper (ag-9f) in Namespace team-b (ns-1a2b3c4d) is being deleted"
+        );
+        assert_eq!(
+            in_users_words("Namespace ns-1a2b3c4d is deleting (must be ready)", &inputs),
+            "Namespace team-b (ns-1a2b3c4d) is deleting (must be ready)"
+        );
+        // Typed as the id: nothing to add.
+        let by_id = Inputs {
+            what: "agent show",
+            args: &[("NAMESPACE", "ns-1a2b3c4d"), ("AGENT", "nope")],
+        };
+        assert_eq!(
+            in_users_words("agent ns-1a2b3c4d/nope does not exist", &by_id),
+            "agent nope in Namespace ns-1a2b3c4d does not exist"
+        );
+        // Without a Namespace argument a message is left as it is.
+        let plain = Inputs {
+            what: "grant",
+            args: &[("ROLE", "viewer")],
+        };
+        assert_eq!(in_users_words("no role ns-x", &plain), "no role ns-x");
     }
 }

@@ -67,7 +67,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         }
     })
     .map_err(|e| CliError::config(e.to_string()))?;
-    let events = Events::stdout();
+    let events = Events::stdout(config.log_format);
     // First, so even start-up's own statements cannot wait past the database timeout.
     let watchdog = occ_worker::db::Watchdog::start(&config.database_url, config.db_timeout)
         .map_err(|e| {

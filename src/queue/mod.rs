@@ -719,8 +719,9 @@ pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, Qu
     })
 }
 
-/// A row as the operator sees it.
+/// A row as the operator sees it (camelCase, like every operator answer).
 #[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkView {
     pub id: i64,
     pub key: String,
@@ -825,15 +826,43 @@ impl WorkView {
     }
 }
 
-/// Lists rows, optionally by state and Namespace.
+/// Which rows `work_list` returns: every filter is optional, the limit is not.
+#[derive(Clone, Debug, Default)]
+pub struct WorkFilter<'a> {
+    pub state: Option<&'a str>,
+    pub namespace_id: Option<&'a str>,
+    pub operation: Option<&'a str>,
+    /// An Agent id or name.
+    pub agent: Option<&'a str>,
+    /// Created at or after this RFC 3339 time.
+    pub since: Option<&'a str>,
+    /// Created within this PostgreSQL interval (`30 minutes`) of the database clock.
+    pub age: Option<&'a str>,
+    /// Only rows with a smaller id: the cursor of the page before.
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// Lists rows newest first, by `filter`.
 pub fn work_list(
     client: &mut impl GenericClient,
-    state: Option<&str>,
-    namespace_id: Option<&str>,
-    limit: i64,
+    filter: &WorkFilter,
 ) -> Result<Vec<WorkView>, QueueError> {
+    let f = filter;
     Ok(client
-        .query(LIST, &[&state, &namespace_id, &limit])?
+        .query(
+            LIST,
+            &[
+                &f.state,
+                &f.namespace_id,
+                &f.operation,
+                &f.agent,
+                &f.since,
+                &f.age,
+                &f.before,
+                &f.limit,
+            ],
+        )?
         .iter()
         .map(|r| view(r, false))
         .collect())

@@ -1003,7 +1003,14 @@ fn z8_a_denied_stop_and_deletion_carry_a_hint_and_nothing_else_does() {
             Some("grant the actor the permission it lacked, then run the same command again")
         );
     }
-    let deployed_work = occ_worker::queue::work_list(&mut c, None, None, 100).unwrap();
+    let deployed_work = occ_worker::queue::work_list(
+        &mut c,
+        &occ_worker::queue::WorkFilter {
+            limit: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(deployed_work
         .iter()
         .filter(|w| w.key != stop_key && w.key != delete_key)

@@ -9,7 +9,7 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
 
 /// Runs `occ-worker ARGS` with exactly `url` as OCC_DATABASE_URL (or none): (exit, stdout, stderr).
-fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
+pub fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env_remove("OCC_DATABASE_URL")
@@ -27,7 +27,7 @@ fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
 }
 
 /// Asserts the command fails with exactly `code` and the one line `message`.
-fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
+pub fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
     let (got, _, stderr) = run(url, args);
     assert_eq!(
         (got, stderr.as_str()),
@@ -36,7 +36,7 @@ fn refused(url: Option<&str>, args: &[&str], code: i32, message: &str) {
     );
 }
 
-fn ok(db: &TestDb, args: &[&str]) -> Value {
+pub fn ok(db: &TestDb, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.push("--json");
     let (code, stdout, stderr) = run(Some(&db.url), &all);
@@ -105,9 +105,16 @@ fn admission_refusals_name_the_argument_and_the_rule() {
     );
     refused(
         url,
-        &["admin", "namespace", "create", "team-c", "--actor", "nobody"],
+        &[
+            "admin",
+            "namespace",
+            "create",
+            "team-c",
+            "--actor",
+            "nobody",
+        ],
         1,
-        "namespace create refused: nobody may not create Namespaces: NO_IDENTITY (needs create namespace on installation inst)",
+        "namespace create refused: --actor nobody is not an identity (admin identity list)",
     );
     ok(
         &db,
@@ -775,9 +782,12 @@ fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
     // Exactly one harness source.
     let mut both = deploy("admin");
     both.extend(["--harness-secret", "key"]);
-    let (code, _, stderr) = run(url, &both);
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    refused(
+        url,
+        &both,
+        2,
+        "--harness-secret and --service-account are mutually exclusive: give one of them",
+    );
 }
 
 // Seed000:11, 25, 44: with OCC_WORKER_MODE=production the CLI admits dedicated Codex and
@@ -817,4 +827,125 @@ fn production_admits_dedicated_codex_and_embedded_openclaw_only() {
     let revisions: i64 =
         crate::support::scalar(&mut db.client(), "SELECT count(*) FROM occ.agent_revisions");
     assert_eq!(revisions, 0);
+}
+
+// O: a refusal speaks the user's words: the names they typed next to the ids the database
+// resolved, the actor that is no identity, the roles that exist, a long input cut with its
+// length, and flags that exclude each other named together. Each line is exact.
+#[test]
+fn refusals_are_in_the_users_words() {
+    let db = TestDb::bootstrapped();
+    let url = Some(db.url.as_str());
+    let ns = ok(
+        &db,
+        &["admin", "namespace", "create", "team-c", "--actor", "admin"],
+    );
+    let ns = ns["id"].as_str().unwrap().to_string();
+    db.client()
+        .execute(
+            "UPDATE occ.namespaces_all SET status = 'ready' WHERE id = $1",
+            &[&ns],
+        )
+        .unwrap();
+    refused(
+        url,
+        &["admin", "agent", "show", "team-c", "nope"],
+        1,
+        &format!("agent show refused: agent nope in Namespace team-c ({ns}) does not exist"),
+    );
+    let agent = ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-c", "helper", "--actor", "admin",
+        ],
+    );
+    let agent = agent["id"].as_str().unwrap().to_string();
+    ok(
+        &db,
+        &[
+            "admin", "agent", "delete", "team-c", "helper", "--actor", "admin",
+        ],
+    );
+    refused(
+        url,
+        &["admin", "agent", "delete", "team-c", "helper", "--actor", "admin"],
+        1,
+        &format!("agent delete refused: agent helper ({agent}) in Namespace team-c ({ns}) is being deleted"),
+    );
+    refused(
+        url,
+        &["admin", "namespace", "create", "team-d", "--actor", "ghost"],
+        1,
+        "namespace create refused: --actor ghost is not an identity (admin identity list)",
+    );
+    refused(
+        url,
+        &[
+            "admin", "agent", "create", "team-c", "other", "--actor", "ghost",
+        ],
+        1,
+        "agent create refused: --actor ghost is not an identity (admin identity list)",
+    );
+    refused(
+        url,
+        &["admin", "grant", "admin", "superuser", "--scope", "installation", "--actor", "admin"],
+        2,
+        "grant refused: no role superuser; the roles are installation-admin, namespace-admin, agent-operator, viewer (admin role list)",
+    );
+    let long = "a".repeat(100_000);
+    let head = "a".repeat(32);
+    refused(
+        url,
+        &["admin", "namespace", "show", &long],
+        1,
+        &format!("namespace show refused: no Namespace {head}… (100000 bytes)"),
+    );
+    refused(
+        url,
+        &["admin", "agent", "create", "team-c", &long, "--actor", "admin"],
+        2,
+        &format!("agent create refused: NAME must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit, got \"{head}…\" (100000 bytes)"),
+    );
+    let deploy = [
+        "admin",
+        "agent",
+        "deploy",
+        "team-c",
+        "helper",
+        "--actor",
+        "admin",
+        "--configuration",
+        "cfg",
+        "--harness",
+        "codex",
+        "--mode",
+        "dedicated",
+    ];
+    let mut both = deploy.to_vec();
+    both.extend(["--harness-secret", "key", "--service-account", "acct"]);
+    refused(
+        url,
+        &both,
+        2,
+        "--harness-secret and --service-account are mutually exclusive: give one of them",
+    );
+    // Neither: clap's usage, where --database-url is optional even when OCC_DATABASE_URL set it.
+    let (code, _, stderr) = run(url, &deploy);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        [
+            "error: the following required arguments were not provided:",
+            "  <--harness-secret <SECRET>|--service-account <ACCOUNT>>",
+            "",
+            "Usage: occ-worker admin agent deploy --actor <ACTOR> --configuration <CONFIGURATION> --harness <HARNESS> --mode <MODE> [--database-url <URL>] <--harness-secret <SECRET>|--service-account <ACCOUNT>> <NAMESPACE> <AGENT>",
+            "",
+            "For more information, try '--help'.",
+        ]
+    );
+    let (_, help, _) = run(None, &["admin", "namespace", "list", "--help"]);
+    assert!(
+        help.contains("--database-url <URL>  PostgreSQL connection string; optional when OCC_DATABASE_URL is set [env: OCC_DATABASE_URL]"),
+        "{help}"
+    );
 }

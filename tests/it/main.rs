@@ -4,6 +4,8 @@
 mod agent;
 mod behaviours;
 mod cli;
+mod cli_output;
+mod cli_wait;
 mod conventions;
 mod deploy;
 mod docker;

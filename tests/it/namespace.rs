@@ -1245,12 +1245,13 @@ fn o_admin_commands_admit_through_sql_print_json_and_fail_with_one_line() {
         .iter()
         .map(|e| e["action"].as_str().unwrap().to_string())
         .collect();
+    // Newest first.
     assert_eq!(
         actions,
         [
-            "openclaw.namespaces.create",
+            "openclaw.namespaces.delete",
             "openclaw.iam.bindings.grant",
-            "openclaw.namespaces.delete"
+            "openclaw.namespaces.create",
         ]
     );
 }

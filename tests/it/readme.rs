@@ -79,10 +79,10 @@ fn blocks(readme: &str) -> Vec<(usize, bool, String)> {
 }
 
 /// Deletes the scratch checkout, its cluster and its Installation's Docker resources.
-struct Scratch {
-    base: PathBuf,
-    checkout: PathBuf,
-    installation: String,
+pub struct Scratch {
+    pub base: PathBuf,
+    pub checkout: PathBuf,
+    pub installation: String,
 }
 
 impl Drop for Scratch {
@@ -113,8 +113,10 @@ impl Drop for Scratch {
     }
 }
 
-fn scratch_checkout() -> Scratch {
-    let base = std::env::temp_dir().join(format!("occ-readme-{}", std::process::id()));
+/// A scratch checkout named for this process and `what`: `scripts/` and the built binary,
+/// linked, under a mode-700 directory.
+pub fn scratch_checkout_for(what: &str) -> Scratch {
+    let base = std::env::temp_dir().join(format!("occ-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let private = base.join("home");
     let checkout = private.join("checkout");
@@ -130,8 +132,12 @@ fn scratch_checkout() -> Scratch {
     Scratch {
         base,
         checkout,
-        installation: format!("readme-{}", std::process::id()),
+        installation: format!("{what}-{}", std::process::id()),
     }
+}
+
+fn scratch_checkout() -> Scratch {
+    scratch_checkout_for("readme")
 }
 
 // Every sh block is marked, the Kubernetes ones are skipped by their marker, and
@@ -216,6 +222,11 @@ fn the_readme_walk_throughs_run_as_written() {
         "HARNESS_BINDING_UNSUPPORTED",
         "status: deleting",
         "\"phase\":\"beforeNamespaceDelete\"",
+        // --wait followed the work to its end, a line per change (no terminal here).
+        ":ensure: succeeded · ",
+        ":delete: succeeded · ",
+        ":reconcile: failed_permanent · HARNESS_BINDING_UNSUPPORTED · ",
+        "agent:",
         "\"event\":\"worker.stopping\"",
         "\"event\":\"worker.stopped\"",
     ] {

@@ -118,3 +118,189 @@ fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--kill-everything"), "{err}");
 }
+
+// The dev loop's scripts print their own usage on --help and start nothing: no cargo, no
+// PostgreSQL (PATH holds neither).
+#[test]
+fn dev_and_test_print_their_usage_without_starting_anything() {
+    for (name, first, flag) in [
+        (
+            "dev",
+            "Runs the worker locally for development: a throwaway PostgreSQL (scripts/pg-start target/pg-dev,",
+            "  scripts/dev --help      print this and exit",
+        ),
+        (
+            "test",
+            "Runs the whole test suite: starts a throwaway PostgreSQL (scripts/pg-start, cluster",
+            "  scripts/test --help          print this and exit (cargo's own: cargo test --help)",
+        ),
+    ] {
+        let out = Command::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("scripts")
+                .join(name),
+        )
+        .arg("--help")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run script");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+            (Some(0), ""),
+            "{name}"
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], first, "{stdout}");
+        assert!(lines.contains(&flag), "{stdout}");
+        assert!(!stdout.contains("set -euo"), "{stdout}");
+    }
+}
+
+/// `scripts/dev ARGS` in `scratch` (without the build), its output into `log`: the child, once
+/// ready.
+fn start_dev(
+    scratch: &crate::readme::Scratch,
+    log: &std::path::Path,
+    args: &[&str],
+) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let out = std::fs::File::create(log).unwrap();
+    let mut cmd = Command::new("scripts/dev");
+    cmd.args(args)
+        .current_dir(&scratch.checkout)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
+        .env("OCC_DEV_SKIP_BUILD", "1")
+        .env("OCC_DOCKER_SUBNET_POOL", "10.219.0.0/16:24")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .process_group(0);
+    if let Ok(host) = std::env::var("DOCKER_HOST") {
+        cmd.env("DOCKER_HOST", host);
+    }
+    let child = cmd.spawn().expect("scripts/dev");
+    let ready = Command::new("scripts/dev")
+        .args(["--wait", &child.id().to_string()])
+        .current_dir(&scratch.checkout)
+        .status()
+        .unwrap();
+    assert!(
+        ready.success(),
+        "scripts/dev not ready:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    child
+}
+
+/// Signals `child` (a `scripts/dev`) and waits for it: its exit code.
+fn stop_dev(mut child: std::process::Child, signal: i32) -> Option<i32> {
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "scripts/dev did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn dev_env(scratch: &crate::readme::Scratch, name: &str) -> String {
+    let env = std::fs::read_to_string(scratch.checkout.join("target/dev.env")).unwrap();
+    env.lines()
+        .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+        .unwrap_or_else(|| panic!("{name} in {env}"))
+        .to_string()
+}
+
+// The dev loop: the Installation (and so the Docker label) is the checkout's own; dev.env puts
+// the binary on PATH and defines `occ`; Ctrl-C stops the worker, then PostgreSQL, and exits 0;
+// the next start finds its data and the same health port.
+#[test]
+fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
+    if !crate::docker::docker_available() {
+        return;
+    }
+    use sha2::Digest;
+    let mut scratch = crate::readme::scratch_checkout_for("dev");
+    let hash = sha2::Sha256::digest(scratch.checkout.to_str().unwrap().as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    scratch.installation = format!("dev-{}", &hex[..8]);
+    let log = scratch.base.join("dev.log");
+
+    let dev = start_dev(&scratch, &log, &[]);
+    assert_eq!(
+        dev_env(&scratch, "OCC_DEV_INSTALLATION"),
+        scratch.installation
+    );
+    let addr = dev_env(&scratch, "OCC_WORKER_HTTP_ADDR");
+    let url = dev_env(&scratch, "OCC_DATABASE_URL");
+    let helpers = Command::new("bash")
+        .arg("-c")
+        .arg("source target/dev.env && $occ admin identity create bob --actor admin >/dev/null && command -v occ-worker")
+        .current_dir(&scratch.checkout)
+        .output()
+        .unwrap();
+    assert!(
+        helpers.status.success(),
+        "{}",
+        String::from_utf8_lossy(&helpers.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&helpers.stdout).trim(),
+        scratch
+            .checkout
+            .join("target/debug/occ-worker")
+            .to_str()
+            .unwrap()
+    );
+    assert_eq!(stop_dev(dev, libc::SIGINT), Some(0));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("\"event\":\"worker.stopped\"")
+            && said.ends_with("dev: stopping PostgreSQL (its data stays in target/pg-dev; the next scripts/dev starts it again)\n"),
+        "{said}"
+    );
+    assert!(Client::connect(&url, NoTls).is_err(), "PostgreSQL stopped");
+
+    let dev = start_dev(&scratch, &log, &[]);
+    assert_eq!(
+        dev_env(&scratch, "OCC_WORKER_HTTP_ADDR"),
+        addr,
+        "the same port"
+    );
+    let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
+    let kept: i64 = c
+        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1, "the dev database kept its data");
+    drop(c);
+    assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
+
+    // --reset starts afresh, naming the label of what it deletes.
+    let dev = start_dev(&scratch, &log, &["--reset"]);
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "dev: reset: deleting the dev cluster and Docker resources labelled occ.installation={}\n",
+            scratch.installation
+        )),
+        "{said}"
+    );
+    let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
+    let kept: i64 = c
+        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "afresh");
+    drop(c);
+    assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
+}

@@ -1,0 +1,13 @@
+-- Operator reads: the state of what a work row changes, in the words of its kind: a revision's
+-- deployment status (pending, deploying, …), `stopping` or `deleting` for an Agent's stop or
+-- deletion, its Namespace's status (provisioning, deleting, …) otherwise. No row when no work
+-- has the key. $1 work key.
+SELECT CASE
+    WHEN w.revision_id IS NOT NULL THEN
+        (SELECT s.state FROM occ.revision_status s WHERE s.revision_id = w.revision_id)
+    WHEN w.agent_target = 'stopped' THEN 'stopping'
+    WHEN w.agent_target = 'deleted' THEN 'deleting'
+    ELSE (SELECT n.status FROM occ.namespaces_all n WHERE n.id = w.namespace_id)
+END
+FROM occ.work w
+WHERE w.idempotency_key = $1
