@@ -95,6 +95,7 @@ impl CliError {
         CliError {
             message: message.into(),
             code,
+            several: false,
         }
     }
 
