@@ -639,21 +639,27 @@ impl ComputeDriver for DockerDriver {
         let api = self.api(cancel)?;
         // Ownership is this installation's label and the Namespace's, together.
         let owned = ownership(namespace);
-        let containers = self.list_containers(&api, &owned, cancel)?;
-        let networks = self.list_networks(&api, &owned, cancel)?;
-        if !containers.is_empty() || !networks.is_empty() {
-            // Before anything is deleted; a refusal keeps all of it (SPEC H3, H4).
-            self.hooks.run(
-                Phase::BeforeNamespaceDelete,
-                &self.namespace_subject(namespace),
-                &[],
-                cancel,
-            )?;
-        }
-        for container in containers {
+        // The hooks are asked once, before the first thing is deleted; a refusal keeps all of
+        // it (SPEC H3, H4).
+        let mut asked = false;
+        let mut before_delete = |cancel: &CancelToken| -> Result<(), ComputeError> {
+            if !asked {
+                self.hooks.run(
+                    Phase::BeforeNamespaceDelete,
+                    &self.namespace_subject(namespace),
+                    &[],
+                    cancel,
+                )?;
+                asked = true;
+            }
+            Ok(())
+        };
+        for container in self.list_containers(&api, &owned, cancel)? {
+            before_delete(cancel)?;
             self.remove_container(&api, &container.id, cancel)?;
         }
-        for network in networks {
+        for network in self.list_networks(&api, &owned, cancel)? {
+            before_delete(cancel)?;
             self.remove_network(&api, &network.id, cancel)?;
         }
         let pending_reason = if !self.list_containers(&api, &owned, cancel)?.is_empty() {
