@@ -188,6 +188,38 @@ pub const VARIABLES: &[Variable] = &[
     },
 ];
 
+/// Why a configuration file named by a variable could not be read.
+#[derive(Debug)]
+pub enum FileError {
+    Io(std::io::Error),
+    /// Larger than the limit given, in bytes.
+    TooLarge(u64),
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::Io(e) => write!(f, "cannot be read ({e})"),
+            FileError::TooLarge(limit) => write!(f, "is larger than {limit} bytes"),
+        }
+    }
+}
+
+/// The text of a configuration file (`OCC_KUBERNETES_CONFIG`, `OCC_INSTALLATION_CONFIG`),
+/// reading at most `limit` bytes of it.
+pub fn read_file(path: &std::path::Path, limit: u64) -> Result<String, FileError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(FileError::Io)?;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(FileError::Io)?;
+    if text.len() as u64 > limit {
+        return Err(FileError::TooLarge(limit));
+    }
+    Ok(text)
+}
+
 /// The table's entry for `name`. Reading a variable the table does not list is a bug, so it
 /// cannot be read without being documented.
 fn variable(name: &str) -> &'static Variable {

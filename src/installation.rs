@@ -23,7 +23,6 @@ use crate::compute::kubernetes::settings::canonical_cidr;
 use crate::config::DriverKind;
 use serde::Deserialize;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -224,20 +223,8 @@ impl Installation {
     /// Reads and validates the file at `path` for a worker whose Compute Driver is `compute`;
     /// hook CA files are read relative to the working directory.
     pub fn load(path: &Path, compute: DriverKind) -> Result<Installation, InstallationError> {
-        let io = |e: std::io::Error| {
-            InstallationError::new(vec![format!("cannot be read ({e})")]).at(path)
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = String::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(io)?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(InstallationError::new(vec![format!(
-                "is larger than {MAX_FILE_BYTES} bytes"
-            )])
-            .at(path));
-        }
+        let text = crate::config::read_file(path, MAX_FILE_BYTES)
+            .map_err(|e| InstallationError::new(vec![e.to_string()]).at(path))?;
         Installation::parse(&text, compute).map_err(|e| e.at(path))
     }
 

@@ -5,8 +5,8 @@
 //! `OCC_INSTALLATION_CONFIG` on the Docker Engine and on the fake.
 
 use crate::hook_server::{Answer, HookServer};
-use crate::kube_e2e::{deploy, k8s_namespace, kube_env, ready_namespaces, scratch, DRIVER_FILE};
-use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::kube_e2e::{deploy, driver_for, k8s_namespace, kube_env, ready_namespaces, scratch};
+use crate::kube_fake::{FakeOptions, KubeFake};
 use crate::support::{
     bare_revision, wait_for, worker_command, worker_env, InertCompute, TestDb, WorkerProcess,
 };
@@ -68,13 +68,7 @@ fn rig(name: &str, drivers: &[&str], timeout_seconds: u64) -> Rig {
         .collect();
     let installation =
         Installation::parse(&installation_file(&entries), DriverKind::Kubernetes).unwrap();
-    use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
-    let kubeconfig = fake.write_kubeconfig(&dir, KubeconfigAuth::Token);
-    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
-    let driver = KubernetesDriver::new(
-        Client::new(conn).expect("client"),
-        Settings::parse(DRIVER_FILE).expect("settings"),
-    );
+    let driver = driver_for(&fake, &dir);
     hooks::attach(&driver, &installation).expect("the Kubernetes driver takes hooks");
     Rig {
         fake,

@@ -532,7 +532,11 @@ fn c3_bad_driver_configuration_stops_start_up_naming_it() {
 }
 
 /// The driver as `run` builds it, against `fake`.
-fn driver_for(fake: &KubeFake, dir: &Path) -> occ_worker::compute::kubernetes::KubernetesDriver {
+/// The Kubernetes driver on `fake` with `DRIVER_FILE`'s settings, its kubeconfig under `dir`.
+pub fn driver_for(
+    fake: &KubeFake,
+    dir: &Path,
+) -> occ_worker::compute::kubernetes::KubernetesDriver {
     use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
     let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
     let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");

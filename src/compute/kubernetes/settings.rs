@@ -30,9 +30,9 @@
 //!   through the API server's Pod proxy (SPEC C3, R5). Absent: no ingress at all, and a held
 //!   failure is known from the termination log only.
 
+use crate::config::FileError;
 use serde::Deserialize;
 use std::fmt;
-use std::io::Read;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -248,21 +248,13 @@ impl std::error::Error for SettingsError {}
 impl Settings {
     /// Reads and validates the settings file at `path` (at most `MAX_FILE_BYTES`).
     pub fn load(path: &Path) -> Result<Settings, SettingsError> {
-        let io = |e: std::io::Error| {
-            SettingsError::new(SettingsErrorKind::Io, format!("cannot be read ({e})")).at(path)
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = String::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(io)?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(SettingsError::new(
-                SettingsErrorKind::TooLarge,
-                format!("is larger than {MAX_FILE_BYTES} bytes"),
-            )
-            .at(path));
-        }
+        let text = crate::config::read_file(path, MAX_FILE_BYTES).map_err(|e| {
+            let kind = match e {
+                FileError::Io(_) => SettingsErrorKind::Io,
+                FileError::TooLarge(_) => SettingsErrorKind::TooLarge,
+            };
+            SettingsError::new(kind, e.to_string()).at(path)
+        })?;
         Settings::parse(&text).map_err(|e| e.at(path))
     }
 
