@@ -974,6 +974,67 @@ mod tests {
     }
 
     #[test]
+    fn z1_the_workers_own_check_allows_exactly_version_5_standard() {
+        let spec = |version: u32, mode: &str| {
+            let mut spec = test_revision();
+            spec.execution_admission = ExecutionAdmission {
+                version,
+                mode: mode.into(),
+            };
+            spec
+        };
+        assert!(check_execution_admission(&spec(5, "standard")).is_ok());
+        for (version, mode) in [(4, "standard"), (6, "standard"), (5, "protected")] {
+            let e = check_execution_admission(&spec(version, mode)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                &ComputeErrorKind::Permanent("EXECUTION_ADMISSION_UNAVAILABLE".into())
+            );
+        }
+        assert!(ExecutionAdmission::valid_mode("standard"));
+        assert!(ExecutionAdmission::valid_mode(&"a".repeat(32)));
+        for bad in ["", "Standard", "_a", "a1", &"a".repeat(33)] {
+            assert!(!ExecutionAdmission::valid_mode(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn z3_a_preparation_failure_is_permanent_and_carries_its_evidence() {
+        let evidence = serde_json::json!({"stage": "seed"});
+        let e = ComputeError::preparation_failed("PREP", "test", Some(evidence.clone()));
+        assert_eq!(e.kind(), &ComputeErrorKind::Permanent("PREP".into()));
+        assert!(e.is_preparation_failure());
+        assert_eq!(e.preparation_evidence(), Some(&evidence));
+        let bare = ComputeError::preparation_failed("PREP", "test", None);
+        assert!(bare.is_preparation_failure() && bare.preparation_evidence().is_none());
+        assert!(!ComputeError::permanent("PREP", "test", None).is_preparation_failure());
+    }
+
+    fn test_revision() -> RevisionSpec {
+        RevisionSpec {
+            installation_id: "inst".into(),
+            namespace_id: "ns1".into(),
+            agent_id: "ag".into(),
+            revision_id: "rev".into(),
+            revision: 1,
+            service_principal_id: "sp".into(),
+            harness_id: "codex".into(),
+            harness_version: "1.0.0".into(),
+            harness_mode: "dedicated".into(),
+            execution_mode: "dedicated".into(),
+            document: serde_json::json!({}),
+            harness_auth: None,
+            secret_bindings: serde_json::json!({}),
+            secrets: vec![],
+            harness_secret: None,
+            managed_account: None,
+            backend_id: None,
+            plugin_ids: vec![],
+            execution_admission: ExecutionAdmission::standard(),
+        }
+    }
+
+    #[test]
     fn reasons_are_stripped_to_tokens() {
         let e = ComputeError::transient("http", Some(503)).with_reason("Service Unavailable!");
         assert_eq!(e.reason(), Some("ServiceUnavailable"));
