@@ -57,7 +57,67 @@ pub struct RevisionSpec {
     /// The revision's backend (SPEC M1), when it has one.
     pub backend_id: Option<String>,
     pub plugin_ids: Vec<String>,
+    /// The execution admission stored with the revision (SPEC Z1), decided again every pass.
+    pub execution_admission: ExecutionAdmission,
 }
+
+/// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
+/// (a positive version, a mode `^[a-z][a-z_]{0,31}$`); whether a worker runs it is its
+/// Compute Driver's decision (`ComputeDriver::validate_execution_admission`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionAdmission {
+    pub version: u32,
+    pub mode: String,
+}
+
+impl ExecutionAdmission {
+    /// `{version: 5, mode: standard}`: what every revision is admitted with (Rust admits no
+    /// egress plan or Git, SPEC §17), and the one pair the worker's own check allows.
+    pub fn standard() -> ExecutionAdmission {
+        ExecutionAdmission {
+            version: 5,
+            mode: "standard".into(),
+        }
+    }
+
+    /// Whether a mode is within the stored shape, `^[a-z][a-z_]{0,31}$`.
+    pub fn valid_mode(mode: &str) -> bool {
+        mode.len() <= 32
+            && mode.starts_with(|c: char| c.is_ascii_lowercase())
+            && mode.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    }
+}
+
+/// What an execution admission is decided for: only the stored one is (SPEC Z1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionUse {
+    /// The admission stored with a revision, decided again before its effects.
+    Stored,
+}
+
+/// The refusal of an execution admission this worker does not run (SPEC Z1).
+pub fn execution_admission_unavailable() -> ComputeError {
+    ComputeError::permanent(
+        "EXECUTION_ADMISSION_UNAVAILABLE",
+        "execution_admission",
+        None,
+    )
+}
+
+/// The worker's own execution-admission check, for a driver without one (SPEC Z1): exactly
+/// `{version: 5, mode: standard}`.
+pub fn check_execution_admission(revision: &RevisionSpec) -> Result<(), ComputeError> {
+    if revision.execution_admission == ExecutionAdmission::standard() {
+        Ok(())
+    } else {
+        Err(execution_admission_unavailable())
+    }
+}
+
+/// A driver's withdrawal of a rejected active execution (SPEC Z1): run once, under the pass's
+/// cancellation token.
+pub type Withdrawal<'a> = Box<dyn FnOnce(&CancelToken) -> Result<(), ComputeError> + 'a>;
 
 /// Where a managed account's access token is: a Kubernetes Secret's name and data key in the
 /// Agent's namespace. Never a value.
@@ -430,6 +490,12 @@ pub struct ComputeError {
     details: Option<Box<Details>>,
 }
 
+/// A failed preparation (SPEC Z3): the driver's bounded evidence, when it has some.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Preparation {
+    evidence: Option<serde_json::Value>,
+}
+
 /// A `ComputeError`'s optional evidence; every field is bounded and safe to log.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Details {
@@ -446,6 +512,8 @@ struct Details {
     /// The code a retry or wait keeps instead of `DEPENDENCY_UNAVAILABLE` (a lifecycle
     /// hook's, SPEC H4).
     retry_code: Option<String>,
+    /// A failed preparation (SPEC Z3), with the driver's evidence when it has some.
+    preparation: Option<Preparation>,
 }
 
 impl ComputeError {
@@ -505,6 +573,36 @@ impl ComputeError {
             reason: None,
             details: None,
         }
+    }
+
+    /// A preparation that failed for good (SPEC Z3): permanent with `code`, carrying the
+    /// driver's evidence (`{preparation: evidence}` in the failed work's result data). The
+    /// worker stops the candidate's runtime before it publishes the failure.
+    pub fn preparation_failed(
+        code: &str,
+        class: &'static str,
+        evidence: Option<serde_json::Value>,
+    ) -> ComputeError {
+        let mut e = ComputeError::permanent(code, class, None);
+        e.details_mut().preparation = Some(Preparation { evidence });
+        e
+    }
+
+    /// Whether this is a failed preparation (SPEC Z3).
+    pub fn is_preparation_failure(&self) -> bool {
+        self.details
+            .as_ref()
+            .is_some_and(|d| d.preparation.is_some())
+    }
+
+    /// A failed preparation's evidence (SPEC Z3).
+    pub fn preparation_evidence(&self) -> Option<&serde_json::Value> {
+        self.details
+            .as_ref()?
+            .preparation
+            .as_ref()?
+            .evidence
+            .as_ref()
     }
 
     pub fn cancelled(cancelled: Cancelled) -> ComputeError {
@@ -738,6 +836,27 @@ pub trait ComputeDriver: Send + Sync {
     fn maintenance_interval(&self) -> Option<Duration> {
         None
     }
+    /// Decides a revision's stored execution admission (SPEC Z1, C1): `Ok` when this driver
+    /// runs it. The default is the worker's own check, allowing exactly `{version: 5, mode:
+    /// standard}`. A pure check, no request.
+    fn validate_execution_admission(
+        &self,
+        revision: &RevisionSpec,
+        purpose: AdmissionUse,
+    ) -> Result<(), ComputeError> {
+        let _ = purpose;
+        check_execution_admission(revision)
+    }
+    /// How this driver withdraws a running active revision whose execution admission it no
+    /// longer accepts (SPEC Z1, C1), `None` (the default) when it cannot: the worker then
+    /// takes SPEC Z2's active path.
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        let _ = revision;
+        None
+    }
     /// Takes the Installation's lifecycle hooks (SPEC H2), called once at start-up before any
     /// other call; `false` when the driver runs no hooks, which stops start-up.
     fn set_lifecycle_hooks(&self, hooks: std::sync::Arc<hooks::LifecycleHooks>) -> bool {
@@ -851,6 +970,67 @@ mod tests {
         ];
         for d in broken {
             assert!(!d.valid(), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn z1_the_workers_own_check_allows_exactly_version_5_standard() {
+        let spec = |version: u32, mode: &str| {
+            let mut spec = test_revision();
+            spec.execution_admission = ExecutionAdmission {
+                version,
+                mode: mode.into(),
+            };
+            spec
+        };
+        assert!(check_execution_admission(&spec(5, "standard")).is_ok());
+        for (version, mode) in [(4, "standard"), (6, "standard"), (5, "protected")] {
+            let e = check_execution_admission(&spec(version, mode)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                &ComputeErrorKind::Permanent("EXECUTION_ADMISSION_UNAVAILABLE".into())
+            );
+        }
+        assert!(ExecutionAdmission::valid_mode("standard"));
+        assert!(ExecutionAdmission::valid_mode(&"a".repeat(32)));
+        for bad in ["", "Standard", "_a", "a1", &"a".repeat(33)] {
+            assert!(!ExecutionAdmission::valid_mode(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn z3_a_preparation_failure_is_permanent_and_carries_its_evidence() {
+        let evidence = serde_json::json!({"stage": "seed"});
+        let e = ComputeError::preparation_failed("PREP", "test", Some(evidence.clone()));
+        assert_eq!(e.kind(), &ComputeErrorKind::Permanent("PREP".into()));
+        assert!(e.is_preparation_failure());
+        assert_eq!(e.preparation_evidence(), Some(&evidence));
+        let bare = ComputeError::preparation_failed("PREP", "test", None);
+        assert!(bare.is_preparation_failure() && bare.preparation_evidence().is_none());
+        assert!(!ComputeError::permanent("PREP", "test", None).is_preparation_failure());
+    }
+
+    fn test_revision() -> RevisionSpec {
+        RevisionSpec {
+            installation_id: "inst".into(),
+            namespace_id: "ns1".into(),
+            agent_id: "ag".into(),
+            revision_id: "rev".into(),
+            revision: 1,
+            service_principal_id: "sp".into(),
+            harness_id: "codex".into(),
+            harness_version: "1.0.0".into(),
+            harness_mode: "dedicated".into(),
+            execution_mode: "dedicated".into(),
+            document: serde_json::json!({}),
+            harness_auth: None,
+            secret_bindings: serde_json::json!({}),
+            secrets: vec![],
+            harness_secret: None,
+            managed_account: None,
+            backend_id: None,
+            plugin_ids: vec![],
+            execution_admission: ExecutionAdmission::standard(),
         }
     }
 

@@ -7,8 +7,8 @@
 use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::cancel::CancelToken;
 use crate::compute::{
-    AgentSpec, ComputeError, ComputeErrorKind, ManagedAccountAuth, RevisionSpec,
-    RuntimeCredentials, SecretProjection,
+    AgentSpec, ComputeError, ComputeErrorKind, ExecutionAdmission, ManagedAccountAuth,
+    RevisionSpec, RuntimeCredentials, SecretProjection,
 };
 use crate::db::GenericClient;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
@@ -77,6 +77,8 @@ pub struct RevisionRow {
     pub admitted_before_work: bool,
     /// The Secret Driver the Installation selected when the revision was admitted (SPEC Z4).
     pub secret_driver_id: Option<String>,
+    /// The stored execution admission (SPEC Z1).
+    pub execution_admission: ExecutionAdmission,
 }
 
 impl RevisionRow {
@@ -129,6 +131,7 @@ impl RevisionRow {
                 .and_then(ManagedAccountAuth::from_harness_auth),
             backend_id: self.backend_id.clone(),
             plugin_ids: self.plugin_ids(),
+            execution_admission: self.execution_admission.clone(),
         }
     }
 }
@@ -196,6 +199,9 @@ pub fn load_revisions(
                 admitted_before_work: r.get(21),
                 backend_id: r.get(22),
                 secret_driver_id: r.get(23),
+                execution_admission: serde_json::from_value(r.get(24)).map_err(|e| {
+                    PassError::Invariant(format!("stored execution admission: {e}"))
+                })?,
             })
         })
         .collect()

@@ -7,8 +7,10 @@
 //! managed account's M2 checks among them: its `read` grant after the Secret checks, then the
 //! backend, the access-token source and the binding, each against the admitted snapshot); a
 //! stored refusal decided again (R9); R3 a stopped Agent stops the revision; R4 a newer
-//! revision supersedes it; a stored refusal is published (R9); the Secret context resolves
-//! (SPEC Z4), or refuses a candidate while the active revision takes SPEC Z2's active path;
+//! revision supersedes it; a stored refusal is published (R9); the stored execution admission
+//! is decided (SPEC Z1: a refused active revision is withdrawn where the driver can) and the
+//! Secret context resolves (SPEC Z4), or refuses a candidate while the active revision takes
+//! SPEC Z2's active path;
 //! R8 earlier runtimes are stopped first when the driver requires it; R5 prepare and observe
 //! readiness; R6 reload the Agent, compare-and-set the active pointer in a fenced transaction,
 //! activate the route, retire earlier revisions, then publish exactly one activation audit with
@@ -18,7 +20,9 @@
 //! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
 //! `authorization_denial`; an older revision never replaces a newer active one; a candidate
 //! refused after it may have been prepared is stopped under the live claim before the failure
-//! is published (R9); a failed maintenance observation never retires the running revision.
+//! is published (R9), and so is one whose preparation failed for good or whose credential
+//! bootstrap was still pending at the deadline (SPEC Z3); a failed maintenance observation
+//! never retires the running revision.
 //!
 //! Assumptions: idempotent — a pass may run again after a lost lease at any point, including
 //! between the pointer compare-and-set and the completion; every Compute call tolerates having
@@ -35,8 +39,9 @@ use super::agent::{
 };
 use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, BackendBinding,
-    ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec, SecretProjection,
+    held_runtime_failure, revision_pending_code, valid_revision_observation, AdmissionUse,
+    BackendBinding, ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec,
+    SecretProjection, REVISION_PENDING_CODES,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -112,6 +117,8 @@ struct Loaded {
     predecessor_stop_yielded: bool,
     /// The Installation's selected Secret Driver (SPEC Z4).
     secret_driver: Option<String>,
+    /// The newest readiness code among this work's attempts (SPEC Z3).
+    newest_readiness: Option<String>,
 }
 
 impl Loaded {
@@ -238,7 +245,7 @@ impl RevisionReconciler {
             .as_ref()
             .and_then(|id| all.iter().find(|r| &r.id == id).cloned());
         let key = format!("agent_revision:{revision_id}:reconcile");
-        let row = db.query_one(LOOKUP, &[&claim.id, &key])?;
+        let row = db.query_one(LOOKUP, &[&claim.id, &key, &readiness_codes()])?;
         Ok(Some(Loaded {
             agent,
             revision,
@@ -252,6 +259,7 @@ impl RevisionReconciler {
             predecessor_stop_yielded: row.get(5),
             secret_driver: row.get(6),
             waited_refusal: row.get(7),
+            newest_readiness: row.get(8),
         }))
     }
 
@@ -595,11 +603,84 @@ impl RevisionReconciler {
             let stored = self.stored_refusal(pass, &refusal);
             return self.refuse(pass, &l, stored, true);
         }
+        if let Some(refused) = self.check_execution_admission(pass, &l)? {
+            return Ok(refused);
+        }
         if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
         {
             return self.refuse_secret_context(pass, &l, refusal);
         }
         self.deploy(pass, &l, &scratch.phases)
+    }
+
+    /// SPEC Z1, first in the Secret step: a stored execution admission the driver does not
+    /// run refuses a candidate for good (`EXECUTION_ADMISSION_UNAVAILABLE`, R9 before any
+    /// Compute call of a fresh one). The active revision is withdrawn when the driver offers a
+    /// withdrawal, else it takes SPEC Z2's active path with the code.
+    fn check_execution_admission(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+    ) -> Result<Option<Report>, PassError> {
+        let spec = l.revision.spec(&pass.ctx.installation_id);
+        let driver = pass.ctx.compute.clone();
+        if driver
+            .validate_execution_admission(&spec, AdmissionUse::Stored)
+            .is_ok()
+        {
+            return Ok(None);
+        }
+        let refusal = Report::permanent("EXECUTION_ADMISSION_UNAVAILABLE");
+        if l.is_active() {
+            if let Some(withdrawn) = self.withdraw_rejected_execution(pass, &spec)? {
+                return Ok(Some(withdrawn));
+            }
+        }
+        self.refuse_secret_context(pass, l, refusal).map(Some)
+    }
+
+    /// SPEC Z1's withdrawal of the running active revision whose execution admission is
+    /// refused, on its own reconcile or maintenance work (the only work this reconciler runs):
+    /// `None` when the driver offers none, or when the Agent, read again under the heartbeat,
+    /// no longer points at the revision with its principal or no longer runs. Done: permanent
+    /// `EXECUTION_ADMISSION_WITHDRAWN`, not stopped as a refused candidate, ending a
+    /// maintenance chain. Failed (a lost claim ends the pass instead): pending
+    /// `EXECUTION_ADMISSION_WITHDRAWAL_PENDING` on the readiness cadence, exempt from the
+    /// deadline, since a refused active release ends only once its grant is withdrawn.
+    fn withdraw_rejected_execution(
+        &self,
+        pass: &Pass<'_>,
+        spec: &RevisionSpec,
+    ) -> Result<Option<Report>, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let Some(withdraw) = driver.rejected_execution_withdrawal(spec) else {
+            return Ok(None);
+        };
+        let current = {
+            let mut db = pass.db()?;
+            load_agent(&mut *db, &spec.namespace_id, &spec.agent_id)?
+        };
+        let runs = current.is_some_and(|a| {
+            a.active_revision_id.as_deref() == Some(spec.revision_id.as_str())
+                && a.service_principal_id == spec.service_principal_id
+                && a.desired_runtime_state == "running"
+        });
+        if !runs {
+            return Ok(None);
+        }
+        Ok(Some(match effect(pass, "withdraw", withdraw)? {
+            Ok(()) => refused("EXECUTION_ADMISSION_WITHDRAWN").at("withdraw"),
+            Err(e) => {
+                let mut pending = Report::pending(
+                    "EXECUTION_ADMISSION_WITHDRAWAL_PENDING",
+                    readiness_recheck(pass.age()),
+                )
+                .at("withdraw")
+                .with_compute_error(&e);
+                pending.deadline_exempt = true;
+                pending
+            }
+        }))
     }
 
     /// An R2 refusal before any effect: it ends a maintenance chain, and a candidate an
@@ -863,6 +944,56 @@ impl RevisionReconciler {
         Ok(report)
     }
 
+    /// SPEC Z3's deadline retirement: a candidate whose credential bootstrap is still pending
+    /// when its own reconcile work reaches the deadline, or whose dependency still fails then
+    /// while the work's newest readiness code is that bootstrap's and the Agent does not point
+    /// at it, has no runtime to keep for diagnosis: it is stopped as R9 stops a refused
+    /// candidate, under the live claim, before the failure is published. A failed stop waits
+    /// as `REFUSED_CANDIDATE_STOP_PENDING`, keeping the failure's code.
+    fn retire_bootstrap_at_deadline(
+        &self,
+        pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        const BOOTSTRAP: &str = "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING";
+        if pass.claim.operation != Operation::RevisionReconcile
+            || !matches!(report.outcome, Outcome::Pending { .. })
+        {
+            return Ok(report);
+        }
+        let ctx = pass.ctx;
+        let resolved = super::resolve(
+            report.clone(),
+            pass.claim.attempt,
+            ctx.queue.max_attempts,
+            pass.age(),
+            ctx.convergence_timeout,
+        );
+        let bootstrap_expired =
+            report.code == BOOTSTRAP && resolved.code == "CONVERGENCE_DEADLINE_EXCEEDED";
+        let dependency_expired = report.dependency_failure && resolved.code == report.code;
+        if resolved.outcome != Outcome::Permanent || !(bootstrap_expired || dependency_expired) {
+            return Ok(report);
+        }
+        let Some(l) = self.load(pass)? else {
+            return Ok(report);
+        };
+        if dependency_expired && l.newest_readiness.as_deref() != Some(BOOTSTRAP) {
+            return Ok(report);
+        }
+        Ok(
+            match self.stop_refused_candidate(pass, &l, &resolved.code, true)? {
+                CandidateStop::Untouched => report,
+                CandidateStop::Stopped => {
+                    let mut resolved = resolved;
+                    resolved.refusal = Some(resolved.code.clone());
+                    resolved
+                }
+                CandidateStop::Pending(pending) => *pending,
+            },
+        )
+    }
+
     /// R5: prepare and observe the revision. A driver refusal after the candidate may have
     /// been partly prepared is a refused candidate (R9). A held runtime failure ends the
     /// deployment at once and keeps the runtime for diagnosis; any other
@@ -883,11 +1014,21 @@ impl RevisionReconciler {
                 self.refuse(pass, l, report, true)?
             })))
         };
-        let observation = match effect(pass, "prepare", |c| driver.prepare_revision(spec, c))? {
+        // SPEC Z1: decided again before every preparation; a refusal is the call's error.
+        let prepared = match driver.validate_execution_admission(spec, AdmissionUse::Stored) {
+            Ok(()) => effect(pass, "prepare", |c| driver.prepare_revision(spec, c))?,
+            Err(e) => Err(e),
+        };
+        let observation = match prepared {
             Ok(o) => o,
             Err(e) => {
                 describe_prepare_failure(pass, spec, &e, true);
-                let report = compute_report(&e, pass).at("prepare");
+                let mut report = compute_report(&e, pass).at("prepare");
+                // SPEC Z3: a failed preparation keeps its evidence while this pass holds it;
+                // its runtime is stopped as a refused candidate's before it is published.
+                if let Some(evidence) = e.preparation_evidence() {
+                    report.result_data = Some(json!({ "preparation": evidence }));
+                }
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
                 } else {
@@ -947,6 +1088,16 @@ impl RevisionReconciler {
     ) -> Result<Report, PassError> {
         let (agent, revision) = (&l.agent, &l.revision);
         let driver = pass.ctx.compute.clone();
+        // SPEC Z1: decided again before activation; a refusal is the activation's error, and
+        // a refused candidate is stopped before it is published (R9).
+        if let Err(e) = driver.validate_execution_admission(spec, AdmissionUse::Stored) {
+            let report = activation_report(&e, pass).at("activate");
+            return if !already_active && report.outcome == Outcome::Permanent {
+                self.refuse(pass, l, report, true)
+            } else {
+                Ok(report)
+            };
+        }
         let earlier: Vec<&RevisionRow> = l
             .all
             .iter()
@@ -1000,6 +1151,14 @@ impl RevisionReconciler {
         report.result_data = result;
         Ok(report)
     }
+}
+
+/// The readiness codes of SPEC Z3's newest readiness evidence: every code an unready
+/// observation waits with (R5).
+fn readiness_codes() -> Vec<&'static str> {
+    let mut codes = vec![revision_pending_code(None)];
+    codes.extend(REVISION_PENDING_CODES.iter().map(|(_, code)| *code));
+    codes
 }
 
 /// What an activation that did not finish becomes: an
@@ -1144,6 +1303,7 @@ impl Reconciler for RevisionReconciler {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let scratch = Scratch::default();
         let report = self.run(pass, &scratch)?;
+        let report = self.retire_bootstrap_at_deadline(pass, report)?;
         let mut report = if scratch.predecessor_stop_yielded.get() {
             self.finish_yielded_predecessor_stops(pass, report)?
         } else {

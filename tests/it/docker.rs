@@ -80,6 +80,7 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         managed_account: None,
         backend_id: None,
         plugin_ids: vec![],
+        execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
     }
 }
 

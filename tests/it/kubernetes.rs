@@ -18,7 +18,7 @@ use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::compute::kubernetes::KubernetesDriver;
 use occ_worker::compute::{
-    AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec,
+    AdmissionUse, AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec,
 };
 use postgres::Client as Sql;
 use serde_json::{json, Value};
@@ -2369,5 +2369,89 @@ fn w8_preflight_warns_about_each_denied_access() {
             "KUBERNETES_ACCESS_DENIED_CREATE_DEPLOYMENTS",
             "KUBERNETES_ACCESS_DENIED_GET_PODS_PROXY"
         ]
+    );
+}
+
+/// `SETTINGS` running only `{version: 6, mode: protected}`: every stored `{5, standard}`
+/// revision is refused (SPEC Z1).
+fn settings_without_the_standard_admission() -> String {
+    format!(
+        r#"{}, "executionAdmissions": [{{"version": 6, "mode": "protected"}}]}}"#,
+        &SETTINGS[..SETTINGS.len() - 1]
+    )
+}
+
+#[test]
+fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a_removed_one_by_its_stop(
+) {
+    let w = agent_world_with(
+        FakeOptions {
+            pod_termination: Duration::from_millis(800),
+            ..FakeOptions::default()
+        },
+        SETTINGS,
+    );
+    let mut c = w.db.client();
+    // The default list runs the stored {5, standard}.
+    let rev = deployed(&w);
+    let kubeconfig = w
+        .kube
+        .fake
+        .write_kubeconfig(&w.kube.dir.0, KubeconfigAuth::Token);
+    let refusing = Arc::new(driver_from(
+        &kubeconfig,
+        &settings_without_the_standard_admission(),
+    ));
+    let standard =
+        crate::support::bare_revision("ns1", &w.agent, (&rev, 1), ("codex", "dedicated"));
+    assert!(w
+        .kube
+        .driver
+        .validate_execution_admission(&standard, AdmissionUse::Stored)
+        .is_ok());
+    let e = refusing
+        .validate_execution_admission(&standard, AdmissionUse::Stored)
+        .unwrap_err();
+    assert_eq!(permanent(&e), "EXECUTION_ADMISSION_UNAVAILABLE");
+
+    // The active revision's reconcile work runs again: the withdrawal is its stop, and a stop
+    // still draining counts as failed, so the work waits until the Pods are gone.
+    let k = rkey(&rev);
+    crate::revision::requeue(&mut c, &k);
+    w.kube.fake.clear_requests();
+    run_until(&w.db, refusing.clone(), |c| crate::revision::ended(c, &k));
+    let (state, code, _, _) = work(&mut c, &k);
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("EXECUTION_ADMISSION_WITHDRAWN"))
+    );
+    let ev = evidence(&mut c, &k);
+    assert!(
+        ev.contains(&"deferred:EXECUTION_ADMISSION_WITHDRAWAL_PENDING".to_string()),
+        "{ev:?}"
+    );
+    for name in [
+        format!("agent-{}-gateway", w.agent),
+        format!("agent-{}-r1", w.agent),
+    ] {
+        let d = deployment(&w, &name).expect("kept, scaled down");
+        assert_eq!(d["spec"]["replicas"], 0, "{name}");
+    }
+    assert!(agent_objects(&w, "pods").is_empty());
+    assert_eq!(active(&mut c, &w.agent), Some(rev));
+
+    // A new candidate is refused before any write.
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    w.kube.fake.clear_requests();
+    run_until(&w.db, refusing, quiet);
+    let (state, code, _, _) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
+    );
+    assert!(
+        w.kube.writes().is_empty(),
+        "{:?}",
+        methods(&w.kube.writes())
     );
 }

@@ -1,6 +1,7 @@
 //! The one integration-test binary: every module is a behaviour area, every test isolated in
 //! its own database.
 
+mod admission;
 mod agent;
 mod behaviours;
 mod cli;

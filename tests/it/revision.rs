@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn key(rev: &str) -> String {
+pub(crate) fn key(rev: &str) -> String {
     format!("agent_revision:{rev}:reconcile")
 }
 
@@ -28,7 +28,7 @@ fn status(c: &mut Client, rev: &str) -> (String, Option<String>, Value) {
     (r.get(0), r.get(1), r.get(2))
 }
 
-fn run(f: &Fixture, driver: &Arc<ScriptedDriver>) {
+pub(crate) fn run(f: &Fixture, driver: &Arc<ScriptedDriver>) {
     run_until(&f.db, driver.clone(), quiet);
 }
 
@@ -1242,7 +1242,7 @@ fn r2_a_pointer_to_another_agents_revision_is_invalid_active_revision() {
     assert!(driver.calls().is_empty());
 }
 
-fn maintenance_work(c: &mut Client, agent: &str, rev: &str) -> String {
+pub(crate) fn maintenance_work(c: &mut Client, agent: &str, rev: &str) -> String {
     let key = format!("agent_revision:{rev}:maintenance:1");
     c.execute(
         "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
@@ -1693,7 +1693,7 @@ fn z2_a_failed_binding_of_the_active_revision_defers_on_its_reconcile_key() {
 }
 
 /// Recovery runs a finished work again (the active revision's reconcile work, say).
-fn requeue(c: &mut Client, key: &str) {
+pub(crate) fn requeue(c: &mut Client, key: &str) {
     c.execute(
         "UPDATE occ.work SET state = 'queued', reason_code = NULL, result_data = NULL,
              completed_at = NULL, available_at = now() WHERE idempotency_key = $1",
@@ -1703,7 +1703,7 @@ fn requeue(c: &mut Client, key: &str) {
 }
 
 /// Whether the work `key` ended (succeeded or failed for good).
-fn ended(c: &mut Client, key: &str) -> bool {
+pub(crate) fn ended(c: &mut Client, key: &str) -> bool {
     matches!(work(c, key).0.as_str(), "succeeded" | "failed_permanent")
 }
 

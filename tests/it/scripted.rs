@@ -155,6 +155,11 @@ pub struct ScriptedDriver {
     pub credentials: RuntimeCredentials,
     /// The spec of every `prepare_revision` call, in order: what the driver was given.
     pub prepared: Mutex<Vec<RevisionSpec>>,
+    /// The execution admissions the driver runs (SPEC Z1); `None`: the worker's own check.
+    pub admissions: Mutex<Option<Vec<ExecutionAdmission>>>,
+    /// Whether the driver offers a rejected-execution withdrawal (SPEC Z1), recorded as
+    /// `withdraw_rejected_execution` and failing as scripted by `fail`.
+    pub withdrawal: bool,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -237,6 +242,8 @@ impl Default for ScriptedDriver {
             lane_db: None,
             credentials: RuntimeCredentials::None,
             prepared: Mutex::default(),
+            admissions: Mutex::default(),
+            withdrawal: false,
         }
     }
 }
@@ -282,6 +289,11 @@ impl ScriptedDriver {
             .entry((method.into(), target.into()))
             .or_default()
             .push_back(error);
+    }
+
+    /// Runs only these execution admissions from now on (SPEC Z1).
+    pub fn run_admissions(&self, admissions: Vec<ExecutionAdmission>) {
+        *self.admissions.lock() = Some(admissions);
     }
 
     pub fn on_call(&self, hook: impl Fn(&str, &str) + Send + Sync + 'static) {
@@ -491,6 +503,33 @@ impl ComputeDriver for ScriptedDriver {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.maintenance
+    }
+
+    fn validate_execution_admission(
+        &self,
+        revision: &RevisionSpec,
+        purpose: AdmissionUse,
+    ) -> Result<(), ComputeError> {
+        match &*self.admissions.lock() {
+            None => check_execution_admission(revision),
+            Some(runs) if runs.contains(&revision.execution_admission) => {
+                assert_eq!(purpose, AdmissionUse::Stored);
+                Ok(())
+            }
+            Some(_) => Err(execution_admission_unavailable()),
+        }
+    }
+
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        self.withdrawal.then(|| -> Withdrawal<'a> {
+            Box::new(move |cancel| {
+                let (agent, target) = (&revision.agent_id, &revision.revision_id);
+                self.record_for(agent, "withdraw_rejected_execution", target, cancel)
+            })
+        })
     }
 }
 

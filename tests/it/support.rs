@@ -661,5 +661,6 @@ pub fn bare_revision(
         managed_account: None,
         backend_id: None,
         plugin_ids: vec![],
+        execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
     }
 }

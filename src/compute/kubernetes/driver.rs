@@ -10,7 +10,9 @@
 //! which it takes only at activation); `activate_revision` points the Service at the
 //! revision's gateway Pods; `stop_revision` scales the gateway, then the Harness, to zero and
 //! stays pending until their Pods are gone; `retire_revision` deletes them;
-//! `delete_namespace` deletes what the driver created.
+//! `delete_namespace` deletes what the driver created. A revision's stored execution admission
+//! is run only when `executionAdmissions` lists it, and a rejected active one is withdrawn by
+//! its stop (SPEC Z1).
 //!
 //! Guarantees: every request checks the pass's cancel token first, is bounded by
 //! `OCC_COMPUTE_REQUEST_TIMEOUT_MS` and is aborted when the claim is lost (`client`,
@@ -35,8 +37,9 @@ use super::settings::Settings;
 use crate::cancel::CancelToken;
 use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
 use crate::compute::{
-    AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec, RuntimeCredentials,
+    execution_admission_unavailable, AdmissionUse, AgentSpec, ComputeDriver, ComputeError,
+    NamespaceObservation, NamespaceSpec, PreflightWarning, RevisionObservation, RevisionSpec,
+    RuntimeCredentials, Withdrawal,
 };
 use crate::installation::Phase;
 use parking_lot::Mutex;
@@ -1442,5 +1445,31 @@ impl ComputeDriver for KubernetesDriver {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.settings.maintenance_interval
+    }
+
+    /// The settings' `executionAdmissions` list the pairs this driver runs (SPEC Z1).
+    fn validate_execution_admission(
+        &self,
+        revision: &RevisionSpec,
+        _purpose: AdmissionUse,
+    ) -> Result<(), ComputeError> {
+        if self
+            .settings
+            .execution_admissions
+            .contains(&revision.execution_admission)
+        {
+            Ok(())
+        } else {
+            Err(execution_admission_unavailable())
+        }
+    }
+
+    /// A rejected active execution is withdrawn by stopping the revision: a stop still draining
+    /// is not withdrawn yet, so it counts as failed and the worker waits (SPEC Z1).
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        Some(Box::new(move |cancel| self.stop_revision(revision, cancel)))
     }
 }

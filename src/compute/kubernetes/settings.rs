@@ -3,7 +3,7 @@
 //! This module owns the file's JSON shape, its documented defaults and its validation: images
 //! per harness id, version and mode, the token audience and expiry, workload resources, Harness
 //! claim storage, the tenant RoleBinding name, the namespace prefix, the user workloads run
-//! as and the maintenance interval. Unknown keys are refused, so a misspelt key is an error
+//! as, the maintenance interval and the execution admissions it runs. Unknown keys are refused, so a misspelt key is an error
 //! rather than a silently applied default. Every error is one line naming the file and the
 //! key. It must never talk to Kubernetes and never read anything but the one file it is given.
 //!
@@ -29,7 +29,13 @@
 //!   admits them to the harness port, so the driver can read a held failure's `/readyz`
 //!   through the API server's Pod proxy (SPEC C3, R5). Absent: no ingress at all, and a held
 //!   failure is known from the termination log only.
+//! - `executionAdmissions` (default `[{"version": 5, "mode": "standard"}]`, at least one,
+//!   unique; `version` greater than 0, `mode` `^[a-z][a-z_]{0,31}$`): the stored execution
+//!   admissions this driver runs (SPEC Z1). A revision whose admission is not listed is refused
+//!   (`EXECUTION_ADMISSION_UNAVAILABLE`), and a running active one is stopped
+//!   (`EXECUTION_ADMISSION_WITHDRAWN`): removing a pair here withdraws its revisions.
 
+use crate::compute::ExecutionAdmission;
 use crate::config::FileError;
 use serde::Deserialize;
 use std::fmt;
@@ -65,6 +71,8 @@ pub struct Settings {
     /// The API server's networks the default-deny NetworkPolicy admits to the harness port, in
     /// canonical form (`10.0.0.0/8`); empty when the file names none.
     pub api_server_cidrs: Vec<String>,
+    /// The stored execution admissions the driver runs (SPEC Z1).
+    pub execution_admissions: Vec<ExecutionAdmission>,
 }
 
 /// Container resource requests and limits.
@@ -150,6 +158,12 @@ struct RawSettings {
     burst: u32,
     #[serde(default)]
     api_server_cidrs: Option<Vec<String>>,
+    #[serde(default = "default_execution_admissions")]
+    execution_admissions: Vec<ExecutionAdmission>,
+}
+
+fn default_execution_admissions() -> Vec<ExecutionAdmission> {
+    vec![ExecutionAdmission::standard()]
 }
 
 fn default_qps() -> f64 {
@@ -347,6 +361,7 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         None => Vec::new(),
         Some(cidrs) => validate_cidrs(cidrs)?,
     };
+    validate_execution_admissions(&raw.execution_admissions)?;
     Ok(Settings {
         tenant_role_binding: raw.tenant_role_binding,
         token_audience: raw.token_audience,
@@ -361,7 +376,31 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         qps: raw.qps,
         burst: raw.burst,
         api_server_cidrs,
+        execution_admissions: raw.execution_admissions,
     })
+}
+
+/// `executionAdmissions`: at least one, unique, each within the stored shape (SPEC Z1).
+fn validate_execution_admissions(admissions: &[ExecutionAdmission]) -> Result<(), SettingsError> {
+    if admissions.is_empty() {
+        return Err(invalid(
+            "executionAdmissions must name at least one {version, mode}",
+        ));
+    }
+    for (i, a) in admissions.iter().enumerate() {
+        if a.version == 0 || !ExecutionAdmission::valid_mode(&a.mode) {
+            return Err(invalid(format!(
+                "executionAdmissions[{i}] must have a version greater than 0 and a mode of 1 to 32 lower-case letters or '_', starting with a letter"
+            )));
+        }
+        if admissions[..i].contains(a) {
+            return Err(invalid(format!(
+                "executionAdmissions[{i}] repeats version {} mode {}",
+                a.version, a.mode
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `apiServerCidrs`: at least one network, each in canonical form.
@@ -502,6 +541,46 @@ mod tests {
         assert_eq!(s.tenant_role_binding, "occ-tenant");
         assert_eq!(s.token_audience, "occ-agent");
         assert!(s.api_server_cidrs.is_empty());
+        assert_eq!(s.execution_admissions, vec![ExecutionAdmission::standard()]);
+    }
+
+    // SPEC Z1: the execution admissions the driver runs, validated like the stored shape.
+    #[test]
+    fn z1_execution_admissions_are_validated() {
+        let s = Settings::parse(&with(
+            r#""executionAdmissions":[{"version":6,"mode":"protected"},{"version":5,"mode":"standard"}]"#,
+        ))
+        .unwrap();
+        assert_eq!(s.execution_admissions.len(), 2);
+        assert_eq!(s.execution_admissions[0].mode, "protected");
+        for (bad, message) in [
+            (r#"[]"#, "executionAdmissions must name at least one"),
+            (
+                r#"[{"version":0,"mode":"standard"}]"#,
+                "executionAdmissions[0] must have",
+            ),
+            (
+                r#"[{"version":5,"mode":"Standard"}]"#,
+                "executionAdmissions[0] must have",
+            ),
+            (
+                r#"[{"version":5,"mode":"_x"}]"#,
+                "executionAdmissions[0] must have",
+            ),
+            (
+                r#"[{"version":5,"mode":"standard"},{"version":5,"mode":"standard"}]"#,
+                "executionAdmissions[1] repeats version 5 mode standard",
+            ),
+        ] {
+            let e = error(&with(&format!(r#""executionAdmissions":{bad}"#)));
+            assert!(e.contains(message), "{bad}: {e}");
+        }
+        let long = format!(r#"[{{"version":5,"mode":"{}"}}]"#, "a".repeat(33));
+        assert!(error(&with(&format!(r#""executionAdmissions":{long}"#))).contains("must have"));
+        let e = error(&with(
+            r#""executionAdmissions":[{"version":5,"mode":"standard","egress":1}]"#,
+        ));
+        assert!(e.contains("egress"), "{e}");
     }
 
     // The API server's networks for the default-deny NetworkPolicy's one ingress rule: IPv4
