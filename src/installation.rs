@@ -129,6 +129,44 @@ pub struct EgressRule {
     pub ports: Vec<u16>,
 }
 
+/// What the worker's passes need of the sandbox selections (SPEC S1, S3): the Sandbox Driver,
+/// if one is selected, and the egress ceiling. The default selects nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxSelection {
+    pub driver: Option<Sandbox>,
+    pub ceiling: Vec<EgressRule>,
+}
+
+impl EgressRule {
+    /// `{"cidr": …, "ports": […]}`, as the file and the database spell it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"cidr": self.cidr, "ports": self.ports})
+    }
+}
+
+/// Egress entries as JSON (SPEC S3).
+pub fn egress_json(rules: &[EgressRule]) -> serde_json::Value {
+    serde_json::Value::Array(rules.iter().map(EgressRule::to_json).collect())
+}
+
+/// An egress allowlist `[{cidr, ports}]` in `text` (a sandbox policy file, SPEC S3), validated as
+/// the ceiling's entries are; every problem is one line naming the entry.
+pub fn parse_egress(text: &str) -> Result<Vec<EgressRule>, InstallationError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let raw: Vec<RawEgressRule> = serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|e| InstallationError::new(vec![e.to_string()]).said_of("egress"))?;
+    deserializer
+        .end()
+        .map_err(|e| InstallationError::new(vec![e.to_string()]).said_of("egress"))?;
+    let mut problems = Vec::new();
+    let rules = validate_egress("egress", raw, &mut problems);
+    if problems.is_empty() {
+        Ok(rules)
+    } else {
+        Err(InstallationError::new(problems).said_of("sandbox policy"))
+    }
+}
+
 /// The selected Credential Gateway (SPEC §13).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialGateway {
@@ -200,6 +238,12 @@ impl InstallationError {
         self
     }
 
+    /// The same problems, said of `origin` instead of the file.
+    fn said_of(mut self, origin: &str) -> InstallationError {
+        self.origin = origin.to_string();
+        self
+    }
+
     /// Each problem, without the origin.
     pub fn problems(&self) -> &[String] {
         &self.problems
@@ -263,6 +307,14 @@ impl Installation {
             Ok(installation)
         } else {
             Err(InstallationError::new(problems))
+        }
+    }
+
+    /// The sandbox selections the worker's passes read (SPEC S1, S3).
+    pub fn sandbox_selection(&self) -> SandboxSelection {
+        SandboxSelection {
+            driver: self.sandbox.clone(),
+            ceiling: self.sandbox_network_policy_ceiling.clone(),
         }
     }
 

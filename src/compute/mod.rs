@@ -744,6 +744,12 @@ pub trait ComputeDriver: Send + Sync {
         let _ = hooks;
         false
     }
+    /// Takes the Installation's Sandbox Driver (SPEC S1), called once at start-up before
+    /// preflight; `false` when the driver cannot enforce one, which stops start-up.
+    fn set_sandbox(&self, sandbox: &crate::installation::Sandbox) -> bool {
+        let _ = sandbox;
+        false
+    }
 }
 
 /// Checks a Namespace observation names the Namespace asked about.

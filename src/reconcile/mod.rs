@@ -39,6 +39,8 @@ pub struct Context {
     pub convergence_timeout: Duration,
     pub events: Events,
     pub metrics: Metrics,
+    /// The Installation's Sandbox Driver and egress ceiling (SPEC S1, S3).
+    pub sandbox: crate::installation::SandboxSelection,
 }
 
 /// What a reconciler observed, before policy.

@@ -38,11 +38,11 @@ use crate::compute::{
     AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
     RevisionObservation, RevisionSpec, RuntimeCredentials,
 };
-use crate::installation::Phase;
+use crate::installation::{Phase, Sandbox};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const CORE: &str = "/api/v1";
@@ -51,6 +51,7 @@ const NETWORKING: &str = "/apis/networking.k8s.io/v1";
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
 const DISCOVERY: &str = "/apis/discovery.k8s.io/v1";
 const AUTHORIZATION: &str = "/apis/authorization.k8s.io/v1";
+const NODE: &str = "/apis/node.k8s.io/v1";
 
 /// Every (verb, group, resource) the driver uses; preflight asks a SelfSubjectAccessReview
 /// for each (`pods/proxy` is the resource `pods`, subresource `proxy`).
@@ -89,6 +90,7 @@ pub const ACCESS: &[(&str, &str, &str)] = &[
     ("list", "", "pods"),
     ("get", "", "pods/proxy"),
     ("list", "discovery.k8s.io", "endpointslices"),
+    ("get", "node.k8s.io", "runtimeclasses"),
 ];
 
 /// The Kubernetes Compute Driver.
@@ -108,6 +110,8 @@ pub struct KubernetesDriver {
     production: bool,
     /// The Installation's lifecycle hooks (SPEC H2, H3).
     hooks: HookSlot,
+    /// The Installation's Sandbox Driver, enforced through this driver (SPEC S1, S2).
+    sandbox: OnceLock<Sandbox>,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -229,6 +233,7 @@ impl KubernetesDriver {
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             production: false,
             hooks: HookSlot::default(),
+            sandbox: OnceLock::new(),
         }
     }
 
@@ -938,6 +943,30 @@ impl KubernetesDriver {
             .map_err(|e| fail(e, "namespaces"))
     }
 
+    /// The Sandbox Driver's RuntimeClass exists when `runtime-class` is one of its facets
+    /// (SPEC S1): a missing one stops start-up (`SANDBOX_RUNTIME_CLASS_NOT_FOUND`).
+    fn check_runtime_class(&self, cancel: &CancelToken) -> Result<(), ComputeError> {
+        let Some(name) = self
+            .sandbox
+            .get()
+            .and_then(|s| s.runtime_class_name.as_deref())
+        else {
+            return Ok(());
+        };
+        let found = self
+            .client
+            .get(&format!("{NODE}/runtimeclasses/{name}"), cancel)
+            .map_err(|e| fail(e, "runtimeclasses"))?;
+        match found {
+            Some(_) => Ok(()),
+            None => Err(ComputeError::permanent(
+                "SANDBOX_RUNTIME_CLASS_NOT_FOUND",
+                "kubernetes",
+                Some(404),
+            )),
+        }
+    }
+
     fn namespace_observation(spec: &NamespaceSpec, pending: Option<&str>) -> NamespaceObservation {
         NamespaceObservation {
             namespace_id: spec.namespace_id.clone(),
@@ -1007,6 +1036,7 @@ impl ComputeDriver for KubernetesDriver {
                 });
             }
         }
+        self.check_runtime_class(cancel)?;
         Ok(warnings)
     }
 
@@ -1437,6 +1467,12 @@ impl ComputeDriver for KubernetesDriver {
     /// All four phases (SPEC H2, H3).
     fn set_lifecycle_hooks(&self, hooks: Arc<LifecycleHooks>) -> bool {
         self.hooks.set(hooks);
+        true
+    }
+
+    /// The built-in `kubernetes-sandbox` (SPEC S1); a second call keeps the first.
+    fn set_sandbox(&self, sandbox: &Sandbox) -> bool {
+        let _ = self.sandbox.set(sandbox.clone());
         true
     }
 
