@@ -130,10 +130,10 @@ END $$;
 
 
 --
--- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text) RETURNS jsonb
+CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -145,6 +145,8 @@ DECLARE
     approved text;
     auth jsonb;
     backend text;
+    facets jsonb := coalesce(p_sandbox_facets, '[]'::jsonb);
+    missing text;
 BEGIN
     p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
@@ -171,6 +173,30 @@ BEGIN
         auth := occ.service_account_harness_auth(p_namespace, p_service_account, p_actor);
         backend := auth->'backendBinding'->>'backendId';
     END IF;
+    -- SPEC S2: the selected Sandbox Driver's facets are pinned; a Configuration requiring one
+    -- it does not offer is refused.
+    IF jsonb_typeof(facets) <> 'array' OR EXISTS (
+        SELECT 1 FROM jsonb_array_elements(facets) f WHERE jsonb_typeof(f) <> 'string') THEN
+        RAISE EXCEPTION 'sandbox facets must be a JSON array of strings'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF p_sandbox_driver_id IS NULL AND facets <> '[]'::jsonb THEN
+        RAISE EXCEPTION 'sandbox facets need a Sandbox Driver id'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_typeof(c.document->'sandbox'->'requiredFacets') = 'array' THEN
+        SELECT string_agg(r, ', ' ORDER BY r) INTO missing
+        FROM jsonb_array_elements_text(c.document->'sandbox'->'requiredFacets') r
+        WHERE NOT facets ? r;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'SANDBOX_FACET_UNAVAILABLE: configuration % requires sandbox facets % that %',
+                c.id, missing,
+                CASE WHEN p_sandbox_driver_id IS NULL THEN 'no Sandbox Driver is selected to offer'
+                     ELSE 'Sandbox Driver ' || p_sandbox_driver_id || ' does not offer' END
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'SANDBOX_FACET_UNAVAILABLE';
+        END IF;
+    END IF;
     approved := occ.approved_harness_version(p_harness, p_mode);
     IF approved IS NULL THEN
         RAISE EXCEPTION 'harness % is not approved in % mode', p_harness, p_mode
@@ -185,20 +211,23 @@ BEGIN
     INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id,
         service_principal_id, configuration_id, configuration_generation, document,
         harness_id, harness_version, harness_mode, execution_mode, compute_id,
-        compute_implementation, harness_auth, secret_bindings, plugins, backend_id)
+        compute_implementation, harness_auth, secret_bindings, plugins, backend_id,
+        sandbox_driver_id, sandbox_facets)
     VALUES (rev_id, p_namespace, a.id, rev_no, p_actor, a.service_principal_id, c.id,
         c.generation, c.document, p_harness, approved,
         p_mode, p_mode, p_compute_id, p_compute_implementation,
-        auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend);
+        auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend,
+        p_sandbox_driver_id, facets);
     UPDATE occ.agents SET desired_runtime_state = 'running', updated_at = clock_timestamp()
     WHERE id = a.id;
     work_key := 'agent_revision:' || rev_id || ':reconcile';
     INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
     VALUES (work_key, p_namespace, a.id, rev_id, p_actor);
     PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.deploy.admit', 'agent_revision', rev_id,
-        jsonb_build_object('agentId', a.id, 'revision', rev_no, 'harnessAuth', auth->>'method'));
+        jsonb_build_object('agentId', a.id, 'revision', rev_no, 'harnessAuth', auth->>'method',
+            'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets));
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
-        'work', work_key);
+        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets);
 END $$;
 
 
@@ -1876,6 +1905,8 @@ CREATE TABLE occ.agent_revisions (
     retired_at timestamp with time zone,
     backend_id text,
     secret_driver_id text,
+    sandbox_driver_id text,
+    sandbox_facets jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT agent_revisions_agent_id_check CHECK (occ.is_ident(agent_id)),
     CONSTRAINT agent_revisions_backend_id_check CHECK (((backend_id IS NULL) OR occ.is_ident(backend_id))),
     CONSTRAINT agent_revisions_compute_id_check CHECK ((compute_id ~ '^[a-z][a-z0-9-]{0,62}$'::text)),
@@ -1892,6 +1923,8 @@ CREATE TABLE occ.agent_revisions (
     CONSTRAINT agent_revisions_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT agent_revisions_plugins_check CHECK ((jsonb_typeof(plugins) = 'array'::text)),
     CONSTRAINT agent_revisions_revision_check CHECK ((revision > 0)),
+    CONSTRAINT agent_revisions_sandbox_driver_id_check CHECK (((sandbox_driver_id IS NULL) OR ((length(btrim(sandbox_driver_id)) > 0) AND (length(sandbox_driver_id) <= 128)))),
+    CONSTRAINT agent_revisions_sandbox_facets_check CHECK (((jsonb_typeof(sandbox_facets) = 'array'::text) AND ((sandbox_driver_id IS NOT NULL) OR (sandbox_facets = '[]'::jsonb)))),
     CONSTRAINT agent_revisions_secret_bindings_check CHECK ((jsonb_typeof(secret_bindings) = 'object'::text)),
     CONSTRAINT agent_revisions_secret_driver_frozen_check CHECK (((harness_auth IS NULL) OR ((harness_auth ->> 'method'::text) <> 'secret'::text) OR ((harness_auth -> 'secretDriverId'::text) IS NULL) OR (jsonb_typeof((harness_auth -> 'secretDriverId'::text)) = 'string'::text))),
     CONSTRAINT agent_revisions_secret_driver_id_check CHECK (occ.is_ident(secret_driver_id)),

@@ -259,6 +259,30 @@ pub enum SecretCommand {
     },
 }
 
+/// The Installation configuration file the worker reads (`OCC_INSTALLATION_CONFIG`), for the
+/// selections admission pins (SPEC S2, S3); nothing selected when the variable is unset. The
+/// file is validated for the Compute Driver `implementation` names.
+pub fn installation_config(
+    implementation: Option<&str>,
+) -> Result<occ_worker::installation::Installation, CliError> {
+    use occ_worker::config::DriverKind;
+    use occ_worker::installation::{Installation, VARIABLE};
+    let Some(path) = std::env::var_os(VARIABLE).filter(|p| !p.is_empty()) else {
+        return Ok(Installation::default());
+    };
+    let compute = match implementation.map(str::trim) {
+        Some("docker") => DriverKind::Docker,
+        _ => DriverKind::Kubernetes,
+    };
+    Installation::load(std::path::Path::new(&path), compute).map_err(|e| {
+        CliError::config_lines(
+            e.to_string()
+                .lines()
+                .map(|line| format!("invalid configuration: {line}")),
+        )
+    })
+}
+
 fn compute_default() -> Option<String> {
     std::env::var("OCC_COMPUTE_DRIVER")
         .ok()
@@ -304,6 +328,10 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 .compute_implementation
                 .or_else(compute_default)
                 .unwrap_or_else(|| compute_id.clone());
+            // SPEC S2: the selected Sandbox Driver's id and facets are pinned at admission.
+            let sandbox = installation_config(Some(&implementation))?.sandbox;
+            let sandbox_id = sandbox.as_ref().map(|s| s.id.clone());
+            let sandbox_facets = sandbox.map(|s| serde_json::json!(s.facets));
             let harness = match a.harness {
                 Harness::Codex => "codex",
                 Harness::Openclaw => "openclaw",
@@ -339,7 +367,8 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     ("--actor", &a.actor),
                 ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                    p_service_account => $10)",
+                    p_service_account => $10, p_sandbox_driver_id => $11,
+                    p_sandbox_facets => $12)",
                 &[
                     &a.namespace,
                     &a.agent,
@@ -351,6 +380,8 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &compute_id,
                     &implementation,
                     &a.service_account,
+                    &sandbox_id,
+                    &sandbox_facets,
                 ],
                 (a.wait, "reconcile"),
             )

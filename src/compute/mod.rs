@@ -57,6 +57,9 @@ pub struct RevisionSpec {
     /// The revision's backend (SPEC M1), when it has one.
     pub backend_id: Option<String>,
     pub plugin_ids: Vec<String>,
+    /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
+    /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
+    pub sandbox_facets: Vec<String>,
 }
 
 /// Where a managed account's access token is: a Kubernetes Secret's name and data key in the

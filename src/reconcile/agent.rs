@@ -77,6 +77,9 @@ pub struct RevisionRow {
     pub admitted_before_work: bool,
     /// The Secret Driver the Installation selected when the revision was admitted (SPEC Z4).
     pub secret_driver_id: Option<String>,
+    /// The Sandbox Driver and its facets pinned at admission (SPEC S2).
+    pub sandbox_driver_id: Option<String>,
+    pub sandbox_facets: Vec<String>,
 }
 
 impl RevisionRow {
@@ -129,6 +132,7 @@ impl RevisionRow {
                 .and_then(ManagedAccountAuth::from_harness_auth),
             backend_id: self.backend_id.clone(),
             plugin_ids: self.plugin_ids(),
+            sandbox_facets: self.sandbox_facets.clone(),
         }
     }
 }
@@ -196,6 +200,9 @@ pub fn load_revisions(
                 admitted_before_work: r.get(21),
                 backend_id: r.get(22),
                 secret_driver_id: r.get(23),
+                sandbox_driver_id: r.get(24),
+                sandbox_facets: serde_json::from_value(r.get(25))
+                    .map_err(|e| PassError::Invariant(format!("pinned sandbox facets: {e}")))?,
             })
         })
         .collect()

@@ -80,6 +80,7 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         managed_account: None,
         backend_id: None,
         plugin_ids: vec![],
+        sandbox_facets: Vec::new(),
     }
 }
 

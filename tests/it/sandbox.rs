@@ -2,12 +2,26 @@
 //! the Kubernetes driver, and an Agent's sandbox policy. End-to-end tests run `occ-worker` with
 //! `OCC_INSTALLATION_CONFIG` against the API server fake and assert the exact objects it holds.
 
-use crate::kube_e2e::{kube_env, scratch};
-use crate::kube_fake::{FakeOptions, KubeFake};
-use crate::support::{wait_for, worker_command, TestDb, WorkerProcess};
+use crate::kube_e2e::{k8s_namespace, kube_env, scratch, DRIVER_FILE};
+use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
+use occ_worker::cancel::CancelToken;
+use occ_worker::compute::kubernetes::KubernetesDriver;
+use occ_worker::compute::{
+    AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
+};
+use occ_worker::installation::Sandbox;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
+
+const ALL_FACETS: [&str; 5] = [
+    "pod-security-restricted",
+    "default-deny-egress",
+    "no-service-account-token",
+    "read-only-root",
+    "runtime-class",
+];
 
 /// The Installation file selecting a sandbox with `facets` (and the RuntimeClass `gvisor` when
 /// `runtime-class` is one), and `ceiling`.
@@ -104,5 +118,326 @@ fn s1_worker_started_carries_the_sandbox_driver_id() {
         .iter()
         .any(|r| r.path.contains("runtimeclasses")));
     drop(worker);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The Kubernetes driver on `fake` with a Sandbox Driver offering `facets` (RuntimeClass
+/// `gvisor` with `runtime-class`), as start-up builds it.
+fn sandboxed_driver(fake: &KubeFake, dir: &Path, facets: &[&str]) -> KubernetesDriver {
+    use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
+    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
+    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
+    let driver = KubernetesDriver::new(
+        Client::new(conn).expect("client"),
+        Settings::parse(DRIVER_FILE).expect("settings"),
+    );
+    let sandbox = Sandbox {
+        id: "sandbox-1".into(),
+        facets: facets.iter().map(|f| f.to_string()).collect(),
+        runtime_class_name: facets.contains(&"runtime-class").then(|| "gvisor".into()),
+    };
+    assert!(driver.set_sandbox(&sandbox));
+    driver
+}
+
+fn namespace_spec(existing: Option<&str>) -> NamespaceSpec {
+    NamespaceSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        name: "team".into(),
+        existing_namespace: existing.map(str::to_string),
+    }
+}
+
+fn agent_spec() -> AgentSpec {
+    AgentSpec {
+        installation_id: "inst".into(),
+        namespace_id: "ns-1".into(),
+        agent_id: "ag-1".into(),
+        service_principal_id: "sp-1".into(),
+    }
+}
+
+fn pinned(facets: &[&str]) -> RevisionSpec {
+    let mut revision = bare_revision("ns-1", "ag-1", ("rev-1", 1), ("codex", "dedicated"));
+    revision.sandbox_facets = facets.iter().map(|f| f.to_string()).collect();
+    revision
+}
+
+/// A ready namespace (named `name`), its tenant RoleBinding made as an operator would, and a
+/// bound Agent.
+fn ready(driver: &KubernetesDriver, fake: &KubeFake, spec: &NamespaceSpec, name: &str) {
+    let cancel = CancelToken::unbounded();
+    driver.ensure_namespace(spec, &cancel).unwrap();
+    fake.put_object(
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "occ-tenant", "namespace": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "Group", "name": "tenant:ns-1"}],
+        }),
+    );
+    assert!(driver.ensure_namespace(spec, &cancel).unwrap().complete);
+    driver.bind_agent(&agent_spec(), &cancel).unwrap();
+}
+
+/// The permanent code of a refused call.
+fn refusal<T: std::fmt::Debug>(result: Result<T, occ_worker::compute::ComputeError>) -> String {
+    let e = result.expect_err("refused");
+    match e.kind() {
+        ComputeErrorKind::Permanent(code) => code.to_string(),
+        other => panic!("not permanent: {other:?}"),
+    }
+}
+
+#[test]
+fn s2_the_fake_sees_each_pinned_facet_in_the_namespace_and_the_deployments() {
+    let fake = fake();
+    let dir = scratch("sandbox-s2-facets");
+    let driver = sandboxed_driver(&fake, &dir, &ALL_FACETS);
+    let name = k8s_namespace("ns-1");
+    ready(&driver, &fake, &namespace_spec(None), &name);
+    let cancel = CancelToken::unbounded();
+    let revision = pinned(&ALL_FACETS);
+    wait_for("the revision ready", Duration::from_secs(20), || {
+        driver.prepare_revision(&revision, &cancel).unwrap().ready
+    });
+    let namespace = fake.get(&format!("/api/v1/namespaces/{name}")).unwrap();
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    assert!(fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{name}/networkpolicies/occ-default-deny"
+        ))
+        .is_some());
+    let account = fake
+        .get(&format!(
+            "/api/v1/namespaces/{name}/serviceaccounts/agent-ag-1"
+        ))
+        .unwrap();
+    assert_eq!(account["automountServiceAccountToken"], false);
+    let deployments = fake.objects("deployments");
+    assert_eq!(deployments.len(), 2, "the Harness and its gateway");
+    for d in &deployments {
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["runtimeClassName"], "gvisor",
+            "{}",
+            d["metadata"]["name"]
+        );
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        for c in pod["containers"].as_array().unwrap() {
+            assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        }
+        // Only the audience-scoped projected token is mounted.
+        let tokens: Vec<&Value> = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["projected"]["sources"].as_array())
+            .flatten()
+            .filter_map(|s| s.get("serviceAccountToken"))
+            .collect();
+        assert!(
+            tokens.iter().all(|t| t["audience"].is_string()),
+            "{tokens:?}"
+        );
+    }
+    // Without `runtime-class` pinned, no Pod names a RuntimeClass.
+    let plain = {
+        let mut r = pinned(&["read-only-root"]);
+        r.revision_id = "rev-2".into();
+        r.revision = 2;
+        r
+    };
+    driver.stop_revision(&revision, &cancel).ok();
+    wait_for(
+        "the first revision stopped",
+        Duration::from_secs(20),
+        || driver.stop_revision(&revision, &cancel).is_ok(),
+    );
+    wait_for("the second revision ready", Duration::from_secs(20), || {
+        driver.prepare_revision(&plain, &cancel).unwrap().ready
+    });
+    let harness = fake
+        .get(&format!(
+            "/apis/apps/v1/namespaces/{name}/deployments/agent-ag-1-r2"
+        ))
+        .unwrap();
+    assert!(harness["spec"]["template"]["spec"]
+        .get("runtimeClassName")
+        .is_none());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn s2_an_adopted_namespace_without_the_restricted_label_refuses_a_pinned_revision_before_any_write()
+{
+    let fake = fake();
+    let dir = scratch("sandbox-s2-adopted");
+    let driver = sandboxed_driver(&fake, &dir, &ALL_FACETS);
+    fake.put_object(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy"}}),
+    );
+    ready(&driver, &fake, &namespace_spec(Some("legacy")), "legacy");
+    let cancel = CancelToken::unbounded();
+    fake.clear_requests();
+    let code = refusal(driver.prepare_revision(&pinned(&["pod-security-restricted"]), &cancel));
+    assert_eq!(code, "SANDBOX_FACET_UNAVAILABLE");
+    let writes: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new());
+    assert!(fake.objects("deployments").is_empty());
+    // A revision pinned to nothing the namespace lacks runs there.
+    wait_for(
+        "an unpinned revision ready",
+        Duration::from_secs(20),
+        || {
+            driver
+                .prepare_revision(&pinned(&["read-only-root"]), &cancel)
+                .unwrap()
+                .ready
+        },
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn s2_a_pinned_facet_the_driver_no_longer_offers_refuses_with_no_request() {
+    let fake = fake();
+    let dir = scratch("sandbox-s2-withdrawn");
+    let driver = sandboxed_driver(&fake, &dir, &["read-only-root"]);
+    ready(
+        &driver,
+        &fake,
+        &namespace_spec(None),
+        &k8s_namespace("ns-1"),
+    );
+    let cancel = CancelToken::unbounded();
+    fake.clear_requests();
+    let code = refusal(driver.prepare_revision(&pinned(&["runtime-class"]), &cancel));
+    assert_eq!(code, "SANDBOX_FACET_UNAVAILABLE");
+    assert_eq!(
+        fake.requests().iter().filter(|r| r.method != "GET").count(),
+        0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `admin agent deploy` as the CLI runs it, with `OCC_INSTALLATION_CONFIG` at `file`.
+fn cli_deploy(db: &TestDb, file: &str, configuration: &str) -> (Option<i32>, String, String) {
+    let out = worker_command(
+        &[
+            "admin",
+            "agent",
+            "deploy",
+            "ns1",
+            "bot",
+            "--actor",
+            "admin",
+            "--configuration",
+            configuration,
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "kubernetes",
+            "--json",
+        ],
+        &[
+            ("OCC_DATABASE_URL", db.url.clone()),
+            ("OCC_INSTALLATION_CONFIG", file.to_string()),
+        ],
+    )
+    .output()
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() {
+    let f = crate::agent::fixture();
+    let dir = scratch("sandbox-s2-admission");
+    let file = installation_file(&dir, &["read-only-root", "default-deny-egress"], json!([]));
+    let mut c = f.db.client();
+    c.execute(
+        "SELECT occ.configuration_put('ns1', 'strict', $1, 'admin')",
+        &[&json!({"model": "m", "sandbox": {"requiredFacets": ["read-only-root", "runtime-class"]}})],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT occ.configuration_put('ns1', 'modest', $1, 'admin')",
+        &[&json!({"model": "m", "sandbox": {"requiredFacets": ["read-only-root"]}})],
+    )
+    .unwrap();
+    let (code, _, stderr) = cli_deploy(&f.db, &file, "strict");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "occ-worker: agent deploy refused: SANDBOX_FACET_UNAVAILABLE: configuration strict requires sandbox facets runtime-class that Sandbox Driver sandbox-1 does not offer\n"
+    );
+    let revisions: i64 = c
+        .query_one("SELECT count(*) FROM occ.agent_revisions", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(revisions, 0);
+    let (code, stdout, stderr) = cli_deploy(&f.db, &file, "modest");
+    assert_eq!(code, Some(0), "{stderr}");
+    let admitted: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(admitted["sandboxDriverId"], "sandbox-1");
+    let row = c
+        .query_one(
+            "SELECT sandbox_driver_id, sandbox_facets FROM occ.agent_revisions WHERE id = $1",
+            &[&admitted["revisionId"].as_str().unwrap()],
+        )
+        .unwrap();
+    assert_eq!(
+        row.get::<_, Option<String>>(0).as_deref(),
+        Some("sandbox-1")
+    );
+    assert_eq!(
+        row.get::<_, Value>(1),
+        json!(["read-only-root", "default-deny-egress"])
+    );
+    let audit: Value = c
+        .query_one(
+            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        audit["sandboxFacets"],
+        json!(["read-only-root", "default-deny-egress"])
+    );
+    // Without a Sandbox Driver, a required facet is refused and none is pinned otherwise.
+    let none = dir.join("none.json");
+    std::fs::write(&none, "{}").unwrap();
+    let (code, _, stderr) = cli_deploy(&f.db, &none.display().to_string(), "modest");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no Sandbox Driver is selected to offer"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = cli_deploy(&f.db, &none.display().to_string(), "cfg");
+    assert_eq!(code, Some(0), "{stderr}");
+    let admitted: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(admitted["sandboxFacets"], json!([]));
     let _ = std::fs::remove_dir_all(dir);
 }

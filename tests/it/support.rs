@@ -663,5 +663,6 @@ pub fn bare_revision(
         managed_account: None,
         backend_id: None,
         plugin_ids: vec![],
+        sandbox_facets: Vec::new(),
     }
 }

@@ -31,6 +31,7 @@ use super::names::{
     self, LABEL_AGENT, LABEL_COMPONENT, LABEL_INSTALLATION, LABEL_NAMESPACE, LABEL_REVISION,
 };
 use super::observe::{self, Rollout};
+use super::sandbox;
 use super::settings::Settings;
 use crate::cancel::CancelToken;
 use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
@@ -567,6 +568,7 @@ impl KubernetesDriver {
             .to_string();
         let namespace =
             self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        self.facets_hold(revision, &namespace, cancel)?;
         let taken: Vec<&str> = revision
             .secrets
             .iter()
@@ -586,7 +588,56 @@ impl KubernetesDriver {
             &self.settings,
             self.progress_deadline_seconds,
         )?;
+        let desired = self.enforce(revision, desired)?;
         Ok((namespace, desired))
+    }
+
+    /// The revision's pinned facets hold in its namespace (SPEC S2): each is one the Sandbox
+    /// Driver offers, the namespace enforces the restricted Pod Security level, and its
+    /// default-deny NetworkPolicy exists. Read before anything of the revision is written; one
+    /// that does not hold refuses the revision, permanent `SANDBOX_FACET_UNAVAILABLE`.
+    fn facets_hold(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let pinned = &revision.sandbox_facets;
+        sandbox::offered(pinned, self.sandbox.get())?;
+        if pinned.iter().any(|f| f == "pod-security-restricted") {
+            let current = self
+                .client
+                .get(&format!("{CORE}/namespaces/{namespace}"), cancel)
+                .map_err(|e| fail(e, "namespaces"))?;
+            if !current.is_some_and(|n| sandbox::namespace_restricted(&n)) {
+                return Err(sandbox::facet_unavailable());
+            }
+        }
+        if pinned.iter().any(|f| f == "default-deny-egress") {
+            let path = format!(
+                "{NETWORKING}/namespaces/{namespace}/networkpolicies/{}",
+                manifests::DEFAULT_DENY
+            );
+            if self
+                .get_owned(&path, &revision.installation_id, "networkpolicies", cancel)?
+                .is_none()
+            {
+                return Err(sandbox::facet_unavailable());
+            }
+        }
+        Ok(())
+    }
+
+    /// `desired` with the revision's pinned facets applied, refused with
+    /// `SANDBOX_FACET_UNAVAILABLE` when the workload would not enforce one (SPEC S2).
+    fn enforce(&self, revision: &RevisionSpec, desired: Value) -> Result<Value, ComputeError> {
+        let pinned = &revision.sandbox_facets;
+        let desired = sandbox::apply(desired, pinned, self.sandbox.get());
+        if sandbox::workload_enforces(&desired, pinned, self.sandbox.get()) {
+            Ok(desired)
+        } else {
+            Err(sandbox::facet_unavailable())
+        }
     }
 
     /// Converges a Deployment to `desired` and makes sure it runs one replica: a stop scaled
@@ -654,13 +705,16 @@ impl KubernetesDriver {
         let image = self.settings.gateway_image.as_deref().ok_or_else(|| {
             ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
         })?;
-        Ok(manifests::dedicated_gateway(
+        self.enforce(
             revision,
-            namespace,
-            image,
-            &self.settings,
-            self.progress_deadline_seconds,
-        ))
+            manifests::dedicated_gateway(
+                revision,
+                namespace,
+                image,
+                &self.settings,
+                self.progress_deadline_seconds,
+            ),
+        )
     }
 
     /// An owned object at `path`, or `None`; one without this installation's labels is

@@ -622,6 +622,7 @@ mod tests {
             managed_account: None,
             backend_id: None,
             plugin_ids: vec![],
+            sandbox_facets: Vec::new(),
         }
     }
 
