@@ -144,6 +144,44 @@ impl EgressRule {
     }
 }
 
+/// Whether `egress` lies within `ceiling` (SPEC S3): each entry's network inside the network
+/// of a ceiling entry whose ports include all of its ports.
+pub fn within(egress: &[EgressRule], ceiling: &[EgressRule]) -> bool {
+    egress.iter().all(|e| {
+        ceiling.iter().any(|c| {
+            network_within(&e.cidr, &c.cidr) && e.ports.iter().all(|p| c.ports.contains(p))
+        })
+    })
+}
+
+/// A canonical `address/prefix` as (family, address bits, prefix).
+fn network(cidr: &str) -> Option<(bool, u128, u32)> {
+    let (address, prefix) = cidr.split_once('/')?;
+    let prefix: u32 = prefix.parse().ok()?;
+    match address.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(a) => Some((false, u128::from(u32::from(a)) << 96, prefix)),
+        std::net::IpAddr::V6(a) => Some((true, u128::from(a), prefix)),
+    }
+}
+
+fn network_within(inner: &str, outer: &str) -> bool {
+    let (Some((v6, inner_bits, inner_prefix)), Some((outer_v6, outer_bits, outer_prefix))) =
+        (network(inner), network(outer))
+    else {
+        return false;
+    };
+    if v6 != outer_v6 || inner_prefix < outer_prefix || outer_prefix > 128 {
+        return false;
+    }
+    // Both families keep their address in the top bits, so a prefix is the top bits.
+    let mask = if outer_prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - outer_prefix)
+    };
+    (inner_bits & mask) == (outer_bits & mask)
+}
+
 /// Egress entries as JSON (SPEC S3).
 pub fn egress_json(rules: &[EgressRule]) -> serde_json::Value {
     serde_json::Value::Array(rules.iter().map(EgressRule::to_json).collect())

@@ -90,6 +90,34 @@ pub struct DeployArgs {
 }
 
 #[derive(Subcommand)]
+pub enum SandboxPolicyCommand {
+    /// Admit a new generation of the Agent's egress allowlist, within the Installation's
+    /// `sandboxNetworkPolicyCeiling` (OCC_INSTALLATION_CONFIG), and its work.
+    Put {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The policy: {"egress": [{"cidr": "10.0.0.0/8", "ports": [443]}, ...]}; an empty
+        /// list removes the Agent's egress policy.
+        #[arg(long)]
+        file: std::path::PathBuf,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Show the Agent's sandbox policy: generation, egress, state and code.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum AgentCommand {
     /// Create an Agent and its service principal.
     Create {
@@ -127,6 +155,9 @@ pub enum AgentCommand {
         #[command(flatten)]
         wait: WaitArg,
     },
+    /// An Agent's sandbox policy: its egress allowlist (SPEC S3).
+    #[command(subcommand)]
+    SandboxPolicy(SandboxPolicyCommand),
     /// Show the Agent and each revision's deployment status.
     Show {
         /// The Namespace id or name.
@@ -423,6 +454,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => {
             agent_show(globals, &namespace, &agent)
         }
+        AgentAdmin::Agent(AgentCommand::SandboxPolicy(command)) => sandbox_policy(globals, command),
         AgentAdmin::Configuration(ConfigurationCommand::Put {
             namespace,
             id,
@@ -570,6 +602,63 @@ pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
 
 /// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON. Every
 /// refusal is bad input (exit 2) naming the file.
+/// `agent sandbox-policy put|show` (SPEC S3): the file is validated here, then admitted with
+/// the Installation's ceiling, which admission holds it to.
+fn sandbox_policy(globals: &Globals, command: SandboxPolicyCommand) -> Result<(), CliError> {
+    match command {
+        SandboxPolicyCommand::Put {
+            namespace,
+            agent,
+            file,
+            actor,
+            wait,
+        } => {
+            let document = read_configuration(&file)?;
+            let shown = file.display().to_string();
+            let egress = document
+                .get("egress")
+                .filter(|_| document.as_object().is_some_and(|o| o.len() == 1))
+                .ok_or_else(|| {
+                    CliError::config(format!(
+                        "--file {shown}: a sandbox policy is {{\"egress\": [{{\"cidr\": NETWORK, \"ports\": [PORT, ...]}}, ...]}}"
+                    ))
+                })?;
+            let egress =
+                occ_worker::installation::parse_egress(&egress.to_string()).map_err(|e| {
+                    CliError::config_lines(
+                        e.problems().iter().map(|p| format!("--file {shown}: {p}")),
+                    )
+                })?;
+            let ceiling =
+                installation_config(compute_default().as_deref())?.sandbox_network_policy_ceiling;
+            let policy = serde_json::json!({
+                "egress": occ_worker::installation::egress_json(&egress)
+            });
+            let ceiling = occ_worker::installation::egress_json(&ceiling);
+            enqueue(
+                globals,
+                "agent sandbox-policy put",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("AGENT", &agent),
+                    ("--file", &shown),
+                    ("--actor", &actor),
+                ],
+                "SELECT occ.agent_sandbox_policy_put($1, $2, $3, $4, $5)",
+                &[&actor, &namespace, &agent, &policy, &ceiling],
+                (wait, "sandbox_policy"),
+            )
+        }
+        SandboxPolicyCommand::Show { namespace, agent } => call(
+            globals,
+            "agent sandbox-policy show",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            "SELECT occ.agent_sandbox_policy_show($1, $2)",
+            &[&namespace, &agent],
+        ),
+    }
+}
+
 fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
     use std::io::Read;
     let shown = file.display();

@@ -753,6 +753,33 @@ pub trait ComputeDriver: Send + Sync {
         let _ = sandbox;
         false
     }
+    /// The Sandbox Driver's `apply_egress_policy` (SPEC S3): makes the Agent's Pods' egress
+    /// exactly `egress` (its generation `generation`), removing the policy when `egress` is
+    /// empty. By default there is no Sandbox Driver: a permanent `SANDBOX_DRIVER_UNAVAILABLE`.
+    fn apply_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        generation: i32,
+        egress: &[crate::installation::EgressRule],
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let _ = (agent, generation, egress, cancel);
+        Err(ComputeError::permanent(
+            "SANDBOX_DRIVER_UNAVAILABLE",
+            "compute",
+            None,
+        ))
+    }
+    /// The Sandbox Driver's `remove_egress_policy` (SPEC S3, A2): the Agent's egress policy is
+    /// gone. By default nothing was ever applied, so nothing is left to remove.
+    fn remove_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let _ = (agent, cancel);
+        Ok(())
+    }
 }
 
 /// Checks a Namespace observation names the Namespace asked about.

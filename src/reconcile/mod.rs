@@ -28,6 +28,7 @@ pub mod namespace;
 pub mod probe;
 pub mod publish;
 pub mod revision;
+pub mod sandbox_policy;
 pub mod subnets;
 
 /// Everything a pass may use, shared by every worker thread.
@@ -101,6 +102,7 @@ pub enum Facts {
     Namespace(namespace::NamespaceFacts),
     Stop(agent::StopFacts),
     Revision(revision::RevisionFacts),
+    SandboxPolicy(sandbox_policy::PolicyFacts),
 }
 
 impl Facts {

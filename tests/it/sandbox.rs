@@ -441,3 +441,378 @@ fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() 
     assert_eq!(admitted["sandboxFacets"], json!([]));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Admits a sandbox policy as `admin` with `ceiling`; the database's answer or its message.
+fn put_policy(
+    c: &mut postgres::Client,
+    ns: &str,
+    agent: &str,
+    egress: Value,
+    ceiling: Value,
+) -> Result<Value, String> {
+    c.query_one(
+        "SELECT occ.agent_sandbox_policy_put('admin', $1, $2, $3, $4)",
+        &[&ns, &agent, &json!({"egress": egress}), &ceiling],
+    )
+    .map(|r| r.get(0))
+    .map_err(|e| {
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default()
+    })
+}
+
+/// (state, reason code, generation) of an Agent's policy.
+fn policy_state(c: &mut postgres::Client, agent: &str) -> (String, Option<String>, i32) {
+    let r = c
+        .query_one(
+            "SELECT state, reason_code, generation FROM occ.agent_sandbox_policies WHERE agent_id = $1",
+            &[&agent],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+#[test]
+fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuses_beyond_it() {
+    let f = crate::agent::fixture();
+    let mut c = f.db.client();
+    let ceiling = json!([{"cidr": "10.0.0.0/8", "ports": [443, 5432]}]);
+    let first = put_policy(
+        &mut c,
+        "ns1",
+        "bot",
+        json!([{"cidr": "10.1.0.0/16", "ports": [443]}]),
+        ceiling.clone(),
+    )
+    .unwrap();
+    assert_eq!(first["generation"], 1);
+    assert_eq!(
+        first["work"],
+        format!("agent:{}:sandbox_policy:1", f.agent).as_str()
+    );
+    let second = put_policy(&mut c, "ns1", "bot", json!([]), ceiling.clone()).unwrap();
+    assert_eq!(second["generation"], 2);
+    assert_eq!(policy_state(&mut c, &f.agent), ("pending".into(), None, 2));
+    let operations: Vec<String> = c
+        .query(
+            "SELECT operation FROM occ.work WHERE agent_id = $1 ORDER BY id",
+            &[&f.agent],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(operations, ["agent_sandbox_policy", "agent_sandbox_policy"]);
+    let admits: i64 = c
+        .query_one(
+            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1",
+            &[&f.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(admits, 2);
+    // Beyond the ceiling: a wider network, a port it does not list, no ceiling at all.
+    for (egress, ceiling) in [
+        (
+            json!([{"cidr": "10.0.0.0/7", "ports": [443]}]),
+            ceiling.clone(),
+        ),
+        (
+            json!([{"cidr": "10.0.0.0/8", "ports": [22]}]),
+            ceiling.clone(),
+        ),
+        (json!([{"cidr": "10.0.0.0/8", "ports": [443]}]), json!([])),
+    ] {
+        let refused = put_policy(&mut c, "ns1", "bot", egress, ceiling).unwrap_err();
+        assert!(
+            refused.starts_with("SANDBOX_POLICY_EXCEEDS_CEILING"),
+            "{refused}"
+        );
+    }
+    // Malformed: host bits set, port 0, an unknown key.
+    for egress in [
+        json!([{"cidr": "10.0.0.1/8", "ports": [443]}]),
+        json!([{"cidr": "10.0.0.0/8", "ports": [0]}]),
+        json!([{"cidr": "10.0.0.0/8", "ports": [443], "udp": true}]),
+    ] {
+        assert!(put_policy(&mut c, "ns1", "bot", egress, ceiling.clone()).is_err());
+    }
+    assert_eq!(
+        policy_state(&mut c, &f.agent).2,
+        2,
+        "nothing refused was stored"
+    );
+    // PostgreSQL refuses any other key of the kind.
+    for key in [
+        format!("agent:{}:sandbox_policy:0", f.agent),
+        format!("agent:{}:sandbox_policy:x", f.agent),
+        "agent:other:sandbox_policy:1".to_string(),
+    ] {
+        let e = c
+            .execute(
+                "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, agent_target, actor_id)
+                 VALUES ($1, 'ns1', $2, 'sandbox_policy', 'admin')",
+                &[&key, &f.agent],
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.as_db_error().unwrap().constraint(),
+            Some("work_key"),
+            "{key}"
+        );
+    }
+    // A deleting Agent takes no policy.
+    c.execute("SELECT occ.agent_delete('ns1', 'bot', 'admin')", &[])
+        .unwrap();
+    let refused = put_policy(&mut c, "ns1", "bot", json!([]), ceiling).unwrap_err();
+    assert!(refused.contains("is being deleted"), "{refused}");
+}
+
+#[test]
+fn s4_stale_recovery_fails_the_work_and_its_policy_in_one_statement() {
+    use occ_worker::queue::{work_recover_stale, QueueOptions};
+    let f = crate::agent::fixture();
+    let mut c = f.db.client();
+    let ceiling = json!([{"cidr": "10.0.0.0/8", "ports": [443]}]);
+    let egress = json!([{"cidr": "10.0.0.0/8", "ports": [443]}]);
+    put_policy(&mut c, "ns1", "bot", egress.clone(), ceiling.clone()).unwrap();
+    put_policy(&mut c, "ns1", "bot", egress, ceiling).unwrap();
+    // Both works used up their attempts; only the stored generation's policy fails.
+    c.execute(
+        "UPDATE occ.work SET attempt_count = 5 WHERE agent_id = $1",
+        &[&f.agent],
+    )
+    .unwrap();
+    let recovered =
+        work_recover_stale(&mut c, &QueueOptions::new(Duration::from_secs(30), 5)).unwrap();
+    assert_eq!((recovered.failed, recovered.failed_policies), (2, 1));
+    assert_eq!(
+        policy_state(&mut c, &f.agent),
+        ("failed".into(), Some("ATTEMPTS_EXHAUSTED".into()), 2)
+    );
+}
+
+/// A Kubernetes worker on `fake` with a Sandbox Driver and `ceiling`; a ready Namespace and an
+/// Agent in it: (worker, Namespace id, Agent id, Kubernetes namespace).
+fn policy_rig(
+    db: &TestDb,
+    fake: &KubeFake,
+    dir: &Path,
+    ceiling: Value,
+) -> (WorkerProcess, String, String, String) {
+    let mut env = kube_env(db, fake, dir, 2);
+    env.push((
+        "OCC_INSTALLATION_CONFIG",
+        installation_file(dir, &["default-deny-egress"], ceiling),
+    ));
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    let mut c = db.client();
+    let ns = crate::kube_e2e::ready_namespaces(&mut c, fake, 1).remove(0);
+    let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
+    let name = k8s_namespace(&ns);
+    (worker, ns, agent, name)
+}
+
+fn work_of(c: &mut postgres::Client, key: &str) -> (String, Option<String>) {
+    let r = c
+        .query_one(
+            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+#[test]
+fn s3_the_networkpolicy_matches_the_allowlist_an_older_generation_makes_no_call_and_deletion_removes_it(
+) {
+    let fake = fake();
+    let db = TestDb::bootstrapped();
+    let dir = scratch("sandbox-s3-apply");
+    let ceiling = json!([{"cidr": "10.0.0.0/8", "ports": [443, 5432]}, {"cidr": "2001:db8::/32", "ports": [443]}]);
+    let (worker, ns, agent, name) = policy_rig(&db, &fake, &dir, ceiling.clone());
+    let mut c = db.client();
+    let path =
+        format!("/apis/networking.k8s.io/v1/namespaces/{name}/networkpolicies/occ-egress-{agent}");
+    // Two generations admitted in one transaction: the first is superseded with no call.
+    fake.clear_requests();
+    let mut tx = c.transaction().unwrap();
+    for egress in [
+        json!([{"cidr": "10.1.0.0/16", "ports": [443]}]),
+        json!([{"cidr": "10.2.0.0/16", "ports": [443, 5432]}, {"cidr": "2001:db8:1::/48", "ports": [443]}]),
+    ] {
+        tx.query_one(
+            "SELECT occ.agent_sandbox_policy_put('admin', $1, $2, $3, $4)",
+            &[&ns, &agent, &json!({"egress": egress}), &ceiling],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    let second = format!("agent:{agent}:sandbox_policy:2");
+    wait_for("applied", Duration::from_secs(60), || {
+        work_of(&mut c, &second).0 == "succeeded"
+    });
+    assert_eq!(
+        work_of(&mut c, &format!("agent:{agent}:sandbox_policy:1")),
+        ("succeeded".into(), Some("SANDBOX_POLICY_SUPERSEDED".into()))
+    );
+    assert_eq!(
+        work_of(&mut c, &second),
+        ("succeeded".into(), Some("SANDBOX_POLICY_APPLIED".into()))
+    );
+    assert_eq!(
+        policy_state(&mut c, &agent),
+        ("applied".into(), Some("SANDBOX_POLICY_APPLIED".into()), 2)
+    );
+    let writes: Vec<(String, Value)> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains("networkpolicies"))
+        .map(|r| (r.method, r.body.unwrap_or_default()))
+        .collect();
+    assert_eq!(writes.len(), 1, "one write, of generation 2: {writes:?}");
+    let policy = fake.get(&path).expect("the egress NetworkPolicy");
+    assert_eq!(
+        policy["metadata"]["annotations"]["occ.sandbox-policy-generation"],
+        "2"
+    );
+    assert_eq!(policy["metadata"]["labels"]["occ.agent"], agent.as_str());
+    assert_eq!(
+        policy["spec"],
+        json!({
+            "podSelector": {"matchLabels": {"occ.agent": agent}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"ipBlock": {"cidr": "10.2.0.0/16"}}],
+                 "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 5432}]},
+                {"to": [{"ipBlock": {"cidr": "2001:db8:1::/48"}}],
+                 "ports": [{"protocol": "TCP", "port": 443}]},
+            ],
+        })
+    );
+    let audits: Vec<(String, String, Option<String>)> = c
+        .query(
+            "SELECT kind, outcome, reason_code FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy' ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        audits,
+        [(
+            "mutation".into(),
+            "success".into(),
+            Some("SANDBOX_POLICY_APPLIED".into())
+        )]
+    );
+    // The worker names the operation as SPEC §12 does.
+    wait_for("worker.completed", Duration::from_secs(10), || {
+        worker.events().iter().any(|e| {
+            e["event"] == "worker.completed"
+                && e["operation"] == "agent.sandbox_policy"
+                && e["workId"] == second.as_str()
+        })
+    });
+    // An empty allowlist deletes the NetworkPolicy.
+    put_policy(&mut c, &ns, &agent, json!([]), ceiling.clone()).unwrap();
+    let third = format!("agent:{agent}:sandbox_policy:3");
+    wait_for("removed", Duration::from_secs(60), || {
+        work_of(&mut c, &third).0 == "succeeded"
+    });
+    assert!(fake.get(&path).is_none());
+    // Agent deletion removes the policy before its finalizer.
+    put_policy(
+        &mut c,
+        &ns,
+        &agent,
+        json!([{"cidr": "10.3.0.0/16", "ports": [443]}]),
+        ceiling,
+    )
+    .unwrap();
+    let fourth = format!("agent:{agent}:sandbox_policy:4");
+    wait_for("applied again", Duration::from_secs(60), || {
+        work_of(&mut c, &fourth).0 == "succeeded"
+    });
+    assert!(fake.get(&path).is_some());
+    c.execute("SELECT occ.agent_delete($1, 'bot', 'admin')", &[&ns])
+        .unwrap();
+    wait_for("the Agent deleted", Duration::from_secs(60), || {
+        c.query_opt("SELECT 1 FROM occ.agents WHERE id = $1", &[&agent])
+            .unwrap()
+            .is_none()
+    });
+    assert!(
+        fake.get(&path).is_none(),
+        "the egress policy is gone with its Agent"
+    );
+    let left: i64 = c
+        .query_one("SELECT count(*) FROM occ.agent_sandbox_policies", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    drop(worker);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn s3_a_policy_outside_a_lowered_ceiling_fails_at_its_pass_and_writes_nothing() {
+    let fake = fake();
+    let db = TestDb::bootstrapped();
+    let dir = scratch("sandbox-s3-lowered");
+    // The worker's ceiling is narrower than the one the policy was admitted under.
+    let (worker, ns, agent, name) = policy_rig(
+        &db,
+        &fake,
+        &dir,
+        json!([{"cidr": "10.0.0.0/16", "ports": [443]}]),
+    );
+    let mut c = db.client();
+    put_policy(
+        &mut c,
+        &ns,
+        &agent,
+        json!([{"cidr": "10.1.0.0/16", "ports": [443]}]),
+        json!([{"cidr": "10.0.0.0/8", "ports": [443]}]),
+    )
+    .unwrap();
+    let key = format!("agent:{agent}:sandbox_policy:1");
+    wait_for("failed", Duration::from_secs(60), || {
+        work_of(&mut c, &key).0 == "failed_permanent"
+    });
+    assert_eq!(
+        work_of(&mut c, &key).1.as_deref(),
+        Some("SANDBOX_POLICY_EXCEEDS_CEILING")
+    );
+    assert_eq!(
+        policy_state(&mut c, &agent),
+        (
+            "failed".into(),
+            Some("SANDBOX_POLICY_EXCEEDS_CEILING".into()),
+            1
+        )
+    );
+    assert!(fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{name}/networkpolicies/occ-egress-{agent}"
+        ))
+        .is_none());
+    let audit: (String, Option<String>) = c
+        .query_one(
+            "SELECT outcome, reason_code FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        audit,
+        (
+            "failure".into(),
+            Some("SANDBOX_POLICY_EXCEEDS_CEILING".into())
+        )
+    );
+    drop(worker);
+    let _ = std::fs::remove_dir_all(dir);
+}
