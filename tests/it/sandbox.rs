@@ -816,3 +816,198 @@ fn s3_a_policy_outside_a_lowered_ceiling_fails_at_its_pass_and_writes_nothing() 
     drop(worker);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn s3_a_revoked_grant_is_denied_at_the_pass_and_no_sandbox_driver_fails_it() {
+    let fake = fake();
+    let db = TestDb::bootstrapped();
+    let dir = scratch("sandbox-s3-denied");
+    // A worker without OCC_INSTALLATION_CONFIG: no Sandbox Driver selected.
+    let env = kube_env(&db, &fake, &dir, 1);
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    let mut c = db.client();
+    let ns = crate::kube_e2e::ready_namespaces(&mut c, &fake, 1).remove(0);
+    let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
+    let ceiling = json!([{"cidr": "10.0.0.0/8", "ports": [443]}]);
+    let egress = json!({"egress": [{"cidr": "10.0.0.0/8", "ports": [443]}]});
+    c.execute("SELECT occ.identity_create('admin', 'bob')", &[])
+        .unwrap();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id)
+         VALUES ('bob', 'agent-operator', 'namespace', $1)",
+        &[&ns],
+    )
+    .unwrap();
+    // Bob's grant is withdrawn between admission and the pass (one transaction, so the worker
+    // cannot run in between).
+    let mut tx = c.transaction().unwrap();
+    tx.query_one(
+        "SELECT occ.agent_sandbox_policy_put('bob', $1, $2, $3, $4)",
+        &[&ns, &agent, &egress, &ceiling],
+    )
+    .unwrap();
+    tx.execute(
+        "DELETE FROM occ.iam_bindings WHERE principal_id = 'bob'",
+        &[],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let key = format!("agent:{agent}:sandbox_policy:1");
+    wait_for("denied", Duration::from_secs(60), || {
+        work_of(&mut c, &key).0 == "failed_permanent"
+    });
+    assert_eq!(
+        work_of(&mut c, &key).1.as_deref(),
+        Some("AUTHORIZATION_DENIED")
+    );
+    assert_eq!(
+        policy_state(&mut c, &agent),
+        ("failed".into(), Some("AUTHORIZATION_DENIED".into()), 1)
+    );
+    let denial: (String, String) = c
+        .query_one(
+            "SELECT kind, actor_id FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(denial, ("authorization_denial".into(), "bob".into()));
+    // Without an Installation file the worker's ceiling is empty: an empty allowlist is within
+    // it, and reaches the check for a Sandbox Driver, which fails it.
+    put_policy(&mut c, &ns, &agent, json!([]), ceiling).unwrap();
+    let key = format!("agent:{agent}:sandbox_policy:2");
+    wait_for("no driver", Duration::from_secs(60), || {
+        work_of(&mut c, &key).0 == "failed_permanent"
+    });
+    assert_eq!(
+        work_of(&mut c, &key).1.as_deref(),
+        Some("SANDBOX_DRIVER_UNAVAILABLE")
+    );
+    assert!(fake
+        .objects("networkpolicies")
+        .iter()
+        .all(|p| !p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("occ-egress-")));
+    drop(worker);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn s3_the_cli_puts_a_policy_within_the_installation_ceiling_and_shows_it() {
+    let f = crate::agent::fixture();
+    let dir = scratch("sandbox-s3-cli");
+    let installation = installation_file(
+        &dir,
+        &["default-deny-egress"],
+        json!([{"cidr": "10.0.0.0/8", "ports": [443]}]),
+    );
+    let env = [
+        ("OCC_DATABASE_URL", f.db.url.clone()),
+        ("OCC_INSTALLATION_CONFIG", installation),
+    ];
+    let run = |args: &[&str]| {
+        let out = worker_command(args, &env).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let file = |name: &str, body: Value| {
+        let path = dir.join(name);
+        std::fs::write(&path, body.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let inside = file(
+        "inside.json",
+        json!({"egress": [{"cidr": "10.4.0.0/16", "ports": [443]}]}),
+    );
+    let (code, stdout, stderr) = run(&[
+        "admin",
+        "agent",
+        "sandbox-policy",
+        "put",
+        "ns1",
+        "bot",
+        "--file",
+        &inside,
+        "--actor",
+        "admin",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let admitted: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(admitted["generation"], 1);
+    let outside = file(
+        "outside.json",
+        json!({"egress": [{"cidr": "10.4.0.0/16", "ports": [22]}]}),
+    );
+    let (code, _, stderr) = run(&[
+        "admin",
+        "agent",
+        "sandbox-policy",
+        "put",
+        "ns1",
+        "bot",
+        "--file",
+        &outside,
+        "--actor",
+        "admin",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "occ-worker: agent sandbox-policy put refused: SANDBOX_POLICY_EXCEEDS_CEILING: the policy allows egress outside the sandbox network policy ceiling\n"
+    );
+    let bad = file(
+        "bad.json",
+        json!({"egress": [{"cidr": "10.4.0.1/16", "ports": [443]}]}),
+    );
+    let (code, _, stderr) = run(&[
+        "admin",
+        "agent",
+        "sandbox-policy",
+        "put",
+        "ns1",
+        "bot",
+        "--file",
+        &bad,
+        "--actor",
+        "admin",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("egress[0].cidr must be an IPv4 or IPv6 network"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(&[
+        "admin",
+        "agent",
+        "sandbox-policy",
+        "show",
+        "ns1",
+        "bot",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (
+            shown["generation"].clone(),
+            shown["state"].clone(),
+            shown["egress"].clone()
+        ),
+        (
+            json!(1),
+            json!("pending"),
+            json!([{"cidr": "10.4.0.0/16", "ports": [443]}])
+        )
+    );
+    assert_eq!(
+        shown["work"],
+        format!("agent:{}:sandbox_policy:1", f.agent).as_str()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
