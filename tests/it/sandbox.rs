@@ -562,6 +562,16 @@ fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuse
             "{key}"
         );
     }
+    // Nor any other shape: a sandbox-policy work names no revision.
+    let rev = crate::agent::deploy(&mut c, &f.agent);
+    let e = c
+        .execute(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, agent_target, actor_id)
+             VALUES ($1, 'ns1', $2, $3, 'sandbox_policy', 'admin')",
+            &[&format!("agent:{}:sandbox_policy:9", f.agent), &f.agent, &rev],
+        )
+        .unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().constraint(), Some("work_shape"));
     // A deleting Agent takes no policy.
     c.execute("SELECT occ.agent_delete('ns1', 'bot', 'admin')", &[])
         .unwrap();
@@ -1009,5 +1019,45 @@ fn s3_the_cli_puts_a_policy_within_the_installation_ceiling_and_shows_it() {
         shown["work"],
         format!("agent:{}:sandbox_policy:1", f.agent).as_str()
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn s2_the_worker_fails_a_deployment_pinned_to_a_facet_it_cannot_enforce_before_any_workload_write()
+{
+    let fake = fake();
+    let db = TestDb::bootstrapped();
+    let dir = scratch("sandbox-s2-worker");
+    let mut env = kube_env(&db, &fake, &dir, 1);
+    env.push((
+        "OCC_INSTALLATION_CONFIG",
+        installation_file(&dir, &["read-only-root"], json!([])),
+    ));
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    let mut c = db.client();
+    let ns = crate::kube_e2e::ready_namespaces(&mut c, &fake, 1).remove(0);
+    let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
+    // Admitted while the Installation's driver still offered `runtime-class`.
+    let admitted: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
+                 p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')",
+            &[&ns, &agent],
+        )
+        .unwrap()
+        .get(0);
+    let key = admitted["work"].as_str().unwrap().to_string();
+    wait_for("failed", Duration::from_secs(60), || {
+        work_of(&mut c, &key).0 == "failed_permanent"
+    });
+    assert_eq!(
+        work_of(&mut c, &key).1.as_deref(),
+        Some("SANDBOX_FACET_UNAVAILABLE")
+    );
+    assert!(
+        fake.objects("deployments").is_empty(),
+        "no workload written"
+    );
+    drop(worker);
     let _ = std::fs::remove_dir_all(dir);
 }
