@@ -79,7 +79,14 @@ WITH stale AS (
     WHERE c.state = 'failed_permanent' AND c.agent_target = 'sandbox_policy'
       AND p.agent_id = c.agent_id
       AND p.generation::text = split_part(c.idempotency_key, ':', 4)
-    RETURNING p.agent_id
+    RETURNING p.agent_id, p.namespace_id, p.generation, c.id AS work_id, c.actor_id, c.reason_code
+), policy_audit AS (
+    INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
+                                  resource_kind, resource_id, outcome, reason_code, work_id, details)
+    SELECT i.id, f.namespace_id, 'mutation', f.actor_id, 'openclaw.agents.lifecycle.sandbox_policy',
+           'agent', f.agent_id, 'failure', f.reason_code, f.work_id,
+           jsonb_build_object('generation', f.generation, 'policyState', 'failed', 'recovery', true)
+    FROM failed_policies f CROSS JOIN occ.installation i
 ), audit AS (
     INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
                                   resource_kind, resource_id, outcome, reason_code, work_id, details)

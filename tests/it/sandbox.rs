@@ -530,13 +530,22 @@ fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuse
             "{refused}"
         );
     }
-    // Malformed: host bits set, port 0, an unknown key.
+    // Malformed, each refused in the admission's own words: host bits set, port 0, an unknown
+    // key, ports not a list, an entry not an object, not a list.
     for egress in [
         json!([{"cidr": "10.0.0.1/8", "ports": [443]}]),
         json!([{"cidr": "10.0.0.0/8", "ports": [0]}]),
         json!([{"cidr": "10.0.0.0/8", "ports": [443], "udp": true}]),
+        json!([{"cidr": "10.0.0.0/8", "ports": {"443": true}}]),
+        json!([[]]),
+        json!({"cidr": "10.0.0.0/8"}),
     ] {
-        assert!(put_policy(&mut c, "ns1", "bot", egress, ceiling.clone()).is_err());
+        let refused =
+            put_policy(&mut c, "ns1", "bot", egress.clone(), ceiling.clone()).unwrap_err();
+        assert!(
+            refused.starts_with("a sandbox policy"),
+            "{egress}: {refused}"
+        );
     }
     assert_eq!(
         policy_state(&mut c, &f.agent).2,
@@ -600,6 +609,17 @@ fn s4_stale_recovery_fails_the_work_and_its_policy_in_one_statement() {
     assert_eq!(
         policy_state(&mut c, &f.agent),
         ("failed".into(), Some("ATTEMPTS_EXHAUSTED".into()), 2)
+    );
+    let audit: Value = c
+        .query_one(
+            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        audit,
+        json!({"generation": 2, "policyState": "failed", "recovery": true})
     );
 }
 
