@@ -130,10 +130,10 @@ END $$;
 
 
 --
--- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text) RETURNS jsonb
+CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -145,6 +145,8 @@ DECLARE
     approved text;
     auth jsonb;
     backend text;
+    facets jsonb := coalesce(p_sandbox_facets, '[]'::jsonb);
+    missing text;
 BEGIN
     p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
@@ -171,6 +173,30 @@ BEGIN
         auth := occ.service_account_harness_auth(p_namespace, p_service_account, p_actor);
         backend := auth->'backendBinding'->>'backendId';
     END IF;
+    -- SPEC S2: the selected Sandbox Driver's facets are pinned; a Configuration requiring one
+    -- it does not offer is refused.
+    IF jsonb_typeof(facets) <> 'array' OR EXISTS (
+        SELECT 1 FROM jsonb_array_elements(facets) f WHERE jsonb_typeof(f) <> 'string') THEN
+        RAISE EXCEPTION 'sandbox facets must be a JSON array of strings'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF p_sandbox_driver_id IS NULL AND facets <> '[]'::jsonb THEN
+        RAISE EXCEPTION 'sandbox facets need a Sandbox Driver id'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_typeof(c.document->'sandbox'->'requiredFacets') = 'array' THEN
+        SELECT string_agg(r, ', ' ORDER BY r) INTO missing
+        FROM jsonb_array_elements_text(c.document->'sandbox'->'requiredFacets') r
+        WHERE NOT facets ? r;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'SANDBOX_FACET_UNAVAILABLE: configuration % requires sandbox facets % that %',
+                c.id, missing,
+                CASE WHEN p_sandbox_driver_id IS NULL THEN 'no Sandbox Driver is selected to offer'
+                     ELSE 'Sandbox Driver ' || p_sandbox_driver_id || ' does not offer' END
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'SANDBOX_FACET_UNAVAILABLE';
+        END IF;
+    END IF;
     approved := occ.approved_harness_version(p_harness, p_mode);
     IF approved IS NULL THEN
         RAISE EXCEPTION 'harness % is not approved in % mode', p_harness, p_mode
@@ -185,20 +211,23 @@ BEGIN
     INSERT INTO occ.agent_revisions (id, namespace_id, agent_id, revision, actor_id,
         service_principal_id, configuration_id, configuration_generation, document,
         harness_id, harness_version, harness_mode, execution_mode, compute_id,
-        compute_implementation, harness_auth, secret_bindings, plugins, backend_id)
+        compute_implementation, harness_auth, secret_bindings, plugins, backend_id,
+        sandbox_driver_id, sandbox_facets)
     VALUES (rev_id, p_namespace, a.id, rev_no, p_actor, a.service_principal_id, c.id,
         c.generation, c.document, p_harness, approved,
         p_mode, p_mode, p_compute_id, p_compute_implementation,
-        auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend);
+        auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend,
+        p_sandbox_driver_id, facets);
     UPDATE occ.agents SET desired_runtime_state = 'running', updated_at = clock_timestamp()
     WHERE id = a.id;
     work_key := 'agent_revision:' || rev_id || ':reconcile';
     INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, actor_id)
     VALUES (work_key, p_namespace, a.id, rev_id, p_actor);
     PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.deploy.admit', 'agent_revision', rev_id,
-        jsonb_build_object('agentId', a.id, 'revision', rev_no, 'harnessAuth', auth->>'method'));
+        jsonb_build_object('agentId', a.id, 'revision', rev_no, 'harnessAuth', auth->>'method',
+            'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets));
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
-        'work', work_key);
+        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets);
 END $$;
 
 
@@ -421,6 +450,83 @@ BEGIN
             USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;
+END $$;
+
+
+--
+-- Name: agent_sandbox_policy_put(text, text, text, jsonb, jsonb); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.agent_sandbox_policy_put(p_actor text, p_namespace text, p_agent text, p_policy jsonb, p_ceiling jsonb DEFAULT '[]'::jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    a occ.agents;
+    egress jsonb := p_policy->'egress';
+    ceiling jsonb := coalesce(p_ceiling, '[]'::jsonb);
+    gen integer;
+    work_key text;
+BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
+    a := occ.agent_lock(p_namespace, p_agent);
+    PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, p_namespace);
+    IF jsonb_typeof(p_policy) IS DISTINCT FROM 'object' OR NOT coalesce(occ.is_egress(egress), false) THEN
+        RAISE EXCEPTION 'a sandbox policy is {"egress": [{"cidr": NETWORK, "ports": [TCP PORT 1-65535, ...]}, ...]}'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NOT coalesce(occ.is_egress(ceiling), false) THEN
+        RAISE EXCEPTION 'the sandbox network policy ceiling must be [{"cidr": NETWORK, "ports": [...]}, ...]'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    BEGIN
+        PERFORM (e->>'cidr')::cidr FROM jsonb_array_elements(egress || ceiling) e;
+    EXCEPTION WHEN invalid_text_representation OR invalid_binary_representation THEN
+        RAISE EXCEPTION 'a sandbox policy cidr must be a network with its host bits zero, such as 10.0.0.0/8'
+            USING ERRCODE = 'check_violation';
+    END;
+    IF NOT occ.egress_within(egress, ceiling) THEN
+        RAISE EXCEPTION 'SANDBOX_POLICY_EXCEEDS_CEILING: the policy allows egress outside the sandbox network policy ceiling'
+            USING ERRCODE = 'check_violation', HINT = 'SANDBOX_POLICY_EXCEEDS_CEILING';
+    END IF;
+    INSERT INTO occ.agent_sandbox_policies AS p (agent_id, namespace_id, generation, egress, updated_by)
+    VALUES (a.id, p_namespace, 1, egress, p_actor)
+    ON CONFLICT (agent_id) DO UPDATE
+        SET generation = p.generation + 1, egress = EXCLUDED.egress, state = 'pending',
+            reason_code = NULL, updated_by = EXCLUDED.updated_by, updated_at = clock_timestamp()
+    RETURNING generation INTO gen;
+    work_key := 'agent:' || a.id || ':sandbox_policy:' || gen;
+    INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, agent_target, actor_id)
+    VALUES (work_key, p_namespace, a.id, 'sandbox_policy', p_actor);
+    PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.sandbox_policy.admit', 'agent', a.id,
+        jsonb_build_object('generation', gen, 'egress', egress));
+    RETURN jsonb_build_object('agentId', a.id, 'generation', gen, 'state', 'pending',
+        'egress', egress, 'work', work_key);
+END $$;
+
+
+--
+-- Name: agent_sandbox_policy_show(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.agent_sandbox_policy_show(p_namespace text, p_agent text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    a occ.agents;
+BEGIN
+    SELECT * INTO a FROM occ.agents
+    WHERE namespace_id = ns AND (id = p_agent OR name = p_agent)
+    ORDER BY (id = p_agent) DESC LIMIT 1;
+    IF a.id IS NULL THEN
+        RAISE EXCEPTION 'agent %/% does not exist', ns, p_agent USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN (SELECT jsonb_build_object('agentId', p.agent_id, 'namespaceId', p.namespace_id,
+                'generation', p.generation, 'egress', p.egress, 'state', p.state,
+                'reasonCode', p.reason_code, 'updatedBy', p.updated_by,
+                'updatedAt', to_char(p.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                'work', 'agent:' || p.agent_id || ':sandbox_policy:' || p.generation)
+            FROM occ.agent_sandbox_policies p WHERE p.agent_id = a.id);
 END $$;
 
 
@@ -820,6 +926,15 @@ END $$;
 
 
 --
+-- Name: egress_within(jsonb, jsonb); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.egress_within(p_egress jsonb, p_ceiling jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    RETURN (NOT (EXISTS (SELECT 1 FROM jsonb_array_elements(egress_within.p_egress) e(value) WHERE (NOT (EXISTS (SELECT 1 FROM jsonb_array_elements(COALESCE(egress_within.p_ceiling, '[]'::jsonb)) c(value) WHERE (((((e.value ->> 'cidr'::text))::cidr)::inet <<= (((c.value ->> 'cidr'::text))::cidr)::inet) AND ((c.value -> 'ports'::text) @> (e.value -> 'ports'::text)))))))));
+
+
+--
 -- Name: group_add_member(text, text, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1111,6 +1226,15 @@ CREATE FUNCTION occ.is_workspace_id(value text) RETURNS boolean
 CREATE FUNCTION occ.is_backend_binding(b jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     RETURN COALESCE(CASE WHEN (jsonb_typeof(b) = 'object'::text) THEN ((((((b - 'backendId'::text) - 'driverId'::text) - 'workspaceId'::text) - 'credentialIssued'::text) = '{}'::jsonb) AND (jsonb_typeof((b -> 'backendId'::text)) = 'string'::text) AND occ.is_ident((b ->> 'backendId'::text)) AND (jsonb_typeof((b -> 'driverId'::text)) = 'string'::text) AND occ.is_ident((b ->> 'driverId'::text)) AND (jsonb_typeof((b -> 'workspaceId'::text)) = 'string'::text) AND occ.is_workspace_id((b ->> 'workspaceId'::text)) AND (jsonb_typeof((b -> 'credentialIssued'::text)) = 'boolean'::text)) ELSE false END, false);
+
+
+--
+-- Name: is_egress(jsonb); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.is_egress(p_egress jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    RETURN ((jsonb_typeof(p_egress) = 'array'::text) AND (NOT (EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN (jsonb_typeof(is_egress.p_egress) = 'array'::text) THEN is_egress.p_egress ELSE '[]'::jsonb END) e(value) WHERE ((jsonb_typeof(e.value) <> 'object'::text) OR ((SELECT array_agg(k.k ORDER BY k.k) AS array_agg FROM jsonb_object_keys(CASE WHEN (jsonb_typeof(e.value) = 'object'::text) THEN e.value ELSE '{}'::jsonb END) k(k)) IS DISTINCT FROM ARRAY['cidr'::text, 'ports'::text]) OR (jsonb_typeof((e.value -> 'cidr'::text)) IS DISTINCT FROM 'string'::text) OR (jsonb_typeof((e.value -> 'ports'::text)) IS DISTINCT FROM 'array'::text) OR CASE WHEN (jsonb_typeof((e.value -> 'ports'::text)) = 'array'::text) THEN (jsonb_array_length((e.value -> 'ports'::text)) = 0) ELSE true END OR (EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN (jsonb_typeof((e.value -> 'ports'::text)) = 'array'::text) THEN (e.value -> 'ports'::text) ELSE '[]'::jsonb END) p(value) WHERE CASE WHEN ((jsonb_typeof(p.value) = 'number'::text) AND ((p.value)::text ~ '^[1-9][0-9]{0,4}$'::text)) THEN (((p.value)::text)::integer > 65535) ELSE true END)))))));
 
 
 --
@@ -1705,6 +1829,11 @@ BEGIN
             AND starts_with(NEW.idempotency_key, 'agent:' || NEW.agent_id || ':delete')
             AND substr(NEW.idempotency_key, length('agent:' || NEW.agent_id || ':delete') + 1)
                 ~ '^(:[1-9][0-9]*)?$')
+        OR (NEW.agent_target = 'sandbox_policy'
+            AND starts_with(NEW.idempotency_key, 'agent:' || NEW.agent_id || ':sandbox_policy:')
+            AND substr(NEW.idempotency_key,
+                       length('agent:' || NEW.agent_id || ':sandbox_policy:') + 1)
+                ~ '^[1-9][0-9]{0,8}$')
         OR (NEW.revision_id IS NOT NULL
             AND starts_with(NEW.idempotency_key, 'agent_revision:' || NEW.revision_id || ':')
             AND substr(NEW.idempotency_key,
@@ -1877,6 +2006,8 @@ CREATE TABLE occ.agent_revisions (
     backend_id text,
     secret_driver_id text,
     execution_admission jsonb DEFAULT '{"mode": "standard", "version": 5}'::jsonb NOT NULL,
+    sandbox_driver_id text,
+    sandbox_facets jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT agent_revisions_agent_id_check CHECK (occ.is_ident(agent_id)),
     CONSTRAINT agent_revisions_backend_id_check CHECK (((backend_id IS NULL) OR occ.is_ident(backend_id))),
     CONSTRAINT agent_revisions_compute_id_check CHECK ((compute_id ~ '^[a-z][a-z0-9-]{0,62}$'::text)),
@@ -1894,10 +2025,34 @@ CREATE TABLE occ.agent_revisions (
     CONSTRAINT agent_revisions_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT agent_revisions_plugins_check CHECK ((jsonb_typeof(plugins) = 'array'::text)),
     CONSTRAINT agent_revisions_revision_check CHECK ((revision > 0)),
+    CONSTRAINT agent_revisions_sandbox_driver_id_check CHECK (((sandbox_driver_id IS NULL) OR ((length(btrim(sandbox_driver_id)) > 0) AND (length(sandbox_driver_id) <= 128)))),
+    CONSTRAINT agent_revisions_sandbox_facets_check CHECK (((jsonb_typeof(sandbox_facets) = 'array'::text) AND ((sandbox_driver_id IS NOT NULL) OR (sandbox_facets = '[]'::jsonb)))),
     CONSTRAINT agent_revisions_secret_bindings_check CHECK ((jsonb_typeof(secret_bindings) = 'object'::text)),
     CONSTRAINT agent_revisions_secret_driver_frozen_check CHECK (((harness_auth IS NULL) OR ((harness_auth ->> 'method'::text) <> 'secret'::text) OR ((harness_auth -> 'secretDriverId'::text) IS NULL) OR (jsonb_typeof((harness_auth -> 'secretDriverId'::text)) = 'string'::text))),
     CONSTRAINT agent_revisions_secret_driver_id_check CHECK (occ.is_ident(secret_driver_id)),
     CONSTRAINT agent_revisions_service_principal_id_check CHECK (occ.is_ident(service_principal_id))
+);
+
+
+--
+-- Name: agent_sandbox_policies; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.agent_sandbox_policies (
+    agent_id text NOT NULL,
+    namespace_id text NOT NULL,
+    generation integer NOT NULL,
+    egress jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    reason_code text,
+    updated_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT agent_sandbox_policies_check CHECK (((state = 'pending'::text) = (reason_code IS NULL))),
+    CONSTRAINT agent_sandbox_policies_egress_check CHECK (occ.is_egress(egress)),
+    CONSTRAINT agent_sandbox_policies_generation_check CHECK ((generation > 0)),
+    CONSTRAINT agent_sandbox_policies_reason_code_check CHECK ((reason_code ~ '^[A-Z][A-Z0-9_]*$'::text)),
+    CONSTRAINT agent_sandbox_policies_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'applied'::text, 'failed'::text]))),
+    CONSTRAINT agent_sandbox_policies_updated_by_check CHECK ((length(updated_by) > 0))
 );
 
 
@@ -2238,16 +2393,18 @@ CASE
 END) STORED,
     operation text GENERATED ALWAYS AS (
 CASE
-    WHEN (namespace_target = 'ready'::text) THEN 'namespace_ensure'::text
-    WHEN (namespace_target = 'deleted'::text) THEN 'namespace_delete'::text
+    WHEN (agent_target = 'sandbox_policy'::text) THEN 'agent_sandbox_policy'::text
+    WHEN ((revision_id IS NOT NULL) AND (idempotency_key ~~ 'agent_revision:%:maintenance:%'::text)) THEN 'revision_maintenance'::text
+    WHEN (revision_id IS NOT NULL) THEN 'revision_reconcile'::text
     WHEN (agent_target = 'stopped'::text) THEN 'agent_stop'::text
     WHEN (agent_target = 'deleted'::text) THEN 'agent_delete'::text
-    WHEN (idempotency_key ~~ 'agent_revision:%:maintenance:%'::text) THEN 'revision_maintenance'::text
-    ELSE 'revision_reconcile'::text
+    WHEN (namespace_target = 'ready'::text) THEN 'namespace_ensure'::text
+    WHEN (namespace_target = 'deleted'::text) THEN 'namespace_delete'::text
+    ELSE NULL::text
 END) STORED,
     CONSTRAINT work_actor_id_check CHECK ((length(actor_id) > 0)),
     CONSTRAINT work_agent_id_check CHECK (occ.is_ident(agent_id)),
-    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text]))),
+    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text, 'sandbox_policy'::text]))),
     CONSTRAINT work_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT work_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT work_namespace_target_check CHECK ((namespace_target = ANY (ARRAY['ready'::text, 'deleted'::text]))),
@@ -2538,6 +2695,14 @@ ALTER TABLE ONLY occ.agent_revisions
 
 ALTER TABLE ONLY occ.agent_revisions
     ADD CONSTRAINT agent_revisions_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: agent_sandbox_policies agent_sandbox_policies_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.agent_sandbox_policies
+    ADD CONSTRAINT agent_sandbox_policies_pkey PRIMARY KEY (agent_id);
 
 
 --
@@ -2952,6 +3117,14 @@ CREATE TRIGGER work_notify AFTER INSERT ON occ.work FOR EACH ROW WHEN ((new.stat
 
 ALTER TABLE ONLY occ.agent_revisions
     ADD CONSTRAINT agent_revisions_namespace_id_agent_id_fkey FOREIGN KEY (namespace_id, agent_id) REFERENCES occ.agents(namespace_id, id) ON DELETE CASCADE;
+
+
+--
+-- Name: agent_sandbox_policies agent_sandbox_policies_agent_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.agent_sandbox_policies
+    ADD CONSTRAINT agent_sandbox_policies_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES occ.agents(id) ON DELETE CASCADE;
 
 
 --

@@ -128,6 +128,82 @@ pub struct EgressRule {
     pub ports: Vec<u16>,
 }
 
+/// What the worker's passes need of the sandbox selections (SPEC S1, S3): the Sandbox Driver,
+/// if one is selected, and the egress ceiling. The default selects nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxSelection {
+    pub driver: Option<Sandbox>,
+    pub ceiling: Vec<EgressRule>,
+}
+
+impl EgressRule {
+    /// `{"cidr": …, "ports": […]}`, as the file and the database spell it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"cidr": self.cidr, "ports": self.ports})
+    }
+}
+
+/// Whether `egress` lies within `ceiling` (SPEC S3): each entry's network inside the network
+/// of a ceiling entry whose ports include all of its ports.
+pub fn within(egress: &[EgressRule], ceiling: &[EgressRule]) -> bool {
+    egress.iter().all(|e| {
+        ceiling.iter().any(|c| {
+            network_within(&e.cidr, &c.cidr) && e.ports.iter().all(|p| c.ports.contains(p))
+        })
+    })
+}
+
+/// A canonical `address/prefix` as (family, address bits, prefix).
+fn network(cidr: &str) -> Option<(bool, u128, u32)> {
+    let (address, prefix) = cidr.split_once('/')?;
+    let prefix: u32 = prefix.parse().ok()?;
+    match address.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(a) => Some((false, u128::from(u32::from(a)) << 96, prefix)),
+        std::net::IpAddr::V6(a) => Some((true, u128::from(a), prefix)),
+    }
+}
+
+fn network_within(inner: &str, outer: &str) -> bool {
+    let (Some((v6, inner_bits, inner_prefix)), Some((outer_v6, outer_bits, outer_prefix))) =
+        (network(inner), network(outer))
+    else {
+        return false;
+    };
+    if v6 != outer_v6 || inner_prefix < outer_prefix || outer_prefix > 128 {
+        return false;
+    }
+    // Both families keep their address in the top bits, so a prefix is the top bits.
+    let mask = if outer_prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - outer_prefix)
+    };
+    (inner_bits & mask) == (outer_bits & mask)
+}
+
+/// Egress entries as JSON (SPEC S3).
+pub fn egress_json(rules: &[EgressRule]) -> serde_json::Value {
+    serde_json::Value::Array(rules.iter().map(EgressRule::to_json).collect())
+}
+
+/// An egress allowlist `[{cidr, ports}]` in `text` (a sandbox policy file, SPEC S3), validated as
+/// the ceiling's entries are; every problem is one line naming the entry.
+pub fn parse_egress(text: &str) -> Result<Vec<EgressRule>, InstallationError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let raw: Vec<RawEgressRule> = serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|e| InstallationError::new(vec![e.to_string()]).said_of("egress"))?;
+    deserializer
+        .end()
+        .map_err(|e| InstallationError::new(vec![e.to_string()]).said_of("egress"))?;
+    let mut problems = Vec::new();
+    let rules = validate_egress("egress", raw, &mut problems);
+    if problems.is_empty() {
+        Ok(rules)
+    } else {
+        Err(InstallationError::new(problems).said_of("sandbox policy"))
+    }
+}
+
 /// The selected Credential Gateway (SPEC §13).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialGateway {
@@ -199,6 +275,12 @@ impl InstallationError {
         self
     }
 
+    /// The same problems, said of `origin` instead of the file.
+    fn said_of(mut self, origin: &str) -> InstallationError {
+        self.origin = origin.to_string();
+        self
+    }
+
     /// Each problem, without the origin.
     pub fn problems(&self) -> &[String] {
         &self.problems
@@ -250,6 +332,14 @@ impl Installation {
             Ok(installation)
         } else {
             Err(InstallationError::new(problems))
+        }
+    }
+
+    /// The sandbox selections the worker's passes read (SPEC S1, S3).
+    pub fn sandbox_selection(&self) -> SandboxSelection {
+        SandboxSelection {
+            driver: self.sandbox.clone(),
+            ceiling: self.sandbox_network_policy_ceiling.clone(),
         }
     }
 

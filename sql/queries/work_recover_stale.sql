@@ -2,7 +2,8 @@
 -- LEASE_EXPIRED evidence or fail at their final attempt, except a stored refused-candidate wait,
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
--- failed, with its audit evidence, in this same statement.
+-- failed, with its audit evidence, in this same statement, and a terminal sandbox-policy work
+-- fails its policy while its generation is still the stored one (SPEC S4).
 -- Bounded (Q10): expired claims are found among the live claims on the lane rows (V14's
 -- partial index work_lanes_claims), exhausted queued works in the range of work_queued_attempts above
 -- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
@@ -44,7 +45,7 @@ WITH stale AS (
     FROM stale s
     WHERE w.id = s.id
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, s.refusal
+              w.reason_code, s.refusal, w.agent_id, w.agent_target, w.idempotency_key
 ), exhausted AS (
     UPDATE occ.work w
     SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
@@ -55,7 +56,7 @@ WITH stale AS (
                                      WHERE l.lane = q.lane AND l.claim_id = q.id)
                    FOR UPDATE OF q SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, NULL::text AS refusal
+              w.reason_code, NULL::text AS refusal, w.agent_id, w.agent_target, w.idempotency_key
 ), changed AS (
     SELECT * FROM expired UNION ALL SELECT * FROM exhausted
 ), evidence AS (
@@ -71,6 +72,21 @@ WITH stale AS (
     WHERE c.state = 'failed_permanent' AND c.namespace_target = 'ready'
       AND n.id = c.namespace_id AND n.status = 'provisioning' AND n.deleted_at IS NULL
     RETURNING n.id, c.id AS work_id, c.actor_id, c.reason_code
+), failed_policies AS (
+    UPDATE occ.agent_sandbox_policies p
+    SET state = 'failed', reason_code = c.reason_code, updated_at = clock_timestamp()
+    FROM changed c
+    WHERE c.state = 'failed_permanent' AND c.agent_target = 'sandbox_policy'
+      AND p.agent_id = c.agent_id
+      AND p.generation::text = split_part(c.idempotency_key, ':', 4)
+    RETURNING p.agent_id, p.namespace_id, p.generation, c.id AS work_id, c.actor_id, c.reason_code
+), policy_audit AS (
+    INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
+                                  resource_kind, resource_id, outcome, reason_code, work_id, details)
+    SELECT i.id, f.namespace_id, 'mutation', f.actor_id, 'openclaw.agents.lifecycle.sandbox_policy',
+           'agent', f.agent_id, 'failure', f.reason_code, f.work_id,
+           jsonb_build_object('generation', f.generation, 'policyState', 'failed', 'recovery', true)
+    FROM failed_policies f CROSS JOIN occ.installation i
 ), audit AS (
     INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
                                   resource_kind, resource_id, outcome, reason_code, work_id, details)
@@ -82,4 +98,5 @@ WITH stale AS (
 -- A requeued work is claimable at once (it kept its past due time): wake idle workers (Q13).
 SELECT (SELECT count(*) FROM changed WHERE state = 'queued' AND occ.work_wake()) AS requeued,
        (SELECT count(*) FROM changed WHERE state = 'failed_permanent') AS failed,
-       (SELECT count(*) FROM failed_namespaces) AS failed_namespaces
+       (SELECT count(*) FROM failed_namespaces) AS failed_namespaces,
+       (SELECT count(*) FROM failed_policies) AS failed_policies

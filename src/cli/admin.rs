@@ -375,6 +375,8 @@ pub enum WorkOperation {
     RevisionReconcile,
     #[value(name = "revision_maintenance")]
     RevisionMaintenance,
+    #[value(name = "agent_sandbox_policy")]
+    AgentSandboxPolicy,
 }
 
 impl WorkOperation {
@@ -386,6 +388,7 @@ impl WorkOperation {
             WorkOperation::AgentDelete => queue::Operation::AgentDelete,
             WorkOperation::RevisionReconcile => queue::Operation::RevisionReconcile,
             WorkOperation::RevisionMaintenance => queue::Operation::RevisionMaintenance,
+            WorkOperation::AgentSandboxPolicy => queue::Operation::SandboxPolicy,
         }
     }
 }

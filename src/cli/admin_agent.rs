@@ -90,6 +90,34 @@ pub struct DeployArgs {
 }
 
 #[derive(Subcommand)]
+pub enum SandboxPolicyCommand {
+    /// Admit a new generation of the Agent's egress allowlist, within the Installation's
+    /// `sandboxNetworkPolicyCeiling` (OCC_INSTALLATION_CONFIG), and its work.
+    Put {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The policy: {"egress": [{"cidr": "10.0.0.0/8", "ports": [443]}, ...]}; an empty
+        /// list removes the Agent's egress policy.
+        #[arg(long)]
+        file: std::path::PathBuf,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Show the Agent's sandbox policy: generation, egress, state and code.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum AgentCommand {
     /// Create an Agent and its service principal.
     Create {
@@ -127,6 +155,9 @@ pub enum AgentCommand {
         #[command(flatten)]
         wait: WaitArg,
     },
+    /// An Agent's sandbox policy: its egress allowlist (SPEC S3).
+    #[command(subcommand)]
+    SandboxPolicy(SandboxPolicyCommand),
     /// Show the Agent and each revision's deployment status.
     Show {
         /// The Namespace id or name.
@@ -259,6 +290,30 @@ pub enum SecretCommand {
     },
 }
 
+/// The Installation configuration file the worker reads (`OCC_INSTALLATION_CONFIG`), for the
+/// selections admission pins (SPEC S2, S3); nothing selected when the variable is unset. The
+/// file is validated for the Compute Driver `implementation` names.
+pub fn installation_config(
+    implementation: Option<&str>,
+) -> Result<occ_worker::installation::Installation, CliError> {
+    use occ_worker::config::DriverKind;
+    use occ_worker::installation::{Installation, VARIABLE};
+    let Some(path) = std::env::var_os(VARIABLE).filter(|p| !p.is_empty()) else {
+        return Ok(Installation::default());
+    };
+    let compute = match implementation.map(str::trim) {
+        Some("docker") => DriverKind::Docker,
+        _ => DriverKind::Kubernetes,
+    };
+    Installation::load(std::path::Path::new(&path), compute).map_err(|e| {
+        CliError::config_lines(
+            e.to_string()
+                .lines()
+                .map(|line| format!("invalid configuration: {line}")),
+        )
+    })
+}
+
 fn compute_default() -> Option<String> {
     std::env::var("OCC_COMPUTE_DRIVER")
         .ok()
@@ -304,6 +359,10 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 .compute_implementation
                 .or_else(compute_default)
                 .unwrap_or_else(|| compute_id.clone());
+            // SPEC S2: the selected Sandbox Driver's id and facets are pinned at admission.
+            let sandbox = installation_config(Some(&implementation))?.sandbox;
+            let sandbox_id = sandbox.as_ref().map(|s| s.id.clone());
+            let sandbox_facets = sandbox.map(|s| serde_json::json!(s.facets));
             let harness = match a.harness {
                 Harness::Codex => "codex",
                 Harness::Openclaw => "openclaw",
@@ -339,7 +398,8 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     ("--actor", &a.actor),
                 ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                    p_service_account => $10)",
+                    p_service_account => $10, p_sandbox_driver_id => $11,
+                    p_sandbox_facets => $12)",
                 &[
                     &a.namespace,
                     &a.agent,
@@ -351,6 +411,8 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &compute_id,
                     &implementation,
                     &a.service_account,
+                    &sandbox_id,
+                    &sandbox_facets,
                 ],
                 (a.wait, "reconcile"),
             )
@@ -392,6 +454,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
         AgentAdmin::Agent(AgentCommand::Show { namespace, agent }) => {
             agent_show(globals, &namespace, &agent)
         }
+        AgentAdmin::Agent(AgentCommand::SandboxPolicy(command)) => sandbox_policy(globals, command),
         AgentAdmin::Configuration(ConfigurationCommand::Put {
             namespace,
             id,
@@ -539,6 +602,63 @@ pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
 
 /// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON. Every
 /// refusal is bad input (exit 2) naming the file.
+/// `agent sandbox-policy put|show` (SPEC S3): the file is validated here, then admitted with
+/// the Installation's ceiling, which admission holds it to.
+fn sandbox_policy(globals: &Globals, command: SandboxPolicyCommand) -> Result<(), CliError> {
+    match command {
+        SandboxPolicyCommand::Put {
+            namespace,
+            agent,
+            file,
+            actor,
+            wait,
+        } => {
+            let document = read_configuration(&file)?;
+            let shown = file.display().to_string();
+            let egress = document
+                .get("egress")
+                .filter(|_| document.as_object().is_some_and(|o| o.len() == 1))
+                .ok_or_else(|| {
+                    CliError::config(format!(
+                        "--file {shown}: a sandbox policy is {{\"egress\": [{{\"cidr\": NETWORK, \"ports\": [PORT, ...]}}, ...]}}"
+                    ))
+                })?;
+            let egress =
+                occ_worker::installation::parse_egress(&egress.to_string()).map_err(|e| {
+                    CliError::config_lines(
+                        e.problems().iter().map(|p| format!("--file {shown}: {p}")),
+                    )
+                })?;
+            let ceiling =
+                installation_config(compute_default().as_deref())?.sandbox_network_policy_ceiling;
+            let policy = serde_json::json!({
+                "egress": occ_worker::installation::egress_json(&egress)
+            });
+            let ceiling = occ_worker::installation::egress_json(&ceiling);
+            enqueue(
+                globals,
+                "agent sandbox-policy put",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("AGENT", &agent),
+                    ("--file", &shown),
+                    ("--actor", &actor),
+                ],
+                "SELECT occ.agent_sandbox_policy_put($1, $2, $3, $4, $5)",
+                &[&actor, &namespace, &agent, &policy, &ceiling],
+                (wait, "sandbox_policy"),
+            )
+        }
+        SandboxPolicyCommand::Show { namespace, agent } => call(
+            globals,
+            "agent sandbox-policy show",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            "SELECT occ.agent_sandbox_policy_show($1, $2)",
+            &[&namespace, &agent],
+        ),
+    }
+}
+
 fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
     use std::io::Read;
     let shown = file.display();

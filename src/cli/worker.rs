@@ -164,6 +164,15 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     };
     hooks::attach(&*compute, &installation)
         .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    // The Sandbox Driver is enforced through Compute, which preflight then checks (SPEC S1).
+    if let Some(sandbox) = &installation.sandbox {
+        if !compute.set_sandbox(sandbox) {
+            return Err(CliError::config(format!(
+                "invalid configuration: {}: sandbox needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)",
+                occ_worker::installation::VARIABLE
+            )));
+        }
+    }
     // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
         let target = match config.compute_driver {
@@ -306,6 +315,7 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         convergence_timeout: s.config.convergence_timeout,
         events: s.events.clone(),
         metrics: metrics.clone(),
+        sandbox: s.installation.sandbox_selection(),
     });
     let worker = Worker::new(
         ctx,

@@ -59,6 +59,9 @@ pub struct RevisionSpec {
     pub plugin_ids: Vec<String>,
     /// The execution admission stored with the revision (SPEC Z1), decided again every pass.
     pub execution_admission: ExecutionAdmission,
+    /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
+    /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
+    pub sandbox_facets: Vec<String>,
 }
 
 /// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
@@ -863,6 +866,39 @@ pub trait ComputeDriver: Send + Sync {
         let _ = hooks;
         false
     }
+    /// Takes the Installation's Sandbox Driver (SPEC S1), called once at start-up before
+    /// preflight; `false` when the driver cannot enforce one, which stops start-up.
+    fn set_sandbox(&self, sandbox: &crate::installation::Sandbox) -> bool {
+        let _ = sandbox;
+        false
+    }
+    /// The Sandbox Driver's `apply_egress_policy` (SPEC S3): makes the Agent's Pods' egress
+    /// exactly `egress` (its generation `generation`), removing the policy when `egress` is
+    /// empty. By default there is no Sandbox Driver: a permanent `SANDBOX_DRIVER_UNAVAILABLE`.
+    fn apply_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        generation: i32,
+        egress: &[crate::installation::EgressRule],
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let _ = (agent, generation, egress, cancel);
+        Err(ComputeError::permanent(
+            "SANDBOX_DRIVER_UNAVAILABLE",
+            "compute",
+            None,
+        ))
+    }
+    /// The Sandbox Driver's `remove_egress_policy` (SPEC S3, A2): the Agent's egress policy is
+    /// gone. By default nothing was ever applied, so nothing is left to remove.
+    fn remove_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let _ = (agent, cancel);
+        Ok(())
+    }
 }
 
 /// Checks a Namespace observation names the Namespace asked about.
@@ -1031,6 +1067,7 @@ mod tests {
             backend_id: None,
             plugin_ids: vec![],
             execution_admission: ExecutionAdmission::standard(),
+            sandbox_facets: Vec::new(),
         }
     }
 

@@ -288,3 +288,28 @@ fn errors_name_the_variable_and_the_file() {
     let missing = Installation::load(&path, DriverKind::Docker).unwrap_err();
     assert!(missing.to_string().contains("cannot be read"), "{missing}");
 }
+
+#[test]
+fn s3_a_policy_is_within_a_ceiling_entry_holding_its_network_and_all_its_ports() {
+    let rule = |cidr: &str, ports: &[u16]| EgressRule {
+        cidr: cidr.into(),
+        ports: ports.to_vec(),
+    };
+    let ceiling = [
+        rule("10.0.0.0/8", &[443, 5432]),
+        rule("2001:db8::/32", &[443]),
+    ];
+    assert!(within(&[rule("10.1.0.0/16", &[443])], &ceiling));
+    assert!(within(&[rule("10.0.0.0/8", &[443, 5432])], &ceiling));
+    assert!(within(&[rule("2001:db8:1::/48", &[443])], &ceiling));
+    assert!(within(&[], &[]));
+    assert!(!within(&[rule("10.0.0.0/7", &[443])], &ceiling));
+    assert!(!within(&[rule("11.0.0.0/8", &[443])], &ceiling));
+    assert!(!within(&[rule("10.1.0.0/16", &[80])], &ceiling));
+    assert!(!within(&[rule("2001:db8:1::/48", &[5432])], &ceiling));
+    assert!(!within(&[rule("10.1.0.0/16", &[443])], &[]));
+    assert!(within(
+        &[rule("192.168.1.0/24", &[22])],
+        &[rule("0.0.0.0/0", &[22])]
+    ));
+}

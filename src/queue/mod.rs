@@ -38,6 +38,8 @@ pub enum Operation {
     AgentDelete,
     RevisionReconcile,
     RevisionMaintenance,
+    /// An Agent's sandbox policy (SPEC S3).
+    SandboxPolicy,
 }
 
 impl Operation {
@@ -53,6 +55,7 @@ impl Operation {
             Operation::RevisionReconcile | Operation::RevisionMaintenance => {
                 "agent_revision.reconcile"
             }
+            Operation::SandboxPolicy => "agent.sandbox_policy",
         }
     }
 
@@ -64,16 +67,18 @@ impl Operation {
             Operation::AgentDelete => "agent_delete",
             Operation::RevisionReconcile => "revision_reconcile",
             Operation::RevisionMaintenance => "revision_maintenance",
+            Operation::SandboxPolicy => "agent_sandbox_policy",
         }
     }
 
-    pub const ALL: [Operation; 6] = [
+    pub const ALL: [Operation; 7] = [
         Operation::NamespaceEnsure,
         Operation::NamespaceDelete,
         Operation::AgentStop,
         Operation::AgentDelete,
         Operation::RevisionReconcile,
         Operation::RevisionMaintenance,
+        Operation::SandboxPolicy,
     ];
 
     fn parse(s: &str) -> Option<Operation> {
@@ -194,6 +199,24 @@ impl NewWork {
         }
     }
 
+    /// `agent:<id>:sandbox_policy:<generation>` (SPEC S3, §12).
+    pub fn sandbox_policy(
+        namespace_id: &str,
+        agent_id: &str,
+        generation: i32,
+        actor_id: &str,
+    ) -> NewWork {
+        NewWork {
+            key: format!("agent:{agent_id}:sandbox_policy:{generation}"),
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: None,
+            namespace_target: None,
+            agent_target: Some("sandbox_policy"),
+            actor_id: actor_id.into(),
+        }
+    }
+
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -306,6 +329,8 @@ pub struct Recovered {
     pub requeued: i64,
     pub failed: i64,
     pub failed_namespaces: i64,
+    /// Sandbox policies failed with their work (SPEC S4).
+    pub failed_policies: i64,
 }
 
 /// Queue depth.
@@ -703,6 +728,7 @@ pub fn work_recover_stale(
         requeued: row.get(0),
         failed: row.get(1),
         failed_namespaces: row.get(2),
+        failed_policies: row.get(3),
     })
 }
 

@@ -21,6 +21,7 @@ const REVISIONS_LOAD: &str = include_str!("../../sql/queries/agent_revisions_loa
 const AGENT_LOCK: &str = include_str!("../../sql/queries/agent_lock.sql");
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
 const DELETE_FINALIZE: &str = include_str!("../../sql/queries/agent_delete_finalize.sql");
+const SANDBOX_POLICY_LOAD: &str = include_str!("../../sql/queries/sandbox_policy_load.sql");
 
 /// An Agent as a pass sees it.
 #[derive(Clone, Debug)]
@@ -79,6 +80,9 @@ pub struct RevisionRow {
     pub secret_driver_id: Option<String>,
     /// The stored execution admission (SPEC Z1).
     pub execution_admission: ExecutionAdmission,
+    /// The Sandbox Driver and its facets pinned at admission (SPEC S2).
+    pub sandbox_driver_id: Option<String>,
+    pub sandbox_facets: Vec<String>,
 }
 
 impl RevisionRow {
@@ -132,6 +136,7 @@ impl RevisionRow {
             backend_id: self.backend_id.clone(),
             plugin_ids: self.plugin_ids(),
             execution_admission: self.execution_admission.clone(),
+            sandbox_facets: self.sandbox_facets.clone(),
         }
     }
 }
@@ -202,6 +207,9 @@ pub fn load_revisions(
                 execution_admission: serde_json::from_value(r.get(24)).map_err(|e| {
                     PassError::Invariant(format!("stored execution admission: {e}"))
                 })?,
+                sandbox_driver_id: r.get(25),
+                sandbox_facets: serde_json::from_value(r.get(26))
+                    .map_err(|e| PassError::Invariant(format!("pinned sandbox facets: {e}")))?,
             })
         })
         .collect()
@@ -603,7 +611,7 @@ pub struct StopFacts {
 /// Agent delete (SPEC A2).
 ///
 /// Expected flow: reauthorize `delete`; retire every revision through Compute; delete the
-/// Agent's runtime credentials; then, in one claim-fenced transaction, remove API keys, IAM
+/// Agent's runtime credentials and, when it has a sandbox policy, its egress policy (S3); then, in one claim-fenced transaction, remove API keys, IAM
 /// bindings and restrictions naming the Agent or its service principal, append the
 /// `openclaw.agents.lifecycle.delete` audit (`AGENT_DELETED`), and delete the Agent, whose
 /// deletion cascades to its revisions, service principal and work rows — the current one
@@ -672,6 +680,16 @@ impl Reconciler for AgentDelete {
         }
         try_effect!(pass, "credentials", |c| driver
             .delete_agent_runtime_credentials(&spec, c));
+        // The Agent's egress policy goes before its finalizer (SPEC S3).
+        let has_policy = {
+            let mut db = pass.db()?;
+            db.query_opt(SANDBOX_POLICY_LOAD, &[&ns, &agent_id])?
+                .is_some()
+        };
+        if has_policy {
+            try_effect!(pass, "sandbox_policy", |c| driver
+                .remove_egress_policy(&spec, c));
+        }
         let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
         let details =
             json!({"retiredRevisions": retired, "servicePrincipalId": agent.service_principal_id});

@@ -28,6 +28,7 @@ pub mod namespace;
 pub mod probe;
 pub mod publish;
 pub mod revision;
+pub mod sandbox_policy;
 pub mod subnets;
 
 /// Everything a pass may use, shared by every worker thread.
@@ -39,6 +40,8 @@ pub struct Context {
     pub convergence_timeout: Duration,
     pub events: Events,
     pub metrics: Metrics,
+    /// The Installation's Sandbox Driver and egress ceiling (SPEC S1, S3).
+    pub sandbox: crate::installation::SandboxSelection,
 }
 
 /// What a reconciler observed, before policy.
@@ -99,6 +102,7 @@ pub enum Facts {
     Namespace(namespace::NamespaceFacts),
     Stop(agent::StopFacts),
     Revision(revision::RevisionFacts),
+    SandboxPolicy(sandbox_policy::PolicyFacts),
 }
 
 impl Facts {

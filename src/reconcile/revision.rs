@@ -1430,6 +1430,10 @@ pub fn agent_registry(registry: super::Registry) -> super::Registry {
         .with(Operation::AgentDelete, Arc::new(super::agent::AgentDelete))
         .with(Operation::RevisionReconcile, revision.clone())
         .with(Operation::RevisionMaintenance, revision)
+        .with(
+            Operation::SandboxPolicy,
+            Arc::new(super::sandbox_policy::SandboxPolicyReconciler),
+        )
 }
 
 #[cfg(test)]

@@ -267,6 +267,7 @@ impl Worker {
             json!({
                 "computeDriverId": ctx.compute.id(),
                 "computeImplementation": ctx.compute.implementation(),
+                "sandboxDriverId": ctx.sandbox.driver.as_ref().map(|s| &s.id),
                 "concurrency": options.concurrency,
             }),
         );

@@ -81,6 +81,7 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         backend_id: None,
         plugin_ids: vec![],
         execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
+        sandbox_facets: Vec::new(),
     }
 }
 

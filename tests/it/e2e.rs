@@ -267,6 +267,7 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
             convergence_timeout: Duration::from_secs(60),
             events: Events::discard(),
             metrics: Metrics::new(),
+            sandbox: Default::default(),
         });
         let r = Arc::new(NamespaceReconciler);
         let registry = Registry::new()

@@ -36,6 +36,7 @@ mod readme;
 mod revision;
 mod round_trips;
 mod runtime;
+mod sandbox;
 mod scripted;
 mod scripts;
 mod stall;

@@ -49,6 +49,7 @@ impl Harness {
             convergence_timeout,
             events: Events::discard(),
             metrics: Metrics::new(),
+            sandbox: Default::default(),
         });
         Harness {
             db,

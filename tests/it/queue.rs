@@ -671,7 +671,8 @@ fn recovery_requeues_an_expired_lease_and_keeps_the_attempt() {
         Recovered {
             requeued: 1,
             failed: 0,
-            failed_namespaces: 0
+            failed_namespaces: 0,
+            failed_policies: 0
         }
     );
     assert_eq!(row_state(&mut c, id), ("queued".into(), 1, None));
@@ -716,7 +717,8 @@ fn recovery_at_the_final_attempt_fails_the_work_and_its_namespace() {
         Recovered {
             requeued: 0,
             failed: 2,
-            failed_namespaces: 1
+            failed_namespaces: 1,
+            failed_policies: 0
         }
     );
     assert_eq!(
@@ -776,7 +778,8 @@ fn recovery_fails_queued_work_with_exhausted_attempts() {
         Recovered {
             requeued: 0,
             failed: 1,
-            failed_namespaces: 1
+            failed_namespaces: 1,
+            failed_policies: 0
         }
     );
     assert_eq!(

@@ -918,6 +918,7 @@ fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
         convergence_timeout: ctx.convergence_timeout,
         events: occ_worker::events::Events::to(Box::new(PanicOnStopping)),
         metrics: ctx.metrics.clone(),
+        sandbox: ctx.sandbox.clone(),
     });
     let worker = Worker::new(ctx, Registry::new(), runtime_options(&db, 2));
     let stop = worker.stop_handle();

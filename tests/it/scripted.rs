@@ -642,6 +642,7 @@ fn run_events(
             convergence_timeout: convergence,
             events: events(),
             metrics: Metrics::new(),
+            sandbox: Default::default(),
         });
         let worker = Worker::new(
             ctx,

@@ -298,6 +298,7 @@ pub fn context(db: &TestDb, lease: Duration, max_attempts: i32) -> (Arc<Context>
         convergence_timeout: Duration::from_secs(900),
         events: Events::to(Box::new(captured.clone())),
         metrics: Metrics::new(),
+        sandbox: Default::default(),
     };
     (Arc::new(ctx), captured)
 }
@@ -565,6 +566,7 @@ impl NamespaceWorker {
             convergence_timeout: Duration::from_secs(120),
             events: o.events,
             metrics: Metrics::new(),
+            sandbox: Default::default(),
         });
         let r = Arc::new(NamespaceReconciler);
         let registry = Registry::new()
@@ -662,5 +664,6 @@ pub fn bare_revision(
         backend_id: None,
         plugin_ids: vec![],
         execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
+        sandbox_facets: Vec::new(),
     }
 }

@@ -98,6 +98,7 @@ pub fn context(url: &str, concurrency: usize) -> Result<Arc<Context>, BenchError
         convergence_timeout: Duration::from_secs(900),
         events: Events::discard(),
         metrics: Metrics::new(),
+        sandbox: Default::default(),
     }))
 }
 

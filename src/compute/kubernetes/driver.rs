@@ -33,6 +33,7 @@ use super::names::{
     self, LABEL_AGENT, LABEL_COMPONENT, LABEL_INSTALLATION, LABEL_NAMESPACE, LABEL_REVISION,
 };
 use super::observe::{self, Rollout};
+use super::sandbox;
 use super::settings::Settings;
 use crate::cancel::CancelToken;
 use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
@@ -41,11 +42,11 @@ use crate::compute::{
     NamespaceObservation, NamespaceSpec, PreflightWarning, RevisionObservation, RevisionSpec,
     RuntimeCredentials, Withdrawal,
 };
-use crate::installation::Phase;
+use crate::installation::{Phase, Sandbox};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const CORE: &str = "/api/v1";
@@ -54,6 +55,7 @@ const NETWORKING: &str = "/apis/networking.k8s.io/v1";
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
 const DISCOVERY: &str = "/apis/discovery.k8s.io/v1";
 const AUTHORIZATION: &str = "/apis/authorization.k8s.io/v1";
+const NODE: &str = "/apis/node.k8s.io/v1";
 
 /// Every (verb, group, resource) the driver uses; preflight asks a SelfSubjectAccessReview
 /// for each (`pods/proxy` is the resource `pods`, subresource `proxy`).
@@ -92,6 +94,7 @@ pub const ACCESS: &[(&str, &str, &str)] = &[
     ("list", "", "pods"),
     ("get", "", "pods/proxy"),
     ("list", "discovery.k8s.io", "endpointslices"),
+    ("get", "node.k8s.io", "runtimeclasses"),
 ];
 
 /// The Kubernetes Compute Driver.
@@ -111,6 +114,8 @@ pub struct KubernetesDriver {
     production: bool,
     /// The Installation's lifecycle hooks (SPEC H2, H3).
     hooks: HookSlot,
+    /// The Installation's Sandbox Driver, enforced through this driver (SPEC S1, S2).
+    sandbox: OnceLock<Sandbox>,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -232,6 +237,7 @@ impl KubernetesDriver {
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             production: false,
             hooks: HookSlot::default(),
+            sandbox: OnceLock::new(),
         }
     }
 
@@ -565,6 +571,7 @@ impl KubernetesDriver {
             .to_string();
         let namespace =
             self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        self.facets_hold(revision, &namespace, cancel)?;
         let taken: Vec<&str> = revision
             .secrets
             .iter()
@@ -584,7 +591,56 @@ impl KubernetesDriver {
             &self.settings,
             self.progress_deadline_seconds,
         )?;
+        let desired = self.enforce(revision, desired)?;
         Ok((namespace, desired))
+    }
+
+    /// The revision's pinned facets hold in its namespace (SPEC S2): each is one the Sandbox
+    /// Driver offers, the namespace enforces the restricted Pod Security level, and its
+    /// default-deny NetworkPolicy exists. Read before anything of the revision is written; one
+    /// that does not hold refuses the revision, permanent `SANDBOX_FACET_UNAVAILABLE`.
+    fn facets_hold(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let pinned = &revision.sandbox_facets;
+        sandbox::offered(pinned, self.sandbox.get())?;
+        if pinned.iter().any(|f| f == "pod-security-restricted") {
+            let current = self
+                .client
+                .get(&format!("{CORE}/namespaces/{namespace}"), cancel)
+                .map_err(|e| fail(e, "namespaces"))?;
+            if !current.is_some_and(|n| sandbox::namespace_restricted(&n)) {
+                return Err(sandbox::facet_unavailable());
+            }
+        }
+        if pinned.iter().any(|f| f == "default-deny-egress") {
+            let path = format!(
+                "{NETWORKING}/namespaces/{namespace}/networkpolicies/{}",
+                manifests::DEFAULT_DENY
+            );
+            if self
+                .get_owned(&path, &revision.installation_id, "networkpolicies", cancel)?
+                .is_none()
+            {
+                return Err(sandbox::facet_unavailable());
+            }
+        }
+        Ok(())
+    }
+
+    /// `desired` with the revision's pinned facets applied, refused with
+    /// `SANDBOX_FACET_UNAVAILABLE` when the workload would not enforce one (SPEC S2).
+    fn enforce(&self, revision: &RevisionSpec, desired: Value) -> Result<Value, ComputeError> {
+        let pinned = &revision.sandbox_facets;
+        let desired = sandbox::apply(desired, pinned, self.sandbox.get());
+        if sandbox::workload_enforces(&desired, pinned, self.sandbox.get()) {
+            Ok(desired)
+        } else {
+            Err(sandbox::facet_unavailable())
+        }
     }
 
     /// Converges a Deployment to `desired` and makes sure it runs one replica: a stop scaled
@@ -652,13 +708,16 @@ impl KubernetesDriver {
         let image = self.settings.gateway_image.as_deref().ok_or_else(|| {
             ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
         })?;
-        Ok(manifests::dedicated_gateway(
+        self.enforce(
             revision,
-            namespace,
-            image,
-            &self.settings,
-            self.progress_deadline_seconds,
-        ))
+            manifests::dedicated_gateway(
+                revision,
+                namespace,
+                image,
+                &self.settings,
+                self.progress_deadline_seconds,
+            ),
+        )
     }
 
     /// An owned object at `path`, or `None`; one without this installation's labels is
@@ -941,6 +1000,30 @@ impl KubernetesDriver {
             .map_err(|e| fail(e, "namespaces"))
     }
 
+    /// The Sandbox Driver's RuntimeClass exists when `runtime-class` is one of its facets
+    /// (SPEC S1): a missing one stops start-up (`SANDBOX_RUNTIME_CLASS_NOT_FOUND`).
+    fn check_runtime_class(&self, cancel: &CancelToken) -> Result<(), ComputeError> {
+        let Some(name) = self
+            .sandbox
+            .get()
+            .and_then(|s| s.runtime_class_name.as_deref())
+        else {
+            return Ok(());
+        };
+        let found = self
+            .client
+            .get(&format!("{NODE}/runtimeclasses/{name}"), cancel)
+            .map_err(|e| fail(e, "runtimeclasses"))?;
+        match found {
+            Some(_) => Ok(()),
+            None => Err(ComputeError::permanent(
+                "SANDBOX_RUNTIME_CLASS_NOT_FOUND",
+                "kubernetes",
+                Some(404),
+            )),
+        }
+    }
+
     fn namespace_observation(spec: &NamespaceSpec, pending: Option<&str>) -> NamespaceObservation {
         NamespaceObservation {
             namespace_id: spec.namespace_id.clone(),
@@ -1010,6 +1093,7 @@ impl ComputeDriver for KubernetesDriver {
                 });
             }
         }
+        self.check_runtime_class(cancel)?;
         Ok(warnings)
     }
 
@@ -1440,6 +1524,65 @@ impl ComputeDriver for KubernetesDriver {
     /// All four phases (SPEC H2, H3).
     fn set_lifecycle_hooks(&self, hooks: Arc<LifecycleHooks>) -> bool {
         self.hooks.set(hooks);
+        true
+    }
+
+    /// NetworkPolicy `occ-egress-<agent>` selecting the Agent's Pods, egress to each entry's
+    /// network on its TCP ports; deleted when `egress` is empty (SPEC S3). Owned like the
+    /// Agent's other objects: one without this installation's labels is never touched.
+    fn apply_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        generation: i32,
+        egress: &[crate::installation::EgressRule],
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        if self.sandbox.get().is_none() {
+            return Err(ComputeError::permanent(
+                "SANDBOX_DRIVER_UNAVAILABLE",
+                "kubernetes_sandbox",
+                None,
+            ));
+        }
+        if egress.is_empty() {
+            return self.remove_egress_policy(agent, cancel);
+        }
+        let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
+        self.converge(
+            &format!("{NETWORKING}/namespaces/{namespace}/networkpolicies"),
+            &sandbox::egress_policy(agent, &namespace, generation, egress),
+            &agent.installation_id,
+            "networkpolicies",
+            cancel,
+        )
+        .map(drop)
+    }
+
+    fn remove_egress_policy(
+        &self,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&agent.installation_id, &agent.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
+        self.delete_owned(
+            &format!(
+                "{NETWORKING}/namespaces/{namespace}/networkpolicies/{}",
+                sandbox::egress_policy_name(&agent.agent_id)
+            ),
+            &agent.installation_id,
+            "networkpolicies",
+            cancel,
+        )
+        .map(drop)
+    }
+
+    /// The built-in `kubernetes-sandbox` (SPEC S1); a second call keeps the first.
+    fn set_sandbox(&self, sandbox: &Sandbox) -> bool {
+        let _ = self.sandbox.set(sandbox.clone());
         true
     }
 

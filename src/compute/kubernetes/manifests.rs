@@ -623,6 +623,7 @@ mod tests {
             backend_id: None,
             plugin_ids: vec![],
             execution_admission: crate::compute::ExecutionAdmission::standard(),
+            sandbox_facets: Vec::new(),
         }
     }
 

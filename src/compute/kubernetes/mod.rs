@@ -3,8 +3,8 @@
 //!
 //! `connection` finds the API server and credentials (in-cluster or kubeconfig), `client`
 //! sends requests and types their errors, `settings` reads the driver file, `names` derives
-//! object names and labels, `manifests` builds the objects, `observe` reads their status, and
-//! `driver` implements `ComputeDriver` with them. Nothing here touches the database.
+//! object names and labels, `manifests` builds the objects, `observe` reads their status, `sandbox` builds and checks what the
+//! Sandbox Driver enforces (SPEC §15), and `driver` implements `ComputeDriver` with them. Nothing here touches the database.
 
 pub mod client;
 pub mod connection;
@@ -13,6 +13,7 @@ pub mod exec;
 pub mod manifests;
 pub mod names;
 pub mod observe;
+pub mod sandbox;
 pub mod settings;
 
 pub use driver::KubernetesDriver;

@@ -119,6 +119,15 @@ pub static RESOURCES: &[Resource] = &[
         false,
     ),
     res(
+        "runtimeclasses",
+        "RuntimeClass",
+        "node.k8s.io",
+        "v1",
+        false,
+        Subdomain,
+        false,
+    ),
+    res(
         "endpointslices",
         "EndpointSlice",
         "discovery.k8s.io",
