@@ -926,6 +926,102 @@ END $$;
 
 
 --
+-- Name: credential_source_create(text, text, text, text, text, text, jsonb, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_source_create(p_namespace text, p_id text, p_kind text, p_backend_ref text, p_owner text, p_driver_id text, p_egress jsonb, p_actor text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c occ.credential_sources;
+BEGIN
+    p_namespace := occ.agent_ready_namespace(p_namespace);
+    PERFORM occ.agent_require(p_actor, 'create', 'credential_source', p_id, p_namespace);
+    INSERT INTO occ.credential_sources (namespace_id, id, kind, owner, driver_id, backend_ref,
+                                        egress, created_by)
+    VALUES (p_namespace, p_id, p_kind, coalesce(p_owner, 'credential_gateway'), p_driver_id,
+            p_backend_ref, p_egress, p_actor)
+    RETURNING * INTO c;
+    PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.credential_sources.create',
+        'credential_source', p_id,
+        jsonb_build_object('kind', c.kind, 'owner', c.owner, 'driverId', c.driver_id,
+                           'backendRef', c.backend_ref, 'egress', c.egress));
+    RETURN occ.credential_source_json(c);
+END $$;
+
+
+--
+-- Name: credential_source_disable(text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_source_disable(p_namespace text, p_id text, p_actor text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c occ.credential_sources;
+BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
+    SELECT * INTO c FROM occ.credential_sources
+    WHERE namespace_id = p_namespace AND id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'credential source %/% does not exist', p_namespace, p_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM occ.agent_require(p_actor, 'administer', 'credential_source', p_id, p_namespace);
+    IF c.state = 'disabled' THEN
+        RAISE EXCEPTION 'credential source %/% is already disabled (by % at %)', p_namespace, p_id,
+            c.disabled_by, to_char(c.disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE occ.credential_sources SET state = 'disabled', disabled_at = clock_timestamp(),
+        disabled_by = p_actor
+    WHERE namespace_id = p_namespace AND id = p_id
+    RETURNING * INTO c;
+    PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.credential_sources.disable',
+        'credential_source', p_id, '{}');
+    RETURN occ.credential_source_json(c);
+END $$;
+
+
+--
+-- Name: credential_sources; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.credential_sources (
+    namespace_id text NOT NULL,
+    id text NOT NULL,
+    kind text NOT NULL,
+    owner text NOT NULL,
+    driver_id text NOT NULL,
+    state text DEFAULT 'ready'::text NOT NULL,
+    backend_ref text NOT NULL,
+    egress jsonb,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    disabled_at timestamp with time zone,
+    disabled_by text,
+    CONSTRAINT credential_sources_backend_ref_check CHECK ((backend_ref ~ '^[a-z0-9][-a-z0-9]*/[a-z0-9][-a-z0-9.]*/[-._a-zA-Z0-9]+$'::text)),
+    CONSTRAINT credential_sources_disabled_check CHECK ((((state = 'disabled'::text) = ((disabled_at IS NOT NULL) AND (disabled_by IS NOT NULL))) AND ((disabled_at IS NULL) = (disabled_by IS NULL)))),
+    CONSTRAINT credential_sources_driver_id_check CHECK (((length(btrim(driver_id)) > 0) AND (length(driver_id) <= 128))),
+    CONSTRAINT credential_sources_egress_check CHECK (((egress IS NULL) OR COALESCE(((jsonb_typeof(egress) = 'object'::text) AND (((egress - 'provider'::text) - 'backend'::text) = '{}'::jsonb) AND (jsonb_typeof((egress -> 'provider'::text)) = 'string'::text) AND (jsonb_typeof((egress -> 'backend'::text)) = 'string'::text) AND (length(btrim((egress ->> 'provider'::text))) > 0) AND (length(btrim((egress ->> 'backend'::text))) > 0)), false))),
+    CONSTRAINT credential_sources_id_check CHECK (occ.is_ident(id)),
+    CONSTRAINT credential_sources_kind_check CHECK ((kind = ANY (ARRAY['model_key'::text, 'tool'::text]))),
+    CONSTRAINT credential_sources_namespace_id_check CHECK (occ.is_ident(namespace_id)),
+    CONSTRAINT credential_sources_owner_check CHECK ((owner = ANY (ARRAY['credential_gateway'::text, 'credential_proxy'::text]))),
+    CONSTRAINT credential_sources_state_check CHECK ((state = ANY (ARRAY['ready'::text, 'disabled'::text])))
+);
+
+
+--
+-- Name: credential_source_json(occ.credential_sources); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_source_json(c occ.credential_sources) RETURNS jsonb
+    LANGUAGE sql STABLE
+    RETURN jsonb_build_object('namespaceId', (c).namespace_id, 'id', (c).id, 'kind', (c).kind, 'owner', (c).owner, 'driverId', (c).driver_id, 'state', (c).state, 'backendRef', (c).backend_ref, 'egress', (c).egress, 'createdBy', (c).created_by, 'createdAt', to_char(((c).created_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text), 'disabledBy', (c).disabled_by, 'disabledAt', to_char(((c).disabled_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text));
+
+
+--
 -- Name: egress_within(jsonb, jsonb); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1486,9 +1582,9 @@ BEGIN
         scope_kind := 'installation';
         RETURN;
     END IF;
-    m := regexp_match(p_scope, '^(namespace|agent|secret|service_account):([^/]+)(?:/(.+))?$');
+    m := regexp_match(p_scope, '^(namespace|agent|secret|service_account|credential_source):([^/]+)(?:/(.+))?$');
     IF m IS NULL OR (m[1] = 'namespace') <> (m[3] IS NULL) THEN
-        RAISE EXCEPTION 'invalid scope %: installation, namespace:NS, agent:NS/AGENT, secret:NS/ID or service_account:NS/ID',
+        RAISE EXCEPTION 'invalid scope %: installation, namespace:NS, agent:NS/AGENT, secret:NS/ID, service_account:NS/ID or credential_source:NS/ID',
             p_scope USING ERRCODE = 'invalid_parameter_value';
     END IF;
     namespace_id := occ.resolve_namespace(m[2]);
@@ -1505,6 +1601,9 @@ BEGIN
     ELSIF m[1] = 'secret' THEN
         SELECT s.id INTO resource_id FROM occ.secrets s
         WHERE s.namespace_id = parse_scope.namespace_id AND s.id = m[3];
+    ELSIF m[1] = 'credential_source' THEN
+        SELECT c.id INTO resource_id FROM occ.credential_sources c
+        WHERE c.namespace_id = parse_scope.namespace_id AND c.id = m[3];
     ELSE
         SELECT s.id INTO resource_id FROM occ.service_accounts s
         WHERE s.namespace_id = parse_scope.namespace_id AND s.id = m[3];
@@ -2097,7 +2196,7 @@ CREATE TABLE occ.audit_events (
     CONSTRAINT audit_events_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT audit_events_outcome_check CHECK ((outcome = ANY (ARRAY['success'::text, 'failure'::text, 'denied'::text]))),
     CONSTRAINT audit_events_reason_code_check CHECK ((reason_code ~ '^[A-Z][A-Z0-9_]*$'::text)),
-    CONSTRAINT audit_events_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'agent_revision'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'identity'::text, 'iam_binding'::text, 'iam_group'::text, 'work'::text])))
+    CONSTRAINT audit_events_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'agent_revision'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'identity'::text, 'iam_binding'::text, 'iam_group'::text, 'work'::text, 'credential_source'::text])))
 );
 
 
@@ -2188,7 +2287,7 @@ CREATE TABLE occ.iam_bindings (
     CONSTRAINT iam_bindings_one_principal CHECK (((principal_id IS NULL) <> (group_id IS NULL))),
     CONSTRAINT iam_bindings_principal_id_check CHECK (occ.is_ident(principal_id)),
     CONSTRAINT iam_bindings_resource_id_check CHECK (occ.is_ident(resource_id)),
-    CONSTRAINT iam_bindings_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text]))),
+    CONSTRAINT iam_bindings_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'credential_source'::text]))),
     CONSTRAINT iam_bindings_role_id_check CHECK (occ.is_ident(role_id)),
     CONSTRAINT iam_bindings_scope_kind_check CHECK ((scope_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'resource'::text])))
 );
@@ -2255,7 +2354,7 @@ CREATE TABLE occ.iam_restrictions (
     CONSTRAINT iam_restrictions_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT iam_restrictions_principal_id_check CHECK (occ.is_ident(principal_id)),
     CONSTRAINT iam_restrictions_resource_id_check CHECK (occ.is_ident(resource_id)),
-    CONSTRAINT iam_restrictions_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['namespace'::text, 'agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text]))),
+    CONSTRAINT iam_restrictions_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['namespace'::text, 'agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'credential_source'::text]))),
     CONSTRAINT iam_restrictions_scope_kind_check CHECK ((scope_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'resource'::text])))
 );
 
@@ -2290,7 +2389,7 @@ CREATE TABLE occ.iam_roles (
     builtin boolean DEFAULT false NOT NULL,
     CONSTRAINT iam_roles_actions_check CHECK (((cardinality(actions) > 0) AND (actions <@ ARRAY['create'::text, 'delete'::text, 'administer'::text, 'operate'::text, 'deploy'::text, 'read'::text]))),
     CONSTRAINT iam_roles_id_check CHECK (occ.is_ident(id)),
-    CONSTRAINT iam_roles_resource_kinds_check CHECK (((cardinality(resource_kinds) > 0) AND (resource_kinds <@ ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text])))
+    CONSTRAINT iam_roles_resource_kinds_check CHECK (((cardinality(resource_kinds) > 0) AND (resource_kinds <@ ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'credential_source'::text])))
 );
 
 
@@ -2778,6 +2877,14 @@ ALTER TABLE ONLY occ.configurations
 
 
 --
+-- Name: credential_sources credential_sources_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.credential_sources
+    ADD CONSTRAINT credential_sources_pkey PRIMARY KEY (namespace_id, id);
+
+
+--
 -- Name: docker_subnets docker_subnets_disjoint; Type: CONSTRAINT; Schema: occ; Owner: -
 --
 
@@ -3165,6 +3272,14 @@ ALTER TABLE ONLY occ.audit_events
 
 ALTER TABLE ONLY occ.configurations
     ADD CONSTRAINT configurations_namespace_id_fkey FOREIGN KEY (namespace_id) REFERENCES occ.namespaces_all(id);
+
+
+--
+-- Name: credential_sources credential_sources_namespace_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.credential_sources
+    ADD CONSTRAINT credential_sources_namespace_id_fkey FOREIGN KEY (namespace_id) REFERENCES occ.namespaces_all(id);
 
 
 --

@@ -55,6 +55,7 @@ pub enum ResourceKind {
     Configuration,
     Secret,
     ServiceAccount,
+    CredentialSource,
 }
 
 impl ResourceKind {
@@ -66,6 +67,7 @@ impl ResourceKind {
             ResourceKind::Configuration => "configuration",
             ResourceKind::Secret => "secret",
             ResourceKind::ServiceAccount => "service_account",
+            ResourceKind::CredentialSource => "credential_source",
         }
     }
 }

@@ -19,6 +19,10 @@ const GRANT_LIST: &str = include_str!("../sql/queries/operator_grant_list.sql");
 const ROLE_LIST: &str = include_str!("../sql/queries/operator_role_list.sql");
 const AGENT_LIST: &str = include_str!("../sql/queries/operator_agent_list.sql");
 const SECRET_LIST: &str = include_str!("../sql/queries/operator_secret_list.sql");
+const CREDENTIAL_SOURCE_LIST: &str =
+    include_str!("../sql/queries/operator_credential_source_list.sql");
+const CREDENTIAL_SOURCE_SHOW: &str =
+    include_str!("../sql/queries/operator_credential_source_show.sql");
 const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configuration_list.sql");
 const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configuration_show.sql");
 const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
@@ -87,6 +91,20 @@ pub fn agent_list(c: &mut Client, namespace_id: &str) -> Result<Value, Error> {
 
 pub fn secret_list(c: &mut Client, namespace_id: &str) -> Result<Value, Error> {
     one(c, SECRET_LIST, &[&namespace_id])
+}
+
+/// The credential sources of a Namespace, disabled ones included (SPEC §13).
+pub fn credential_source_list(c: &mut Client, namespace_id: &str) -> Result<Value, Error> {
+    one(c, CREDENTIAL_SOURCE_LIST, &[&namespace_id])
+}
+
+/// One credential source, or `None` (SPEC §13).
+pub fn credential_source_show(
+    c: &mut Client,
+    namespace_id: &str,
+    id: &str,
+) -> Result<Option<Value>, Error> {
+    maybe(c, CREDENTIAL_SOURCE_SHOW, &[&namespace_id, &id])
 }
 
 pub fn configuration_list(c: &mut Client, namespace_id: &str) -> Result<Value, Error> {

@@ -207,7 +207,7 @@ pub struct GrantArgs {
     /// The role to grant (`admin role list`).
     #[arg(required = true)]
     role: Option<String>,
-    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID | credential_source:NS/ID
     #[arg(long, required = true)]
     scope: Option<String>,
     /// The installation administrator performing the change.
@@ -222,7 +222,7 @@ pub enum GrantCommand {
         /// An identity id, or `group:ID`.
         #[arg(long)]
         principal: Option<String>,
-        /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+        /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID | credential_source:NS/ID
         #[arg(long)]
         scope: Option<String>,
         #[command(flatten)]
@@ -236,7 +236,7 @@ pub struct BindingArgs {
     principal: String,
     /// The role of the binding (`admin role list`).
     role: String,
-    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID
+    /// installation | namespace:NS | agent:NS/AGENT | secret:NS/ID | credential_source:NS/ID
     #[arg(long)]
     scope: String,
     /// The installation administrator performing the change.

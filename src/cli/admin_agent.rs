@@ -29,6 +29,10 @@ pub enum AgentAdmin {
     /// binding (SPEC M1, M4).
     #[command(subcommand)]
     ServiceAccount(ServiceAccountCommand),
+    /// Namespace-owned credential sources: model keys and tool credentials a Credential
+    /// Gateway attaches (SPEC §13).
+    #[command(subcommand)]
+    CredentialSource(super::admin_credential::CredentialSourceCommand),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -476,6 +480,7 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             )
         }
         AgentAdmin::ServiceAccount(cmd) => service_account(globals, cmd),
+        AgentAdmin::CredentialSource(cmd) => super::admin_credential::run(globals, cmd),
         AgentAdmin::Secret(SecretCommand::Create {
             namespace,
             id,

@@ -1,4 +1,4 @@
-//! The operator reads of `admin identity|group|grant|role|agent|secret|configuration list|show`
+//! The operator reads of `admin identity|group|grant|role|agent|secret|configuration|credential-source list|show`
 //! (SPEC section 9): each calls one `occ_worker::operator` function and prints JSON with
 //! `--json`, a table (lists) or the indented form (one object) otherwise.
 //!
@@ -25,6 +25,8 @@ pub enum Read<'a> {
     Secrets(&'a str),
     Configurations(&'a str),
     Configuration(&'a str, &'a str),
+    CredentialSources(&'a str),
+    CredentialSource(&'a str, &'a str),
 }
 
 /// Reads `read`; a list prints its first `page.limit` rows.
@@ -130,6 +132,39 @@ pub fn run(globals: &Globals, read: Read, page: Page) -> Result<(), CliError> {
                     ("CREATED", "createdAt"),
                 ],
             );
+        }
+        Read::CredentialSources(ns) => {
+            let v = in_namespace(
+                &mut c,
+                "credential-source list",
+                ns,
+                operator::credential_source_list,
+            )?;
+            globals.print_table(
+                &page.first(v),
+                &[
+                    ("ID", "id"),
+                    ("KIND", "kind"),
+                    ("OWNER", "owner"),
+                    ("DRIVER", "driverId"),
+                    ("STATE", "state"),
+                    ("BACKEND REF", "backendRef"),
+                    ("CREATED BY", "createdBy"),
+                ],
+            );
+        }
+        Read::CredentialSource(ns, id) => {
+            let what = "credential-source show";
+            let ns_id = operator::namespace_resolve(&mut c, ns)
+                .map_err(|e| fail(what, &[("NAMESPACE", ns)], e))?;
+            let v = operator::credential_source_show(&mut c, &ns_id, id)
+                .map_err(|e| fail(what, &[("NAMESPACE", ns), ("ID", id)], e))?
+                .ok_or_else(|| {
+                    CliError::new(format!(
+                        "{what} refused: no credential source {id} in Namespace {ns}"
+                    ))
+                })?;
+            globals.print(&v);
         }
         Read::Configurations(ns) => {
             let v = in_namespace(

@@ -4,6 +4,7 @@
 
 mod admin;
 mod admin_agent;
+mod admin_credential;
 mod admin_read;
 mod reference;
 mod refusal;

@@ -103,7 +103,7 @@ fn in_users_words(message: &str, inputs: &Inputs) -> String {
 /// The argument a CHECK constraint guards and the rule it enforces.
 fn checked_argument(constraint: &str) -> Option<(&'static str, &'static str)> {
     Some(match constraint {
-        "secrets_backend_ref_check" => (
+        "secrets_backend_ref_check" | "credential_sources_backend_ref_check" => (
             "--backend-ref",
             "must look like NAMESPACE/NAME/KEY (a Kubernetes namespace and Secret name, then the key)",
         ),
@@ -113,7 +113,9 @@ fn checked_argument(constraint: &str) -> Option<(&'static str, &'static str)> {
             "must be 1 to 128 letters, digits, -, ., _ and :, starting with a letter or digit",
         ),
         "secrets_id_check" | "configurations_id_check" | "identities_id_check" | "iam_groups_id_check"
-        | "service_accounts_id_check" | "backends_id_check" => ("ID", IDENT_RULE),
+        | "service_accounts_id_check" | "backends_id_check" | "credential_sources_id_check" => {
+            ("ID", IDENT_RULE)
+        }
         "service_account_bindings_backend_id_check" => ("--backend", IDENT_RULE),
         "service_account_bindings_driver_id_check" => ("--driver", IDENT_RULE),
         "service_account_bindings_workspace_id_check" => (
@@ -131,6 +133,11 @@ fn duplicate(constraint: &str, inputs: &Inputs) -> Option<String> {
     Some(match constraint {
         "secrets_pkey" => format!(
             "Secret {} already exists in {}",
+            inputs.arg("ID"),
+            inputs.arg("NAMESPACE")
+        ),
+        "credential_sources_pkey" => format!(
+            "credential source {} already exists in {}",
             inputs.arg("ID"),
             inputs.arg("NAMESPACE")
         ),

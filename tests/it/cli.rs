@@ -479,6 +479,7 @@ fn role_list_shows_what_each_built_in_role_grants() {
         "configuration",
         "secret",
         "service_account",
+        "credential_source",
     ];
     assert_eq!(
         roles,
@@ -491,7 +492,7 @@ fn role_list_shows_what_each_built_in_role_grants() {
              "resourceKinds": everything[1..]},
             {"id": "agent-operator", "builtin": true,
              "actions": ["operate", "deploy", "read"],
-             "resourceKinds": ["agent", "configuration", "secret"]},
+             "resourceKinds": ["agent", "configuration", "secret", "credential_source"]},
             {"id": "viewer", "builtin": true,
              "actions": ["read"],
              "resourceKinds": everything},
@@ -503,10 +504,10 @@ fn role_list_shows_what_each_built_in_role_grants() {
         table.lines().collect::<Vec<_>>(),
         [
             "ROLE                ACTIONS                                       ON RESOURCE KINDS",
-            "installation-admin  create,delete,administer,operate,deploy,read  installation,namespace,agent,configuration,secret,service_account",
-            "namespace-admin     create,delete,administer,operate,deploy,read  namespace,agent,configuration,secret,service_account",
-            "agent-operator      operate,deploy,read                           agent,configuration,secret",
-            "viewer              read                                          installation,namespace,agent,configuration,secret,service_account",
+            "installation-admin  create,delete,administer,operate,deploy,read  installation,namespace,agent,configuration,secret,service_account,credential_source",
+            "namespace-admin     create,delete,administer,operate,deploy,read  namespace,agent,configuration,secret,service_account,credential_source",
+            "agent-operator      operate,deploy,read                           agent,configuration,secret,credential_source",
+            "viewer              read                                          installation,namespace,agent,configuration,secret,service_account,credential_source",
         ]
     );
 }
