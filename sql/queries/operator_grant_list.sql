@@ -1,6 +1,7 @@
 -- Operator reads: role bindings, oldest first. $1 a principal (identity id or `group:ID`) and
--- $2 a scope (`installation`, `namespace:NS`, `agent:NS/AGENT`, `secret:NS/ID`), each
--- nullable; a given one must exist (occ.parse_principal / occ.parse_scope raise otherwise).
+-- $2 a scope (`installation`, `namespace:NS`, `agent:NS/AGENT`, `secret:NS/ID`,
+-- `service_account:NS/ID`, `credential_source:NS/ID`), each nullable; a given one must
+-- exist (occ.parse_principal / occ.parse_scope raise otherwise).
 WITH f AS (
     SELECT CASE WHEN $1::text IS NOT NULL THEN (occ.parse_principal($1::text)).identity_id END AS identity_id,
            CASE WHEN $1::text IS NOT NULL THEN (occ.parse_principal($1::text)).group_id END AS group_id,
