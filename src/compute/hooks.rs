@@ -317,7 +317,7 @@ fn unavailable(
 fn refused(phase: Phase, driver: HookDriver, code: Option<&Value>) -> ComputeError {
     let code = code
         .and_then(Value::as_str)
-        .filter(|c| is_token(c))
+        .filter(|c| super::is_code(c))
         .unwrap_or(HOOK_REFUSED);
     let error = if phase == Phase::BeforeWorkloadStart {
         ComputeError::permanent(code, "lifecycle_hook", None)
@@ -327,14 +327,9 @@ fn refused(phase: Phase, driver: HookDriver, code: Option<&Value>) -> ComputeErr
     error.with_reason(driver.as_str())
 }
 
-/// `^[A-Z][A-Z0-9_]{0,63}$`.
-fn is_token(value: &str) -> bool {
-    super::is_code(value)
-}
-
 /// A launch value's name (H5): a code-like token that is not the driver's own `OCC_` space.
 fn launch_name(name: &str) -> bool {
-    is_token(name) && !name.starts_with("OCC_")
+    super::is_code(name) && !name.starts_with("OCC_")
 }
 
 /// A launch value (H5): an `opaque-` placeholder of at most 256 printable characters.

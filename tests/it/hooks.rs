@@ -79,21 +79,6 @@ fn rig(name: &str, drivers: &[&str], timeout_seconds: u64) -> Rig {
     }
 }
 
-/// The operator's tenant RoleBinding in the namespace of Namespace `id`.
-fn tenant_binding(fake: &KubeFake, id: &str) {
-    let name = k8s_namespace(id);
-    fake.put_object(
-        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "occ-tenant", "namespace": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"kind": "Group", "name": format!("tenant:{id}")}],
-        }),
-    );
-}
-
 fn namespace() -> NamespaceSpec {
     NamespaceSpec {
         installation_id: "inst".into(),
@@ -126,7 +111,7 @@ impl Rig {
             first.pending_reason.as_deref(),
             Some("NAMESPACE_ROLEBINDING_PENDING")
         );
-        tenant_binding(&self.fake, "ns-1");
+        self.fake.put_tenant_rolebinding(&k8s_namespace("ns-1"));
         let ready = self.driver.ensure_namespace(&ns, &self.cancel).unwrap();
         assert!(ready.complete, "{ready:?}");
         self.driver.bind_agent(&agent(), &self.cancel).unwrap();
@@ -434,7 +419,7 @@ fn h4_namespace_phases_retry_with_the_hooks_code_and_keep_the_namespace() {
     );
     let ns = namespace();
     r.driver.ensure_namespace(&ns, &r.cancel).unwrap();
-    tenant_binding(&r.fake, "ns-1");
+    r.fake.put_tenant_rolebinding(&k8s_namespace("ns-1"));
     let (kind, code) = kind_of(r.driver.ensure_namespace(&ns, &r.cancel));
     assert_eq!(
         (kind, code.as_str()),

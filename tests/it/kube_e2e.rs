@@ -91,16 +91,7 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
             for (i, id) in ids.iter().enumerate() {
                 let name = k8s_namespace(id);
                 if !bound[i] && fake.get(&format!("/api/v1/namespaces/{name}")).is_some() {
-                    fake.put_object(
-                    &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
-                    json!({
-                        "apiVersion": "rbac.authorization.k8s.io/v1",
-                        "kind": "RoleBinding",
-                        "metadata": {"name": "occ-tenant", "namespace": name},
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                        "subjects": [{"kind": "Group", "name": format!("tenant:{id}")}],
-                    }),
-                );
+                    fake.put_tenant_rolebinding(&name);
                     bound[i] = true;
                 }
             }

@@ -93,16 +93,7 @@ impl Kube {
 
     /// The operator-provisioned tenant RoleBinding in `namespace`.
     fn seed_rolebinding(&self, namespace: &str) {
-        self.fake.put_object(
-            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "occ-tenant", "namespace": namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                "subjects": [{"kind": "Group", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}],
-            }),
-        );
+        self.fake.put_tenant_rolebinding(namespace);
     }
 
     /// Requests that change something.
@@ -2097,16 +2088,7 @@ fn c3_an_exec_plugins_token_is_used_and_fetched_again_after_a_401() {
 
 /// The operator-provisioned tenant RoleBinding in `namespace` of `fake`.
 fn kube_seed_rolebinding(fake: &KubeFake, namespace: &str) {
-    fake.put_object(
-        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "occ-tenant", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"kind": "Group", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}],
-        }),
-    );
+    fake.put_tenant_rolebinding(namespace);
 }
 
 #[test]

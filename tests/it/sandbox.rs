@@ -169,16 +169,7 @@ fn pinned(facets: &[&str]) -> RevisionSpec {
 fn ready(driver: &KubernetesDriver, fake: &KubeFake, spec: &NamespaceSpec, name: &str) {
     let cancel = CancelToken::unbounded();
     driver.ensure_namespace(spec, &cancel).unwrap();
-    fake.put_object(
-        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "occ-tenant", "namespace": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"kind": "Group", "name": "tenant:ns-1"}],
-        }),
-    );
+    fake.put_tenant_rolebinding(name);
     assert!(driver.ensure_namespace(spec, &cancel).unwrap().complete);
     driver.bind_agent(&agent_spec(), &cancel).unwrap();
 }

@@ -372,6 +372,21 @@ impl KubeFake {
             .cloned()
     }
 
+    /// The operator-provisioned tenant RoleBinding `occ-tenant` in `namespace`, which the
+    /// driver waits for before a Namespace is ready (SPEC C3).
+    pub fn put_tenant_rolebinding(&self, namespace: &str) {
+        self.put_object(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+            serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "occ-tenant", "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "Group", "name": "tenant", "apiGroup": "rbac.authorization.k8s.io"}],
+            }),
+        );
+    }
+
     /// Stores an object directly in a collection (created, or replaced when it exists),
     /// bypassing authentication and namespace checks.
     pub fn put_object(&self, api_path_of_collection: &str, object: Value) {
