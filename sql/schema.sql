@@ -1022,6 +1022,132 @@ CREATE FUNCTION occ.credential_source_json(c occ.credential_sources) RETURNS jso
 
 
 --
+-- Name: credential_withdrawal_awaits_replay(text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_awaits_replay(p_reason text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    RETURN COALESCE((p_reason = ANY (ARRAY['AUTHORIZATION_DENIED'::text, 'ACTOR_REVOKED'::text, 'CREDENTIAL_WITHDRAWAL_MISCONFIGURED'::text, 'CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT'::text, 'CREDENTIAL_WITHDRAWAL_OWNERSHIP_CONFLICT'::text])), false);
+
+
+--
+-- Name: credential_withdrawal_enqueue(text, text, text, text, text, bigint); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_enqueue(p_namespace text, p_agent text, p_revision text, p_actor text, p_suffix text, p_delay_ms bigint) RETURNS text
+    LANGUAGE sql
+    AS $$
+    INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, agent_target,
+                          actor_id, available_at)
+    VALUES ('agent_revision:' || p_revision || ':credential_withdrawal:'
+                || coalesce(p_suffix, gen_random_uuid()::text),
+            p_namespace, p_agent, p_revision, 'credential_withdrawal', p_actor,
+            clock_timestamp() + p_delay_ms * interval '1 millisecond')
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING idempotency_key
+$$;
+
+
+--
+-- Name: work; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.work (
+    id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    namespace_id text NOT NULL,
+    agent_id text,
+    revision_id text,
+    namespace_target text,
+    agent_target text,
+    actor_id text NOT NULL,
+    state text DEFAULT 'queued'::text NOT NULL,
+    attempt_count integer DEFAULT 0 NOT NULL,
+    available_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    reason_code text,
+    result_data jsonb,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    completed_at timestamp with time zone,
+    lane text GENERATED ALWAYS AS (
+CASE
+    WHEN (agent_id IS NULL) THEN ('namespace:'::text || namespace_id)
+    ELSE ('agent:'::text || agent_id)
+END) STORED,
+    operation text GENERATED ALWAYS AS (
+CASE
+    WHEN (agent_target = 'sandbox_policy'::text) THEN 'agent_sandbox_policy'::text
+    WHEN (agent_target = 'credential_withdrawal'::text) THEN 'agent_credential_withdrawal'::text
+    WHEN ((revision_id IS NOT NULL) AND (idempotency_key ~~ 'agent_revision:%:maintenance:%'::text)) THEN 'revision_maintenance'::text
+    WHEN (revision_id IS NOT NULL) THEN 'revision_reconcile'::text
+    WHEN (agent_target = 'stopped'::text) THEN 'agent_stop'::text
+    WHEN (agent_target = 'deleted'::text) THEN 'agent_delete'::text
+    WHEN (namespace_target = 'ready'::text) THEN 'namespace_ensure'::text
+    WHEN (namespace_target = 'deleted'::text) THEN 'namespace_delete'::text
+    ELSE NULL::text
+END) STORED,
+    CONSTRAINT work_actor_id_check CHECK ((length(actor_id) > 0)),
+    CONSTRAINT work_agent_id_check CHECK (occ.is_ident(agent_id)),
+    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text, 'sandbox_policy'::text, 'credential_withdrawal'::text]))),
+    CONSTRAINT work_attempt_count_check CHECK ((attempt_count >= 0)),
+    CONSTRAINT work_namespace_id_check CHECK (occ.is_ident(namespace_id)),
+    CONSTRAINT work_namespace_target_check CHECK ((namespace_target = ANY (ARRAY['ready'::text, 'deleted'::text]))),
+    CONSTRAINT work_reason_code_check CHECK ((reason_code ~ '^[A-Z][A-Z0-9_]*$'::text)),
+    CONSTRAINT work_result CHECK ((((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (reason_code IS NOT NULL)) AND ((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (completed_at IS NOT NULL)) AND ((result_data IS NULL) OR (state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text]))))),
+    CONSTRAINT work_result_data_check CHECK (((result_data IS NULL) OR (jsonb_typeof(result_data) = 'object'::text))),
+    CONSTRAINT work_revision_id_check CHECK (occ.is_ident(revision_id)),
+    CONSTRAINT work_shape CHECK ((((namespace_target IS NOT NULL) AND (agent_id IS NULL) AND (agent_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (agent_target IS NOT NULL) AND (agent_target <> 'credential_withdrawal'::text) AND (namespace_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target = 'credential_withdrawal'::text)))),
+    CONSTRAINT work_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'succeeded'::text, 'failed_permanent'::text]))),
+    CONSTRAINT work_times_finite CHECK ((isfinite(created_at) AND isfinite(updated_at) AND isfinite(available_at) AND ((completed_at IS NULL) OR isfinite(completed_at))))
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='2000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='10000', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
+
+
+--
+-- Name: credential_withdrawal_outstanding(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_outstanding(p_agent text, p_revision text) RETURNS boolean
+    LANGUAGE sql STABLE
+    RETURN (EXISTS (SELECT 1 FROM occ.work w WHERE ((w.agent_id = credential_withdrawal_outstanding.p_agent) AND (w.revision_id = credential_withdrawal_outstanding.p_revision) AND (w.agent_target = 'credential_withdrawal'::text) AND (w.state = 'queued'::text))));
+
+
+--
+-- Name: credential_withdrawals; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.credential_withdrawals (
+    namespace_id text NOT NULL,
+    agent_id text NOT NULL,
+    revision_id text NOT NULL,
+    source_id text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    requested_by text NOT NULL,
+    requested_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_reason text,
+    last_at timestamp with time zone,
+    revoked_at timestamp with time zone,
+    CONSTRAINT credential_withdrawals_agent_id_check CHECK (occ.is_ident(agent_id)),
+    CONSTRAINT credential_withdrawals_attempt_check CHECK (((last_reason IS NULL) = (last_at IS NULL))),
+    CONSTRAINT credential_withdrawals_last_reason_check CHECK ((last_reason ~ '^[A-Z][A-Z0-9_]*$'::text)),
+    CONSTRAINT credential_withdrawals_namespace_id_check CHECK (occ.is_ident(namespace_id)),
+    CONSTRAINT credential_withdrawals_requested_by_check CHECK ((length(requested_by) > 0)),
+    CONSTRAINT credential_withdrawals_revoked_check CHECK (((state = 'revoked'::text) = (revoked_at IS NOT NULL))),
+    CONSTRAINT credential_withdrawals_source_id_check CHECK (occ.is_ident(source_id)),
+    CONSTRAINT credential_withdrawals_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'revoked'::text])))
+);
+
+
+--
+-- Name: credential_withdrawal_needs_attempt(occ.credential_withdrawals); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_needs_attempt(w occ.credential_withdrawals) RETURNS boolean
+    LANGUAGE sql STABLE
+    RETURN (((w).state = 'pending'::text) AND (NOT occ.credential_withdrawal_awaits_replay((w).last_reason)) AND (NOT occ.credential_withdrawal_outstanding((w).agent_id, (w).revision_id)));
+
+
+--
 -- Name: egress_within(jsonb, jsonb); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1322,6 +1448,51 @@ CREATE FUNCTION occ.is_workspace_id(value text) RETURNS boolean
 CREATE FUNCTION occ.is_backend_binding(b jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     RETURN COALESCE(CASE WHEN (jsonb_typeof(b) = 'object'::text) THEN ((((((b - 'backendId'::text) - 'driverId'::text) - 'workspaceId'::text) - 'credentialIssued'::text) = '{}'::jsonb) AND (jsonb_typeof((b -> 'backendId'::text)) = 'string'::text) AND occ.is_ident((b ->> 'backendId'::text)) AND (jsonb_typeof((b -> 'driverId'::text)) = 'string'::text) AND occ.is_ident((b ->> 'driverId'::text)) AND (jsonb_typeof((b -> 'workspaceId'::text)) = 'string'::text) AND occ.is_workspace_id((b ->> 'workspaceId'::text)) AND (jsonb_typeof((b -> 'credentialIssued'::text)) = 'boolean'::text)) ELSE false END, false);
+
+
+--
+-- Name: is_credential_snapshot(jsonb, jsonb); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.is_credential_snapshot(s jsonb, harness_auth jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    e jsonb;
+    ids text[] := '{}';
+BEGIN
+    IF jsonb_typeof(s) IS DISTINCT FROM 'array' THEN
+        RETURN false;
+    END IF;
+    FOR e IN SELECT value FROM jsonb_array_elements(s) LOOP
+        IF NOT coalesce(
+            jsonb_typeof(e) = 'object'
+            AND e - 'sourceId' - 'credentialGatewayId' - 'credentialProxyId' - 'kind' - 'driverId'
+                  - 'backendRef' - 'egress' = '{}'::jsonb
+            AND jsonb_typeof(e -> 'sourceId') = 'string' AND occ.is_ident(e ->> 'sourceId')
+            AND ((e ? 'credentialGatewayId') <> (e ? 'credentialProxyId'))
+            AND jsonb_typeof(coalesce(e -> 'credentialGatewayId', e -> 'credentialProxyId')) = 'string'
+            AND length(btrim(coalesce(e ->> 'credentialGatewayId', e ->> 'credentialProxyId'))) > 0
+            AND e ->> 'kind' IN ('model_key', 'tool')
+            AND jsonb_typeof(e -> 'driverId') = 'string'
+            AND length(btrim(e ->> 'driverId')) > 0
+            AND jsonb_typeof(e -> 'backendRef') = 'string'
+            AND (e ->> 'backendRef') ~ '^[a-z0-9][-a-z0-9]*/[a-z0-9][-a-z0-9.]*/[-._a-zA-Z0-9]+$'
+            AND (NOT e ? 'egress' OR jsonb_typeof(e -> 'egress') IN ('object', 'null')),
+            false)
+           OR (e ->> 'sourceId') = ANY (ids) THEN
+            RETURN false;
+        END IF;
+        ids := ids || (e ->> 'sourceId');
+    END LOOP;
+    IF harness_auth ->> 'method' = 'credential_source' THEN
+        RETURN EXISTS (SELECT 1 FROM jsonb_array_elements(s) x
+                       WHERE x.value ->> 'sourceId' = harness_auth ->> 'sourceId'
+                         AND x.value ->> 'kind' = 'model_key'
+                         AND x.value ->> 'credentialGatewayId' = harness_auth ->> 'credentialGatewayId');
+    END IF;
+    RETURN true;
+END $_$;
 
 
 --
@@ -1678,6 +1849,40 @@ END $$;
 
 
 --
+-- Name: runtime_holders(text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.runtime_holders(p_agent text) RETURNS SETOF text
+    LANGUAGE sql STABLE
+    AS $$
+    WITH a AS (
+        SELECT ag.active_revision_id AS active_id,
+               (SELECT r.revision FROM occ.agent_revisions r
+                WHERE r.id = ag.active_revision_id) AS active_n
+        FROM occ.agents ag WHERE ag.id = p_agent),
+    revs AS (
+        SELECT r.id, r.revision, r.retired_at, w.state AS work_state
+        FROM occ.agent_revisions r
+        LEFT JOIN occ.work w ON w.idempotency_key = 'agent_revision:' || r.id || ':reconcile'
+        WHERE r.agent_id = p_agent)
+    SELECT active_id FROM a WHERE active_id IS NOT NULL
+    UNION
+    (SELECT r.id FROM revs r, a
+     WHERE r.revision > coalesce(a.active_n, 0) AND r.work_state = 'queued'
+     ORDER BY r.revision DESC LIMIT 1)
+    UNION
+    (SELECT r.id FROM revs r, a
+     WHERE r.revision > coalesce(a.active_n, 0) AND r.work_state = 'failed_permanent'
+       AND r.retired_at IS NULL
+     ORDER BY r.revision DESC LIMIT 1)
+    UNION
+    (SELECT r.id FROM revs r, a
+     WHERE a.active_n IS NOT NULL AND r.revision < a.active_n AND r.retired_at IS NULL
+     ORDER BY r.revision DESC LIMIT 1)
+$$;
+
+
+--
 -- Name: scope_covers(text, text, text, text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1933,7 +2138,13 @@ BEGIN
             AND substr(NEW.idempotency_key,
                        length('agent:' || NEW.agent_id || ':sandbox_policy:') + 1)
                 ~ '^[1-9][0-9]{0,8}$')
-        OR (NEW.revision_id IS NOT NULL
+        OR (NEW.agent_target = 'credential_withdrawal'
+            AND starts_with(NEW.idempotency_key,
+                            'agent_revision:' || NEW.revision_id || ':credential_withdrawal:')
+            AND substr(NEW.idempotency_key,
+                       length('agent_revision:' || NEW.revision_id || ':credential_withdrawal:') + 1)
+                ~ '^(activation|retirement|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(:recovery:([1-9]|1[0-5]))?$')
+        OR (NEW.revision_id IS NOT NULL AND NEW.agent_target IS NULL
             AND starts_with(NEW.idempotency_key, 'agent_revision:' || NEW.revision_id || ':')
             AND substr(NEW.idempotency_key,
                        length('agent_revision:' || NEW.revision_id || ':') + 1)
@@ -2107,16 +2318,18 @@ CREATE TABLE occ.agent_revisions (
     execution_admission jsonb DEFAULT '{"mode": "standard", "version": 5}'::jsonb NOT NULL,
     sandbox_driver_id text,
     sandbox_facets jsonb DEFAULT '[]'::jsonb NOT NULL,
+    credential_sources jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT agent_revisions_agent_id_check CHECK (occ.is_ident(agent_id)),
     CONSTRAINT agent_revisions_backend_id_check CHECK (((backend_id IS NULL) OR occ.is_ident(backend_id))),
     CONSTRAINT agent_revisions_compute_id_check CHECK ((compute_id ~ '^[a-z][a-z0-9-]{0,62}$'::text)),
     CONSTRAINT agent_revisions_compute_implementation_check CHECK ((compute_implementation = ANY (ARRAY['docker'::text, 'kubernetes'::text, 'scripted'::text]))),
     CONSTRAINT agent_revisions_configuration_generation_check CHECK ((configuration_generation > 0)),
     CONSTRAINT agent_revisions_configuration_id_check CHECK (occ.is_ident(configuration_id)),
+    CONSTRAINT agent_revisions_credential_sources_check CHECK (occ.is_credential_snapshot(credential_sources, harness_auth)),
     CONSTRAINT agent_revisions_document_check CHECK ((jsonb_typeof(document) = 'object'::text)),
     CONSTRAINT agent_revisions_execution_admission_check CHECK (((jsonb_typeof(execution_admission) = 'object'::text) AND (execution_admission ?& ARRAY['version'::text, 'mode'::text]) AND (((execution_admission - 'version'::text) - 'mode'::text) = '{}'::jsonb) AND (jsonb_typeof((execution_admission -> 'version'::text)) = 'number'::text) AND ((execution_admission ->> 'version'::text) ~ '^[1-9][0-9]{0,8}$'::text) AND (jsonb_typeof((execution_admission -> 'mode'::text)) = 'string'::text) AND ((execution_admission ->> 'mode'::text) ~ '^[a-z][a-z_]{0,31}$'::text))),
     CONSTRAINT agent_revisions_execution_mode_check CHECK ((execution_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
-    CONSTRAINT agent_revisions_harness_auth_check CHECK (((harness_auth IS NULL) OR COALESCE(((jsonb_typeof(harness_auth) = 'object'::text) AND ((harness_auth ->> 'method'::text) = ANY (ARRAY['secret'::text, 'service_account'::text])) AND (jsonb_typeof((harness_auth -> 'source'::text)) = 'object'::text) AND (((harness_auth -> 'source'::text) ->> 'namespaceId'::text) IS NOT NULL) AND (((harness_auth -> 'source'::text) ->> 'id'::text) IS NOT NULL) AND (((harness_auth ->> 'method'::text) = 'secret'::text) OR occ.is_service_account_harness_auth(harness_auth, backend_id))), false))),
+    CONSTRAINT agent_revisions_harness_auth_check CHECK (((harness_auth IS NULL) OR COALESCE(((jsonb_typeof(harness_auth) = 'object'::text) AND ((((harness_auth ->> 'method'::text) = ANY (ARRAY['secret'::text, 'service_account'::text])) AND (jsonb_typeof((harness_auth -> 'source'::text)) = 'object'::text) AND (((harness_auth -> 'source'::text) ->> 'namespaceId'::text) IS NOT NULL) AND (((harness_auth -> 'source'::text) ->> 'id'::text) IS NOT NULL) AND (((harness_auth ->> 'method'::text) = 'secret'::text) OR occ.is_service_account_harness_auth(harness_auth, backend_id))) OR (((harness_auth ->> 'method'::text) = 'credential_source'::text) AND ((((harness_auth - 'method'::text) - 'sourceId'::text) - 'credentialGatewayId'::text) = '{}'::jsonb) AND (jsonb_typeof((harness_auth -> 'sourceId'::text)) = 'string'::text) AND occ.is_ident((harness_auth ->> 'sourceId'::text)) AND (jsonb_typeof((harness_auth -> 'credentialGatewayId'::text)) = 'string'::text) AND (length(btrim((harness_auth ->> 'credentialGatewayId'::text))) > 0)))), false))),
     CONSTRAINT agent_revisions_harness_id_check CHECK ((harness_id = ANY (ARRAY['codex'::text, 'openclaw'::text]))),
     CONSTRAINT agent_revisions_harness_mode_check CHECK ((harness_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
     CONSTRAINT agent_revisions_harness_version_check CHECK ((harness_version ~ '^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$'::text)),
@@ -2462,60 +2675,6 @@ CREATE VIEW occ.namespaces AS
     namespaces_all.updated_at
    FROM occ.namespaces_all
   WHERE (namespaces_all.deleted_at IS NULL);
-
-
---
--- Name: work; Type: TABLE; Schema: occ; Owner: -
---
-
-CREATE TABLE occ.work (
-    id bigint NOT NULL,
-    idempotency_key text NOT NULL,
-    namespace_id text NOT NULL,
-    agent_id text,
-    revision_id text,
-    namespace_target text,
-    agent_target text,
-    actor_id text NOT NULL,
-    state text DEFAULT 'queued'::text NOT NULL,
-    attempt_count integer DEFAULT 0 NOT NULL,
-    available_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    reason_code text,
-    result_data jsonb,
-    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    completed_at timestamp with time zone,
-    lane text GENERATED ALWAYS AS (
-CASE
-    WHEN (agent_id IS NULL) THEN ('namespace:'::text || namespace_id)
-    ELSE ('agent:'::text || agent_id)
-END) STORED,
-    operation text GENERATED ALWAYS AS (
-CASE
-    WHEN (agent_target = 'sandbox_policy'::text) THEN 'agent_sandbox_policy'::text
-    WHEN ((revision_id IS NOT NULL) AND (idempotency_key ~~ 'agent_revision:%:maintenance:%'::text)) THEN 'revision_maintenance'::text
-    WHEN (revision_id IS NOT NULL) THEN 'revision_reconcile'::text
-    WHEN (agent_target = 'stopped'::text) THEN 'agent_stop'::text
-    WHEN (agent_target = 'deleted'::text) THEN 'agent_delete'::text
-    WHEN (namespace_target = 'ready'::text) THEN 'namespace_ensure'::text
-    WHEN (namespace_target = 'deleted'::text) THEN 'namespace_delete'::text
-    ELSE NULL::text
-END) STORED,
-    CONSTRAINT work_actor_id_check CHECK ((length(actor_id) > 0)),
-    CONSTRAINT work_agent_id_check CHECK (occ.is_ident(agent_id)),
-    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text, 'sandbox_policy'::text]))),
-    CONSTRAINT work_attempt_count_check CHECK ((attempt_count >= 0)),
-    CONSTRAINT work_namespace_id_check CHECK (occ.is_ident(namespace_id)),
-    CONSTRAINT work_namespace_target_check CHECK ((namespace_target = ANY (ARRAY['ready'::text, 'deleted'::text]))),
-    CONSTRAINT work_reason_code_check CHECK ((reason_code ~ '^[A-Z][A-Z0-9_]*$'::text)),
-    CONSTRAINT work_result CHECK ((((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (reason_code IS NOT NULL)) AND ((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (completed_at IS NOT NULL)) AND ((result_data IS NULL) OR (state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text]))))),
-    CONSTRAINT work_result_data_check CHECK (((result_data IS NULL) OR (jsonb_typeof(result_data) = 'object'::text))),
-    CONSTRAINT work_revision_id_check CHECK (occ.is_ident(revision_id)),
-    CONSTRAINT work_shape CHECK ((((namespace_target IS NOT NULL) AND (agent_id IS NULL) AND (agent_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (agent_target IS NOT NULL) AND (namespace_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target IS NULL)))),
-    CONSTRAINT work_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'succeeded'::text, 'failed_permanent'::text]))),
-    CONSTRAINT work_times_finite CHECK ((isfinite(created_at) AND isfinite(updated_at) AND isfinite(available_at) AND ((completed_at IS NULL) OR isfinite(completed_at))))
-)
-WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='2000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='10000', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 
 --
@@ -2885,6 +3044,14 @@ ALTER TABLE ONLY occ.credential_sources
 
 
 --
+-- Name: credential_withdrawals credential_withdrawals_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.credential_withdrawals
+    ADD CONSTRAINT credential_withdrawals_pkey PRIMARY KEY (namespace_id, revision_id, source_id);
+
+
+--
 -- Name: docker_subnets docker_subnets_disjoint; Type: CONSTRAINT; Schema: occ; Owner: -
 --
 
@@ -3048,6 +3215,13 @@ CREATE INDEX audit_by_namespace ON occ.audit_events USING btree (namespace_id, i
 --
 
 CREATE INDEX audit_by_work ON occ.audit_events USING btree (work_id) WHERE (work_id IS NOT NULL);
+
+
+--
+-- Name: credential_withdrawals_by_agent; Type: INDEX; Schema: occ; Owner: -
+--
+
+CREATE INDEX credential_withdrawals_by_agent ON occ.credential_withdrawals USING btree (agent_id, revision_id);
 
 
 --
@@ -3280,6 +3454,14 @@ ALTER TABLE ONLY occ.configurations
 
 ALTER TABLE ONLY occ.credential_sources
     ADD CONSTRAINT credential_sources_namespace_id_fkey FOREIGN KEY (namespace_id) REFERENCES occ.namespaces_all(id);
+
+
+--
+-- Name: credential_withdrawals credential_withdrawals_revision_id_agent_id_namespace_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.credential_withdrawals
+    ADD CONSTRAINT credential_withdrawals_revision_id_agent_id_namespace_id_fkey FOREIGN KEY (revision_id, agent_id, namespace_id) REFERENCES occ.agent_revisions(id, agent_id, namespace_id) ON DELETE CASCADE;
 
 
 --

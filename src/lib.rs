@@ -8,6 +8,7 @@ pub mod audit;
 pub mod cancel;
 pub mod compute;
 pub mod config;
+pub mod credentials;
 pub mod db;
 pub mod events;
 pub mod health;

@@ -377,6 +377,8 @@ pub enum WorkOperation {
     RevisionMaintenance,
     #[value(name = "agent_sandbox_policy")]
     AgentSandboxPolicy,
+    #[value(name = "agent_credential_withdrawal")]
+    AgentCredentialWithdrawal,
 }
 
 impl WorkOperation {
@@ -389,6 +391,7 @@ impl WorkOperation {
             WorkOperation::RevisionReconcile => queue::Operation::RevisionReconcile,
             WorkOperation::RevisionMaintenance => queue::Operation::RevisionMaintenance,
             WorkOperation::AgentSandboxPolicy => queue::Operation::SandboxPolicy,
+            WorkOperation::AgentCredentialWithdrawal => queue::Operation::CredentialWithdrawal,
         }
     }
 }

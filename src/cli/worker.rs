@@ -316,6 +316,11 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         events: s.events.clone(),
         metrics: metrics.clone(),
         sandbox: s.installation.sandbox_selection(),
+        credential_gateway: s
+            .installation
+            .credential_gateway
+            .as_ref()
+            .map(|g| g.id.clone()),
     });
     let worker = Worker::new(
         ctx,

@@ -62,6 +62,53 @@ pub struct RevisionSpec {
     /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
     /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
     pub sandbox_facets: Vec<String>,
+    /// The credential sources resolved for this pass (SPEC E19), in admission order, the
+    /// harness source first: each attached by reference to its Secret, never read. A withdrawn
+    /// tool source is left out; a revision whose harness source is withdrawn never gets here.
+    pub credential_sources: Vec<CredentialAttachment>,
+}
+
+/// One credential source of a revision's snapshot (SPEC §13): a Kubernetes Secret reference
+/// `NAMESPACE/NAME/KEY` the Credential Gateway attaches to the runtime, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CredentialAttachment {
+    pub source_id: String,
+    /// `model_key` or `tool`.
+    pub kind: String,
+    /// Whether this is the revision's harness source (auth method `credential_source`).
+    pub harness: bool,
+    pub backend_ref: String,
+}
+
+impl CredentialAttachment {
+    /// The environment variable the runtime reads it from (SPEC §13): `OCC_HARNESS_API_KEY`
+    /// for the harness source, else `OCC_CREDENTIAL_<ID>` (upper-cased, `-` → `_`).
+    pub fn env_name(&self) -> String {
+        if self.harness {
+            "OCC_HARNESS_API_KEY".into()
+        } else {
+            credential_env_name(&self.source_id)
+        }
+    }
+}
+
+/// `OCC_CREDENTIAL_<ID>` of a tool source id (SPEC §13).
+pub fn credential_env_name(source_id: &str) -> String {
+    format!(
+        "OCC_CREDENTIAL_{}",
+        source_id.to_ascii_uppercase().replace(['-', '.'], "_")
+    )
+}
+
+/// What `withdraw_credential_source` found (SPEC E6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialDetach {
+    /// No runtime of the revision carries the source any more.
+    Revoked,
+    /// Detached from the workload, but a runtime still carries it (a rollout under way).
+    Pending,
+    /// The revision has no runtime: nothing to detach (counts as revoked).
+    Absent,
 }
 
 /// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
@@ -889,6 +936,30 @@ pub trait ComputeDriver: Send + Sync {
             None,
         ))
     }
+    /// Whether this driver has `withdraw_credential_source` (SPEC E5, E17): without it a
+    /// withdrawal fails for good with `CREDENTIAL_WITHDRAWAL_UNSUPPORTED` and no re-detach
+    /// runs before a preparation.
+    fn withdraws_credentials(&self) -> bool {
+        false
+    }
+    /// Detaches `source` from `revision`'s runtime (SPEC E6), never touching its Secret;
+    /// `recheck` is E17's re-detach of a source already revoked. A refusal is a permanent
+    /// error with its code (`CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT` for a harness
+    /// source its running workload still needs, `CREDENTIAL_WITHDRAWAL_MISCONFIGURED`).
+    fn withdraw_credential_source(
+        &self,
+        revision: &RevisionSpec,
+        source: &CredentialAttachment,
+        recheck: bool,
+        cancel: &CancelToken,
+    ) -> Result<CredentialDetach, ComputeError> {
+        let _ = (revision, source, recheck, cancel);
+        Err(ComputeError::permanent(
+            "CREDENTIAL_WITHDRAWAL_UNSUPPORTED",
+            "compute",
+            None,
+        ))
+    }
     /// The Sandbox Driver's `remove_egress_policy` (SPEC S3, A2): the Agent's egress policy is
     /// gone. By default nothing was ever applied, so nothing is left to remove.
     fn remove_egress_policy(
@@ -1068,6 +1139,7 @@ mod tests {
             plugin_ids: vec![],
             execution_admission: ExecutionAdmission::standard(),
             sandbox_facets: Vec::new(),
+            credential_sources: Vec::new(),
         }
     }
 

@@ -40,6 +40,8 @@ pub enum Operation {
     RevisionMaintenance,
     /// An Agent's sandbox policy (SPEC S3).
     SandboxPolicy,
+    /// A credential withdrawal from one revision's runtime (SPEC §13).
+    CredentialWithdrawal,
 }
 
 impl Operation {
@@ -56,6 +58,7 @@ impl Operation {
                 "agent_revision.reconcile"
             }
             Operation::SandboxPolicy => "agent.sandbox_policy",
+            Operation::CredentialWithdrawal => "agent_revision.credential_withdrawal",
         }
     }
 
@@ -68,10 +71,11 @@ impl Operation {
             Operation::RevisionReconcile => "revision_reconcile",
             Operation::RevisionMaintenance => "revision_maintenance",
             Operation::SandboxPolicy => "agent_sandbox_policy",
+            Operation::CredentialWithdrawal => "agent_credential_withdrawal",
         }
     }
 
-    pub const ALL: [Operation; 7] = [
+    pub const ALL: [Operation; 8] = [
         Operation::NamespaceEnsure,
         Operation::NamespaceDelete,
         Operation::AgentStop,
@@ -79,6 +83,7 @@ impl Operation {
         Operation::RevisionReconcile,
         Operation::RevisionMaintenance,
         Operation::SandboxPolicy,
+        Operation::CredentialWithdrawal,
     ];
 
     fn parse(s: &str) -> Option<Operation> {
@@ -775,7 +780,7 @@ pub struct WorkView {
 
 /// SPEC Z8's table: a permanent outcome's code, the hint an operator is given, and that hint
 /// as the sentence `admin work show` prints.
-const HINTS: [(&str, &str, &str); 4] = [
+const HINTS: [(&str, &str, &str); 7] = [
     (
         "AUTHORIZATION_DENIED",
         "GRANT_AND_REPLAY",
@@ -792,16 +797,35 @@ const HINTS: [(&str, &str, &str); 4] = [
         "run a worker with the Compute Driver that deployed the Agent, then run the command again",
     ),
     (
+        "CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT",
+        "DEPLOY_NEW_REVISION",
+        "a running harness cannot drop its credential: deploy a new revision without it",
+    ),
+    (
+        "CREDENTIAL_WITHDRAWAL_OWNERSHIP_CONFLICT",
+        "FIX_DRIVER_AND_REPLAY",
+        "fix the credential source's driver or the Compute Driver, then request the withdrawal again",
+    ),
+    (
+        "CREDENTIAL_WITHDRAWAL_MISCONFIGURED",
+        "FIX_DRIVER_AND_REPLAY",
+        "fix the credential source's driver or the Compute Driver, then request the withdrawal again",
+    ),
+    (
         "CREDENTIAL_DELETION_UNSUPPORTED",
         "REMOVE_RUNTIME_CREDENTIALS_MANUALLY",
         "this Compute Driver cannot delete the Agent's runtime credentials: remove them by hand",
     ),
 ];
 
-/// SPEC Z8: the hint code and sentence for a permanent outcome `code` of an Agent stop or
-/// deletion, when the table maps it; none for any other operation or code.
+/// SPEC Z8: the hint code and sentence for a permanent outcome `code` of an Agent stop, an
+/// Agent deletion or a credential withdrawal, when the table maps it; none for any other
+/// operation or code.
 fn hint(operation: Operation, code: &str) -> Option<(&'static str, &'static str)> {
-    if !matches!(operation, Operation::AgentStop | Operation::AgentDelete) {
+    if !matches!(
+        operation,
+        Operation::AgentStop | Operation::AgentDelete | Operation::CredentialWithdrawal
+    ) {
         return None;
     }
     HINTS

@@ -83,6 +83,8 @@ pub struct RevisionRow {
     /// The Sandbox Driver and its facets pinned at admission (SPEC S2).
     pub sandbox_driver_id: Option<String>,
     pub sandbox_facets: Vec<String>,
+    /// The credential sources frozen at admission (SPEC §13), the harness source included.
+    pub credential_sources: Vec<crate::credentials::SnapshotSource>,
 }
 
 impl RevisionRow {
@@ -112,6 +114,15 @@ impl RevisionRow {
             && self.compute_implementation == pass.ctx.compute.implementation()
     }
 
+    /// Every snapshot source as an attachment, in SPEC E3's order. A deployment pass narrows
+    /// this to what E19 resolves before any Compute call.
+    pub fn attachments(&self) -> Vec<crate::compute::CredentialAttachment> {
+        crate::credentials::in_order(&self.credential_sources, self.harness_auth.as_ref())
+            .into_iter()
+            .map(|(s, harness)| s.attachment(harness))
+            .collect()
+    }
+
     pub fn spec(&self, installation_id: &str) -> RevisionSpec {
         RevisionSpec {
             installation_id: installation_id.into(),
@@ -137,6 +148,7 @@ impl RevisionRow {
             plugin_ids: self.plugin_ids(),
             execution_admission: self.execution_admission.clone(),
             sandbox_facets: self.sandbox_facets.clone(),
+            credential_sources: self.attachments(),
         }
     }
 }
@@ -210,6 +222,9 @@ pub fn load_revisions(
                 sandbox_driver_id: r.get(25),
                 sandbox_facets: serde_json::from_value(r.get(26))
                     .map_err(|e| PassError::Invariant(format!("pinned sandbox facets: {e}")))?,
+                credential_sources: serde_json::from_value(r.get(27)).map_err(|e| {
+                    PassError::Invariant(format!("credential source snapshot: {e}"))
+                })?,
             })
         })
         .collect()

@@ -42,6 +42,9 @@ pub struct Context {
     pub metrics: Metrics,
     /// The Installation's Sandbox Driver and egress ceiling (SPEC S1, S3).
     pub sandbox: crate::installation::SandboxSelection,
+    /// The Installation's Credential Gateway id, when one is selected (SPEC §13): the owner
+    /// id a gateway-owned source must name.
+    pub credential_gateway: Option<String>,
 }
 
 /// What a reconciler observed, before policy.

@@ -82,6 +82,7 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         plugin_ids: vec![],
         execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
         sandbox_facets: Vec::new(),
+        credential_sources: Vec::new(),
     }
 }
 

@@ -268,6 +268,7 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
             events: Events::discard(),
             metrics: Metrics::new(),
             sandbox: Default::default(),
+            credential_gateway: None,
         });
         let r = Arc::new(NamespaceReconciler);
         let registry = Registry::new()

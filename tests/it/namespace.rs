@@ -50,6 +50,7 @@ impl Harness {
             events: Events::discard(),
             metrics: Metrics::new(),
             sandbox: Default::default(),
+            credential_gateway: None,
         });
         Harness {
             db,

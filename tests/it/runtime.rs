@@ -919,6 +919,7 @@ fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
         events: occ_worker::events::Events::to(Box::new(PanicOnStopping)),
         metrics: ctx.metrics.clone(),
         sandbox: ctx.sandbox.clone(),
+        credential_gateway: ctx.credential_gateway.clone(),
     });
     let worker = Worker::new(ctx, Registry::new(), runtime_options(&db, 2));
     let stop = worker.stop_handle();

@@ -160,6 +160,13 @@ pub struct ScriptedDriver {
     /// Whether the driver offers a rejected-execution withdrawal (SPEC Z1), recorded as
     /// `withdraw_rejected_execution` and failing as scripted by `fail`.
     pub withdrawal: bool,
+    /// Whether the driver has `withdraw_credential_source` (SPEC E5); off, it answers
+    /// `CREDENTIAL_WITHDRAWAL_UNSUPPORTED` as Docker does.
+    pub credential_withdrawal: bool,
+    /// `revision/source` → scripted detach answers, consumed in order; empty means `Revoked`.
+    /// Each call is recorded as `withdraw_credential_source:<revision>/<source>` (with
+    /// `/recheck` for SPEC E17's re-detach) and fails as scripted by `fail` on that target.
+    pub detach: Mutex<HashMap<String, VecDeque<CredentialDetach>>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -244,6 +251,8 @@ impl Default for ScriptedDriver {
             prepared: Mutex::default(),
             admissions: Mutex::default(),
             withdrawal: false,
+            credential_withdrawal: true,
+            detach: Mutex::default(),
         }
     }
 }
@@ -289,6 +298,15 @@ impl ScriptedDriver {
             .entry((method.into(), target.into()))
             .or_default()
             .push_back(error);
+    }
+
+    /// The next answers of `withdraw_credential_source` for `revision`'s `source`.
+    pub fn script_detach(&self, revision: &str, source: &str, answers: Vec<CredentialDetach>) {
+        self.detach
+            .lock()
+            .entry(format!("{revision}/{source}"))
+            .or_default()
+            .extend(answers);
     }
 
     /// Runs only these execution admissions from now on (SPEC Z1).
@@ -520,6 +538,44 @@ impl ComputeDriver for ScriptedDriver {
         }
     }
 
+    fn withdraws_credentials(&self) -> bool {
+        self.credential_withdrawal
+    }
+
+    fn withdraw_credential_source(
+        &self,
+        revision: &RevisionSpec,
+        source: &CredentialAttachment,
+        recheck: bool,
+        cancel: &CancelToken,
+    ) -> Result<CredentialDetach, ComputeError> {
+        if !self.credential_withdrawal {
+            return Err(ComputeError::permanent(
+                "CREDENTIAL_WITHDRAWAL_UNSUPPORTED",
+                "compute",
+                None,
+            ));
+        }
+        let key = format!("{}/{}", revision.revision_id, source.source_id);
+        let target = if recheck {
+            format!("{key}/recheck")
+        } else {
+            key.clone()
+        };
+        self.record_for(
+            &revision.agent_id,
+            "withdraw_credential_source",
+            &target,
+            cancel,
+        )?;
+        Ok(self
+            .detach
+            .lock()
+            .get_mut(&key)
+            .and_then(|q| q.pop_front())
+            .unwrap_or(CredentialDetach::Revoked))
+    }
+
     fn rejected_execution_withdrawal<'a>(
         &'a self,
         revision: &'a RevisionSpec,
@@ -643,6 +699,7 @@ fn run_events(
             events: events(),
             metrics: Metrics::new(),
             sandbox: Default::default(),
+            credential_gateway: None,
         });
         let worker = Worker::new(
             ctx,

@@ -299,6 +299,7 @@ pub fn context(db: &TestDb, lease: Duration, max_attempts: i32) -> (Arc<Context>
         events: Events::to(Box::new(captured.clone())),
         metrics: Metrics::new(),
         sandbox: Default::default(),
+        credential_gateway: None,
     };
     (Arc::new(ctx), captured)
 }
@@ -567,6 +568,7 @@ impl NamespaceWorker {
             events: o.events,
             metrics: Metrics::new(),
             sandbox: Default::default(),
+            credential_gateway: None,
         });
         let r = Arc::new(NamespaceReconciler);
         let registry = Registry::new()
@@ -665,5 +667,6 @@ pub fn bare_revision(
         plugin_ids: vec![],
         execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
         sandbox_facets: Vec::new(),
+        credential_sources: Vec::new(),
     }
 }

@@ -99,6 +99,7 @@ pub fn context(url: &str, concurrency: usize) -> Result<Arc<Context>, BenchError
         events: Events::discard(),
         metrics: Metrics::new(),
         sandbox: Default::default(),
+        credential_gateway: None,
     }))
 }
 

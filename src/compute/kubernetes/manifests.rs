@@ -624,6 +624,7 @@ mod tests {
             plugin_ids: vec![],
             execution_admission: crate::compute::ExecutionAdmission::standard(),
             sandbox_facets: Vec::new(),
+            credential_sources: Vec::new(),
         }
     }
 
