@@ -620,3 +620,32 @@ fn c2_two_raced_networks_of_one_namespace_are_reduced_to_the_reserved_one() {
         "the one on the reserved subnet"
     );
 }
+
+// SPEC E5, §13: Docker attaches no credential source and has no `withdraw_credential_source`,
+// so every withdrawal on it fails for good, with no request to the Engine.
+#[test]
+fn e5_docker_answers_credential_withdrawal_unsupported() {
+    use occ_worker::compute::CredentialAttachment;
+    let driver = DockerDriver::new(DOCKER_HOST).unwrap();
+    assert!(!driver.withdraws_credentials());
+    let source = CredentialAttachment {
+        source_id: "gh-tool".into(),
+        kind: "tool".into(),
+        harness: false,
+        backend_ref: "ns/github/token".into(),
+    };
+    for recheck in [false, true] {
+        let e = driver
+            .withdraw_credential_source(
+                &revision(&namespace()),
+                &source,
+                recheck,
+                &CancelToken::unbounded(),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.kind(),
+            &ComputeErrorKind::Permanent("CREDENTIAL_WITHDRAWAL_UNSUPPORTED".into())
+        );
+    }
+}

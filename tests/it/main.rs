@@ -21,6 +21,7 @@ mod health;
 mod hook_server;
 mod hooks;
 mod iam;
+mod kube_credentials;
 mod kube_e2e;
 mod kube_fake;
 mod kube_fake_tests;

@@ -39,8 +39,8 @@ use crate::cancel::CancelToken;
 use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
 use crate::compute::{
     execution_admission_unavailable, AdmissionUse, AgentSpec, ComputeDriver, ComputeError,
-    NamespaceObservation, NamespaceSpec, PreflightWarning, RevisionObservation, RevisionSpec,
-    RuntimeCredentials, Withdrawal,
+    CredentialAttachment, CredentialDetach, NamespaceObservation, NamespaceSpec, PreflightWarning,
+    RevisionObservation, RevisionSpec, RuntimeCredentials, Withdrawal,
 };
 use crate::installation::{Phase, Sandbox};
 use parking_lot::Mutex;
@@ -571,6 +571,9 @@ impl KubernetesDriver {
             .to_string();
         let namespace =
             self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)?;
+        // A credential source outside the Agent's namespace refuses the revision before the
+        // hooks are asked or anything is written (SPEC §13).
+        manifests::credential_sources_hold(revision, &namespace)?;
         self.facets_hold(revision, &namespace, cancel)?;
         let taken: Vec<&str> = revision
             .secrets
@@ -791,6 +794,68 @@ impl KubernetesDriver {
     fn runs(workload: &Value, revision: &RevisionSpec) -> bool {
         workload["spec"]["template"]["metadata"]["labels"][LABEL_REVISION].as_str()
             == Some(names::label_value(&revision.revision_id).as_str())
+    }
+
+    /// The revision's workload for a credential withdrawal (SPEC E6): a dedicated revision's
+    /// Harness Deployment, or the Agent's gateway while it runs this (embedded) revision;
+    /// `None` when it has none.
+    fn revision_workload(
+        &self,
+        revision: &RevisionSpec,
+        path: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<Value>, ComputeError> {
+        let workload = self
+            .client
+            .get(path, cancel)
+            .map_err(|e| fail(e, "deployments"))?;
+        Ok(workload.filter(|w| revision.harness_mode == "dedicated" || Self::runs(w, revision)))
+    }
+
+    /// Whether any runtime of the revision still carries the environment variable `env`: a
+    /// Pod (terminating ones included), or a ReplicaSet that may still make Pods (replicas
+    /// above zero, wanted or left) from a template carrying it.
+    fn runtime_carries(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        env: &str,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
+        let labels = Self::revision_pods(revision);
+        let pods = self.pods(namespace, &labels, cancel)?;
+        if pods.iter().any(|p| manifests::carries_env(&p["spec"], env)) {
+            return Ok(true);
+        }
+        let sets = self
+            .client
+            .list(
+                &format!("{APPS}/namespaces/{namespace}/replicasets"),
+                Some(&labels),
+                cancel,
+            )
+            .map_err(|e| fail(e, "replicasets"))?;
+        Ok(sets.iter().any(|rs| {
+            let live = rs["spec"]["replicas"].as_i64().unwrap_or(1) > 0
+                || rs["status"]["replicas"].as_i64().unwrap_or(0) > 0;
+            live && manifests::carries_env(&rs["spec"]["template"]["spec"], env)
+        }))
+    }
+
+    /// `Pending` while a runtime of the revision still carries `env`, else `revoked`.
+    fn detach_answer(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        env: &str,
+        revoked: CredentialDetach,
+        cancel: &CancelToken,
+    ) -> Result<CredentialDetach, ComputeError> {
+        if self.runtime_carries(revision, namespace, env, cancel)? {
+            Ok(CredentialDetach::Pending)
+        } else {
+            Ok(revoked)
+        }
     }
 
     /// Why an unready workload waits: Pods first, then its ReplicaSets' quota failures.
@@ -1584,6 +1649,95 @@ impl ComputeDriver for KubernetesDriver {
     fn set_sandbox(&self, sandbox: &Sandbox) -> bool {
         let _ = self.sandbox.set(sandbox.clone());
         true
+    }
+
+    fn withdraws_credentials(&self) -> bool {
+        true
+    }
+
+    /// Detaches one credential source from the revision's workload (SPEC E6, Kubernetes): no
+    /// workload (a dedicated revision's Deployment; the gateway while it runs this revision)
+    /// → `Absent`, or `Pending` while a Pod or live ReplicaSet of the revision still carries
+    /// the source; a workload without this installation's labels → permanent
+    /// `CREDENTIAL_WITHDRAWAL_MISCONFIGURED`; a workload that no longer carries it → the answer
+    /// of its Pods (idempotent, so an E17 `recheck` never fails on an entry already gone); the
+    /// harness source while its workload runs (replicas above zero, or a Pod still carrying
+    /// it) → permanent `CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT`; otherwise the
+    /// workload is written without the source's environment variable (a rollout when it runs)
+    /// and the answer is `Pending` until no Pod or live ReplicaSet of the revision carries it,
+    /// then `Revoked`. A 409 on the write is re-read and retried once, then retryable. The
+    /// Secret is never read, written or deleted.
+    fn withdraw_credential_source(
+        &self,
+        revision: &RevisionSpec,
+        source: &CredentialAttachment,
+        recheck: bool,
+        cancel: &CancelToken,
+    ) -> Result<CredentialDetach, ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(CredentialDetach::Absent);
+        };
+        let env = source.env_name();
+        let path = self.workload_path(revision, &namespace);
+        for _ in 0..2 {
+            let Some(workload) = self.revision_workload(revision, &path, cancel)? else {
+                return self.detach_answer(
+                    revision,
+                    &namespace,
+                    &env,
+                    CredentialDetach::Absent,
+                    cancel,
+                );
+            };
+            if !owned(&workload, &revision.installation_id) {
+                return Err(ComputeError::permanent(
+                    "CREDENTIAL_WITHDRAWAL_MISCONFIGURED",
+                    "kubernetes",
+                    None,
+                ));
+            }
+            if !manifests::carries_env(&workload["spec"]["template"]["spec"], &env) {
+                if recheck {
+                    log::debug!("credential source already detached from its workload");
+                }
+                return self.detach_answer(
+                    revision,
+                    &namespace,
+                    &env,
+                    CredentialDetach::Revoked,
+                    cancel,
+                );
+            }
+            if source.harness
+                && (workload["spec"]["replicas"].as_i64().unwrap_or(1) > 0
+                    || self.runtime_carries(revision, &namespace, &env, cancel)?)
+            {
+                return Err(ComputeError::permanent(
+                    "CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT",
+                    "kubernetes",
+                    None,
+                ));
+            }
+            let replacement = manifests::without_env(workload, &env);
+            match self.client.replace(&path, &replacement, cancel) {
+                Ok(_) => {
+                    return self.detach_answer(
+                        revision,
+                        &namespace,
+                        &env,
+                        CredentialDetach::Revoked,
+                        cancel,
+                    )
+                }
+                // Changed or deleted since the read: read again and decide again.
+                Err(e) if matches!(e.kind(), KubeErrorKind::Conflict | KubeErrorKind::NotFound) => {
+                }
+                Err(e) => return Err(fail(e, "deployments")),
+            }
+        }
+        Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {

@@ -15,7 +15,8 @@ use super::observe::HARNESS_CONTAINER;
 use super::settings::Settings;
 use crate::compute::hooks::LaunchValues;
 use crate::compute::{
-    AgentSpec, ComputeError, ManagedAccountAuth, NamespaceSpec, RevisionSpec, SecretProjection,
+    AgentSpec, ComputeError, CredentialAttachment, ManagedAccountAuth, NamespaceSpec, RevisionSpec,
+    SecretProjection,
 };
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -477,7 +478,7 @@ fn deployment(
 /// The harness's environment: identifiers, the admitted document, and every Secret as a
 /// `secretKeyRef` into the Agent's own namespace.
 /// The workload's environment: the driver's own `OCC_` values, each Secret binding as a
-/// `secretKeyRef`, and the hooks' launch values (`opaque-` placeholders, SPEC H5) as plain values.
+/// `secretKeyRef`, each credential source as a `secretKeyRef` (SPEC §13), and the hooks' launch values (`opaque-` placeholders, SPEC H5) as plain values.
 fn env(
     revision: &RevisionSpec,
     namespace: &str,
@@ -517,6 +518,9 @@ fn env(
     if let Some(account) = &revision.managed_account {
         env.extend(managed_account_env(account)?);
     }
+    for source in &revision.credential_sources {
+        env.push(credential_env(source, namespace)?);
+    }
     env.extend(
         launch
             .iter()
@@ -554,7 +558,74 @@ fn secret_env(
     secret: &SecretProjection,
     namespace: &str,
 ) -> Result<Value, ComputeError> {
-    let parts: Vec<&str> = secret.backend_ref.splitn(3, '/').collect();
+    secret_key_ref_env(name, &secret.backend_ref, namespace)
+}
+
+/// One credential source as its environment variable (SPEC §13, Kubernetes attachment):
+/// `OCC_HARNESS_API_KEY` or `OCC_CREDENTIAL_<ID>`, a `secretKeyRef` to its `backend_ref`,
+/// which must name the Agent's namespace (`SECRET_REFERENCE_OUTSIDE_NAMESPACE`).
+pub fn credential_env(
+    source: &CredentialAttachment,
+    namespace: &str,
+) -> Result<Value, ComputeError> {
+    secret_key_ref_env(&source.env_name(), &source.backend_ref, namespace)
+}
+
+/// Refuses, before anything is written, a revision whose credential sources reference a
+/// Secret outside the Agent's namespace (`SECRET_REFERENCE_OUTSIDE_NAMESPACE`).
+pub fn credential_sources_hold(
+    revision: &RevisionSpec,
+    namespace: &str,
+) -> Result<(), ComputeError> {
+    for source in &revision.credential_sources {
+        credential_env(source, namespace)?;
+    }
+    Ok(())
+}
+
+/// Whether a pod spec (a Deployment's or ReplicaSet's template, or a Pod's) has an
+/// environment variable `name` in any of its containers.
+pub fn carries_env(pod_spec: &Value, name: &str) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        pod_spec[*list].as_array().is_some_and(|containers| {
+            containers.iter().any(|c| {
+                c["env"]
+                    .as_array()
+                    .is_some_and(|env| env.iter().any(|e| e["name"] == name))
+            })
+        })
+    })
+}
+
+/// `workload` without the environment variable `name` in any container of its template
+/// (SPEC E6): the credential source's `secretKeyRef` is detached, everything else is kept.
+/// Its spec-hash stamp is dropped, since the object is no longer what the stamp says, so the
+/// next preparation rewrites it from the revision's spec.
+pub fn without_env(mut workload: Value, name: &str) -> Value {
+    let spec = &mut workload["spec"]["template"]["spec"];
+    for list in ["containers", "initContainers"] {
+        if let Some(containers) = spec[list].as_array_mut() {
+            for container in containers {
+                if let Some(env) = container["env"].as_array_mut() {
+                    env.retain(|e| e["name"] != name);
+                }
+            }
+        }
+    }
+    if let Some(annotations) = workload["metadata"]["annotations"].as_object_mut() {
+        annotations.remove(SPEC_HASH);
+    }
+    workload
+}
+
+/// A `NAMESPACE/NAME/KEY` backend reference as the `secretKeyRef` environment variable `name`;
+/// a reference outside `namespace` (or malformed) is refused.
+fn secret_key_ref_env(
+    name: &str,
+    backend_ref: &str,
+    namespace: &str,
+) -> Result<Value, ComputeError> {
+    let parts: Vec<&str> = backend_ref.splitn(3, '/').collect();
     match parts.as_slice() {
         [ns, secret_name, key] if *ns == namespace => Ok(json!({
             "name": name,
@@ -730,6 +801,98 @@ mod tests {
                 "SECRET_REFERENCE_OUTSIDE_NAMESPACE".into()
             )
         );
+    }
+
+    fn attachment(id: &str, harness: bool, backend_ref: &str) -> CredentialAttachment {
+        CredentialAttachment {
+            source_id: id.into(),
+            kind: if harness { "model_key" } else { "tool" }.into(),
+            harness,
+            backend_ref: backend_ref.into(),
+        }
+    }
+
+    fn env_of(d: &Value) -> Vec<Value> {
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    // SPEC §13, Kubernetes attachment: the harness source as OCC_HARNESS_API_KEY, a tool source
+    // as OCC_CREDENTIAL_<ID>, each a secretKeyRef; the stamp follows the source list.
+    #[test]
+    fn credential_sources_are_attached_as_secret_key_refs_and_change_the_stamp() {
+        let mut r = revision();
+        r.harness_secret = None;
+        let before = workload(
+            &r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap();
+        r.credential_sources = vec![
+            attachment("openai", true, "occ-ns1/openai/api-key"),
+            attachment("gh-tool", false, "occ-ns1/github/token"),
+        ];
+        let d = workload(
+            &r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap();
+        let env = env_of(&d);
+        assert!(env.contains(&json!({"name": "OCC_HARNESS_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "openai", "key": "api-key"}}})));
+        assert!(env.contains(&json!({"name": "OCC_CREDENTIAL_GH_TOOL",
+            "valueFrom": {"secretKeyRef": {"name": "github", "key": "token"}}})));
+        assert_ne!(stamped(&d), stamped(&before));
+        assert!(carries_env(
+            &d["spec"]["template"]["spec"],
+            "OCC_CREDENTIAL_GH_TOOL"
+        ));
+        // Detaching one keeps the other and drops the stamp.
+        let detached = without_env(d, "OCC_CREDENTIAL_GH_TOOL");
+        let spec = &detached["spec"]["template"]["spec"];
+        assert!(!carries_env(spec, "OCC_CREDENTIAL_GH_TOOL"));
+        assert!(carries_env(spec, "OCC_HARNESS_API_KEY"));
+        assert!(carries_env(spec, "TOKEN"));
+        assert!(stamped(&detached).is_none());
+    }
+
+    #[test]
+    fn a_credential_source_outside_the_agents_namespace_is_refused() {
+        let mut r = revision();
+        r.credential_sources = vec![attachment("gh", false, "kube-system/github/token")];
+        let refused = |r: &RevisionSpec| {
+            let e = workload(
+                r,
+                "occ-ns1",
+                "img",
+                &LaunchValues::default(),
+                &settings(),
+                960,
+            )
+            .unwrap_err();
+            assert_eq!(
+                e.kind(),
+                &crate::compute::ComputeErrorKind::Permanent(
+                    "SECRET_REFERENCE_OUTSIDE_NAMESPACE".into()
+                )
+            );
+        };
+        refused(&r);
+        assert!(credential_sources_hold(&r, "occ-ns1").is_err());
+        r.credential_sources[0].backend_ref = "occ-ns1/github".into();
+        refused(&r);
+        r.credential_sources[0].backend_ref = "occ-ns1/github/token".into();
+        assert!(credential_sources_hold(&r, "occ-ns1").is_ok());
     }
 
     // The API server's proxied `/readyz` read reaches the harness port from the configured

@@ -100,11 +100,14 @@ pub fn behaviour_for(behaviours: &Behaviours, namespace: &str, name: &str) -> Po
         .unwrap_or(PodBehaviour::Ready)
 }
 
-/// Namespaces past `terminating_for` vanish with their content; pods past `pod_termination`.
+/// Namespaces past `terminating_for` vanish with their content; pods past `pod_termination`,
+/// unless the test holds terminating pods (`KubeFake::hold_terminating_pods`).
 fn finish_graceful_deletions(store: &mut Store, opts: &FakeOptions, now: Instant) {
+    let hold_pods = store.hold_terminating_pods;
     let due: Vec<Key> = store
         .deleting
         .iter()
+        .filter(|((plural, _, _), _)| !(hold_pods && *plural == "pods"))
         .filter(|((plural, _, _), since)| {
             let wait = if *plural == "namespaces" {
                 opts.terminating_for

@@ -8,7 +8,9 @@
 //! It keeps the semantics the Kubernetes Compute Driver depends on: global resourceVersions,
 //! 409 Conflict/AlreadyExists, 404 NotFound, 422 Invalid names, 403 NamespaceTerminating,
 //! 401 Unauthorized, every error a `Status` object; merge patches; graceful deletion of pods and
-//! namespaces; Deployment status as the real controller writes it (zero counts omitted).
+//! namespaces; Deployment status as the real controller writes it (zero counts omitted); a
+//! rollout per template change (a new ReplicaSet whose Pods carry the new template, the old
+//! Pods terminated), whose terminating Pods a test can hold (`hold_terminating_pods`).
 //! A second DELETE of a terminating namespace answers 409 Conflict, as a real server does; every
 //! path, `/version` included, needs authentication.
 //! Deliberate simplifications: Foreground deletion is treated as Background (the owner goes at
@@ -426,6 +428,21 @@ impl KubeFake {
         state
             .behaviours
             .push((namespace.to_string(), name_prefix.to_string(), b));
+        state.store.all_dirty = true;
+    }
+
+    /// Holds every terminating pod (deleted, scaled down or replaced by a rollout) until
+    /// `release_terminating_pods`: it keeps its deletionTimestamp and its spec, so a test sees
+    /// the intermediate state of a rollout, old Pods still present with the old template's
+    /// environment while the Recreate strategy keeps the new ReplicaSet at zero.
+    pub fn hold_terminating_pods(&self) {
+        self.shared.state.lock().store.hold_terminating_pods = true;
+    }
+
+    /// Lets held terminating pods go: each vanishes once its `pod_termination` has passed.
+    pub fn release_terminating_pods(&self) {
+        let mut state = self.shared.state.lock();
+        state.store.hold_terminating_pods = false;
         state.store.all_dirty = true;
     }
 

@@ -527,6 +527,9 @@ pub struct Store {
     pub all_dirty: bool,
     /// `pod-template-hash` by Deployment (uid, generation).
     pub template_hashes: HashMap<(String, i64), String>,
+    /// While set, terminating pods keep their deletionTimestamp and stay (as a kubelet whose
+    /// containers ignore SIGTERM until their grace period would); released, they go as usual.
+    pub hold_terminating_pods: bool,
 }
 
 impl Store {
