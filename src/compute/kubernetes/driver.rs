@@ -10,7 +10,9 @@
 //! which it takes only at activation); `activate_revision` points the Service at the
 //! revision's gateway Pods; `stop_revision` scales the gateway, then the Harness, to zero and
 //! stays pending until their Pods are gone; `retire_revision` deletes them;
-//! `delete_namespace` deletes what the driver created. A revision's stored execution admission
+//! `delete_namespace` deletes what the driver created; `withdraw_credential_source` writes a
+//! revision's workload without one credential source's `secretKeyRef` and observes its Pods
+//! until none carries it (SPEC E6). A revision's stored execution admission
 //! is run only when `executionAdmissions` lists it, and a rejected active one is withdrawn by
 //! its stop (SPEC Z1).
 //!
