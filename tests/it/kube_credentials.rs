@@ -454,3 +454,41 @@ fn e6_a_workload_without_the_installation_label_is_misconfigured_and_untouched()
     assert!(env_entry(&deployment["spec"]["template"]["spec"], TOOL_ENV).is_some());
     no_secret_requested(&w);
 }
+
+#[test]
+fn e16_an_embedded_harness_source_is_refused_until_a_new_revision_takes_the_gateway_then_absent() {
+    let w = world("cred-successor");
+    let first = revision(&w, 1, "embedded");
+    let harness = harness_source(&w.namespace);
+    prepared(&w, &first);
+    assert_eq!(
+        refusal(
+            w.driver
+                .withdraw_credential_source(&first, &harness, false, &cancel())
+        ),
+        "CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"
+    );
+    // A new revision takes the Agent's gateway at its activation.
+    let second = revision(&w, 2, "embedded");
+    prepared(&w, &second);
+    wait_for("the second revision activated", LIMIT, || {
+        w.driver.activate_revision(&second, &cancel()).is_ok()
+    });
+    // The first revision has no workload any more: its harness source is absent once its last
+    // Pod is gone, and the second revision's own attachment is untouched.
+    let mut answers = Vec::new();
+    wait_for("the first revision's harness source absent", LIMIT, || {
+        answers.push(withdraw(&w, &first, &harness, false));
+        answers.last() == Some(&CredentialDetach::Absent)
+    });
+    assert!(answers[..answers.len() - 1]
+        .iter()
+        .all(|a| *a == CredentialDetach::Pending));
+    assert!(harness_pods(&w, &first).is_empty());
+    let gateway = workload(&w, &second).unwrap();
+    assert_eq!(
+        env_entry(&gateway["spec"]["template"]["spec"], HARNESS_ENV),
+        Some(secret_ref(HARNESS_ENV, "openai", "api-key"))
+    );
+    no_secret_requested(&w);
+}

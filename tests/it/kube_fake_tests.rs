@@ -1,8 +1,8 @@
 //! Self-tests of the Kubernetes API server fake (`kube_fake`), with ureq over TLS as the
 //! client: they prove the fake keeps the API-server semantics the Kubernetes Compute Driver
 //! relies on (Status errors, concurrency, authentication, namespace termination, the
-//! deployment and EndpointSlice controllers, pod behaviours, failure injection). They need no
-//! database and never reach a real cluster.
+//! deployment and EndpointSlice controllers, held terminating pods, pod behaviours, failure
+//! injection). They need no database and never reach a real cluster.
 
 use crate::kube_fake::{
     Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
@@ -810,6 +810,68 @@ fn recreate_removes_old_pods_before_new_ones_and_scale_to_zero_waits_for_termina
     });
     let d = fake.get(&format!("{DEPLOYMENTS}/gw")).unwrap();
     assert!(d["status"].get("replicas").is_none(), "{d}");
+}
+
+#[test]
+fn a_template_change_rolls_pods_carrying_the_new_env_and_held_old_pods_stay_until_released() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let client = Client::new(&fake);
+    namespace(&client, "ns1");
+    let mut d = deployment("app", 1, "Recreate", "img:1");
+    d["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
+        {"name": "KEEP", "value": "1"},
+        {"name": "DROP", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+    ]);
+    assert_eq!(client.ok("POST", DEPLOYMENTS, Some(&d)).0, 201);
+    wait_available(&fake, "app");
+    let envs = |p: &Value| -> Vec<String> {
+        p["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let old = pods_of(&fake, "app");
+    assert_eq!(old.len(), 1);
+    assert_eq!(envs(&old[0]), ["KEEP", "DROP"]);
+
+    fake.hold_terminating_pods();
+    let (_, mut current) = client.ok("GET", &format!("{DEPLOYMENTS}/app"), None);
+    current["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "KEEP", "value": "1"}]);
+    assert_eq!(
+        client
+            .ok("PUT", &format!("{DEPLOYMENTS}/app"), Some(&current))
+            .0,
+        200
+    );
+    // The old Pod terminates with the old template's env and is held; Recreate starts no new
+    // Pod meanwhile, and the Deployment is not complete.
+    wait_for(Duration::from_secs(5), "the old pod terminating", || {
+        pods_of(&fake, "app")
+            .into_iter()
+            .find(|p| p["metadata"]["deletionTimestamp"].is_string())
+    });
+    let held = wait_for(Duration::from_secs(5), "the rollout held", || {
+        let d = fake.get(&format!("{DEPLOYMENTS}/app"))?;
+        (d["status"]["observedGeneration"] == d["metadata"]["generation"]).then_some(d)
+    });
+    assert_ne!(
+        condition(&held, "Progressing").unwrap()["reason"],
+        "NewReplicaSetAvailable"
+    );
+    let pods = pods_of(&fake, "app");
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(pods[0]["metadata"]["name"], old[0]["metadata"]["name"]);
+    assert_eq!(envs(&pods[0]), ["KEEP", "DROP"]);
+
+    fake.release_terminating_pods();
+    wait_available(&fake, "app");
+    let pods = pods_of(&fake, "app");
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_ne!(pods[0]["metadata"]["name"], old[0]["metadata"]["name"]);
+    assert_eq!(envs(&pods[0]), ["KEEP"]);
 }
 
 #[test]
