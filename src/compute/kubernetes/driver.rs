@@ -159,6 +159,12 @@ fn not_owned() -> ComputeError {
     ComputeError::permanent("KUBERNETES_OBJECT_NOT_OWNED", "kubernetes", None)
 }
 
+/// A credential withdrawal the driver refuses for good (SPEC E6), awaiting the operator's
+/// replay.
+fn withdrawal_refused(code: &str) -> ComputeError {
+    ComputeError::permanent(code, "kubernetes", None)
+}
+
 /// Pods still terminating after a stop: the stop yields (SPEC Z5), pending without spending
 /// attempts and exempt from the convergence deadline.
 fn draining() -> ComputeError {
@@ -842,6 +848,51 @@ impl KubernetesDriver {
                 || rs["status"]["replicas"].as_i64().unwrap_or(0) > 0;
             live && manifests::carries_env(&rs["spec"]["template"]["spec"], env)
         }))
+    }
+
+    /// One read, decision and write of `withdraw_credential_source` (SPEC E6); `None` when
+    /// the write met a concurrent change (409) or a delete (404), so the caller reads again.
+    fn detach_round(
+        &self,
+        revision: &RevisionSpec,
+        source: &CredentialAttachment,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<CredentialDetach>, ComputeError> {
+        let env = source.env_name();
+        let path = self.workload_path(revision, namespace);
+        let Some(workload) = self.revision_workload(revision, &path, cancel)? else {
+            return self
+                .detach_answer(revision, namespace, &env, CredentialDetach::Absent, cancel)
+                .map(Some);
+        };
+        if !owned(&workload, &revision.installation_id) {
+            return Err(withdrawal_refused("CREDENTIAL_WITHDRAWAL_MISCONFIGURED"));
+        }
+        if !manifests::carries_env(&workload["spec"]["template"]["spec"], &env) {
+            return self
+                .detach_answer(revision, namespace, &env, CredentialDetach::Revoked, cancel)
+                .map(Some);
+        }
+        // A running harness cannot drop its model key: it goes with its runtime.
+        if source.harness
+            && (workload["spec"]["replicas"].as_i64().unwrap_or(1) > 0
+                || self.runtime_carries(revision, namespace, &env, cancel)?)
+        {
+            return Err(withdrawal_refused(
+                "CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT",
+            ));
+        }
+        let replacement = manifests::without_env(workload, &env);
+        match self.client.replace(&path, &replacement, cancel) {
+            Ok(_) => self
+                .detach_answer(revision, namespace, &env, CredentialDetach::Revoked, cancel)
+                .map(Some),
+            Err(e) if matches!(e.kind(), KubeErrorKind::Conflict | KubeErrorKind::NotFound) => {
+                Ok(None)
+            }
+            Err(e) => Err(fail(e, "deployments")),
+        }
     }
 
     /// `Pending` while a runtime of the revision still carries `env`, else `revoked`.
@@ -1676,67 +1727,16 @@ impl ComputeDriver for KubernetesDriver {
         recheck: bool,
         cancel: &CancelToken,
     ) -> Result<CredentialDetach, ComputeError> {
+        // E17's recheck is the same detach: a source already gone is answered, never refused.
+        let _ = recheck;
         let Some(namespace) =
             self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
         else {
             return Ok(CredentialDetach::Absent);
         };
-        let env = source.env_name();
-        let path = self.workload_path(revision, &namespace);
         for _ in 0..2 {
-            let Some(workload) = self.revision_workload(revision, &path, cancel)? else {
-                return self.detach_answer(
-                    revision,
-                    &namespace,
-                    &env,
-                    CredentialDetach::Absent,
-                    cancel,
-                );
-            };
-            if !owned(&workload, &revision.installation_id) {
-                return Err(ComputeError::permanent(
-                    "CREDENTIAL_WITHDRAWAL_MISCONFIGURED",
-                    "kubernetes",
-                    None,
-                ));
-            }
-            if !manifests::carries_env(&workload["spec"]["template"]["spec"], &env) {
-                if recheck {
-                    log::debug!("credential source already detached from its workload");
-                }
-                return self.detach_answer(
-                    revision,
-                    &namespace,
-                    &env,
-                    CredentialDetach::Revoked,
-                    cancel,
-                );
-            }
-            if source.harness
-                && (workload["spec"]["replicas"].as_i64().unwrap_or(1) > 0
-                    || self.runtime_carries(revision, &namespace, &env, cancel)?)
-            {
-                return Err(ComputeError::permanent(
-                    "CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT",
-                    "kubernetes",
-                    None,
-                ));
-            }
-            let replacement = manifests::without_env(workload, &env);
-            match self.client.replace(&path, &replacement, cancel) {
-                Ok(_) => {
-                    return self.detach_answer(
-                        revision,
-                        &namespace,
-                        &env,
-                        CredentialDetach::Revoked,
-                        cancel,
-                    )
-                }
-                // Changed or deleted since the read: read again and decide again.
-                Err(e) if matches!(e.kind(), KubeErrorKind::Conflict | KubeErrorKind::NotFound) => {
-                }
-                Err(e) => return Err(fail(e, "deployments")),
+            if let Some(answer) = self.detach_round(revision, source, &namespace, cancel)? {
+                return Ok(answer);
             }
         }
         Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
