@@ -27,6 +27,10 @@ const PENDING_COUNT: &str = include_str!("../../sql/queries/work_pending_count.s
 const LIST: &str = include_str!("../../sql/queries/work_list.sql");
 const SHOW: &str = include_str!("../../sql/queries/work_show.sql");
 const CLOCK: &str = include_str!("../../sql/queries/work_clock.sql");
+const WITHDRAWAL_REQUEUE: &str =
+    include_str!("../../sql/queries/work_enqueue_withdrawal_requeue.sql");
+const WITHDRAWAL_ACTIVATION: &str =
+    include_str!("../../sql/queries/work_enqueue_withdrawal_activation.sql");
 
 /// The kind of controller operation a row asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -381,6 +385,40 @@ pub fn work_enqueue_at(
         id: row.get(0),
         inserted: row.get(1),
     })
+}
+
+/// SPEC E14's maintenance re-queue of the active revision `revision_id` and its companions,
+/// inside a transaction that locked the Namespace: the revisions whose first pending row was
+/// collected, each with the key enqueued for it (`None` when the row needed no attempt). An
+/// empty answer: nothing was pending.
+pub fn work_enqueue_withdrawal_requeue(
+    client: &mut impl GenericClient,
+    namespace_id: &str,
+    agent_id: &str,
+    revision_id: &str,
+) -> Result<Vec<(String, Option<String>)>, QueueError> {
+    let rows = client.query(
+        WITHDRAWAL_REQUEUE,
+        &[&namespace_id, &agent_id, &revision_id],
+    )?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// SPEC E16: in the transaction that completes a candidate's reconcile work with its
+/// activation, the `activation` and `retirement` withdrawal works of rows refused
+/// `CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT`. The keys enqueued.
+pub fn work_enqueue_withdrawal_activation(
+    client: &mut impl GenericClient,
+    namespace_id: &str,
+    agent_id: &str,
+    revision_id: &str,
+    revision: i32,
+) -> Result<Vec<String>, QueueError> {
+    let rows = client.query(
+        WITHDRAWAL_ACTIVATION,
+        &[&namespace_id, &agent_id, &revision_id, &revision],
+    )?;
+    Ok(rows.iter().filter_map(|r| r.get(0)).collect())
 }
 
 /// Claims the oldest available work in a free lane, or `None` (Q4).

@@ -114,15 +114,6 @@ impl RevisionRow {
             && self.compute_implementation == pass.ctx.compute.implementation()
     }
 
-    /// Every snapshot source as an attachment, in SPEC E3's order. A deployment pass narrows
-    /// this to what E19 resolves before any Compute call.
-    pub fn attachments(&self) -> Vec<crate::compute::CredentialAttachment> {
-        crate::credentials::in_order(&self.credential_sources, self.harness_auth.as_ref())
-            .into_iter()
-            .map(|(s, harness)| s.attachment(harness))
-            .collect()
-    }
-
     pub fn spec(&self, installation_id: &str) -> RevisionSpec {
         RevisionSpec {
             installation_id: installation_id.into(),
@@ -148,7 +139,8 @@ impl RevisionRow {
             plugin_ids: self.plugin_ids(),
             execution_admission: self.execution_admission.clone(),
             sandbox_facets: self.sandbox_facets.clone(),
-            credential_sources: self.attachments(),
+            // Filled by SPEC E19's resolution before a preparation; no other call attaches.
+            credential_sources: Vec::new(),
         }
     }
 }

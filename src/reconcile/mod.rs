@@ -28,6 +28,7 @@ pub mod namespace;
 pub mod probe;
 pub mod publish;
 pub mod revision;
+pub mod revision_sources;
 pub mod sandbox_policy;
 pub mod subnets;
 

@@ -37,11 +37,12 @@ use super::agent::{
     audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
     readiness_recheck, stop_yield_recheck, try_effect, AgentRow, Audit, RevisionRow,
 };
+use super::revision_sources::{self, SourceState};
 use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{
     held_runtime_failure, revision_pending_code, valid_revision_observation, AdmissionUse,
-    BackendBinding, ComputeError, ComputeErrorKind, Credential, ManagedAccountAuth, RevisionSpec,
-    SecretProjection, REVISION_PENDING_CODES,
+    BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
+    ManagedAccountAuth, RevisionSpec, SecretProjection, REVISION_PENDING_CODES,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -57,6 +58,7 @@ const ACTIVATE: &str = include_str!("../../sql/queries/revision_activate.sql");
 const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_earlier.sql");
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
+const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 
 /// The backend type a managed ChatGPT account binds to.
 const CHATGPT_BACKEND: &str = "chatgpt";
@@ -119,6 +121,8 @@ struct Loaded {
     secret_driver: Option<String>,
     /// The newest readiness code among this work's attempts (SPEC Z3).
     newest_readiness: Option<String>,
+    /// The revision's snapshot credential sources with their rows and withdrawals (SPEC §13).
+    sources: Vec<SourceState>,
 }
 
 impl Loaded {
@@ -193,6 +197,12 @@ fn asked(actor: &str, l: &Loaded) -> Vec<Request> {
     let revision = &l.revision;
     let ns = &revision.namespace_id;
     let mut asked = deploy_requests(actor, l).to_vec();
+    asked.extend(revision_sources::requests(
+        actor,
+        &revision.service_principal_id,
+        ns,
+        &l.sources,
+    ));
     let mut secrets: Vec<String> = secret_refs(revision)
         .unwrap_or_default()
         .into_iter()
@@ -246,6 +256,7 @@ impl RevisionReconciler {
             .and_then(|id| all.iter().find(|r| &r.id == id).cloned());
         let key = format!("agent_revision:{revision_id}:reconcile");
         let row = db.query_one(LOOKUP, &[&claim.id, &key, &readiness_codes()])?;
+        let sources = revision_sources::load(&mut *db, &revision)?;
         Ok(Some(Loaded {
             agent,
             revision,
@@ -260,6 +271,7 @@ impl RevisionReconciler {
             secret_driver: row.get(6),
             waited_refusal: row.get(7),
             newest_readiness: row.get(8),
+            sources,
         }))
     }
 
@@ -338,6 +350,13 @@ impl RevisionReconciler {
         if let Some(denied) = first_denial(&policy, deploy_requests(actor, l), actor) {
             return Ok(Some(denied));
         }
+        // SPEC E19: `operate` on every source without a withdrawal row, by both principals,
+        // after the Configuration `read` and before the Secret checks.
+        let sources =
+            revision_sources::requests(actor, &revision.service_principal_id, ns, &l.sources);
+        if let Some(denied) = sources.into_iter().find_map(|r| deny(&policy, r, actor)) {
+            return Ok(Some(denied));
+        }
         let Some(auth) = &revision.harness_auth else {
             return Ok(Some(Report::permanent("HARNESS_AUTH_REQUIRED")));
         };
@@ -358,6 +377,8 @@ impl RevisionReconciler {
                 None
             }
             Some("service_account") => ManagedAccountAuth::from_harness_auth(auth),
+            // Resolved after the Secrets (SPEC E19).
+            Some("credential_source") => None,
             _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
         };
         for (_, secret) in &refs {
@@ -606,11 +627,63 @@ impl RevisionReconciler {
         if let Some(refused) = self.check_execution_admission(pass, &l)? {
             return Ok(refused);
         }
+        if maintenance {
+            if let Some(report) = self.maintain_withdrawals(pass, &l)? {
+                return Ok(report);
+            }
+        }
         if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
         {
             return self.refuse_secret_context(pass, &l, refusal);
         }
-        self.deploy(pass, &l, &scratch.phases)
+        let gateway = pass.ctx.credential_gateway.as_deref();
+        let attach = match revision_sources::resolve(
+            &l.sources,
+            l.revision.harness_auth.as_ref(),
+            gateway,
+        ) {
+            Ok(attach) => attach,
+            Err(code) => {
+                return self.refuse_secret_context(pass, &l, Report::permanent(code));
+            }
+        };
+        self.deploy(pass, &l, attach, &scratch.phases)
+    }
+
+    /// A maintenance pass of the running active revision, before the Secret context: SPEC
+    /// E18 when its harness source has a withdrawal row (it never prepares: revoked sources
+    /// are detached again, then `publish` re-queues as E14 and completes
+    /// `CREDENTIAL_WITHDRAWN`), else E14's re-queue of pending withdrawals in a fenced
+    /// transaction, after which maintenance goes on (`None`).
+    fn maintain_withdrawals(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+    ) -> Result<Option<Report>, PassError> {
+        if revision_sources::harness_withdrawn(&l.sources) {
+            let spec = l.revision.spec(&pass.ctx.installation_id);
+            if let Err(e) = revision_sources::redetach(pass, &spec, &l.sources)? {
+                let code = revision_sources::redetach_wait_code(&e);
+                return Ok(Some(
+                    active_path(pass, code)
+                        .at("withdraw_credential")
+                        .with_compute_error(&e),
+                ));
+            }
+            return Ok(Some(
+                Report::success("CREDENTIAL_WITHDRAWN")
+                    .with_facts(Facts::Revision(RevisionFacts::CredentialWithdrawn)),
+            ));
+        }
+        if l.sources.iter().any(|s| s.withdrawal.is_some()) {
+            let (ns, agent, revision) = (&l.revision.namespace_id, &l.agent.id, &l.revision.id);
+            pass.fenced(|tx| {
+                tx.query_opt(NAMESPACE_LOCK, &[ns])?;
+                queue::work_enqueue_withdrawal_requeue(tx, ns, agent, revision)?;
+                Ok(())
+            })?;
+        }
+        Ok(None)
     }
 
     /// SPEC Z1, first in the Secret step: a stored execution admission the driver does not
@@ -802,9 +875,16 @@ impl RevisionReconciler {
     }
 
     /// R8, R5-R7: the Agent's own objects, then preparation and activation.
-    fn deploy(&self, pass: &Pass<'_>, l: &Loaded, phases: &Phases) -> Result<Report, PassError> {
+    fn deploy(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        attach: Vec<CredentialAttachment>,
+        phases: &Phases,
+    ) -> Result<Report, PassError> {
         let driver = pass.ctx.compute.clone();
-        let spec = l.revision.spec(&pass.ctx.installation_id);
+        let mut spec = l.revision.spec(&pass.ctx.installation_id);
+        spec.credential_sources = attach;
         let agent_spec = l.agent.spec(&pass.ctx.installation_id);
         let already_active = l.is_active();
         // The Agent's own objects before any preparation: for the active
@@ -1014,9 +1094,14 @@ impl RevisionReconciler {
                 self.refuse(pass, l, report, true)?
             })))
         };
-        // SPEC Z1: decided again before every preparation; a refusal is the call's error.
+        // SPEC Z1: decided again before every preparation; a refusal is the call's error. SPEC
+        // E17: revoked sources are detached again first; an error fails the pass as a
+        // preparation error does.
         let prepared = match driver.validate_execution_admission(spec, AdmissionUse::Stored) {
-            Ok(()) => effect(pass, "prepare", |c| driver.prepare_revision(spec, c))?,
+            Ok(()) => match revision_sources::redetach(pass, spec, &l.sources)? {
+                Ok(()) => effect(pass, "prepare", |c| driver.prepare_revision(spec, c))?,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         let observation = match prepared {
@@ -1209,6 +1294,10 @@ pub enum RevisionFacts {
     /// Refused before any effect (R2, ownership): the revision cannot run again without a new
     /// deployment, so a maintenance chain ends.
     Refused,
+    /// SPEC E18: a maintenance pass of an active revision whose harness source has a
+    /// withdrawal row; `publish` re-queues as E14 and keeps the chain only while something
+    /// is pending.
+    CredentialWithdrawn,
 }
 
 /// A refusal before any effect that ends a maintenance chain.
@@ -1329,6 +1418,19 @@ impl Reconciler for RevisionReconciler {
         let (ends_chain, activated) = match &report.facts {
             Facts::Revision(RevisionFacts::Activated { revision, previous }) => {
                 tx.execute(RETIRE_EARLIER, &[agent_id, revision])?;
+                // SPEC E16: the withdrawals that waited for this activation or for the
+                // retirements it made.
+                if claim.operation == Operation::RevisionReconcile
+                    && report.outcome == Outcome::Success
+                {
+                    queue::work_enqueue_withdrawal_activation(
+                        tx,
+                        &claim.namespace_id,
+                        agent_id,
+                        revision_id,
+                        *revision,
+                    )?;
+                }
                 // Exactly one activation audit per revision, even when the claim was lost
                 // between the pointer compare-and-set and the completion (R6, R7).
                 let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
@@ -1378,6 +1480,16 @@ impl Reconciler for RevisionReconciler {
                 (true, false)
             }
             Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
+            Facts::Revision(RevisionFacts::CredentialWithdrawn) => {
+                tx.query_opt(NAMESPACE_LOCK, &[&claim.namespace_id])?;
+                let collected = queue::work_enqueue_withdrawal_requeue(
+                    tx,
+                    &claim.namespace_id,
+                    agent_id,
+                    revision_id,
+                )?;
+                (collected.is_empty(), false)
+            }
             // Only a denial is audited on failure; the work row's code and the status view say
             // the rest. A refusal ends a maintenance chain.
             Facts::Denied(denial) => {

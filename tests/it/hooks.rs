@@ -768,7 +768,7 @@ fn the_reference_hook_answers_from_its_policy_file() {
         r#"{"beforeNamespaceDelete": {"allowed": false, "code": "RETENTION_HOLD"}}"#,
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_occ-hook"))
+    let mut child = Reaped(std::process::Command::new(env!("CARGO_BIN_EXE_occ-hook"))
         .args(["--listen", "127.0.0.1:0", "--policy"])
         .arg(&policy)
         .arg("--cert")
@@ -777,8 +777,8 @@ fn the_reference_hook_answers_from_its_policy_file() {
         .arg(dir.join("key.pem"))
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        .unwrap());
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let listening: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(listening["event"], "hook.listening");
     let file = json!({"lifecycleHooks": [{
@@ -823,7 +823,16 @@ fn the_reference_hook_answers_from_its_policy_file() {
             ("beforeNamespaceDelete", json!(true)),
         ]
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A child process killed and reaped when dropped, a failing assertion included.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

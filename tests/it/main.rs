@@ -8,6 +8,7 @@ mod cli;
 mod cli_output;
 mod cli_wait;
 mod conventions;
+mod credential_deploy;
 mod credential_sources;
 mod deploy;
 mod docker;

@@ -128,6 +128,10 @@ pub enum Prepare {
     Fail(ComputeError),
 }
 
+/// The Credential Gateway id every scripted worker runs with (SPEC §13): sources owned by it
+/// resolve; any other owner id is another installation's.
+pub const GATEWAY: &str = "gateway-1";
+
 pub type Hook = Box<dyn Fn(&str, &str) + Send + Sync>;
 
 /// The driver. Defaults: id `scripted`, Namespaces complete at once, revisions ready, every
@@ -699,7 +703,7 @@ fn run_events(
             events: events(),
             metrics: Metrics::new(),
             sandbox: Default::default(),
-            credential_gateway: None,
+            credential_gateway: Some(GATEWAY.into()),
         });
         let worker = Worker::new(
             ctx,
