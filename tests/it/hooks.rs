@@ -768,16 +768,18 @@ fn the_reference_hook_answers_from_its_policy_file() {
         r#"{"beforeNamespaceDelete": {"allowed": false, "code": "RETENTION_HOLD"}}"#,
     )
     .unwrap();
-    let mut child = Reaped(std::process::Command::new(env!("CARGO_BIN_EXE_occ-hook"))
-        .args(["--listen", "127.0.0.1:0", "--policy"])
-        .arg(&policy)
-        .arg("--cert")
-        .arg(dir.join("cert.pem"))
-        .arg("--key")
-        .arg(dir.join("key.pem"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap());
+    let mut child = Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_occ-hook"))
+            .args(["--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy)
+            .arg("--cert")
+            .arg(dir.join("cert.pem"))
+            .arg("--key")
+            .arg(dir.join("key.pem"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let listening: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(listening["event"], "hook.listening");

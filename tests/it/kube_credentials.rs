@@ -114,6 +114,13 @@ fn revision(w: &World, n: i32, mode: &str) -> RevisionSpec {
     r
 }
 
+/// `r` as E19 resolves it once its tool source is withdrawn: without it.
+fn after_tool_withdrawal(r: &RevisionSpec) -> RevisionSpec {
+    let mut r = r.clone();
+    r.credential_sources.retain(|s| s.harness);
+    r
+}
+
 /// The revision's workload as the fake holds it.
 fn workload(w: &World, r: &RevisionSpec) -> Option<Value> {
     let name = if r.harness_mode == "dedicated" {
@@ -238,9 +245,7 @@ fn e19_prepare_attaches_the_harness_and_tool_sources_as_secret_key_refs_in_the_d
         TOOL_ENV
     ));
     // A preparation with a changed source list rolls the Deployment out without it.
-    let mut without_tool = r.clone();
-    without_tool.credential_sources.pop();
-    prepared(&w, &without_tool);
+    prepared(&w, &after_tool_withdrawal(&r));
     let deployment = workload(&w, &r).unwrap();
     assert!(env_entry(&deployment["spec"]["template"]["spec"], TOOL_ENV).is_none());
     wait_for("the Pods of the new template", LIMIT, || {
@@ -296,7 +301,7 @@ fn e19_an_embedded_revision_carries_its_sources_in_the_agents_gateway_and_detach
 }
 
 #[test]
-fn s13_a_backend_ref_outside_the_agents_namespace_is_refused_before_any_write() {
+fn e19_a_backend_ref_outside_the_agents_namespace_is_refused_before_any_write() {
     let w = world("cred-outside");
     let mut r = revision(&w, 1, "dedicated");
     r.credential_sources[1].backend_ref = "kube-system/github/token".into();
@@ -332,7 +337,7 @@ fn e6_a_tool_source_stays_pending_while_an_old_pod_carries_it_then_is_revoked() 
     });
     w.fake.clear_requests();
     assert_eq!(
-        withdraw(&w, &tr(&r), &tool, false),
+        withdraw(&w, &after_tool_withdrawal(&r), &tool, false),
         CredentialDetach::Pending
     );
     let puts: Vec<u16> = w
@@ -363,7 +368,7 @@ fn e6_a_tool_source_stays_pending_while_an_old_pod_carries_it_then_is_revoked() 
     wait_for("the tool source revoked", LIMIT, || {
         withdraw(&w, &r, &tool, false) == CredentialDetach::Revoked
     });
-    prepared(&w, &tr(&r));
+    prepared(&w, &after_tool_withdrawal(&r));
     let pods = harness_pods(&w, &r);
     assert!(!pods.is_empty());
     assert!(pods.iter().all(|p| !old
@@ -378,13 +383,6 @@ fn e6_a_tool_source_stays_pending_while_an_old_pod_carries_it_then_is_revoked() 
     assert_eq!(withdraw(&w, &r, &tool, false), CredentialDetach::Revoked);
     assert_eq!(writes(&w), Vec::<String>::new());
     no_secret_requested(&w);
-}
-
-/// `r` as E19 resolves it once its tool source is withdrawn: without it.
-fn tr(r: &RevisionSpec) -> RevisionSpec {
-    let mut r = r.clone();
-    r.credential_sources.retain(|s| s.harness);
-    r
 }
 
 #[test]
