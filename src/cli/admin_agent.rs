@@ -1,5 +1,6 @@
 //! `occ-worker admin agent|configuration|secret|service-account …`: Agent, revision,
-//! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9).
+//! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9),
+//! deployment with credential sources (SPEC §13) and their withdrawal (`admin_withdrawal`).
 //!
 //! Every command calls one PostgreSQL admission function (`occ.agent_*`, `occ.configuration_*`,
 //! `occ.secret_*`; their current bodies are in `sql/schema.sql`), which authorizes `--actor`,
