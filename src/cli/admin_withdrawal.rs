@@ -73,6 +73,14 @@ pub fn withdraw(globals: &Globals, r: Request) -> Result<(), CliError> {
         return Ok(());
     };
     let keys = value["works"].as_array().cloned().unwrap_or_default();
+    if keys.is_empty() {
+        // Each revision's one chain is already queued (SPEC E15) or every row is revoked.
+        eprintln!(
+            "{what}: queued no work to wait for: each revision's withdrawal work was already \
+             queued, or its row is revoked (admin work list --agent {})",
+            r.agent
+        );
+    }
     for key in keys.iter().filter_map(|k| k.as_str()) {
         let left = timeout.saturating_sub(started.elapsed());
         super::wait::follow(globals, what, key, Some(left))?;

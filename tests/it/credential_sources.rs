@@ -1336,6 +1336,9 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
         json!("github")
     );
 
+    let (_, none, _) = run_with(&db, None, &["admin", "withdrawal", "list", "team-b"]);
+    assert_eq!(none.lines().nth(1), Some("(none)"));
+
     let withdraw = |source: &str| {
         run_with(
             &db,
@@ -1405,6 +1408,69 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
         )
     );
     assert!(row["requestedAt"].as_str().unwrap().ends_with('Z'));
+    // An attempt's code and time, in UTC.
+    db.client()
+        .execute(
+            "UPDATE occ.credential_withdrawals SET last_reason = 'AUTHORIZATION_DENIED',
+                 last_at = '2026-01-31T12:00:00Z'",
+            &[],
+        )
+        .unwrap();
+    let (_, table, _) = run_with(&db, None, &["admin", "withdrawal", "list", "team-b", "bot"]);
+    assert_eq!(
+        table.lines().nth(1),
+        Some("bot    1         github  pending  admin         AUTHORIZATION_DENIED  2026-01-31T12:00:00.000Z  -")
+    );
+
+    // --wait follows the one work queued; with no worker running it times out (exit 4).
+    let wait_openai = || {
+        run_with(
+            &db,
+            None,
+            &[
+                "admin",
+                "agent",
+                "withdraw-credential",
+                "team-b",
+                "bot",
+                "openai",
+                "--actor",
+                "admin",
+                "--wait=1s",
+            ],
+        )
+    };
+    let (code, _, stderr) = wait_openai();
+    assert_eq!(
+        (code, stderr.as_str()),
+        (0, "agent withdraw-credential: queued no work to wait for: each revision's withdrawal work was already queued, or its row is revoked (admin work list --agent bot)\n")
+    );
+    db.client()
+        .execute(
+            "UPDATE occ.work SET state = 'succeeded', reason_code = 'CREDENTIALS_WITHDRAWN',
+                 completed_at = now() WHERE agent_target = 'credential_withdrawal'",
+            &[],
+        )
+        .unwrap();
+    let (code, _, stderr) = run_with(
+        &db,
+        None,
+        &[
+            "admin",
+            "agent",
+            "withdraw-credential",
+            "team-b",
+            "bot",
+            "openai",
+            "--actor",
+            "admin",
+            "--wait=1s",
+        ],
+    );
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains(":credential_withdrawal:"), "{stderr}");
+    assert!(stderr.contains("withdrawing"), "{stderr}");
+
     // An unknown Agent is an error, never an empty list.
     refused(
         Some(&db.url),
