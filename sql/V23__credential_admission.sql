@@ -59,6 +59,7 @@ END $_$;
 -- the actor may `operate` it, it has the kind its flag asks for, it is `ready`, and the
 -- selected Credential Gateway owns it (no Credential Proxy is built in). The row stays
 -- share-locked to the end of the transaction, so a concurrent disable waits for the revision.
+-- Messages name the source `ID in Namespace NS`, never `NS/ID`, which the CLI reads as an Agent.
 CREATE FUNCTION occ.credential_source_admit(p_namespace text, p_actor text, p_id text,
     p_kind text, p_gateway text) RETURNS jsonb
     LANGUAGE plpgsql
@@ -69,31 +70,31 @@ BEGIN
     SELECT * INTO c FROM occ.credential_sources
     WHERE namespace_id = p_namespace AND id = p_id FOR SHARE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'credential source %/% does not exist', p_namespace, p_id
+        RAISE EXCEPTION 'credential source % in Namespace % does not exist', p_id, p_namespace
             USING ERRCODE = 'no_data_found';
     END IF;
     PERFORM occ.agent_require(p_actor, 'operate', 'credential_source', p_id, p_namespace);
     IF c.kind <> p_kind THEN
-        RAISE EXCEPTION 'credential source %/% is a % source, not a % source (%)', p_namespace,
-            p_id, c.kind, p_kind,
+        RAISE EXCEPTION 'credential source % in Namespace % is a % source, not a % source (%)', p_id,
+            p_namespace, c.kind, p_kind,
             CASE p_kind WHEN 'model_key' THEN '--credential-source names the harness model key'
                         ELSE '--tool-source names a tool credential' END
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF c.state <> 'ready' THEN
-        RAISE EXCEPTION 'credential source %/% is % (by % at %); it attaches to no new revision',
-            p_namespace, p_id, c.state, c.disabled_by,
+        RAISE EXCEPTION 'credential source % in Namespace % is % (by % at %); it attaches to no new revision',
+            p_id, p_namespace, c.state, c.disabled_by,
             to_char(c.disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF c.owner <> 'credential_gateway' THEN
-        RAISE EXCEPTION 'credential source %/% is owned by Credential Proxy %, and no Credential Proxy is built in',
-            p_namespace, p_id, c.driver_id
+        RAISE EXCEPTION 'credential source % in Namespace % is owned by Credential Proxy %, and no Credential Proxy is built in',
+            p_id, p_namespace, c.driver_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF c.driver_id <> p_gateway THEN
-        RAISE EXCEPTION 'credential source %/% belongs to Credential Gateway %, not the selected %',
-            p_namespace, p_id, c.driver_id, p_gateway
+        RAISE EXCEPTION 'credential source % in Namespace % belongs to Credential Gateway %, not the selected %',
+            p_id, p_namespace, c.driver_id, p_gateway
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     RETURN jsonb_build_object('sourceId', c.id, 'credentialGatewayId', p_gateway,
@@ -284,7 +285,7 @@ BEGIN
     PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, p_namespace);
     IF NOT EXISTS (SELECT 1 FROM occ.credential_sources
                    WHERE namespace_id = p_namespace AND id = p_source) THEN
-        RAISE EXCEPTION 'credential source %/% does not exist', p_namespace, p_source
+        RAISE EXCEPTION 'credential source % in Namespace % does not exist', p_source, p_namespace
             USING ERRCODE = 'no_data_found';
     END IF;
     SELECT array_agg(rv.id ORDER BY rv.revision) INTO revs

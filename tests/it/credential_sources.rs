@@ -687,25 +687,25 @@ fn e19_deploy_refusals_name_the_rule_and_write_nothing() {
         ("admin", None, &["github"], None, "22023",
          "credential sources need a selected Credential Gateway, and none is selected (credentialGateway in the OCC_INSTALLATION_CONFIG file)"),
         ("admin", Some("off"), &[], Some("gw-1"), "55000",
-         "credential source team-b/off is disabled (by admin at "),
+         "credential source off in Namespace team-b is disabled (by admin at "),
         ("admin", Some("other-gw"), &[], Some("gw-1"), "55000",
-         "credential source team-b/other-gw belongs to Credential Gateway gw-2, not the selected gw-1"),
+         "credential source other-gw in Namespace team-b belongs to Credential Gateway gw-2, not the selected gw-1"),
         ("admin", Some("openai"), &[], Some("gw-2"), "55000",
-         "credential source team-b/openai belongs to Credential Gateway gw-1, not the selected gw-2"),
+         "credential source openai in Namespace team-b belongs to Credential Gateway gw-1, not the selected gw-2"),
         ("admin", Some("proxied"), &[], Some("gw-1"), "55000",
-         "credential source team-b/proxied is owned by Credential Proxy px-1, and no Credential Proxy is built in"),
+         "credential source proxied in Namespace team-b is owned by Credential Proxy px-1, and no Credential Proxy is built in"),
         ("admin", Some("github"), &[], Some("gw-1"), "22023",
-         "credential source team-b/github is a tool source, not a model_key source (--credential-source names the harness model key)"),
+         "credential source github in Namespace team-b is a tool source, not a model_key source (--credential-source names the harness model key)"),
         ("admin", Some("openai"), &["openai"], Some("gw-1"), "22023",
          "credential source openai is named more than once"),
         ("admin", None, &["git-hub", "github", "git_hub"], Some("gw-1"), "22023",
          "tool sources git-hub and git_hub share the environment name OCC_CREDENTIAL_GIT_HUB"),
         ("admin", Some("nope"), &[], Some("gw-1"), "P0002",
-         "credential source team-b/nope does not exist"),
+         "credential source nope in Namespace team-b does not exist"),
         ("dep", Some("openai"), &["github"], Some("gw-1"), "42501",
          "dep may not operate credential_source: NO_MATCHING_BINDING (needs operate credential_source on credential_source github in Namespace team-b)"),
         ("admin", None, &["openai"], Some("gw-1"), "22023",
-         "credential source team-b/openai is a model_key source, not a tool source (--tool-source names a tool credential)"),
+         "credential source openai in Namespace team-b is a model_key source, not a tool source (--tool-source names a tool credential)"),
     ];
     for (i, (actor, harness, tools, gateway, code, said)) in cases.into_iter().enumerate() {
         let e = deploy(&db, actor, harness, tools, gateway).expect_err(&format!("case {i}"));
@@ -1249,7 +1249,7 @@ fn e15_request_refusals_write_nothing() {
         "admin",
         "nope",
         "P0002",
-        "credential source team-b/nope does not exist",
+        "credential source nope in Namespace team-b does not exist",
     );
     refused_with(
         "admin",
@@ -1477,5 +1477,53 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
         &["admin", "withdrawal", "list", "team-b", "nope"],
         1,
         "withdrawal list refused: no Agent nope in Namespace team-b",
+    );
+}
+
+#[test]
+fn e15_cli_refusals_name_the_source_and_the_agent_as_typed() {
+    let db = TestDb::bootstrapped();
+    db.client()
+        .batch_execute(
+            "INSERT INTO occ.namespaces_all (id, name, status, created_by)
+             VALUES ('ns-1a2b3c4d', 'team-c', 'ready', 'admin');
+             SELECT occ.agent_create('team-c', 'bot', 'admin')",
+        )
+        .unwrap();
+    let agent: String = db
+        .client()
+        .query_one("SELECT id FROM occ.agents WHERE name = 'bot'", &[])
+        .unwrap()
+        .get(0);
+    let withdraw = |source: &str| {
+        run_with(
+            &db,
+            None,
+            &[
+                "admin",
+                "agent",
+                "withdraw-credential",
+                "team-c",
+                "bot",
+                source,
+                "--actor",
+                "admin",
+            ],
+        )
+    };
+    assert_eq!(
+        withdraw("nope"),
+        (1, String::new(), "occ-worker: agent withdraw-credential refused: credential source nope in Namespace team-c (ns-1a2b3c4d) does not exist\n".into())
+    );
+    db.client()
+        .execute(
+            "SELECT occ.credential_source_create('team-c', 'spare', 'tool', $1,
+                 'credential_gateway', 'gw-1', NULL, 'admin')",
+            &[&BACKEND_REF],
+        )
+        .unwrap();
+    assert_eq!(
+        withdraw("spare"),
+        (1, String::new(), format!("occ-worker: agent withdraw-credential refused: no revision of agent bot ({agent}) in Namespace team-c (ns-1a2b3c4d) that may hold a runtime admitted credential source spare\n"))
     );
 }
