@@ -130,10 +130,10 @@ END $$;
 
 
 --
--- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb, text, text[], text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb) RETURNS jsonb
+CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -147,6 +147,7 @@ DECLARE
     backend text;
     facets jsonb := coalesce(p_sandbox_facets, '[]'::jsonb);
     missing text;
+    sources jsonb;
 BEGIN
     p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
@@ -157,8 +158,8 @@ BEGIN
         RAISE EXCEPTION 'configuration %/% does not exist', p_namespace, p_configuration
             USING ERRCODE = 'no_data_found';
     END IF;
-    IF (p_harness_secret IS NULL) = (p_service_account IS NULL) THEN
-        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret or a service account'
+    IF num_nonnulls(p_harness_secret, p_service_account, p_credential_source) <> 1 THEN
+        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret, a service account or a credential source'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_harness_secret IS NOT NULL THEN
@@ -169,10 +170,16 @@ BEGIN
         PERFORM occ.agent_require(p_actor, 'operate', 'secret', p_harness_secret, p_namespace);
         auth := jsonb_build_object('method', 'secret',
             'source', jsonb_build_object('namespaceId', p_namespace, 'id', p_harness_secret));
-    ELSE
+    ELSIF p_service_account IS NOT NULL THEN
         auth := occ.service_account_harness_auth(p_namespace, p_service_account, p_actor);
         backend := auth->'backendBinding'->>'backendId';
+    ELSE
+        auth := jsonb_build_object('method', 'credential_source', 'sourceId', p_credential_source,
+            'credentialGatewayId', p_credential_gateway_id);
     END IF;
+    -- SPEC §13: the harness source and the tool sources, checked and snapshotted.
+    sources := occ.credential_sources_admit(p_namespace, p_actor, p_credential_source,
+        p_tool_sources, p_credential_gateway_id);
     -- SPEC S2: the selected Sandbox Driver's facets are pinned; a Configuration requiring one
     -- it does not offer is refused.
     IF jsonb_typeof(facets) <> 'array' OR EXISTS (
@@ -212,12 +219,12 @@ BEGIN
         service_principal_id, configuration_id, configuration_generation, document,
         harness_id, harness_version, harness_mode, execution_mode, compute_id,
         compute_implementation, harness_auth, secret_bindings, plugins, backend_id,
-        sandbox_driver_id, sandbox_facets)
+        sandbox_driver_id, sandbox_facets, credential_sources)
     VALUES (rev_id, p_namespace, a.id, rev_no, p_actor, a.service_principal_id, c.id,
         c.generation, c.document, p_harness, approved,
         p_mode, p_mode, p_compute_id, p_compute_implementation,
         auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend,
-        p_sandbox_driver_id, facets);
+        p_sandbox_driver_id, facets, sources);
     UPDATE occ.agents SET desired_runtime_state = 'running', updated_at = clock_timestamp()
     WHERE id = a.id;
     work_key := 'agent_revision:' || rev_id || ':reconcile';
@@ -225,9 +232,13 @@ BEGIN
     VALUES (work_key, p_namespace, a.id, rev_id, p_actor);
     PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.deploy.admit', 'agent_revision', rev_id,
         jsonb_build_object('agentId', a.id, 'revision', rev_no, 'harnessAuth', auth->>'method',
-            'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets));
+            'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets)
+        || CASE WHEN sources = '[]'::jsonb THEN '{}'::jsonb
+                ELSE jsonb_build_object('credentialSourceIds',
+                    (SELECT jsonb_agg(s->'sourceId') FROM jsonb_array_elements(sources) s)) END);
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
-        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets);
+        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets,
+        'credentialSources', sources);
 END $$;
 
 
@@ -421,7 +432,10 @@ BEGIN
                   OR jsonb_typeof(b.value->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'secret bindings must be {"ENV": {"namespaceId", "id"}}' USING ERRCODE = 'check_violation';
     END IF;
-    IF NEW.harness_auth IS NOT NULL AND (
+    -- A `credential_source` harness auth names no Secret source; its shape is
+    -- agent_revisions_harness_auth_check's.
+    IF NEW.harness_auth IS NOT NULL
+       AND NEW.harness_auth->>'method' IS DISTINCT FROM 'credential_source' AND (
         jsonb_typeof(NEW.harness_auth->'source'->'namespaceId') IS DISTINCT FROM 'string'
         OR jsonb_typeof(NEW.harness_auth->'source'->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'harness auth source must name a namespaceId and id' USING ERRCODE = 'check_violation';
@@ -926,6 +940,53 @@ END $$;
 
 
 --
+-- Name: credential_source_admit(text, text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_source_admit(p_namespace text, p_actor text, p_id text, p_kind text, p_gateway text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c occ.credential_sources;
+BEGIN
+    SELECT * INTO c FROM occ.credential_sources
+    WHERE namespace_id = p_namespace AND id = p_id FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'credential source % in Namespace % does not exist', p_id, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM occ.agent_require(p_actor, 'operate', 'credential_source', p_id, p_namespace);
+    IF c.kind <> p_kind THEN
+        RAISE EXCEPTION 'credential source % in Namespace % is a % source, not a % source (%)', p_id,
+            p_namespace, c.kind, p_kind,
+            CASE p_kind WHEN 'model_key' THEN '--credential-source names the harness model key'
+                        ELSE '--tool-source names a tool credential' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF c.state <> 'ready' THEN
+        RAISE EXCEPTION 'credential source % in Namespace % is % (by % at %); it attaches to no new revision',
+            p_id, p_namespace, c.state, c.disabled_by,
+            to_char(c.disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF c.owner <> 'credential_gateway' THEN
+        RAISE EXCEPTION 'credential source % in Namespace % is owned by Credential Proxy %, and no Credential Proxy is built in',
+            p_id, p_namespace, c.driver_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF c.driver_id <> p_gateway THEN
+        RAISE EXCEPTION 'credential source % in Namespace % belongs to Credential Gateway %, not the selected %',
+            p_id, p_namespace, c.driver_id, p_gateway
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN jsonb_build_object('sourceId', c.id, 'credentialGatewayId', p_gateway,
+        'kind', c.kind, 'driverId', c.driver_id, 'backendRef', c.backend_ref)
+        || CASE WHEN c.egress IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('egress', c.egress) END;
+END $$;
+
+
+--
 -- Name: credential_source_create(text, text, text, text, text, text, jsonb, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1022,6 +1083,52 @@ CREATE FUNCTION occ.credential_source_json(c occ.credential_sources) RETURNS jso
 
 
 --
+-- Name: credential_sources_admit(text, text, text, text[], text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_sources_admit(p_namespace text, p_actor text, p_harness_source text, p_tool_sources text[], p_gateway text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    tools text[] := coalesce(p_tool_sources, '{}');
+    snapshot jsonb := '[]'::jsonb;
+    dup text;
+    t text;
+BEGIN
+    IF p_harness_source IS NULL AND cardinality(tools) = 0 THEN
+        RETURN snapshot;
+    END IF;
+    IF p_gateway IS NULL OR length(btrim(p_gateway)) = 0 THEN
+        RAISE EXCEPTION 'credential sources need a selected Credential Gateway, and none is selected (credentialGateway in the OCC_INSTALLATION_CONFIG file)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT x INTO dup FROM unnest(tools || p_harness_source) x
+    WHERE x IS NOT NULL GROUP BY x HAVING count(*) > 1 ORDER BY x LIMIT 1;
+    IF dup IS NOT NULL THEN
+        RAISE EXCEPTION 'credential source % is named more than once', dup
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT 'OCC_CREDENTIAL_' || upper(replace(x, '-', '_')) INTO dup FROM unnest(tools) x
+    GROUP BY upper(replace(x, '-', '_')) HAVING count(*) > 1 ORDER BY 1 LIMIT 1;
+    IF dup IS NOT NULL THEN
+        RAISE EXCEPTION 'tool sources % share the environment name %',
+            (SELECT string_agg(x, ' and ' ORDER BY x) FROM unnest(tools) x
+             WHERE 'OCC_CREDENTIAL_' || upper(replace(x, '-', '_')) = dup), dup
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_harness_source IS NOT NULL THEN
+        snapshot := snapshot || jsonb_build_array(occ.credential_source_admit(
+            p_namespace, p_actor, p_harness_source, 'model_key', p_gateway));
+    END IF;
+    FOREACH t IN ARRAY tools LOOP
+        snapshot := snapshot || jsonb_build_array(occ.credential_source_admit(
+            p_namespace, p_actor, t, 'tool', p_gateway));
+    END LOOP;
+    RETURN snapshot;
+END $$;
+
+
+--
 -- Name: credential_withdrawal_awaits_replay(text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -1046,6 +1153,41 @@ CREATE FUNCTION occ.credential_withdrawal_enqueue(p_namespace text, p_agent text
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING idempotency_key
 $$;
+
+
+--
+-- Name: credential_withdrawals; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.credential_withdrawals (
+    namespace_id text NOT NULL,
+    agent_id text NOT NULL,
+    revision_id text NOT NULL,
+    source_id text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    requested_by text NOT NULL,
+    requested_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_reason text,
+    last_at timestamp with time zone,
+    revoked_at timestamp with time zone,
+    CONSTRAINT credential_withdrawals_agent_id_check CHECK (occ.is_ident(agent_id)),
+    CONSTRAINT credential_withdrawals_attempt_check CHECK (((last_reason IS NULL) = (last_at IS NULL))),
+    CONSTRAINT credential_withdrawals_last_reason_check CHECK ((last_reason ~ '^[A-Z][A-Z0-9_]*$'::text)),
+    CONSTRAINT credential_withdrawals_namespace_id_check CHECK (occ.is_ident(namespace_id)),
+    CONSTRAINT credential_withdrawals_requested_by_check CHECK ((length(requested_by) > 0)),
+    CONSTRAINT credential_withdrawals_revoked_check CHECK (((state = 'revoked'::text) = (revoked_at IS NOT NULL))),
+    CONSTRAINT credential_withdrawals_source_id_check CHECK (occ.is_ident(source_id)),
+    CONSTRAINT credential_withdrawals_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'revoked'::text])))
+);
+
+
+--
+-- Name: credential_withdrawal_json(occ.credential_withdrawals); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_json(w occ.credential_withdrawals) RETURNS jsonb
+    LANGUAGE sql STABLE
+    RETURN jsonb_build_object('namespaceId', (w).namespace_id, 'agentId', (w).agent_id, 'revisionId', (w).revision_id, 'sourceId', (w).source_id, 'state', (w).state, 'requestedBy', (w).requested_by, 'requestedAt', to_char(((w).requested_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text), 'lastReason', (w).last_reason, 'lastAt', to_char(((w).last_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text), 'revokedAt', to_char(((w).revoked_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text));
 
 
 --
@@ -1113,38 +1255,74 @@ CREATE FUNCTION occ.credential_withdrawal_outstanding(p_agent text, p_revision t
 
 
 --
--- Name: credential_withdrawals; Type: TABLE; Schema: occ; Owner: -
---
-
-CREATE TABLE occ.credential_withdrawals (
-    namespace_id text NOT NULL,
-    agent_id text NOT NULL,
-    revision_id text NOT NULL,
-    source_id text NOT NULL,
-    state text DEFAULT 'pending'::text NOT NULL,
-    requested_by text NOT NULL,
-    requested_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    last_reason text,
-    last_at timestamp with time zone,
-    revoked_at timestamp with time zone,
-    CONSTRAINT credential_withdrawals_agent_id_check CHECK (occ.is_ident(agent_id)),
-    CONSTRAINT credential_withdrawals_attempt_check CHECK (((last_reason IS NULL) = (last_at IS NULL))),
-    CONSTRAINT credential_withdrawals_last_reason_check CHECK ((last_reason ~ '^[A-Z][A-Z0-9_]*$'::text)),
-    CONSTRAINT credential_withdrawals_namespace_id_check CHECK (occ.is_ident(namespace_id)),
-    CONSTRAINT credential_withdrawals_requested_by_check CHECK ((length(requested_by) > 0)),
-    CONSTRAINT credential_withdrawals_revoked_check CHECK (((state = 'revoked'::text) = (revoked_at IS NOT NULL))),
-    CONSTRAINT credential_withdrawals_source_id_check CHECK (occ.is_ident(source_id)),
-    CONSTRAINT credential_withdrawals_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'revoked'::text])))
-);
-
-
---
 -- Name: credential_withdrawal_needs_attempt(occ.credential_withdrawals); Type: FUNCTION; Schema: occ; Owner: -
 --
 
 CREATE FUNCTION occ.credential_withdrawal_needs_attempt(w occ.credential_withdrawals) RETURNS boolean
     LANGUAGE sql STABLE
     RETURN (((w).state = 'pending'::text) AND (NOT occ.credential_withdrawal_awaits_replay((w).last_reason)) AND (NOT occ.credential_withdrawal_outstanding((w).agent_id, (w).revision_id)));
+
+
+--
+-- Name: credential_withdrawal_request(text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.credential_withdrawal_request(p_actor text, p_namespace text, p_agent text, p_source text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    a occ.agents;
+    revs text[];
+    pending text[];
+    works text[] := '{}';
+    r text;
+    k text;
+BEGIN
+    p_namespace := occ.resolve_namespace(p_namespace);
+    PERFORM 1 FROM occ.namespaces_all WHERE id = p_namespace FOR SHARE;
+    a := occ.agent_lock(p_namespace, p_agent);
+    PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, p_namespace);
+    IF NOT EXISTS (SELECT 1 FROM occ.credential_sources
+                   WHERE namespace_id = p_namespace AND id = p_source) THEN
+        RAISE EXCEPTION 'credential source % in Namespace % does not exist', p_source, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT array_agg(rv.id ORDER BY rv.revision) INTO revs
+    FROM occ.agent_revisions rv
+    WHERE rv.id IN (SELECT occ.runtime_holders(a.id))
+      AND rv.credential_sources @> jsonb_build_array(jsonb_build_object('sourceId', p_source));
+    IF revs IS NULL THEN
+        RAISE EXCEPTION 'no revision of agent %/% that may hold a runtime admitted credential source %',
+            p_namespace, a.id, p_source
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    PERFORM 1 FROM occ.credential_withdrawals
+    WHERE namespace_id = p_namespace AND source_id = p_source AND revision_id = ANY (revs)
+    ORDER BY revision_id FOR UPDATE;
+    INSERT INTO occ.credential_withdrawals (namespace_id, agent_id, revision_id, source_id,
+                                            requested_by)
+    SELECT p_namespace, a.id, x, p_source, p_actor FROM unnest(revs) x
+    ON CONFLICT (namespace_id, revision_id, source_id) DO UPDATE
+        SET requested_by = EXCLUDED.requested_by, requested_at = EXCLUDED.requested_at
+        WHERE occ.credential_withdrawals.state = 'pending';
+    SELECT array_agg(w.revision_id ORDER BY x.n) INTO pending
+    FROM unnest(revs) WITH ORDINALITY x (id, n)
+    JOIN occ.credential_withdrawals w
+      ON w.namespace_id = p_namespace AND w.revision_id = x.id AND w.source_id = p_source
+    WHERE w.state = 'pending';
+    FOREACH r IN ARRAY coalesce(pending, '{}') LOOP
+        IF NOT occ.credential_withdrawal_outstanding(a.id, r) THEN
+            k := occ.credential_withdrawal_enqueue(p_namespace, a.id, r, p_actor, NULL, 0);
+            works := works || k;
+        END IF;
+    END LOOP;
+    PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.credentials_withdraw.admit',
+        'agent', a.id,
+        jsonb_build_object('sourceId', p_source, 'revisionIds', to_jsonb(revs),
+                           'works', to_jsonb(works)));
+    RETURN jsonb_build_object('agentId', a.id, 'sourceId', p_source,
+        'revisions', to_jsonb(revs), 'works', to_jsonb(works));
+END $$;
 
 
 --

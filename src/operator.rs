@@ -1,5 +1,6 @@
-//! Operator reads (SPEC section 9): identities, groups, grants, roles, Agents, Secrets and
-//! Configurations as the operator's tool shows them, so nothing needs psql.
+//! Operator reads (SPEC section 9): identities, groups, grants, roles, Agents, Secrets,
+//! Configurations, credential sources and withdrawals as the operator's tool shows them, so
+//! nothing needs psql.
 //!
 //! One function per `sql/queries/operator_*.sql` statement, each returning the JSON the
 //! statement builds. It only reads: no admission, no queue state, no decision; a name that
@@ -23,6 +24,7 @@ const CREDENTIAL_SOURCE_LIST: &str =
     include_str!("../sql/queries/operator_credential_source_list.sql");
 const CREDENTIAL_SOURCE_SHOW: &str =
     include_str!("../sql/queries/operator_credential_source_show.sql");
+const WITHDRAWAL_LIST: &str = include_str!("../sql/queries/operator_withdrawal_list.sql");
 const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configuration_list.sql");
 const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configuration_show.sql");
 const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
@@ -105,6 +107,16 @@ pub fn credential_source_show(
     id: &str,
 ) -> Result<Option<Value>, Error> {
     maybe(c, CREDENTIAL_SOURCE_SHOW, &[&namespace_id, &id])
+}
+
+/// The credential withdrawal rows of a Namespace, or of its Agent `agent` (id or name) when
+/// given; `None` when `agent` names no Agent of the Namespace (SPEC §13).
+pub fn withdrawal_list(
+    c: &mut Client,
+    namespace_id: &str,
+    agent: Option<&str>,
+) -> Result<Option<Value>, Error> {
+    maybe(c, WITHDRAWAL_LIST, &[&namespace_id, &agent])
 }
 
 pub fn configuration_list(c: &mut Client, namespace_id: &str) -> Result<Value, Error> {

@@ -1,10 +1,12 @@
 -- Operator reads: the state of what a work row changes, in the words of its kind: a revision's
 -- deployment status (pending, deploying, …), `stopping` or `deleting` for an Agent's stop or
 -- deletion, its sandbox policy's state (pending, applied, failed; `superseded` once a newer
--- generation is stored) for a sandbox-policy work, its Namespace's status (provisioning,
+-- generation is stored) for a sandbox-policy work, `withdrawing` for a credential withdrawal
+-- (it names a revision but never deploys it), its Namespace's status (provisioning,
 -- deleting, …) otherwise. No row when no work
 -- has the key. $1 work key.
 SELECT CASE
+    WHEN w.agent_target = 'credential_withdrawal' THEN 'withdrawing'
     WHEN w.revision_id IS NOT NULL THEN
         (SELECT s.state FROM occ.revision_status s WHERE s.revision_id = w.revision_id)
     WHEN w.agent_target = 'stopped' THEN 'stopping'

@@ -1,5 +1,6 @@
 //! `occ-worker admin agent|configuration|secret|service-account …`: Agent, revision,
-//! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9).
+//! Configuration, Secret and managed-account admission (SPEC A1, A2, R1, R12, M1, M4, section 9),
+//! deployment with credential sources (SPEC §13) and their withdrawal (`admin_withdrawal`).
 //!
 //! Every command calls one PostgreSQL admission function (`occ.agent_*`, `occ.configuration_*`,
 //! `occ.secret_*`; their current bodies are in `sql/schema.sql`), which authorizes `--actor`,
@@ -33,6 +34,10 @@ pub enum AgentAdmin {
     /// Gateway attaches (SPEC §13).
     #[command(subcommand)]
     CredentialSource(super::admin_credential::CredentialSourceCommand),
+    /// Credential withdrawals: one row per revision and source an operator asked to withdraw
+    /// (SPEC E15).
+    #[command(subcommand)]
+    Withdrawal(super::admin_withdrawal::WithdrawalCommand),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -76,13 +81,22 @@ pub struct DeployArgs {
     #[arg(long, value_enum)]
     mode: Mode,
     /// The Secret holding the harness API key (the `secret` harness auth; or
-    /// --service-account, not both).
+    /// --service-account or --credential-source, only one).
     #[arg(long, value_name = "SECRET", group = "harness_auth")]
     harness_secret: Option<String>,
     /// A managed ChatGPT account instead: issued, bound to a configured backend, and readable
-    /// by `--actor` (SPEC M1; or --harness-secret, not both).
+    /// by `--actor` (SPEC M1; or --harness-secret or --credential-source, only one).
     #[arg(long, value_name = "ACCOUNT", group = "harness_auth")]
     service_account: Option<String>,
+    /// A `model_key` credential source instead, attached by the selected Credential Gateway
+    /// (credentialGateway in OCC_INSTALLATION_CONFIG): ready, owned by that gateway, and
+    /// operated by `--actor` (SPEC §13; or --harness-secret or --service-account, only one).
+    #[arg(long, value_name = "ID", group = "harness_auth")]
+    credential_source: Option<String>,
+    /// A `tool` credential source the runtime gets as OCC_CREDENTIAL_<ID> (ID upper-cased,
+    /// - as _), with the same checks; repeatable.
+    #[arg(long = "tool-source", value_name = "ID")]
+    tool_sources: Vec<String>,
     /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
     compute_id: Option<String>,
@@ -134,7 +148,7 @@ pub enum AgentCommand {
         actor: String,
     },
     /// Admit a deployment: a new revision and its reconcile work.
-    Deploy(DeployArgs),
+    Deploy(Box<DeployArgs>),
     /// Stop the Agent's runtime.
     Stop {
         /// The Namespace id or name.
@@ -162,6 +176,22 @@ pub enum AgentCommand {
     /// An Agent's sandbox policy: its egress allowlist (SPEC S3).
     #[command(subcommand)]
     SandboxPolicy(SandboxPolicyCommand),
+    /// Withdraw a credential source from every revision of the Agent that may still hold a
+    /// runtime and was admitted with it, and queue the work that detaches it (SPEC E15).
+    WithdrawCredential {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The credential source's id.
+        source: String,
+        /// The identity making the request (authorized for `operate` on the Agent, named in
+        /// the audit trail, and re-authorized by every attempt of the work).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
     /// Show the Agent and each revision's deployment status.
     Show {
         /// The Namespace id or name.
@@ -363,8 +393,11 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                 .compute_implementation
                 .or_else(compute_default)
                 .unwrap_or_else(|| compute_id.clone());
-            // SPEC S2: the selected Sandbox Driver's id and facets are pinned at admission.
-            let sandbox = installation_config(Some(&implementation))?.sandbox;
+            // SPEC S2: the selected Sandbox Driver's id and facets are pinned at admission;
+            // SPEC §13: the selected Credential Gateway's id is the sources' owner.
+            let installation = installation_config(Some(&implementation))?;
+            let gateway = installation.credential_gateway.map(|g| g.id);
+            let sandbox = installation.sandbox;
             let sandbox_id = sandbox.as_ref().map(|s| s.id.clone());
             let sandbox_facets = sandbox.map(|s| serde_json::json!(s.facets));
             let harness = match a.harness {
@@ -398,12 +431,17 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                         "--service-account",
                         a.service_account.as_deref().unwrap_or_default(),
                     ),
+                    (
+                        "--credential-source",
+                        a.credential_source.as_deref().unwrap_or_default(),
+                    ),
                     ("--compute-id", &compute_id),
                     ("--actor", &a.actor),
                 ],
                 "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
                     p_service_account => $10, p_sandbox_driver_id => $11,
-                    p_sandbox_facets => $12)",
+                    p_sandbox_facets => $12, p_credential_source => $13,
+                    p_tool_sources => $14, p_credential_gateway_id => $15)",
                 &[
                     &a.namespace,
                     &a.agent,
@@ -417,6 +455,9 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
                     &a.service_account,
                     &sandbox_id,
                     &sandbox_facets,
+                    &a.credential_source,
+                    &a.tool_sources,
+                    &gateway,
                 ],
                 (a.wait, "reconcile"),
             )
@@ -459,6 +500,23 @@ pub fn run(globals: &Globals, command: AgentAdmin) -> Result<(), CliError> {
             agent_show(globals, &namespace, &agent)
         }
         AgentAdmin::Agent(AgentCommand::SandboxPolicy(command)) => sandbox_policy(globals, command),
+        AgentAdmin::Agent(AgentCommand::WithdrawCredential {
+            namespace,
+            agent,
+            source,
+            actor,
+            wait,
+        }) => super::admin_withdrawal::withdraw(
+            globals,
+            super::admin_withdrawal::Request {
+                namespace: &namespace,
+                agent: &agent,
+                source: &source,
+                actor: &actor,
+                wait,
+            },
+        ),
+        AgentAdmin::Withdrawal(command) => super::admin_withdrawal::run(globals, command),
         AgentAdmin::Configuration(ConfigurationCommand::Put {
             namespace,
             id,

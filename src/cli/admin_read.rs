@@ -1,4 +1,4 @@
-//! The operator reads of `admin identity|group|grant|role|agent|secret|configuration|credential-source list|show`
+//! The operator reads of `admin identity|group|grant|role|agent|secret|configuration|credential-source|withdrawal list|show`
 //! (SPEC section 9): each calls one `occ_worker::operator` function and prints JSON with
 //! `--json`, a table (lists) or the indented form (one object) otherwise.
 //!
@@ -27,6 +27,7 @@ pub enum Read<'a> {
     Configuration(&'a str, &'a str),
     CredentialSources(&'a str),
     CredentialSource(&'a str, &'a str),
+    Withdrawals(&'a str, Option<&'a str>),
 }
 
 /// Reads `read`; a list prints its first `page.limit` rows.
@@ -165,6 +166,33 @@ pub fn run(globals: &Globals, read: Read, page: Page) -> Result<(), CliError> {
                     ))
                 })?;
             globals.print(&v);
+        }
+        Read::Withdrawals(ns, agent) => {
+            let what = "withdrawal list";
+            let args = [("NAMESPACE", ns), ("AGENT", agent.unwrap_or(""))];
+            let ns_id =
+                operator::namespace_resolve(&mut c, ns).map_err(|e| fail(what, &args, e))?;
+            let v = operator::withdrawal_list(&mut c, &ns_id, agent)
+                .map_err(|e| fail(what, &args, e))?
+                .ok_or_else(|| {
+                    CliError::new(format!(
+                        "{what} refused: no Agent {} in Namespace {ns}",
+                        agent.unwrap_or_default()
+                    ))
+                })?;
+            globals.print_table(
+                &page.first(v),
+                &[
+                    ("AGENT", "agent"),
+                    ("REVISION", "revision"),
+                    ("SOURCE", "sourceId"),
+                    ("STATE", "state"),
+                    ("REQUESTED BY", "requestedBy"),
+                    ("LAST REASON", "lastReason"),
+                    ("LAST AT", "lastAt"),
+                    ("REVOKED AT", "revokedAt"),
+                ],
+            );
         }
         Read::Configurations(ns) => {
             let v = in_namespace(

@@ -6,6 +6,7 @@ mod admin;
 mod admin_agent;
 mod admin_credential;
 mod admin_read;
+mod admin_withdrawal;
 mod reference;
 mod refusal;
 mod wait;
