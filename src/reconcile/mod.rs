@@ -30,6 +30,7 @@ pub mod publish;
 pub mod revision;
 pub mod sandbox_policy;
 pub mod subnets;
+pub mod withdrawal;
 
 /// Everything a pass may use, shared by every worker thread.
 pub struct Context {
@@ -106,6 +107,8 @@ pub enum Facts {
     Stop(agent::StopFacts),
     Revision(revision::RevisionFacts),
     SandboxPolicy(sandbox_policy::PolicyFacts),
+    /// A credential withdrawal's attempts (SPEC E4-E12).
+    Withdrawal(withdrawal::WithdrawalFacts),
 }
 
 impl Facts {
