@@ -43,3 +43,4 @@ mod scripts;
 mod stall;
 mod support;
 mod tls;
+mod withdrawal;
