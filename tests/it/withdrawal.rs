@@ -978,3 +978,45 @@ fn e13_stale_claim_recovery_fails_the_withdrawal_and_queues_its_series() {
     );
     assert_eq!(rig.works().len(), 1, "{:?}", rig.works());
 }
+
+#[test]
+fn e13_a_series_that_cannot_be_queued_is_said_as_worker_unavailable_and_the_others_still_are() {
+    let rig = Rig::new(&[("tool-a", "tool")], None);
+    let key = rig.request(&[("tool-a", "admin")], "admin");
+    let mut c = rig.client();
+    c.execute(
+        "UPDATE occ.work SET state = 'failed_permanent', reason_code = 'LEASE_EXPIRED',
+                completed_at = clock_timestamp()
+         WHERE idempotency_key = $1",
+        &[&key],
+    )
+    .unwrap();
+    let id: i64 = c
+        .query_one(
+            "SELECT id FROM occ.work WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .unwrap()
+        .get(0);
+    let (ctx, events) = crate::support::context(&rig.f.db, Duration::from_secs(30), 5);
+    let failed = |key: &str| occ_worker::queue::FailedWithdrawal {
+        id,
+        key: key.into(),
+        namespace_id: "ns1".into(),
+        agent_id: rig.f.agent.clone(),
+    };
+    // A key whose series PostgreSQL refuses (an <op> that is neither a UUID nor a known one),
+    // then the work's own.
+    let bogus = format!("agent_revision:{}:credential_withdrawal:bogus", rig.rev);
+    occ_worker::reconcile::withdrawal::recover_series(&ctx, &[failed(&bogus), failed(&key)]);
+    let errors = events.named("worker.error");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["code"], "WORKER_UNAVAILABLE");
+    assert_eq!(errors[0]["workId"], json!(bogus));
+    assert_eq!(
+        errors[0]["operation"],
+        "agent_revision.credential_withdrawal"
+    );
+    let keys: Vec<String> = rig.works().into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(keys, [key.clone(), format!("{key}:recovery:1")]);
+}
