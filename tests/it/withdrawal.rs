@@ -616,6 +616,28 @@ fn e2_a_revision_gone_is_retired_with_no_driver_call() {
 }
 
 #[test]
+fn e2_an_agent_gone_is_retired_with_no_driver_call() {
+    let rig = Rig::new(&[("tool-a", "tool")], None);
+    let key = rig.request(&[("tool-a", "admin")], "admin");
+    // Only a row left behind can name it: foreign keys are bypassed for this statement.
+    let mut c = rig.client();
+    let mut tx = c.transaction().unwrap();
+    tx.batch_execute("SET LOCAL session_replication_role = replica")
+        .unwrap();
+    tx.execute("DELETE FROM occ.agents WHERE id = $1", &[&rig.f.agent])
+        .unwrap();
+    tx.commit().unwrap();
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&rig, &driver, opts(), &key);
+    assert_eq!(
+        state(&rig, &key),
+        (s("succeeded"), Some(s("WITHDRAWAL_REVISION_RETIRED")))
+    );
+    assert!(driver.calls().is_empty(), "{:?}", driver.calls());
+    assert!(rig.audits().is_empty());
+}
+
+#[test]
 fn e3_nothing_pending_is_withdrawn_with_no_driver_call() {
     let rig = Rig::new(&[("tool-a", "tool"), ("tool-b", "tool")], None);
     let key = rig.request(&[("tool-a", "admin")], "admin");
@@ -898,7 +920,7 @@ fn e12_no_series_under_a_maintenance_interval() {
 }
 
 #[test]
-fn e12_no_series_while_another_withdrawal_of_the_revision_is_outstanding_or_rows_await_replay() {
+fn e12_no_series_while_another_withdrawal_of_the_revision_is_outstanding() {
     let rig = Rig::new(&[("tool-a", "tool"), ("tool-b", "tool")], None);
     let key = rig.request(&[("tool-a", "admin")], "admin");
     rig.last_attempt(&key);
@@ -1019,4 +1041,28 @@ fn e13_a_series_that_cannot_be_queued_is_said_as_worker_unavailable_and_the_othe
     );
     let keys: Vec<String> = rig.works().into_iter().map(|(k, _, _)| k).collect();
     assert_eq!(keys, [key.clone(), format!("{key}:recovery:1")]);
+}
+
+#[test]
+fn e13_no_series_when_every_pending_row_awaits_replay() {
+    let rig = Rig::new(&[("tool-a", "tool"), ("tool-b", "tool")], None);
+    let key = rig.request(&[("tool-a", "bob"), ("tool-b", "admin")], "admin");
+    rig.client()
+        .execute(
+            "UPDATE occ.credential_withdrawals
+             SET last_reason = CASE source_id WHEN 'tool-a' THEN 'AUTHORIZATION_DENIED'
+                                   ELSE 'CREDENTIAL_WITHDRAWAL_OWNERSHIP_CONFLICT' END,
+                 last_at = clock_timestamp()
+             WHERE revision_id = $1",
+            &[&rig.rev],
+        )
+        .unwrap();
+    stale_at_last_attempt(&rig, &key);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&rig, &driver, opts(), &key);
+    assert_eq!(
+        state(&rig, &key),
+        (s("failed_permanent"), Some(s("LEASE_EXPIRED")))
+    );
+    assert_eq!(rig.works().len(), 1, "{:?}", rig.works());
 }
