@@ -562,9 +562,20 @@ fn e8_a_transient_error_retries_dependency_unavailable_and_stamps_the_unsettled_
         &rig.target("tool-a"),
         ComputeError::transient("scripted", Some(503)),
     );
-    // Stop after the first pass: its retry waits for the backoff.
+    // Stop after the first pass, holding its retry back until the next run.
+    let due = |c: &mut Client, at: &str| {
+        c.execute(
+            &format!("UPDATE occ.work SET available_at = {at} WHERE idempotency_key = $1"),
+            &[&key],
+        )
+        .unwrap();
+    };
     let events = run_captured(&rig.f.db, driver.clone(), opts(), |c| {
-        evidence(c, &key).len() == 1
+        let first = evidence(c, &key).len() == 1;
+        if first {
+            due(c, "clock_timestamp() + interval '1 hour'");
+        }
+        first
     });
     assert_eq!(
         evidence(&mut rig.client(), &key),
@@ -581,6 +592,7 @@ fn e8_a_transient_error_retries_dependency_unavailable_and_stamps_the_unsettled_
     let first = &completed(&events, &key)[0];
     assert_eq!(first["dependency"], "scripted");
     // The next pass withdraws both.
+    due(&mut rig.client(), "clock_timestamp()");
     run(&rig, &driver, opts(), &key);
     assert_eq!(
         state(&rig, &key),
