@@ -3,7 +3,8 @@
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement, and a terminal sandbox-policy work
--- fails its policy while its generation is still the stored one (SPEC S4).
+-- fails its policy while its generation is still the stored one (SPEC S4). The withdrawal works
+-- it failed are returned, for the worker to queue their next recovery series (SPEC E13).
 -- Bounded (Q10): expired claims are found among the live claims on the lane rows (V14's
 -- partial index work_lanes_claims), exhausted queued works in the range of work_queued_attempts above
 -- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
@@ -99,4 +100,11 @@ WITH stale AS (
 SELECT (SELECT count(*) FROM changed WHERE state = 'queued' AND occ.work_wake()) AS requeued,
        (SELECT count(*) FROM changed WHERE state = 'failed_permanent') AS failed,
        (SELECT count(*) FROM failed_namespaces) AS failed_namespaces,
-       (SELECT count(*) FROM failed_policies) AS failed_policies
+       (SELECT count(*) FROM failed_policies) AS failed_policies,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'key', idempotency_key,
+                                                     'namespaceId', namespace_id,
+                                                     'agentId', agent_id)
+                                  ORDER BY id), '[]'::jsonb)
+        FROM changed
+        WHERE state = 'failed_permanent' AND agent_target = 'credential_withdrawal')
+           AS failed_withdrawals

@@ -31,6 +31,8 @@ const WITHDRAWAL_REQUEUE: &str =
     include_str!("../../sql/queries/work_enqueue_withdrawal_requeue.sql");
 const WITHDRAWAL_ACTIVATION: &str =
     include_str!("../../sql/queries/work_enqueue_withdrawal_activation.sql");
+const ENQUEUE_WITHDRAWAL_RECOVERY: &str =
+    include_str!("../../sql/queries/work_enqueue_withdrawal_recovery.sql");
 
 /// The kind of controller operation a row asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -766,13 +768,87 @@ pub fn work_recover_stale(
     client: &mut impl GenericClient,
     options: &QueueOptions,
 ) -> Result<Recovered, QueueError> {
+    Ok(work_recover_stale_listing(client, options)?.0)
+}
+
+/// `work_recover_stale`, with the credential withdrawal works it failed, for the worker to
+/// queue their next recovery series (SPEC E13).
+pub fn work_recover_stale_listing(
+    client: &mut impl GenericClient,
+    options: &QueueOptions,
+) -> Result<(Recovered, Vec<FailedWithdrawal>), QueueError> {
     let row = client.query_one(RECOVER_STALE, &[&options.max_attempts])?;
-    Ok(Recovered {
-        requeued: row.get(0),
-        failed: row.get(1),
-        failed_namespaces: row.get(2),
-        failed_policies: row.get(3),
-    })
+    let failed: Vec<FailedWithdrawal> = serde_json::from_value(row.get(4))
+        .map_err(|e| malformed(format!("failed withdrawal works of a recovery: {e}")))?;
+    Ok((
+        Recovered {
+            requeued: row.get(0),
+            failed: row.get(1),
+            failed_namespaces: row.get(2),
+            failed_policies: row.get(3),
+        },
+        failed,
+    ))
+}
+
+/// A credential withdrawal work that stale-claim recovery failed (SPEC E13).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedWithdrawal {
+    pub id: i64,
+    pub key: String,
+    pub namespace_id: String,
+    pub agent_id: String,
+}
+
+/// The next recovery series of a credential withdrawal work (SPEC E12): key
+/// `<request key>:recovery:<n>`, available after min(300 s, 30 s × 2^min(n−1, 10)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WithdrawalRecovery {
+    pub n: u32,
+    /// `<op>:recovery:<n>`, after `agent_revision:<rev>:credential_withdrawal:`.
+    pub suffix: String,
+    pub delay: Duration,
+}
+
+impl WithdrawalRecovery {
+    /// The last series of a chain (SPEC E12).
+    pub const LAST: u32 = 15;
+
+    /// The series after the work keyed `key`; `None` past the last one, or for a key that is
+    /// not a withdrawal's.
+    pub fn after(key: &str) -> Option<WithdrawalRecovery> {
+        let (_, rest) = key.split_once(":credential_withdrawal:")?;
+        let (op, m) = match rest.split_once(":recovery:") {
+            Some((op, m)) => (op, m.parse::<u32>().ok()?),
+            None => (rest, 0),
+        };
+        let n = m + 1;
+        if n > Self::LAST {
+            return None;
+        }
+        let ms = (30_000u64 << (n - 1).min(10)).min(300_000);
+        Some(WithdrawalRecovery {
+            n,
+            suffix: format!("{op}:recovery:{n}"),
+            delay: Duration::from_millis(ms),
+        })
+    }
+}
+
+/// Enqueues `next`, the recovery series of the withdrawal work `work_id` (SPEC E12), when its
+/// revision's first pending row needs an attempt; the new key, or `None` when nothing was
+/// queued.
+pub fn work_enqueue_withdrawal_recovery(
+    client: &mut impl GenericClient,
+    work_id: i64,
+    next: &WithdrawalRecovery,
+) -> Result<Option<String>, QueueError> {
+    let row = client.query_opt(
+        ENQUEUE_WITHDRAWAL_RECOVERY,
+        &[&work_id, &next.suffix, &ms(next.delay)],
+    )?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
 }
 
 /// Where `work_pending_count` stops counting: readiness stays a bounded query however large

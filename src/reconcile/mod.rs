@@ -31,6 +31,7 @@ pub mod revision;
 pub mod revision_sources;
 pub mod sandbox_policy;
 pub mod subnets;
+pub mod withdrawal;
 
 /// Everything a pass may use, shared by every worker thread.
 pub struct Context {
@@ -107,6 +108,8 @@ pub enum Facts {
     Stop(agent::StopFacts),
     Revision(revision::RevisionFacts),
     SandboxPolicy(sandbox_policy::PolicyFacts),
+    /// A credential withdrawal's attempts (SPEC E4-E12).
+    Withdrawal(withdrawal::WithdrawalFacts),
 }
 
 impl Facts {

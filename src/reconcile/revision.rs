@@ -1546,6 +1546,10 @@ pub fn agent_registry(registry: super::Registry) -> super::Registry {
             Operation::SandboxPolicy,
             Arc::new(super::sandbox_policy::SandboxPolicyReconciler),
         )
+        .with(
+            Operation::CredentialWithdrawal,
+            Arc::new(super::withdrawal::CredentialWithdrawalReconciler),
+        )
 }
 
 #[cfg(test)]

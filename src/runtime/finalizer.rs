@@ -242,16 +242,20 @@ impl Publication {
     }
 }
 
-/// Returns expired claims to their lanes (`queue::work_recover_stale`), saying what it did.
+/// Returns expired claims to their lanes (`queue::work_recover_stale_listing`), saying what it
+/// did, then queues the next recovery series of each credential withdrawal it failed, each in
+/// a transaction of its own (SPEC E13).
 fn recover(ctx: &Context) -> Result<(), PassError> {
     let mut client = ctx.pool.get()?;
-    let recovered = queue::work_recover_stale(&mut *client, &ctx.queue)?;
+    let (recovered, withdrawals) = queue::work_recover_stale_listing(&mut *client, &ctx.queue)?;
+    drop(client);
     if recovered != queue::Recovered::default() {
         ctx.events.emit(
             "worker.recovered",
             serde_json::to_value(recovered).unwrap_or_default(),
         );
     }
+    reconcile::withdrawal::recover_series(ctx, &withdrawals);
     Ok(())
 }
 

@@ -622,6 +622,8 @@ pub struct Opts {
     pub convergence: Duration,
     /// Independent workers, each with its own pool (as separate processes would be).
     pub workers: usize,
+    /// The Installation's Credential Gateway id (SPEC §13), when one is selected.
+    pub credential_gateway: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -632,6 +634,7 @@ impl Default for Opts {
             lease: Duration::from_secs(5),
             convergence: Duration::from_secs(60),
             workers: 1,
+            credential_gateway: Some(GATEWAY),
         }
     }
 }
@@ -684,6 +687,7 @@ fn run_events(
         lease,
         convergence,
         workers,
+        credential_gateway,
     } = opts;
     let mut running = Vec::new();
     for _ in 0..workers {
@@ -703,7 +707,7 @@ fn run_events(
             events: events(),
             metrics: Metrics::new(),
             sandbox: Default::default(),
-            credential_gateway: Some(GATEWAY.into()),
+            credential_gateway: credential_gateway.map(String::from),
         });
         let worker = Worker::new(
             ctx,
