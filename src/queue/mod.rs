@@ -33,6 +33,8 @@ const WITHDRAWAL_ACTIVATION: &str =
     include_str!("../../sql/queries/work_enqueue_withdrawal_activation.sql");
 const ENQUEUE_WITHDRAWAL_RECOVERY: &str =
     include_str!("../../sql/queries/work_enqueue_withdrawal_recovery.sql");
+const ENQUEUE_WITHDRAWAL_FOLLOWUP: &str =
+    include_str!("../../sql/queries/work_enqueue_withdrawal_followup.sql");
 
 /// The kind of controller operation a row asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -848,6 +850,19 @@ pub fn work_enqueue_withdrawal_recovery(
         ENQUEUE_WITHDRAWAL_RECOVERY,
         &[&work_id, &next.suffix, &ms(next.delay)],
     )?;
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
+}
+
+/// In the transaction that ends the withdrawal work `work_id` for good: a fresh withdrawal of
+/// the first pending row the pass never saw (a request that arrived while it ran found it
+/// outstanding and queued nothing, SPEC E15), by that row's requester, when it needs an
+/// attempt and no other withdrawal of the revision is outstanding. The new key, if any.
+pub fn work_enqueue_withdrawal_followup(
+    client: &mut impl GenericClient,
+    work_id: i64,
+    attempted: &[String],
+) -> Result<Option<String>, QueueError> {
+    let row = client.query_opt(ENQUEUE_WITHDRAWAL_FOLLOWUP, &[&work_id, &attempted])?;
     Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
 }
 

@@ -529,6 +529,13 @@ impl Reconciler for CredentialWithdrawalReconciler {
                 queue::work_enqueue_withdrawal_recovery(tx, pass.claim.id, &next)?;
             }
         }
+        // A row requested while this pass ran is never left without a work (SPEC E15: its
+        // request found this one outstanding). A retry sees it on its next pass.
+        if report.outcome != Outcome::Retry {
+            let attempted: Vec<String> =
+                facts.attempts.iter().map(|a| a.source_id.clone()).collect();
+            queue::work_enqueue_withdrawal_followup(tx, pass.claim.id, &attempted)?;
+        }
         Ok(())
     }
 }

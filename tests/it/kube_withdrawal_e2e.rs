@@ -52,22 +52,27 @@ fn secret_env(spec: &Value) -> Vec<String> {
     out
 }
 
-/// The Secret references of the revision's Deployment template and of each of its Pods.
+/// Whether `o` is a harness object of revision `rev` in namespace `ns`.
+fn harness_of(o: &Value, ns: &str, rev: &str) -> bool {
+    let labels = &o["metadata"]["labels"];
+    o["metadata"]["namespace"] == ns
+        && labels["occ.revision"] == rev
+        && labels["occ.component"] == "harness"
+}
+
+/// The Secret references of the revision's harness Deployment template and of each of its
+/// Pods.
 fn references(fake: &KubeFake, ns: &str, rev: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let deployment = fake
         .objects("deployments")
         .into_iter()
-        .find(|d| {
-            d["metadata"]["namespace"] == ns && d["metadata"]["labels"]["occ.revision"] == rev
-        })
+        .find(|d| harness_of(d, ns, rev))
         .map(|d| secret_env(&d["spec"]["template"]["spec"]))
         .unwrap_or_default();
     let pods = fake
         .objects("pods")
         .into_iter()
-        .filter(|p| {
-            p["metadata"]["namespace"] == ns && p["metadata"]["labels"]["occ.revision"] == rev
-        })
+        .filter(|p| harness_of(p, ns, rev))
         .map(|p| secret_env(&p["spec"]))
         .collect();
     (deployment, pods)
@@ -239,7 +244,7 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         )
     );
     let shown = admin(&env, &["work", "show", &denied_key]);
-    assert_eq!(shown["hint_code"], "GRANT_AND_REPLAY", "{shown}");
+    assert_eq!(shown["hintCode"], "GRANT_AND_REPLAY", "{shown}");
 
     // A second operator replays it: the Pods roll and none refers to the Secret any more, the
     // Agent staying active throughout.
@@ -330,7 +335,7 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         )
     );
     assert_eq!(
-        admin(&env, &["work", "show", &harness_key])["hint_code"],
+        admin(&env, &["work", "show", &harness_key])["hintCode"],
         "DEPLOY_NEW_REVISION"
     );
     // ... until a new revision activates without it; the retired revision's attempt revokes it.

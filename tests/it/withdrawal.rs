@@ -1078,3 +1078,57 @@ fn e13_no_series_when_every_pending_row_awaits_replay() {
     );
     assert_eq!(rig.works().len(), 1, "{:?}", rig.works());
 }
+
+#[test]
+fn e15_a_row_requested_while_a_pass_runs_gets_its_own_work_once_that_pass_ends() {
+    // The request found the running work outstanding and queued nothing; the pass had loaded
+    // its pending set before the row existed. Ending, it queues a fresh withdrawal by the
+    // row's requester, which then revokes it.
+    let rig = Rig::new(&[("tool-a", "tool"), ("tool-b", "tool")], None);
+    let mut c = rig.client();
+    user(&mut c, "carol", "agent-operator");
+    let key = rig.request(&[("tool-a", "admin")], "admin");
+    let driver = Arc::new(ScriptedDriver::new());
+    let (url, agent, rev) = (rig.f.db.url.clone(), rig.f.agent.clone(), rig.rev.clone());
+    let first = rig.target("tool-a");
+    let added = Arc::new(Mutex::new(false));
+    let once = added.clone();
+    driver.on_call(move |method, target| {
+        let mut done = once.lock().unwrap();
+        if method == CALL && target == first && !*done {
+            *done = true;
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute(
+                "INSERT INTO occ.credential_withdrawals (namespace_id, agent_id, revision_id, source_id, requested_by)
+                 VALUES ('ns1', $1, $2, 'tool-b', 'carol')",
+                &[&agent, &rev],
+            )
+            .unwrap();
+        }
+    });
+    run(&rig, &driver, opts(), &key);
+    assert!(*added.lock().unwrap());
+    assert_eq!(
+        state(&rig, &key),
+        (s("succeeded"), Some(s("CREDENTIALS_WITHDRAWN")))
+    );
+    let works = rig.works();
+    assert_eq!(works.len(), 2, "{works:?}");
+    let follow = &works[1].0;
+    let actor: String = c
+        .query_one(
+            "SELECT actor_id FROM occ.work WHERE idempotency_key = $1",
+            &[follow],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(actor, "carol");
+    assert_eq!(
+        rig.row("tool-b"),
+        (s("revoked"), Some(s("CREDENTIALS_WITHDRAWN")), true)
+    );
+    assert_eq!(
+        driver.calls_of(CALL),
+        [rig.target("tool-a"), rig.target("tool-b")]
+    );
+}
