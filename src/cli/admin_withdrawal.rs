@@ -77,7 +77,8 @@ pub fn withdraw(globals: &Globals, r: Request) -> Result<(), CliError> {
         // Each revision's one chain is already queued (SPEC E15) or every row is revoked.
         eprintln!(
             "{what}: queued no work to wait for: each revision's withdrawal work was already \
-             queued, or its row is revoked (admin work list --agent {})",
+             queued (the row gets its own work when that one ends), or its row is revoked \
+             (admin withdrawal list, admin work list --agent {})",
             r.agent
         );
     }

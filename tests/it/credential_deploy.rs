@@ -662,3 +662,46 @@ fn e16_the_activated_revision_gets_its_activation_attempt() {
     );
     assert_eq!(n, 0);
 }
+
+#[test]
+fn o_agent_show_names_each_revisions_auth_method_sources_and_withdrawals() {
+    // What an operator responding to a leaked key reads first: which revision holds which
+    // source, and where each withdrawal stands.
+    let f = fixture();
+    let mut c = f.db.client();
+    source(&f, &mut c, "model", "model_key");
+    source(&f, &mut c, "search", "tool");
+    let v: Value = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+                 'scripted', 'scripted', p_credential_source => 'model',
+                 p_tool_sources => ARRAY['search'], p_credential_gateway_id => $2)",
+            &[&f.agent, &GATEWAY],
+        )
+        .unwrap()
+        .get(0);
+    let rev = v["revisionId"].as_str().unwrap().to_string();
+    run(&f, &Arc::new(ScriptedDriver::new()));
+    ends_with(&mut c, &key(&rev), "succeeded", "REVISION_ACTIVATED");
+    c.execute(
+        "SELECT occ.credential_withdrawal_request('admin', 'ns1', $1, 'search')",
+        &[&f.agent],
+    )
+    .unwrap();
+    let shown: Value = c
+        .query_one("SELECT occ.agent_show('ns1', $1)", &[&f.agent])
+        .unwrap()
+        .get(0);
+    let revision = &shown["revisions"][0];
+    assert_eq!(revision["harnessAuthMethod"], "credential_source");
+    assert_eq!(
+        revision["credentialSources"],
+        json!([{"sourceId": "model", "kind": "model_key"}, {"sourceId": "search", "kind": "tool"}])
+    );
+    assert_eq!(
+        revision["withdrawals"],
+        json!([{"sourceId": "search", "state": "pending", "requestedBy": "admin", "lastReason": null}])
+    );
+    assert_eq!(revision["sandboxFacets"], json!([]));
+    assert_eq!(shown["sandboxPolicy"], Value::Null);
+}

@@ -1443,7 +1443,7 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
     let (code, _, stderr) = wait_openai();
     assert_eq!(
         (code, stderr.as_str()),
-        (0, "agent withdraw-credential: queued no work to wait for: each revision's withdrawal work was already queued, or its row is revoked (admin work list --agent bot)\n")
+        (0, "agent withdraw-credential: queued no work to wait for: each revision's withdrawal work was already queued (the row gets its own work when that one ends), or its row is revoked (admin withdrawal list, admin work list --agent bot)\n")
     );
     db.client()
         .execute(

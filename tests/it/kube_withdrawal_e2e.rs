@@ -5,7 +5,8 @@
 //! An Agent is deployed with a model source and two tool sources, attached as `secretKeyRef`s.
 //! A tool source is withdrawn while the Agent serves: the first request's operator loses the
 //! grant before the work runs (denied, awaiting replay), a second operator replays it, the
-//! Pods roll, the Agent stays active and no Pod refers to the Secret any more. The harness
+//! Pods roll, the Agent stays active and no Pod refers to the Secret any more, also after
+//! another pass of the revision, which detaches it again before it prepares. The harness
 //! source is then withdrawn: refused while its runtime runs, until a new revision activates
 //! without it and the retired revision's attempt revokes it.
 
@@ -311,6 +312,25 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
     assert!(
         requesters.contains(&("op-2".into(), "success".into())),
         "{requesters:?}"
+    );
+
+    // Another pass of the revision detaches the revoked source again before it prepares
+    // (SPEC E17): the workload it writes still leaves the Secret out.
+    c.execute(
+        "UPDATE occ.work SET state = 'queued', reason_code = NULL, result_data = NULL,
+             completed_at = NULL, available_at = now() WHERE idempotency_key = $1",
+        &[&reconcile],
+    )
+    .unwrap();
+    assert_eq!(
+        wait_ended(&mut c, &reconcile),
+        ("succeeded".into(), Some("REVISION_ALREADY_ACTIVE".into()))
+    );
+    let (template, pods) = references(&fake, &k8s, &first);
+    assert_eq!(template, kept);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == kept),
+        "{pods:?}"
     );
 
     // The harness source: refused while its runtime runs ...
