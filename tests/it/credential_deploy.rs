@@ -83,6 +83,18 @@ fn withdrawal(
     .unwrap();
 }
 
+/// A revoked withdrawal row of `rev`'s `source`.
+fn revoked(f: &Fixture, c: &mut Client, rev: &str, source: &str) {
+    withdrawal(
+        c,
+        &f.agent,
+        rev,
+        source,
+        "revoked",
+        Some("CREDENTIALS_WITHDRAWN"),
+    );
+}
+
 fn attachments(driver: &ScriptedDriver) -> Vec<Vec<CredentialAttachment>> {
     driver
         .prepared
@@ -129,14 +141,7 @@ fn e19_resolved_sources_reach_compute_and_a_withdrawn_tool_source_is_left_out() 
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     with_sources(&f, &mut c, &rev, "model", &["search", "mail"]);
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
+    revoked(&f, &mut c, &rev, "search");
     let driver = Arc::new(ScriptedDriver::new());
     run(&f, &driver);
     ends_with(&mut c, &key(&rev), "succeeded", "REVISION_ACTIVATED");
@@ -303,14 +308,7 @@ fn e17_a_failing_redetach_fails_the_pass_as_a_preparation_error_does() {
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     with_sources(&f, &mut c, &rev, "model", &["search"]);
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
+    revoked(&f, &mut c, &rev, "search");
     let driver = Arc::new(ScriptedDriver::new());
     driver.fail(
         "withdraw_credential_source",
@@ -337,14 +335,7 @@ fn e17_a_failing_redetach_fails_the_pass_as_a_preparation_error_does() {
         snapshot_entry("search", "tool", GATEWAY)
     ]);
     store_snapshot(&mut c, &rev, "model", GATEWAY, snapshot);
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
+    revoked(&f, &mut c, &rev, "search");
     c.execute(
         "UPDATE occ.credential_sources SET driver_id = 'gateway-2' WHERE id = 'search'",
         &[],
@@ -368,14 +359,7 @@ fn e17_a_driver_without_the_call_prepares_without_a_redetach() {
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     with_sources(&f, &mut c, &rev, "model", &["search"]);
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
+    revoked(&f, &mut c, &rev, "search");
     let driver = Arc::new(ScriptedDriver {
         credential_withdrawal: false,
         ..ScriptedDriver::default()
@@ -396,6 +380,42 @@ fn maintained() -> Arc<ScriptedDriver> {
     })
 }
 
+/// An active revision with the harness source `model` and `tools`, deployed by a driver with
+/// a maintenance interval (returned with it).
+fn active_maintained(f: &Fixture, c: &mut Client, tools: &[&str]) -> (String, Arc<ScriptedDriver>) {
+    let rev = deploy(c, &f.agent);
+    with_sources(f, c, &rev, "model", tools);
+    let driver = maintained();
+    let k = key(&rev);
+    run_until(&f.db, driver.clone(), |c| ended(c, &k));
+    assert_eq!(active(c, &f.agent), Some(rev.clone()));
+    (rev, driver)
+}
+
+/// The model key's withdrawal refused while its runtime runs; the search key revoked.
+fn model_refused_search_revoked(f: &Fixture, c: &mut Client, rev: &str) {
+    let refused = Some("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT");
+    withdrawal(c, &f.agent, rev, "model", "pending", refused);
+    withdrawal(
+        c,
+        &f.agent,
+        rev,
+        "search",
+        "revoked",
+        Some("CREDENTIALS_WITHDRAWN"),
+    );
+}
+
+/// Replaces the revision's maintenance chain by one due bucket; its key.
+fn next_maintenance(f: &Fixture, c: &mut Client, rev: &str) -> String {
+    c.execute(
+        "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
+        &[],
+    )
+    .unwrap();
+    maintenance_work(c, &f.agent, rev)
+}
+
 fn next_buckets(c: &mut Client, rev: &str) -> i64 {
     let n: i64 = c
         .query_one(
@@ -413,35 +433,9 @@ fn e18_maintenance_of_a_withdrawn_model_credential_never_prepares_and_keeps_the_
 ) {
     let f = fixture();
     let mut c = f.db.client();
-    let rev = deploy(&mut c, &f.agent);
-    with_sources(&f, &mut c, &rev, "model", &["search"]);
-    let driver = maintained();
-    let k = key(&rev);
-    run_until(&f.db, driver.clone(), |c| ended(c, &k));
-    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
-    // The harness source was refused while its runtime runs; the search key was revoked.
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "model",
-        "pending",
-        Some("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"),
-    );
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
-    c.execute(
-        "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
-        &[],
-    )
-    .unwrap();
-    let m = maintenance_work(&mut c, &f.agent, &rev);
+    let (rev, driver) = active_maintained(&f, &mut c, &["search"]);
+    model_refused_search_revoked(&f, &mut c, &rev);
+    let m = next_maintenance(&f, &mut c, &rev);
     driver.clear_calls();
     run_until(&f.db, driver.clone(), |c| ended(c, &m));
     ends_with(&mut c, &m, "succeeded", "CREDENTIAL_WITHDRAWN");
@@ -461,12 +455,7 @@ fn e18_maintenance_of_a_withdrawn_model_credential_never_prepares_and_keeps_the_
         &[],
     )
     .unwrap();
-    c.execute(
-        "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
-        &[],
-    )
-    .unwrap();
-    let m = maintenance_work(&mut c, &f.agent, &rev);
+    let m = next_maintenance(&f, &mut c, &rev);
     run_until(&f.db, driver.clone(), |c| ended(c, &m));
     ends_with(&mut c, &m, "succeeded", "CREDENTIAL_WITHDRAWN");
     assert_eq!(next_buckets(&mut c, &rev), 0);
@@ -477,27 +466,8 @@ fn e18_maintenance_of_a_withdrawn_model_credential_never_prepares_and_keeps_the_
 fn e18_a_failing_redetach_takes_the_active_path_and_keeps_the_chain() {
     let f = fixture();
     let mut c = f.db.client();
-    let rev = deploy(&mut c, &f.agent);
-    with_sources(&f, &mut c, &rev, "model", &["search"]);
-    let driver = maintained();
-    let k = key(&rev);
-    run_until(&f.db, driver.clone(), |c| ended(c, &k));
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "model",
-        "pending",
-        Some("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"),
-    );
-    withdrawal(
-        &mut c,
-        &f.agent,
-        &rev,
-        "search",
-        "revoked",
-        Some("CREDENTIALS_WITHDRAWN"),
-    );
+    let (rev, driver) = active_maintained(&f, &mut c, &["search"]);
+    model_refused_search_revoked(&f, &mut c, &rev);
     c.execute(
         "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
         &[],
@@ -519,11 +489,7 @@ fn e18_a_failing_redetach_takes_the_active_path_and_keeps_the_chain() {
 fn e14_maintenance_requeues_one_withdrawal_per_revision_that_needs_an_attempt_and_goes_on() {
     let f = fixture();
     let mut c = f.db.client();
-    let rev = deploy(&mut c, &f.agent);
-    with_sources(&f, &mut c, &rev, "model", &["search", "mail"]);
-    let driver = maintained();
-    let k = key(&rev);
-    run_until(&f.db, driver.clone(), |c| ended(c, &k));
+    let (rev, driver) = active_maintained(&f, &mut c, &["search", "mail"]);
     // Two pending rows of another requester, whose chain ended pending.
     c.execute(
         "INSERT INTO occ.credential_withdrawals (namespace_id, agent_id, revision_id, source_id,
@@ -533,12 +499,7 @@ fn e14_maintenance_requeues_one_withdrawal_per_revision_that_needs_an_attempt_an
         &[&f.agent, &rev],
     )
     .unwrap();
-    c.execute(
-        "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
-        &[],
-    )
-    .unwrap();
-    let m = maintenance_work(&mut c, &f.agent, &rev);
+    let m = next_maintenance(&f, &mut c, &rev);
     driver.clear_calls();
     run_until(&f.db, driver.clone(), |c| ended(c, &m));
     ends_with(&mut c, &m, "succeeded", "REVISION_ALREADY_ACTIVE");
@@ -565,12 +526,7 @@ fn e14_maintenance_requeues_one_withdrawal_per_revision_that_needs_an_attempt_an
         &[],
     )
     .unwrap();
-    c.execute(
-        "DELETE FROM occ.work WHERE operation = 'revision_maintenance'",
-        &[],
-    )
-    .unwrap();
-    let m = maintenance_work(&mut c, &f.agent, &rev);
+    let m = next_maintenance(&f, &mut c, &rev);
     run_until(&f.db, driver.clone(), |c| ended(c, &m));
     ends_with(&mut c, &m, "succeeded", "REVISION_ALREADY_ACTIVE");
     assert!(withdrawal_works(&mut c, &rev).is_empty());

@@ -33,6 +33,36 @@ fn admin(env: &Env, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
+/// `admin agent deploy` of the Agent `helper` (dedicated Codex) with the harness source
+/// `model` and the tool sources `tools`; the revision id.
+fn deploy(env: &Env, ns: &str, model: &str, tools: &[&str]) -> String {
+    let mut args = vec![
+        "agent",
+        "deploy",
+        ns,
+        "helper",
+        "--configuration",
+        "cfg",
+        "--harness",
+        "codex",
+        "--mode",
+        "dedicated",
+        "--credential-source",
+        model,
+        "--compute-id",
+        "kubernetes",
+        "--actor",
+        "admin",
+    ];
+    for tool in tools {
+        args.extend(["--tool-source", tool]);
+    }
+    admin(env, &args)["revisionId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// The environment variables of every container of a Pod template or Pod spec that read a
 /// Secret, as `NAME=secret/key`.
 fn secret_env(spec: &Value) -> Vec<String> {
@@ -175,32 +205,7 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
     }
 
     // Deployed with a model source and two tool sources, attached by reference.
-    let deployed = admin(
-        &env,
-        &[
-            "agent",
-            "deploy",
-            &ns,
-            "helper",
-            "--configuration",
-            "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--credential-source",
-            "model",
-            "--tool-source",
-            "search",
-            "--tool-source",
-            "mail",
-            "--compute-id",
-            "kubernetes",
-            "--actor",
-            "admin",
-        ],
-    );
-    let first = deployed["revisionId"].as_str().unwrap().to_string();
+    let first = deploy(&env, &ns, "model", &["search", "mail"]);
     let reconcile = format!("agent_revision:{first}:reconcile");
     assert_eq!(
         wait_ended(&mut c, &reconcile),
@@ -359,30 +364,7 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         "DEPLOY_NEW_REVISION"
     );
     // ... until a new revision activates without it; the retired revision's attempt revokes it.
-    let deployed = admin(
-        &env,
-        &[
-            "agent",
-            "deploy",
-            &ns,
-            "helper",
-            "--configuration",
-            "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--credential-source",
-            "model-2",
-            "--tool-source",
-            "mail",
-            "--compute-id",
-            "kubernetes",
-            "--actor",
-            "admin",
-        ],
-    );
-    let second = deployed["revisionId"].as_str().unwrap().to_string();
+    let second = deploy(&env, &ns, "model-2", &["mail"]);
     assert_eq!(
         wait_ended(&mut c, &format!("agent_revision:{second}:reconcile")),
         ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
