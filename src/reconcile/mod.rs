@@ -503,6 +503,18 @@ impl<'a> Pass<'a> {
         self.lease.age()
     }
 
+    /// `report` as the policy (`resolve`) decides it for this pass: its attempt, the attempt
+    /// budget, its age and the convergence deadline.
+    pub fn resolve(&self, report: Report) -> Report {
+        resolve(
+            report,
+            self.claim.attempt,
+            self.ctx.queue.max_attempts,
+            self.age(),
+            self.ctx.convergence_timeout,
+        )
+    }
+
     /// Runs `f` in a transaction that first locks the live claim; commits only if the claim is
     /// still ours and the pass was not cancelled (Q6). Zero rows: `ClaimLost`.
     pub fn fenced<T>(
@@ -686,13 +698,7 @@ pub enum Resolved {
 
 /// The policy applied to a pass's report.
 pub fn finalize_resolved(pass: &Pass<'_>, report: Report) -> Resolved {
-    let resolved = resolve(
-        report,
-        pass.claim.attempt,
-        pass.ctx.queue.max_attempts,
-        pass.age(),
-        pass.ctx.convergence_timeout,
-    );
+    let resolved = pass.resolve(report);
     if resolved.already_published && resolved.outcome == Outcome::Success {
         return Resolved::Published(resolved);
     }

@@ -960,13 +960,7 @@ impl RevisionReconciler {
             return Ok(report);
         }
         let ctx = pass.ctx;
-        let resolved = super::resolve(
-            report.clone(),
-            pass.claim.attempt,
-            ctx.queue.max_attempts,
-            pass.age(),
-            ctx.convergence_timeout,
-        );
+        let resolved = pass.resolve(report.clone());
         let stopped = matches!(
             report.facts,
             Facts::Revision(RevisionFacts::Stopped {
@@ -1041,14 +1035,7 @@ impl RevisionReconciler {
         {
             return Ok(report);
         }
-        let ctx = pass.ctx;
-        let resolved = super::resolve(
-            report.clone(),
-            pass.claim.attempt,
-            ctx.queue.max_attempts,
-            pass.age(),
-            ctx.convergence_timeout,
-        );
+        let resolved = pass.resolve(report.clone());
         let bootstrap_expired =
             report.code == BOOTSTRAP && resolved.code == "CONVERGENCE_DEADLINE_EXCEEDED";
         let dependency_expired = report.dependency_failure && resolved.code == report.code;

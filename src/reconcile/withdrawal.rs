@@ -478,13 +478,7 @@ impl Reconciler for CredentialWithdrawalReconciler {
                         code: REASSIGNED.into(),
                         ..report
                     };
-                    report = super::resolve(
-                        retry,
-                        pass.claim.attempt,
-                        pass.ctx.queue.max_attempts,
-                        pass.age(),
-                        pass.ctx.convergence_timeout,
-                    );
+                    report = pass.resolve(retry);
                 }
             }
         }
