@@ -1267,12 +1267,12 @@ WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_thr
 
 
 --
--- Name: credential_withdrawal_outstanding(text, text); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: credential_withdrawal_outstanding(text, text, bigint); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.credential_withdrawal_outstanding(p_agent text, p_revision text) RETURNS boolean
+CREATE FUNCTION occ.credential_withdrawal_outstanding(p_agent text, p_revision text, p_except bigint DEFAULT NULL::bigint) RETURNS boolean
     LANGUAGE sql STABLE
-    RETURN (EXISTS (SELECT 1 FROM occ.work w WHERE ((w.agent_id = credential_withdrawal_outstanding.p_agent) AND (w.revision_id = credential_withdrawal_outstanding.p_revision) AND (w.agent_target = 'credential_withdrawal'::text) AND (w.state = 'queued'::text))));
+    RETURN (EXISTS (SELECT 1 FROM occ.work w WHERE ((w.agent_id = credential_withdrawal_outstanding.p_agent) AND (w.revision_id = credential_withdrawal_outstanding.p_revision) AND (w.agent_target = 'credential_withdrawal'::text) AND (w.state = 'queued'::text) AND (w.id IS DISTINCT FROM credential_withdrawal_outstanding.p_except))));
 
 
 --

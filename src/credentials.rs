@@ -78,6 +78,19 @@ impl SourceRow {
     }
 }
 
+impl SourceRow {
+    /// SPEC E6(a): the source's driver is its owner's id — the selected gateway for a
+    /// gateway-owned source; no Credential Proxy is built in, so a proxy-owned source never is
+    /// — and the source matches its snapshot.
+    pub fn owned(&self, snapshot: &SnapshotSource, gateway: Option<&str>) -> bool {
+        let owner_id = match self.owner.as_str() {
+            "credential_gateway" => gateway,
+            _ => None,
+        };
+        owner_id == Some(self.driver_id.as_str()) && self.matches(snapshot)
+    }
+}
+
 /// The harness source id of a `credential_source` harness auth.
 pub fn harness_source_id(harness_auth: Option<&Value>) -> Option<&str> {
     let auth = harness_auth?;

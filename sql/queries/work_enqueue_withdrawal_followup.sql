@@ -22,7 +22,4 @@ SELECT occ.credential_withdrawal_enqueue(w.namespace_id, w.agent_id, w.revision_
                                          f.requested_by, NULL, 0) AS key
 FROM w, first_unseen f
 WHERE NOT occ.credential_withdrawal_awaits_replay(f.last_reason)
-  AND NOT EXISTS (SELECT 1 FROM occ.work o
-                  WHERE o.agent_id = w.agent_id AND o.revision_id = w.revision_id
-                    AND o.agent_target = 'credential_withdrawal' AND o.state = 'queued'
-                    AND o.id <> $1)
+  AND NOT occ.credential_withdrawal_outstanding(w.agent_id, w.revision_id, $1)

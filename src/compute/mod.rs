@@ -100,6 +100,12 @@ pub fn credential_env_name(source_id: &str) -> String {
     )
 }
 
+/// A driver without `withdraw_credential_source` (SPEC E5): a permanent
+/// `CREDENTIAL_WITHDRAWAL_UNSUPPORTED`.
+pub fn credential_withdrawal_unsupported() -> ComputeError {
+    ComputeError::permanent("CREDENTIAL_WITHDRAWAL_UNSUPPORTED", "compute", None)
+}
+
 /// What `withdraw_credential_source` found (SPEC E6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredentialDetach {
@@ -954,11 +960,7 @@ pub trait ComputeDriver: Send + Sync {
         cancel: &CancelToken,
     ) -> Result<CredentialDetach, ComputeError> {
         let _ = (revision, source, recheck, cancel);
-        Err(ComputeError::permanent(
-            "CREDENTIAL_WITHDRAWAL_UNSUPPORTED",
-            "compute",
-            None,
-        ))
+        Err(credential_withdrawal_unsupported())
     }
     /// The Sandbox Driver's `remove_egress_policy` (SPEC S3, A2): the Agent's egress policy is
     /// gone. By default nothing was ever applied, so nothing is left to remove.

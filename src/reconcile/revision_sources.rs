@@ -14,7 +14,9 @@ use crate::db::GenericClient;
 use crate::iam::{Action, Request, Resource, ResourceKind};
 use serde_json::Value;
 
-const SOURCES: &str = include_str!("../../sql/queries/revision_credential_sources.sql");
+/// The revision's snapshot sources with their rows and withdrawal rows; the withdrawal
+/// reconciler reads its rows through it too.
+pub const SOURCES: &str = include_str!("../../sql/queries/revision_credential_sources.sql");
 
 /// One snapshot source as a pass sees it.
 #[derive(Clone, Debug)]
@@ -133,17 +135,11 @@ fn available(s: &SourceState) -> bool {
         .is_some_and(|row| row.state == "ready" && row.matches(&s.snapshot))
 }
 
-/// SPEC E6(a): the source's driver is its owner's id (the selected gateway; no proxy is
-/// built in) and it matches its snapshot.
+/// SPEC E6(a) of a snapshot source: its row exists and is owned (`SourceRow::owned`).
 pub fn owned(s: &SourceState, gateway: Option<&str>) -> bool {
-    let Some(row) = &s.row else {
-        return false;
-    };
-    let owner_id = match row.owner.as_str() {
-        "credential_gateway" => gateway,
-        _ => None,
-    };
-    owner_id == Some(row.driver_id.as_str()) && row.matches(&s.snapshot)
+    s.row
+        .as_ref()
+        .is_some_and(|row| row.owned(&s.snapshot, gateway))
 }
 
 /// SPEC E18: the revision's harness source has a withdrawal row.

@@ -9,6 +9,7 @@
 //! refused, whose owner is not the selected one, or that no longer matches its snapshot.
 
 use super::agent::{deny, effect, load_agent, load_revisions, RevisionRow};
+use super::revision_sources::SOURCES;
 use super::{Context, Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialDetach, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
@@ -17,7 +18,6 @@ use crate::iam::{self, Action, Request, Resource, ResourceKind};
 use crate::queue::{self, FailedWithdrawal, Operation, WithdrawalRecovery};
 use serde_json::{json, Value};
 
-const ROWS: &str = include_str!("../../sql/queries/credential_withdrawal_rows.sql");
 const STAMP: &str = include_str!("../../sql/queries/credential_withdrawal_stamp.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const AGENT_LOCK: &str = include_str!("../../sql/queries/agent_lock.sql");
@@ -86,27 +86,30 @@ struct Row {
     source: Option<SourceRow>,
 }
 
+/// The revision's withdrawal rows: its snapshot sources that have one (a request only
+/// withdraws a source the revision admitted, SPEC E15).
 fn load_rows(
     client: &mut impl GenericClient,
     namespace_id: &str,
     revision_id: &str,
 ) -> Result<Vec<Row>, PassError> {
-    client
-        .query(ROWS, &[&namespace_id, &revision_id])?
-        .iter()
-        .map(|r| {
-            let source: Option<Value> = r.get(4);
-            Ok(Row {
-                source_id: r.get(0),
-                state: r.get(1),
-                requested_by: r.get(2),
-                source: source
-                    .map(serde_json::from_value)
-                    .transpose()
-                    .map_err(|e| PassError::Invariant(format!("credential source row: {e}")))?,
-            })
-        })
-        .collect()
+    let mut rows = Vec::new();
+    for r in client.query(SOURCES, &[&namespace_id, &revision_id])? {
+        let (Some(state), Some(requested_by)) = (r.get(2), r.get(3)) else {
+            continue;
+        };
+        let source: Option<Value> = r.get(1);
+        rows.push(Row {
+            source_id: r.get(0),
+            state,
+            requested_by,
+            source: source
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(|e| PassError::Invariant(format!("credential source row: {e}")))?,
+        });
+    }
+    Ok(rows)
 }
 
 /// One source of the pending set (E3): its snapshot entry, whether it is the harness source,
@@ -273,12 +276,7 @@ fn detach(
             "a pending source without its row".into(),
         ));
     };
-    // The owner's id: the selected gateway, or the proxy (none is built in).
-    let owner = match source.owner.as_str() {
-        "credential_gateway" => pass.ctx.credential_gateway.as_deref(),
-        _ => None,
-    };
-    if owner != Some(source.driver_id.as_str()) || !source.matches(&pending.snapshot) {
+    if !source.owned(&pending.snapshot, pass.ctx.credential_gateway.as_deref()) {
         return Err(PassError::Compute(ComputeError::permanent(
             OWNERSHIP, "compute", None,
         )));

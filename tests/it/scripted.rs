@@ -554,11 +554,7 @@ impl ComputeDriver for ScriptedDriver {
         cancel: &CancelToken,
     ) -> Result<CredentialDetach, ComputeError> {
         if !self.credential_withdrawal {
-            return Err(ComputeError::permanent(
-                "CREDENTIAL_WITHDRAWAL_UNSUPPORTED",
-                "compute",
-                None,
-            ));
+            return Err(credential_withdrawal_unsupported());
         }
         let key = format!("{}/{}", revision.revision_id, source.source_id);
         let target = if recheck {
