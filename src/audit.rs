@@ -5,8 +5,8 @@
 //! describes or not at all. Audit rows are append-only (a trigger refuses updates and deletes);
 //! details carry codes and ids, never secret values or provider text.
 
+use crate::db::DbError;
 use crate::db::GenericClient;
-use crate::reconcile::PassError;
 use serde_json::Value;
 
 const AUDIT_APPEND: &str = include_str!("../sql/queries/audit_append.sql");
@@ -28,7 +28,7 @@ pub struct AuditEvent<'a> {
 }
 
 /// Appends an audit event (inside the caller's fenced transaction).
-pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Result<i64, PassError> {
+pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Result<i64, DbError> {
     let row = client.query_one(
         AUDIT_APPEND,
         &[
@@ -61,7 +61,7 @@ pub struct LatestAudit {
 pub fn audit_latest_for_work(
     client: &mut impl GenericClient,
     work_id: i64,
-) -> Result<Option<LatestAudit>, PassError> {
+) -> Result<Option<LatestAudit>, DbError> {
     Ok(client
         .query_opt(AUDIT_LATEST, &[&work_id])?
         .map(|row| LatestAudit {

@@ -3,8 +3,9 @@
 -- which returns with its refusal and its attempt refunded; queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement, and a terminal sandbox-policy work
--- fails its policy while its generation is still the stored one (SPEC S4). The withdrawal works
--- it failed are returned, for the worker to queue their next recovery series (SPEC E13).
+-- fails its policy while its generation is still the stored one (SPEC S4). The Agent works
+-- it failed are returned, for their reconcilers' after-recovery step (a credential withdrawal
+-- queues its next recovery series, SPEC E13).
 -- Bounded (Q10): expired claims are found among the live claims on the lane rows (V14's
 -- partial index work_lanes_claims), exhausted queued works in the range of work_queued_attempts above
 -- the limit; neither reads the queued backlog. A returned work keeps its due time, so it stays
@@ -46,7 +47,7 @@ WITH stale AS (
     FROM stale s
     WHERE w.id = s.id
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, s.refusal, w.agent_id, w.agent_target, w.idempotency_key
+              w.reason_code, s.refusal, w.agent_id, w.agent_target, w.idempotency_key, w.operation
 ), exhausted AS (
     UPDATE occ.work w
     SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
@@ -57,7 +58,8 @@ WITH stale AS (
                                      WHERE l.lane = q.lane AND l.claim_id = q.id)
                    FOR UPDATE OF q SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, NULL::text AS refusal, w.agent_id, w.agent_target, w.idempotency_key
+              w.reason_code, NULL::text AS refusal, w.agent_id, w.agent_target, w.idempotency_key,
+              w.operation
 ), changed AS (
     SELECT * FROM expired UNION ALL SELECT * FROM exhausted
 ), evidence AS (
@@ -103,8 +105,9 @@ SELECT (SELECT count(*) FROM changed WHERE state = 'queued' AND occ.work_wake())
        (SELECT count(*) FROM failed_policies) AS failed_policies,
        (SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'key', idempotency_key,
                                                      'namespaceId', namespace_id,
-                                                     'agentId', agent_id)
+                                                     'agentId', agent_id,
+                                                     'operation', operation)
                                   ORDER BY id), '[]'::jsonb)
         FROM changed
-        WHERE state = 'failed_permanent' AND agent_target = 'credential_withdrawal')
-           AS failed_withdrawals
+        WHERE state = 'failed_permanent' AND agent_id IS NOT NULL)
+           AS failed_agent_works

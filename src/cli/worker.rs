@@ -14,13 +14,12 @@ use occ_worker::health::{HealthOptions, HealthServer};
 use occ_worker::installation::Installation;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
-use occ_worker::reconcile::{probe, Context, Registry};
+use occ_worker::reconcile::{Context, Registry};
 use occ_worker::runtime::budget::{self, ConnectionBudget, ServerLimit};
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use occ_worker::secret::SecretDriver;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
 
 const INSTALLATION_READ: &str = include_str!("../../sql/queries/installation_read.sql");
 
@@ -251,32 +250,39 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
 }
 
 pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
+    match test_reconciler {
+        None => Ok(occ_worker::reconcile::registry::production()),
+        #[cfg(feature = "test-tooling")]
+        Some(name) => test_registry(name),
+        #[cfg(not(feature = "test-tooling"))]
+        Some(other) => Err(CliError::config(format!(
+            "unknown --test-reconciler {other:?}"
+        ))),
+    }
+}
+
+/// Test tooling: every operation on one test reconciler (`noop` or `probe`).
+#[cfg(feature = "test-tooling")]
+fn test_registry(name: &str) -> Result<Registry, CliError> {
     use occ_worker::queue::Operation;
-    let all = |r: Arc<dyn occ_worker::reconcile::Reconciler>| {
+    use occ_worker::reconcile::{probe, DynReconciler};
+    let all = |r: Arc<dyn DynReconciler>| {
         Operation::ALL
             .into_iter()
             .fold(Registry::new(), |reg, op| reg.with(op, r.clone()))
     };
-    match test_reconciler {
-        None => {
-            let namespace = Arc::new(occ_worker::reconcile::namespace::NamespaceReconciler);
-            Ok(occ_worker::reconcile::revision::agent_registry(
-                Registry::new()
-                    .with(Operation::NamespaceEnsure, namespace.clone())
-                    .with(Operation::NamespaceDelete, namespace),
-            ))
-        }
-        Some("noop") => Ok(all(Arc::new(probe::Noop))),
-        Some("probe") => {
+    match name {
+        "noop" => Ok(all(Arc::new(probe::Noop))),
+        "probe" => {
             let hold = std::env::var("OCC_TEST_PROBE_HOLD_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(5);
             Ok(all(Arc::new(probe::Probe {
-                hold: Duration::from_millis(hold),
+                hold: std::time::Duration::from_millis(hold),
             })))
         }
-        Some(other) => Err(CliError::config(format!(
+        other => Err(CliError::config(format!(
             "unknown --test-reconciler {other:?}"
         ))),
     }
@@ -302,9 +308,10 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     ])?;
     let s = start(globals)?;
     let registry = registry(args.test_reconciler())?;
+    #[cfg(feature = "test-tooling")]
     if args.test_reconciler() == Some("probe") {
         let mut client = s.pool.get()?;
-        probe::Probe::setup(&mut client)?;
+        occ_worker::reconcile::probe::Probe::setup(&mut client)?;
     }
     let metrics = Metrics::new();
     let ctx = Arc::new(Context {

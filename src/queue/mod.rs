@@ -773,15 +773,29 @@ pub fn work_recover_stale(
     Ok(work_recover_stale_listing(client, options)?.0)
 }
 
-/// `work_recover_stale`, with the credential withdrawal works it failed, for the worker to
-/// queue their next recovery series (SPEC E13).
+/// `work_recover_stale`, with the Agent works it failed, for their reconcilers'
+/// after-recovery step (`Reconciler::after_stale_recovery`; SPEC E13).
 pub fn work_recover_stale_listing(
     client: &mut impl GenericClient,
     options: &QueueOptions,
-) -> Result<(Recovered, Vec<FailedWithdrawal>), QueueError> {
+) -> Result<(Recovered, Vec<FailedWork>), QueueError> {
     let row = client.query_one(RECOVER_STALE, &[&options.max_attempts])?;
-    let failed: Vec<FailedWithdrawal> = serde_json::from_value(row.get(4))
-        .map_err(|e| malformed(format!("failed withdrawal works of a recovery: {e}")))?;
+    let failed: Vec<RawFailedWork> = serde_json::from_value(row.get(4))
+        .map_err(|e| malformed(format!("failed works of a recovery: {e}")))?;
+    let failed = failed
+        .into_iter()
+        .map(|w| {
+            Ok(FailedWork {
+                operation: Operation::parse(&w.operation).ok_or_else(|| {
+                    malformed(format!("operation {:?} of a recovered work", w.operation))
+                })?,
+                id: w.id,
+                key: w.key,
+                namespace_id: w.namespace_id,
+                agent_id: w.agent_id,
+            })
+        })
+        .collect::<Result<_, QueueError>>()?;
     Ok((
         Recovered {
             requeued: row.get(0),
@@ -793,14 +807,24 @@ pub fn work_recover_stale_listing(
     ))
 }
 
-/// A credential withdrawal work that stale-claim recovery failed (SPEC E13).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FailedWithdrawal {
+/// An Agent work that stale-claim recovery failed for good (SPEC Q10, E13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedWork {
+    pub operation: Operation,
     pub id: i64,
     pub key: String,
     pub namespace_id: String,
     pub agent_id: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawFailedWork {
+    operation: String,
+    id: i64,
+    key: String,
+    namespace_id: String,
+    agent_id: String,
 }
 
 /// The next recovery series of a credential withdrawal work (SPEC E12): key

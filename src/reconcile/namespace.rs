@@ -63,8 +63,11 @@
 //!   database error is returned in place of the driver's answer.
 //! - Database errors return the error; the runtime turns them into a retry.
 
+use super::dispatch::Reconciler;
+use super::pass::{Pass, PassError};
+use super::report::{Denial, Facts, Outcome};
+use super::rows::NamespaceStatus;
 use super::subnets::FencedSubnetLedger;
-use super::{Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
 use crate::audit::{audit_append, audit_latest_for_work, AuditEvent};
 use crate::compute::{self, ComputeErrorKind, FailureClass, NamespaceObservation, NamespaceSpec};
 use crate::db::GenericClient;
@@ -72,6 +75,9 @@ use crate::iam::{self, Action, Request, Resource};
 use crate::queue::Operation;
 use serde_json::{json, Value};
 use std::time::Duration;
+
+/// This reconciler's reports carry its own facts.
+type Report = super::report::Report<NamespaceFacts>;
 
 const LOAD: &str = include_str!("../../sql/queries/namespace_load.sql");
 const LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
@@ -98,10 +104,10 @@ impl Target {
     }
 
     /// The status a Namespace must still have for this work to act.
-    fn expected(self) -> &'static str {
+    fn expected(self) -> NamespaceStatus {
         match self {
-            Target::Ready => "provisioning",
-            Target::Deleted => "deleting",
+            Target::Ready => NamespaceStatus::Provisioning,
+            Target::Deleted => NamespaceStatus::Deleting,
         }
     }
 
@@ -125,19 +131,24 @@ impl Target {
 struct Namespace {
     id: String,
     name: String,
-    status: String,
+    status: NamespaceStatus,
     existing_namespace: Option<String>,
     tombstoned: bool,
 }
 
 fn load(client: &mut impl GenericClient, id: &str) -> Result<Option<Namespace>, PassError> {
-    Ok(client.query_opt(LOAD, &[&id])?.map(|row| Namespace {
-        id: row.get(0),
-        name: row.get(1),
-        status: row.get(2),
-        existing_namespace: row.get(3),
-        tombstoned: row.get(4),
-    }))
+    client
+        .query_opt(LOAD, &[&id])?
+        .map(|row| {
+            Ok(Namespace {
+                id: row.get(0),
+                name: row.get(1),
+                status: NamespaceStatus::parse(row.get(2))?,
+                existing_namespace: row.get(3),
+                tombstoned: row.get(4),
+            })
+        })
+        .transpose()
 }
 
 /// The recheck delay of pending convergence: `min(5 s, max(500 ms, age/40))`.
@@ -207,7 +218,7 @@ impl NamespaceReconciler {
                 request: request.clone(),
                 decision: decision.clone(),
             };
-            Some(Report::permanent(code).with_facts(Facts::Denied(denial)))
+            Some(Report::permanent(code).with_facts(Facts::Denied(Box::new(denial))))
         };
         let decision = policy.authorize(&primary);
         if !policy.identity_exists(actor) {
@@ -273,6 +284,8 @@ fn already_audited(
 }
 
 impl Reconciler for NamespaceReconciler {
+    type Facts = NamespaceFacts;
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let claim = pass.claim;
         let target = Target::of(claim.operation)?;
@@ -283,7 +296,7 @@ impl Reconciler for NamespaceReconciler {
                 Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
                 _ => {
                     return Ok(Report::success("SUPERSEDED_TARGET")
-                        .with_facts(Facts::Namespace(NamespaceFacts::Superseded)))
+                        .with_facts(Facts::Own(NamespaceFacts::Superseded)))
                 }
             };
             let asked = Self::asked(&claim.actor_id, installation_id, &namespace, target);
@@ -400,7 +413,7 @@ impl Reconciler for NamespaceReconciler {
                 report.record_evidence = false;
             }
         }
-        Ok(report.with_facts(Facts::Namespace(NamespaceFacts::Observed(details))))
+        Ok(report.with_facts(Facts::Own(NamespaceFacts::Observed(details))))
     }
 
     /// The seed's finalize steps: only while the Namespace still has the
@@ -414,10 +427,9 @@ impl Reconciler for NamespaceReconciler {
     ) -> Result<(), PassError> {
         let target = Target::of(pass.claim.operation)?;
         let observation = match &report.facts {
-            Facts::Namespace(NamespaceFacts::Superseded) => return Ok(()),
-            Facts::Namespace(NamespaceFacts::Observed(details)) => Some(details),
+            Facts::Own(NamespaceFacts::Superseded) => return Ok(()),
+            Facts::Own(NamespaceFacts::Observed(details)) => Some(details),
             Facts::Denied(_) | Facts::Plain => None,
-            other => return Err(other.foreign("Namespace")),
         };
         if !still_expected(tx, &pass.claim.namespace_id, target)? {
             return Ok(());
@@ -438,11 +450,11 @@ struct Released {
 
 /// Whether the Namespace, locked, still has the status this work acts on.
 fn still_expected(tx: &mut crate::db::Tx<'_>, ns: &str, target: Target) -> Result<bool, PassError> {
-    Ok(tx.query_opt(LOCK, &[&ns])?.is_some_and(|row| {
-        let status: String = row.get(0);
-        let tombstoned: bool = row.get(1);
-        !tombstoned && status == target.expected()
-    }))
+    let Some(row) = tx.query_opt(LOCK, &[&ns])? else {
+        return Ok(false);
+    };
+    let tombstoned: bool = row.get(1);
+    Ok(!tombstoned && NamespaceStatus::parse(row.get(0))? == target.expected())
 }
 
 /// The lifecycle transition of a terminal outcome: ready or failed for an ensure, tombstone

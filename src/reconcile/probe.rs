@@ -7,7 +7,9 @@
 //! duplicates. They never touch
 //! infrastructure.
 
-use super::{Pass, PassError, Reconciler, Report};
+use super::dispatch::Reconciler;
+use super::pass::{Pass, PassError};
+use super::report::Report;
 use std::time::Duration;
 
 // Two processes starting at once would race on `CREATE TABLE IF NOT EXISTS` (a catalog
@@ -34,6 +36,8 @@ WHERE NOT EXISTS (SELECT 1 FROM occ.work_lanes l
 pub struct Noop;
 
 impl Reconciler for Noop {
+    type Facts = ();
+
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
         Ok(Report::success("NOOP_COMPLETED"))
     }
@@ -61,6 +65,8 @@ impl Probe {
 }
 
 impl Reconciler for Probe {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let lane = &pass.claim.lane;
         pass.before_effect()?;

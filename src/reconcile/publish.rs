@@ -11,9 +11,14 @@
 //! loses another pass's publication; deferred constraints are checked at the end of each unit,
 //! inside its savepoint. It never touches a pass's lease.
 
-use super::{Context, Outcome, Pass, PassError, Reconciler, Report};
+use super::dispatch::{
+    finalize_in, finalize_resolved, settle_and_publish, transition, DynReconciler, Resolved,
+};
+use super::pass::{Context, Pass, PassError};
+use super::report::{AnyReport, Outcome, Report};
 use crate::db::{DbError, GenericClient};
 use crate::queue::{self, Claim, QueueError};
+use std::any::Any;
 use std::time::Instant;
 
 /// What a transaction's claim came to: `None` when it asked for nothing; the claims and when
@@ -47,14 +52,43 @@ fn claim_on(
 /// One pass's resolved report (`finalize_resolved`) in a batch.
 pub struct BatchItem<'a> {
     pub pass: Pass<'a>,
-    pub reconciler: &'a dyn Reconciler,
-    pub resolved: Report,
+    pub reconciler: &'a dyn DynReconciler,
+    pub resolved: AnyReport,
 }
 
 /// Publishes `items` in one transaction; returns one answer per item, in order. A failing item
 /// (`ClaimLost`, a cancelled pass, a database error in its statements) publishes nothing and
+/// The resolved report published with its queue transition, fenced by the claim: a batch of
+/// one through the worker's own publication (`publish::finalize_batch`).
+pub fn finalize<F: Any + Send + Sync>(
+    pass: &Pass<'_>,
+    reconciler: &dyn DynReconciler,
+    report: Report<F>,
+) -> Result<AnyReport, PassError> {
+    match finalize_resolved(pass, report.erase()) {
+        Resolved::Published(published) => Ok(published),
+        Resolved::Publish(resolved) => {
+            let item = BatchItem {
+                pass: Pass {
+                    claim: pass.claim,
+                    ctx: pass.ctx,
+                    lease: pass.lease,
+                },
+                reconciler,
+                resolved,
+            };
+            finalize_batch(pass.ctx, vec![item])
+                .pop()
+                .unwrap_or_else(|| Err(PassError::Invariant("a batch of one answered none".into())))
+        }
+    }
+}
+
 /// the others still commit; if the connection or the commit fails, no item is published.
-pub fn finalize_batch(ctx: &Context, items: Vec<BatchItem<'_>>) -> Vec<Result<Report, PassError>> {
+pub fn finalize_batch(
+    ctx: &Context,
+    items: Vec<BatchItem<'_>>,
+) -> Vec<Result<AnyReport, PassError>> {
     publish_and_claim(ctx, items, 0, &|| {}).0
 }
 
@@ -73,7 +107,7 @@ pub fn publish_and_claim(
     items: Vec<BatchItem<'_>>,
     claim: usize,
     tick: &dyn Fn(),
-) -> (Vec<Result<Report, PassError>>, Claimed) {
+) -> (Vec<Result<AnyReport, PassError>>, Claimed) {
     if items.is_empty() {
         return (Vec::new(), claim_alone(ctx, claim));
     }
@@ -87,7 +121,7 @@ pub fn publish_and_claim(
 /// What trying a batch together came to.
 enum Together {
     /// Every item answered, the transaction committed (or nothing needed publishing).
-    Done(Vec<Result<Report, PassError>>, Claimed),
+    Done(Vec<Result<AnyReport, PassError>>, Claimed),
     /// The connection or the commit failed: nothing is published or claimed.
     Unavailable(&'static str),
     /// An item or the claim failed past the claim locks; nothing was published: run unit by
@@ -106,7 +140,7 @@ fn finalize_together(
     claim: usize,
     tick: &dyn Fn(),
 ) -> Together {
-    let mut answers: Vec<Option<Result<Report, PassError>>> = items
+    let mut answers: Vec<Option<Result<AnyReport, PassError>>> = items
         .iter()
         .map(|item| item.pass.cancel().check().err().map(|e| Err(e.into())))
         .collect();
@@ -134,7 +168,7 @@ fn finalize_together(
         Err(_) => return Together::Unavailable("the batch's connection failed"),
     };
     tick();
-    let mut settled: Vec<(usize, Report)> = Vec::with_capacity(live.len());
+    let mut settled: Vec<(usize, AnyReport)> = Vec::with_capacity(live.len());
     for (i, item) in items.iter().enumerate() {
         if answers[i].is_some() {
             continue;
@@ -143,8 +177,7 @@ fn finalize_together(
             answers[i] = Some(Err(QueueError::ClaimLost.into()));
             continue;
         }
-        match super::settle_and_publish(&mut tx, &item.pass, item.reconciler, item.resolved.clone())
-        {
+        match settle_and_publish(&mut tx, &item.pass, item.reconciler, item.resolved.clone()) {
             Ok(report) => settled.push((i, report)),
             Err(_) => return Together::OneByOne,
         }
@@ -159,7 +192,7 @@ fn finalize_together(
                 report.code.as_str(),
                 report.result_data.as_ref(),
             ));
-        } else if super::transition(&mut tx, pass, report).is_err() {
+        } else if transition(&mut tx, pass, report).is_err() {
             return Together::OneByOne;
         }
         tick();
@@ -197,7 +230,7 @@ fn finalize_each(
     items: Vec<BatchItem<'_>>,
     claim: usize,
     tick: &dyn Fn(),
-) -> (Vec<Result<Report, PassError>>, Claimed) {
+) -> (Vec<Result<AnyReport, PassError>>, Claimed) {
     let n = items.len();
     let all = |what: &'static str| unavailable_batch(n, claim, what);
     let Ok(mut client) = ctx.pool.get() else {
@@ -214,8 +247,8 @@ fn finalize_each(
     }
     let mut answers = Vec::with_capacity(n);
     for item in items {
-        let outcome = super::finalize_in(&mut tx, &item.pass, item.reconciler, item.resolved)
-            .and_then(|report| {
+        let outcome =
+            finalize_in(&mut tx, &item.pass, item.reconciler, item.resolved).and_then(|report| {
                 // Deferred constraints are checked here, inside the unit's savepoint.
                 tx.batch_execute(
                     "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; \
@@ -259,7 +292,7 @@ fn unavailable_batch(
     n: usize,
     claim: usize,
     what: &str,
-) -> (Vec<Result<Report, PassError>>, Claimed) {
+) -> (Vec<Result<AnyReport, PassError>>, Claimed) {
     (
         (0..n).map(|_| Err(unavailable(what))).collect(),
         (claim > 0).then(|| Err(unavailable(what))),

@@ -33,12 +33,17 @@
 //! `DEPENDENCY_UNAVAILABLE` without spending attempts; otherwise retry `DEPENDENCY_UNAVAILABLE`
 //! or the driver's permanent code); a lost compare-and-set retries `ACTIVE_REVISION_CHANGED`.
 
-use super::agent::{
-    audit, compute_report, denial_audit, deny, effect, load_agent, load_revisions,
-    readiness_recheck, stop_yield_recheck, try_effect, AgentRow, Audit, RevisionRow,
-};
+use super::dispatch::Reconciler;
+use super::pass::{Pass, PassError};
+use super::report::{DeployPhases, Facts, Outcome};
 use super::revision_sources::{self, SourceState};
-use super::{DeployPhases, Facts, Outcome, Pass, PassError, Reconciler, Report};
+use super::rows::{
+    load_agent, load_revisions, AgentRow, NamespaceStatus, RevisionRow, RuntimeState,
+};
+use super::steps::{
+    audit, compute_report, denial_audit, deny, effect, readiness_recheck, stop_yield_recheck,
+    try_effect, Audit,
+};
 use crate::compute::{
     held_runtime_failure, revision_pending_code, valid_revision_observation, AdmissionUse,
     BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
@@ -50,6 +55,9 @@ use serde_json::{json, Value};
 use std::cell::Cell;
 use std::time::Duration;
 use std::time::Instant;
+
+/// This reconciler's reports carry its own facts.
+type Report = super::report::Report<RevisionFacts>;
 
 const LOOKUP: &str = include_str!("../../sql/queries/revision_lookup.sql");
 const SERVICE_ACCOUNT: &str = include_str!("../../sql/queries/revision_service_account.sql");
@@ -280,7 +288,7 @@ impl RevisionReconciler {
     /// Driver is this worker's. `Some(report)` refuses the pass.
     fn check_admitted(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
         let (agent, revision) = (&l.agent, &l.revision);
-        if agent.namespace_status != "ready" {
+        if agent.namespace_status != NamespaceStatus::Ready {
             return Ok(Some(Report::permanent("NAMESPACE_NOT_READY")));
         }
         if revision.namespace_id != agent.namespace_id
@@ -524,7 +532,7 @@ impl RevisionReconciler {
     ) -> Result<CandidateStop, PassError> {
         if pass.claim.operation != Operation::RevisionReconcile
             || !l.is_candidate()
-            || l.agent.namespace_status != "ready"
+            || l.agent.namespace_status != NamespaceStatus::Ready
             || !l.revision.owned_by(pass)
         {
             return Ok(CandidateStop::Untouched);
@@ -596,7 +604,7 @@ impl RevisionReconciler {
                 || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED"))
         {
             return Ok(Report::permanent("REVISION_SUPERSEDED")
-                .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
+                .with_facts(Facts::Own(RevisionFacts::ChainEnded)));
         }
         if l.agent.active_revision_id.is_some() && l.previous.is_none() {
             return Ok(refused("INVALID_ACTIVE_REVISION"));
@@ -605,14 +613,15 @@ impl RevisionReconciler {
             return self.refuse_checked(pass, &l, refusal);
         }
         let wait = self.refusal_wait(pass, &l);
-        if maintenance && (!l.is_active() || l.agent.desired_runtime_state != "running") {
+        if maintenance && (!l.is_active() || l.agent.desired_runtime_state != RuntimeState::Running)
+        {
             // R11: maintenance is for the running active revision only.
             return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
-                .with_facts(Facts::Revision(RevisionFacts::ChainEnded)));
+                .with_facts(Facts::Own(RevisionFacts::ChainEnded)));
         }
         // R3 and R4 win over a stored refusal and over the Secret context: the revision stops
         // or hands off either way.
-        if l.agent.desired_runtime_state == "stopped" {
+        if l.agent.desired_runtime_state == RuntimeState::Stopped {
             return self.stop_for_stopped_agent(pass, &l);
         }
         if let Some(superseded) = self.supersede(pass, &l)? {
@@ -672,7 +681,7 @@ impl RevisionReconciler {
             }
             return Ok(Some(
                 Report::success("CREDENTIAL_WITHDRAWN")
-                    .with_facts(Facts::Revision(RevisionFacts::CredentialWithdrawn)),
+                    .with_facts(Facts::Own(RevisionFacts::CredentialWithdrawn)),
             ));
         }
         if l.sources.iter().any(|s| s.withdrawal.is_some()) {
@@ -736,7 +745,7 @@ impl RevisionReconciler {
         let runs = current.is_some_and(|a| {
             a.active_revision_id.as_deref() == Some(spec.revision_id.as_str())
                 && a.service_principal_id == spec.service_principal_id
-                && a.desired_runtime_state == "running"
+                && a.desired_runtime_state == RuntimeState::Running
         });
         if !runs {
             return Ok(None);
@@ -765,7 +774,7 @@ impl RevisionReconciler {
         mut refusal: Report,
     ) -> Result<Report, PassError> {
         if refusal.facts == Facts::Plain {
-            refusal.facts = Facts::Revision(RevisionFacts::Refused);
+            refusal.facts = Facts::Own(RevisionFacts::Refused);
         }
         self.refuse(pass, l, refusal.at("check"), false)
     }
@@ -798,13 +807,11 @@ impl RevisionReconciler {
         // published, and that revision's stop work stays responsible.
         let published = agent.active_revision_id.is_none() || l.is_active();
         if !published {
-            return Ok(
-                Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
-                    RevisionFacts::Stopped {
-                        retired_before: None,
-                    },
-                )),
-            );
+            return Ok(Report::success("REVISION_STOPPED").with_facts(Facts::Own(
+                RevisionFacts::Stopped {
+                    retired_before: None,
+                },
+            )));
         }
         for earlier in l
             .all
@@ -815,11 +822,9 @@ impl RevisionReconciler {
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
         Ok(
-            Report::success("REVISION_STOPPED").with_facts(Facts::Revision(
-                RevisionFacts::Stopped {
-                    retired_before: Some(revision.revision),
-                },
-            )),
+            Report::success("REVISION_STOPPED").with_facts(Facts::Own(RevisionFacts::Stopped {
+                retired_before: Some(revision.revision),
+            })),
         )
     }
 
@@ -854,7 +859,7 @@ impl RevisionReconciler {
             by_revision: by.revision,
         };
         Ok(Some(
-            Report::success("REVISION_SUPERSEDED").with_facts(Facts::Revision(facts)),
+            Report::success("REVISION_SUPERSEDED").with_facts(Facts::Own(facts)),
         ))
     }
 
@@ -963,13 +968,14 @@ impl RevisionReconciler {
         let resolved = pass.resolve(report.clone());
         let stopped = matches!(
             report.facts,
-            Facts::Revision(RevisionFacts::Stopped {
+            Facts::Own(RevisionFacts::Stopped {
                 retired_before: None
             })
         );
+        let superseded = matches!(report.facts, Facts::Own(RevisionFacts::Superseded { .. }));
         let ends = match resolved.outcome {
             Outcome::Permanent => true,
-            Outcome::Success => stopped || report.code == "REVISION_SUPERSEDED",
+            Outcome::Success => stopped || superseded,
             _ => false,
         };
         if !ends {
@@ -1186,7 +1192,7 @@ impl RevisionReconciler {
             let Some(current) = current else {
                 return Ok(Report::permanent("INVALID_REVISION_OWNER"));
             };
-            if current.desired_runtime_state != "running" {
+            if current.desired_runtime_state != RuntimeState::Running {
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
             }
@@ -1215,11 +1221,10 @@ impl RevisionReconciler {
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
-        let mut report =
-            Report::success(code).with_facts(Facts::Revision(RevisionFacts::Activated {
-                revision: revision.revision,
-                previous: agent.active_revision_id.clone(),
-            }));
+        let mut report = Report::success(code).with_facts(Facts::Own(RevisionFacts::Activated {
+            revision: revision.revision,
+            previous: agent.active_revision_id.clone(),
+        }));
         report.result_data = result;
         Ok(report)
     }
@@ -1289,7 +1294,7 @@ pub enum RevisionFacts {
 
 /// A refusal before any effect that ends a maintenance chain.
 fn refused(code: &str) -> Report {
-    Report::permanent(code).with_facts(Facts::Revision(RevisionFacts::Refused))
+    Report::permanent(code).with_facts(Facts::Own(RevisionFacts::Refused))
 }
 
 /// Where a deployment pass spent its time, filled in as it goes (SPEC Z9).
@@ -1376,6 +1381,8 @@ fn first_denial<const N: usize>(
 }
 
 impl Reconciler for RevisionReconciler {
+    type Facts = RevisionFacts;
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let scratch = Scratch::default();
         let report = self.run(pass, &scratch)?;
@@ -1403,7 +1410,7 @@ impl Reconciler for RevisionReconciler {
         // Whether this outcome ends the revision's maintenance chain, and whether it starts
         // one whatever the work (an activation).
         let (ends_chain, activated) = match &report.facts {
-            Facts::Revision(RevisionFacts::Activated { revision, previous }) => {
+            Facts::Own(RevisionFacts::Activated { revision, previous }) => {
                 tx.execute(RETIRE_EARLIER, &[agent_id, revision])?;
                 // SPEC E16: the withdrawals that waited for this activation or for the
                 // retirements it made.
@@ -1444,7 +1451,7 @@ impl Reconciler for RevisionReconciler {
                 }
                 (false, true)
             }
-            Facts::Revision(RevisionFacts::Superseded { by, by_revision }) => {
+            Facts::Own(RevisionFacts::Superseded { by, by_revision }) => {
                 audit(
                     tx,
                     pass,
@@ -1460,14 +1467,14 @@ impl Reconciler for RevisionReconciler {
                 )?;
                 (true, false)
             }
-            Facts::Revision(RevisionFacts::Stopped { retired_before }) => {
+            Facts::Own(RevisionFacts::Stopped { retired_before }) => {
                 if let Some(number) = retired_before {
                     tx.execute(RETIRE_EARLIER, &[agent_id, number])?;
                 }
                 (true, false)
             }
-            Facts::Revision(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
-            Facts::Revision(RevisionFacts::CredentialWithdrawn) => {
+            Facts::Own(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
+            Facts::Own(RevisionFacts::CredentialWithdrawn) => {
                 tx.query_opt(NAMESPACE_LOCK, &[&claim.namespace_id])?;
                 let collected = queue::work_enqueue_withdrawal_requeue(
                     tx,
@@ -1486,7 +1493,6 @@ impl Reconciler for RevisionReconciler {
                 (true, false)
             }
             Facts::Plain => (false, false),
-            other => return Err(other.foreign("AgentRevision")),
         };
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.
         let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
@@ -1498,7 +1504,7 @@ impl Reconciler for RevisionReconciler {
         ) {
             let still_active = load_agent(tx, &claim.namespace_id, agent_id)?.is_some_and(|a| {
                 a.active_revision_id.as_deref() == Some(revision_id.as_str())
-                    && a.desired_runtime_state == "running"
+                    && a.desired_runtime_state == RuntimeState::Running
             });
             if still_active {
                 // The next bucket starts on a multiple of the interval by the database clock.
@@ -1518,25 +1524,6 @@ impl Reconciler for RevisionReconciler {
         }
         Ok(())
     }
-}
-
-/// Registers the Agent and AgentRevision reconcilers (A1, A2, R2-R11) on `registry`.
-pub fn agent_registry(registry: super::Registry) -> super::Registry {
-    use std::sync::Arc;
-    let revision = Arc::new(RevisionReconciler);
-    registry
-        .with(Operation::AgentStop, Arc::new(super::agent::AgentStop))
-        .with(Operation::AgentDelete, Arc::new(super::agent::AgentDelete))
-        .with(Operation::RevisionReconcile, revision.clone())
-        .with(Operation::RevisionMaintenance, revision)
-        .with(
-            Operation::SandboxPolicy,
-            Arc::new(super::sandbox_policy::SandboxPolicyReconciler),
-        )
-        .with(
-            Operation::CredentialWithdrawal,
-            Arc::new(super::withdrawal::CredentialWithdrawalReconciler),
-        )
 }
 
 #[cfg(test)]

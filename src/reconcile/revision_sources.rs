@@ -6,8 +6,9 @@
 //! The worker never reads a credential: a resolved source reaches Compute as a reference to
 //! its Secret (`CredentialAttachment`).
 
-use super::agent::{effect, RevisionRow};
-use super::{Pass, PassError};
+use super::pass::{Pass, PassError};
+use super::rows::RevisionRow;
+use super::steps::effect;
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialAttachment, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
 use crate::db::GenericClient;

@@ -4,11 +4,17 @@
 //! It never writes the policy row outside the claim-fenced finalizing transaction, and never
 //! calls the driver for a superseded generation, a deleting Agent or a refused actor.
 
-use super::agent::{audit, denial_audit, deny, load_agent, Audit};
-use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
+use super::dispatch::Reconciler;
+use super::pass::{Pass, PassError};
+use super::report::{Facts, Outcome};
+use super::rows::load_agent;
+use super::steps::{audit, compute_report, denial_audit, deny, effect, Audit};
 use crate::iam::{self, Action, Request, Resource, ResourceKind};
 use crate::installation::{self, EgressRule};
 use serde_json::{json, Value};
+
+/// This reconciler's reports carry its own facts.
+type Report = super::report::Report<PolicyFacts>;
 
 const LOAD: &str = include_str!("../../sql/queries/sandbox_policy_load.sql");
 const SETTLE: &str = include_str!("../../sql/queries/sandbox_policy_settle.sql");
@@ -62,6 +68,8 @@ fn egress_of(stored: &Value) -> Result<Vec<EgressRule>, PassError> {
 pub struct SandboxPolicyReconciler;
 
 impl Reconciler for SandboxPolicyReconciler {
+    type Facts = PolicyFacts;
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let agent_id =
             pass.claim.agent_id.clone().ok_or_else(|| {
@@ -100,7 +108,7 @@ impl Reconciler for SandboxPolicyReconciler {
         if let Some(denied) = deny(&policy, request, &pass.claim.actor_id) {
             return Ok(denied);
         }
-        let with = |report: Report| report.with_facts(Facts::SandboxPolicy(facts.clone()));
+        let with = |report: Report| report.with_facts(Facts::Own(facts.clone()));
         if !installation::within(&facts.egress, &pass.ctx.sandbox.ceiling) {
             return Ok(with(Report::permanent("SANDBOX_POLICY_EXCEEDS_CEILING")));
         }
@@ -109,11 +117,11 @@ impl Reconciler for SandboxPolicyReconciler {
         }
         let driver = pass.ctx.compute.clone();
         let spec = agent.spec(&pass.ctx.installation_id);
-        let applied = match super::agent::effect(pass, "sandbox_policy", |c| {
+        let applied = match effect(pass, "sandbox_policy", |c| {
             driver.apply_egress_policy(&spec, generation, &facts.egress, c)
         })? {
             Ok(()) => Report::success("SANDBOX_POLICY_APPLIED"),
-            Err(e) => super::agent::compute_report(&e, pass).at("sandbox_policy"),
+            Err(e) => compute_report(&e, pass).at("sandbox_policy"),
         };
         Ok(with(applied))
     }
@@ -147,7 +155,7 @@ impl Reconciler for SandboxPolicyReconciler {
                 tx.execute(SETTLE, &[&agent_id, &generation, &state, &report.code])?;
                 denial_audit(tx, pass, ACTION, &agent_id, report, denial)
             }
-            Facts::SandboxPolicy(facts) => {
+            Facts::Own(facts) => {
                 tx.execute(SETTLE, &[&agent_id, &generation, &state, &report.code])?;
                 let egress = installation::egress_json(&facts.egress);
                 audit(
@@ -177,7 +185,6 @@ impl Reconciler for SandboxPolicyReconciler {
                 }
                 Ok(())
             }
-            other => Err(other.foreign("sandbox policy")),
         }
     }
 }

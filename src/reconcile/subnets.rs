@@ -9,7 +9,7 @@
 //! and never decides what a failure means: a lost claim or a database error is kept for the
 //! reconciler, which returns it instead of the driver's answer.
 
-use super::{Pass, PassError};
+use super::pass::{Pass, PassError};
 use crate::compute::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
 use crate::db::GenericClient;
 use std::cell::RefCell;

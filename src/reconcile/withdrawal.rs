@@ -8,15 +8,21 @@
 //! claim-fenced transaction, and never asks the driver to detach a source whose requester was
 //! refused, whose owner is not the selected one, or that no longer matches its snapshot.
 
-use super::agent::{deny, effect, load_agent, load_revisions, RevisionRow};
+use super::dispatch::Reconciler;
+use super::pass::{Context, Pass, PassError};
+use super::report::{Denial, Facts, Outcome};
 use super::revision_sources::SOURCES;
-use super::{Context, Denial, Facts, Outcome, Pass, PassError, Reconciler, Report};
+use super::rows::{load_agent, load_revisions, RevisionRow};
+use super::steps::{deny, effect};
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialDetach, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
 use crate::db::GenericClient;
 use crate::iam::{self, Action, Request, Resource, ResourceKind};
-use crate::queue::{self, FailedWithdrawal, Operation, WithdrawalRecovery};
+use crate::queue::{self, FailedWork, Operation, WithdrawalRecovery};
 use serde_json::{json, Value};
+
+/// This reconciler's reports carry its own facts.
+type Report = super::report::Report<WithdrawalFacts>;
 
 const STAMP: &str = include_str!("../../sql/queries/credential_withdrawal_stamp.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
@@ -197,7 +203,7 @@ fn series_due(decided: Outcome, resolved: Outcome, ctx: &Context) -> bool {
 /// A report of this reconciler: withdrawal work has no convergence deadline (E8), and never
 /// waits pending.
 fn report(outcome: Outcome, code: &str, attempts: Vec<Attempt>) -> Report {
-    let mut report = Report::new(outcome, code).with_facts(Facts::Withdrawal(WithdrawalFacts {
+    let mut report = Report::new(outcome, code).with_facts(Facts::Own(WithdrawalFacts {
         decided: outcome,
         attempts,
         series: false,
@@ -402,15 +408,16 @@ impl CredentialWithdrawalReconciler {
         };
         let mut allowed = Vec::new();
         for (p, request) in pending.into_iter().zip(requests) {
-            let Some(refused) = deny(&policy, request, &p.row.requested_by) else {
+            let Some(refused) = deny::<WithdrawalFacts>(&policy, request, &p.row.requested_by)
+            else {
                 allowed.push(p);
                 continue;
             };
             let Facts::Denied(denial) = refused.facts else {
-                return Err(refused.facts.foreign("credential withdrawal"));
+                return Err(refused.facts.unexpected("credential withdrawal"));
             };
             progress.denied.push(Attempt {
-                denial: Some(denial),
+                denial: Some(*denial),
                 ..Attempt::unrevoked(&p.row, &refused.code)
             });
         }
@@ -428,6 +435,14 @@ fn claim_target(pass: &Pass<'_>) -> Result<(String, String), PassError> {
 }
 
 impl Reconciler for CredentialWithdrawalReconciler {
+    type Facts = WithdrawalFacts;
+
+    /// The next recovery series of each withdrawal work stale-claim recovery failed (SPEC
+    /// E13).
+    fn after_stale_recovery(&self, ctx: &Context, failed: &[FailedWork]) {
+        recover_series(ctx, failed);
+    }
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let Ok((agent_id, revision_id)) = claim_target(pass) else {
             return Ok(Report::permanent("INVALID_TARGET"));
@@ -448,7 +463,7 @@ impl Reconciler for CredentialWithdrawalReconciler {
         pass: &Pass<'_>,
         mut report: Report,
     ) -> Result<Report, PassError> {
-        let Facts::Withdrawal(facts) = &report.facts else {
+        let Facts::Own(facts) = &report.facts else {
             return Ok(report);
         };
         let mut facts = facts.clone();
@@ -481,7 +496,7 @@ impl Reconciler for CredentialWithdrawalReconciler {
             }
         }
         facts.series = series_due(facts.decided, report.outcome, pass.ctx);
-        Ok(report.with_facts(Facts::Withdrawal(facts)))
+        Ok(report.with_facts(Facts::Own(facts)))
     }
 
     /// E9, E11, E12: each attempt's row stamped, the audits per requester, and the next
@@ -493,10 +508,10 @@ impl Reconciler for CredentialWithdrawalReconciler {
         report: &Report,
     ) -> Result<(), PassError> {
         let facts = match &report.facts {
-            Facts::Withdrawal(facts) => facts,
+            Facts::Own(facts) => facts,
             // Invalid target, or the revision is gone: no row to stamp, nothing to audit.
             Facts::Plain => return Ok(()),
-            other => return Err(other.foreign("credential withdrawal")),
+            other => return Err(other.unexpected("credential withdrawal")),
         };
         let (agent_id, revision_id) = claim_target(pass)?;
         if !facts.attempts.is_empty() {
@@ -640,7 +655,7 @@ impl Event<'_> {
 /// series (E12) in its own transaction, the Namespace and then the Agent locked first. One that
 /// cannot be queued is said as `worker.error WORKER_UNAVAILABLE` and the others still are. None
 /// under a Compute with a maintenance interval.
-pub fn recover_series(ctx: &Context, failed: &[FailedWithdrawal]) {
+pub fn recover_series(ctx: &Context, failed: &[FailedWork]) {
     if ctx.compute.maintenance_interval().is_some() {
         return;
     }

@@ -20,7 +20,9 @@ use super::records::HealthBeat;
 use super::{Event, Job};
 use crate::queue::{self, Claim};
 use crate::reconcile::publish::{publish_and_claim, BatchItem, Claimed};
-use crate::reconcile::{self, Context, LeaseState, Pass, PassError, Reconciler, Report, Resolved};
+use crate::reconcile::{
+    self, AnyReport, Context, DynReconciler, LeaseState, Pass, PassError, Resolved,
+};
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -34,21 +36,21 @@ pub const PUBLISHERS: usize = 2;
 pub struct Unit {
     claim: Claim,
     lease: Arc<LeaseState>,
-    reconciler: Arc<dyn Reconciler>,
-    resolved: Report,
+    reconciler: Arc<dyn DynReconciler>,
+    resolved: AnyReport,
     reply: Reply<Answered>,
 }
 
 /// What a waiting worker thread is answered: its pass's outcome, and the next pass for it to
 /// run when the publication claimed one (so the thread starts it without waiting on the job
 /// channel: one wake-up per pass instead of two).
-type Answered = (Result<Report, PassError>, Option<Job>);
+type Answered = (Result<AnyReport, PassError>, Option<Job>);
 
 /// A pass's outcome from its publication, for the scheduling thread to send with the next pass
 /// for its thread (`send`). Dropped unsent, the thread is told its pass was dropped.
 pub struct PassAnswer {
     reply: Reply<Answered>,
-    outcome: Result<Report, PassError>,
+    outcome: Result<AnyReport, PassError>,
 }
 
 impl PassAnswer {
@@ -73,7 +75,7 @@ pub struct Finalizer {
 
 /// What a finalization came to, for the pass's thread.
 pub struct Finalized {
-    pub outcome: Result<Report, PassError>,
+    pub outcome: Result<AnyReport, PassError>,
     pub slot: Slot,
 }
 
@@ -100,8 +102,8 @@ impl Finalizer {
         &self,
         pass: &Pass<'_>,
         lease: &Arc<LeaseState>,
-        reconciler: Arc<dyn Reconciler>,
-        report: Report,
+        reconciler: Arc<dyn DynReconciler>,
+        report: AnyReport,
     ) -> Finalized {
         let held = |outcome| Finalized {
             outcome,

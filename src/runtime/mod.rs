@@ -23,7 +23,7 @@ mod scheduler;
 use crate::cancel::LossCause;
 use crate::db::DbError;
 use crate::queue::{self, Claim};
-use crate::reconcile::{Context, LeaseState, Outcome, Pass, PassError, Registry, Report};
+use crate::reconcile::{AnyReport, Context, LeaseState, Outcome, Pass, PassError, Registry};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use postgres::fallible_iterator::FallibleIterator;
@@ -597,7 +597,7 @@ fn error_class(e: &PassError) -> String {
 /// The `worker.pass-error` line of a pass that failed, retried or deferred: the step it stopped
 /// at and, after a Compute error, its class, HTTP status and one-word provider reason (for an
 /// API server that could not be reached: why, and its address); never provider text.
-fn pass_error_fields(work: &serde_json::Value, report: &Report) -> serde_json::Value {
+fn pass_error_fields(work: &serde_json::Value, report: &AnyReport) -> serde_json::Value {
     let mut fields = work.clone();
     fields["outcome"] = json!(report.outcome.as_str());
     fields["code"] = json!(report.code);
@@ -635,7 +635,7 @@ fn logged_class(class: &str) -> Option<&str> {
 /// stop is pending, and a yielded predecessor stop that could not be finished
 /// (`predecessorStop`). A Namespace observation's failure adds the driver's bounded `reason`
 /// instead (SPEC Z10). Never provider free text.
-fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &Report) {
+fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &AnyReport) {
     let failure = &report.failure;
     let cause = failure.class.as_deref().and_then(logged_class);
     if failure.transient || failure.dependency.is_some() {
@@ -692,7 +692,7 @@ fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &Report
 }
 
 /// Whether a report is a draining stop's yield (SPEC Z5).
-fn is_stop_yield(report: &Report) -> bool {
+fn is_stop_yield(report: &AnyReport) -> bool {
     matches!(report.outcome, Outcome::Pending { .. })
         && matches!(
             report.code.as_str(),
@@ -720,7 +720,7 @@ struct RanPass {
 
 /// What the reconciler said (`classified`) and the finalized report, which carries the
 /// queue's decision (they differ at the attempt limit and the deadline); or why there is none.
-type PassResult = Result<(Outcome, Report), PassError>;
+type PassResult = Result<(Outcome, AnyReport), PassError>;
 
 /// Runs one pass on a worker thread: its heartbeat, the reconcile and the finalization, which
 /// waits for the publication. Returns the pass's answer and what became of its slot (with the
@@ -777,11 +777,11 @@ fn run_pass(
 
 /// A reconcile that failed is retried (`DEPENDENCY_UNAVAILABLE`, with the error's class),
 /// unless it lost its claim: then nothing may be published.
-fn retry_report(e: PassError) -> Result<Report, PassError> {
+fn retry_report(e: PassError) -> Result<AnyReport, PassError> {
     if e.is_claim_loss() {
         return Err(e);
     }
-    let mut report = Report::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
+    let mut report = AnyReport::retry("DEPENDENCY_UNAVAILABLE").at("reconcile");
     report.failure.class = Some(error_class(&e));
     match &e {
         PassError::Compute(e) => report = report.with_compute_error(e),
@@ -864,7 +864,7 @@ fn completed(
     elapsed: Duration,
     mut fields: serde_json::Value,
     settled_yields: Option<u64>,
-    (classified, report): (Outcome, Report),
+    (classified, report): (Outcome, AnyReport),
 ) {
     let claim = &pass.claim;
     let outcome = report.outcome.as_str();
@@ -921,7 +921,11 @@ fn completed(
 
 /// Adds a revision's own reconcile to its deploy timings (Z9), which a terminal outcome ends;
 /// returns the timing fields of its `worker.completed`.
-fn finish_timings(records: &Records, pass: &RanPass, report: &Report) -> Option<serde_json::Value> {
+fn finish_timings(
+    records: &Records,
+    pass: &RanPass,
+    report: &AnyReport,
+) -> Option<serde_json::Value> {
     let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
     records.timings.lock().finish(
         &pass.claim.key,

@@ -7,7 +7,9 @@ use crate::support::{
     WorkerProcess,
 };
 use occ_worker::queue::Operation;
-use occ_worker::reconcile::{probe::Probe, Pass, PassError, Reconciler, Registry, Report};
+use occ_worker::reconcile::{
+    probe::Probe, DynReconciler, Pass, PassError, Reconciler, Registry, Report,
+};
 use occ_worker::runtime::Worker;
 use postgres::Client;
 use std::collections::HashSet;
@@ -62,6 +64,8 @@ struct LaneRecorder {
 }
 
 impl Reconciler for LaneRecorder {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let lane = match &pass.claim.agent_id {
             Some(agent) => format!("agent:{agent}"),
@@ -98,7 +102,7 @@ fn one_worker_with_sixteen_threads_never_runs_a_lane_twice_at_once() {
     fill(&mut c);
     let recorder = Arc::new(LaneRecorder::default());
     let registry = Operation::ALL.into_iter().fold(Registry::new(), |r, op| {
-        r.with(op, recorder.clone() as Arc<dyn Reconciler>)
+        r.with(op, recorder.clone() as Arc<dyn DynReconciler>)
     });
     let (ctx, _events) = context(&db, Duration::from_secs(5), 5);
     let worker = Worker::new(ctx, registry, runtime_options(&db, 16));

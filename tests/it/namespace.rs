@@ -8,7 +8,7 @@ use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::{self, Operation, QueueOptions};
 use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{self, Context, LeaseState, Pass, PassError, Registry, Report};
+use occ_worker::reconcile::{self, Context, LeaseState, Pass, PassError, Registry};
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use postgres::Client;
 use serde_json::{json, Value};
@@ -112,11 +112,11 @@ impl Harness {
 
     /// Claims the next available work and runs one pass the way the runtime does; `None`
     /// when nothing is claimable. Deferred and retried work is made available at once.
-    fn pass(&self) -> Option<Report> {
+    fn pass(&self) -> Option<reconcile::AnyReport> {
         self.try_pass().map(|r| r.expect("pass"))
     }
 
-    fn try_pass(&self) -> Option<Result<Report, PassError>> {
+    fn try_pass(&self) -> Option<Result<reconcile::AnyReport, PassError>> {
         self.batch("UPDATE occ.work SET available_at = clock_timestamp() WHERE state = 'queued'");
         let claim = {
             let mut c = self.ctx.pool.get().unwrap();
@@ -136,7 +136,7 @@ impl Harness {
                     if e.is_claim_loss() {
                         Err(e)
                     } else {
-                        Ok(Report::retry("DEPENDENCY_UNAVAILABLE"))
+                        Ok(reconcile::AnyReport::retry("DEPENDENCY_UNAVAILABLE"))
                     }
                 })
                 .and_then(|report| reconcile::finalize(&pass, &*reconciler, report)),

@@ -397,6 +397,8 @@ fn claim_skips_a_busy_lane() {
 struct Publishes(AtomicUsize);
 
 impl Reconciler for Publishes {
+    type Facts = ();
+
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
         Ok(Report::success("DONE"))
     }
@@ -482,7 +484,7 @@ fn a_stale_claim_token_can_publish_nothing() {
     assert!(matches!(fenced, Err(PassError::ClaimLost)), "{fenced:?}");
     assert!(!ran, "the fenced body never runs for a stale claim");
     let publishes = Publishes(AtomicUsize::new(0));
-    let finalized = finalize(&pass, &publishes, Report::success("DONE"));
+    let finalized = finalize(&pass, &publishes, Report::<()>::success("DONE"));
     assert!(
         matches!(finalized, Err(PassError::ClaimLost)),
         "{finalized:?}"
@@ -524,7 +526,7 @@ fn a_stale_claim_token_can_publish_nothing() {
         ctx: &ctx,
         lease: &lease,
     };
-    finalize(&pass, &publishes, Report::success("DONE")).unwrap();
+    finalize(&pass, &publishes, Report::<()>::success("DONE")).unwrap();
     assert_eq!(publishes.0.load(Ordering::SeqCst), 1);
     assert_eq!(row_state(&mut c, id).0, "succeeded");
     let status: String = scalar(

@@ -7,7 +7,7 @@
 use crate::support::{context, insert_namespace, scalar, TestDb};
 use occ_worker::queue::*;
 use occ_worker::reconcile::publish::{finalize_batch, publish_and_claim, BatchItem};
-use occ_worker::reconcile::{LeaseState, Pass, PassError, Reconciler, Report};
+use occ_worker::reconcile::{DynReconciler, LeaseState, Pass, PassError, Reconciler, Report};
 use postgres::Client;
 use serde_json::Value;
 use std::sync::Arc;
@@ -29,6 +29,8 @@ struct MarksReady {
 }
 
 impl Reconciler for MarksReady {
+    type Facts = ();
+
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
         Ok(Report::success("DONE"))
     }
@@ -61,6 +63,8 @@ struct LeaseRunsOut {
 }
 
 impl Reconciler for LeaseRunsOut {
+    type Facts = ();
+
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
         Ok(Report::success("DONE"))
     }
@@ -71,7 +75,7 @@ impl Reconciler for LeaseRunsOut {
         pass: &Pass<'_>,
         report: &Report,
     ) -> Result<(), PassError> {
-        MarksReady { refused: None }.publish(tx, pass, report)?;
+        Reconciler::publish(&MarksReady { refused: None }, tx, pass, report)?;
         if pass.claim.namespace_id == self.expires {
             tx.execute(
                 "UPDATE occ.work_lanes SET lease_expires_at = clock_timestamp() WHERE claim_id = $1",
@@ -387,14 +391,14 @@ fn a_publication_and_its_claim_never_scan_the_lane_table() {
 }
 
 /// One answer per pass of a batch.
-type Answers = Vec<Result<Report, PassError>>;
+type Answers = Vec<Result<occ_worker::reconcile::AnyReport, PassError>>;
 
 /// Runs `run` with one batch item per claim of `claims`, each a success of `reconciler`.
 fn with_successes<T>(
     ctx: &occ_worker::reconcile::Context,
     claims: &[Claim],
     sent: Instant,
-    reconciler: &dyn Reconciler,
+    reconciler: &dyn DynReconciler,
     run: impl FnOnce(Vec<BatchItem<'_>>) -> T,
 ) -> T {
     let leases: Vec<LeaseState> = claims
@@ -407,7 +411,7 @@ fn with_successes<T>(
         .map(|(claim, lease)| BatchItem {
             pass: Pass { claim, ctx, lease },
             reconciler,
-            resolved: Report::success("DONE"),
+            resolved: occ_worker::reconcile::AnyReport::success("DONE"),
         })
         .collect();
     run(items)
@@ -434,7 +438,7 @@ fn finalize_successes(
     ctx: &occ_worker::reconcile::Context,
     claims: &[Claim],
     sent: Instant,
-    reconciler: &dyn Reconciler,
+    reconciler: &dyn DynReconciler,
 ) -> Answers {
     with_successes(ctx, claims, sent, reconciler, |items| {
         finalize_batch(ctx, items)

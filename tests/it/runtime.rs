@@ -8,7 +8,7 @@ use crate::support::{
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use occ_worker::queue::{work_enqueue, NewWork, Operation};
-use occ_worker::reconcile::{Pass, PassError, Reconciler, Registry, Report};
+use occ_worker::reconcile::{DynReconciler, Pass, PassError, Reconciler, Registry, Report};
 use occ_worker::runtime::Worker;
 use postgres::Client;
 use std::io::{Read, Write};
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn all_operations(reconciler: Arc<dyn Reconciler>) -> Registry {
+fn all_operations(reconciler: Arc<dyn DynReconciler>) -> Registry {
     Operation::ALL
         .into_iter()
         .fold(Registry::new(), |r, op| r.with(op, reconciler.clone()))
@@ -70,6 +70,8 @@ impl Gate {
 }
 
 impl Reconciler for Gate {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         if pass.claim.attempt > 1 {
             return Ok(Report::success("GATE_DONE"));
@@ -808,6 +810,8 @@ struct Stubborn {
 }
 
 impl Reconciler for Stubborn {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         if pass.claim.attempt == 1 {
             std::thread::sleep(self.lease * 4);
@@ -943,6 +947,8 @@ struct Sleeper {
 }
 
 impl Reconciler for Sleeper {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         pass.cancel().sleep(self.hold)?;
         let name = format!("occ-lease-{}", pass.claim.id);
@@ -1030,6 +1036,8 @@ struct ClaimTransactions {
 }
 
 impl Reconciler for ClaimTransactions {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let xmin: String = self
             .client
@@ -1142,6 +1150,8 @@ struct HeldPublication {
 }
 
 impl Reconciler for HeldPublication {
+    type Facts = ();
+
     fn reconcile(&self, _pass: &Pass<'_>) -> Result<Report, PassError> {
         let live: i64 = scalar(
             &mut self.client.lock().unwrap(),

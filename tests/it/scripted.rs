@@ -16,9 +16,8 @@ use occ_worker::cancel::CancelToken;
 use occ_worker::compute::*;
 use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
-use occ_worker::queue::{Operation, QueueOptions};
-use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{revision::agent_registry, Context, Registry};
+use occ_worker::queue::QueueOptions;
+use occ_worker::reconcile::{registry, Context};
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -601,14 +600,6 @@ pub fn run_until(
     run_with(db, driver, Opts::default(), done)
 }
 
-/// The Namespace lifecycle reconcilers, so a run also drives ensure and delete work.
-fn namespace_registry() -> Registry {
-    let namespace = Arc::new(NamespaceReconciler);
-    Registry::new()
-        .with(Operation::NamespaceEnsure, namespace.clone())
-        .with(Operation::NamespaceDelete, namespace)
-}
-
 /// Worker settings for one run.
 #[derive(Clone, Copy)]
 pub struct Opts {
@@ -707,7 +698,7 @@ fn run_events(
         });
         let worker = Worker::new(
             ctx,
-            agent_registry(namespace_registry()),
+            registry::production(),
             RuntimeOptions {
                 concurrency,
                 poll_interval: Duration::from_millis(25),

@@ -1033,7 +1033,8 @@ fn e13_a_series_that_cannot_be_queued_is_said_as_worker_unavailable_and_the_othe
         .unwrap()
         .get(0);
     let (ctx, events) = crate::support::context(&rig.f.db, Duration::from_secs(30), 5);
-    let failed = |key: &str| occ_worker::queue::FailedWithdrawal {
+    let failed = |key: &str| occ_worker::queue::FailedWork {
+        operation: occ_worker::queue::Operation::CredentialWithdrawal,
         id,
         key: key.into(),
         namespace_id: "ns1".into(),

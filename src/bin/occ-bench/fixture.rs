@@ -12,7 +12,7 @@ use occ_worker::compute::{
 use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::{self, QueueOptions};
-use occ_worker::reconcile::{Context, Reconciler, Registry};
+use occ_worker::reconcile::{Context, DynReconciler, Registry};
 use occ_worker::runtime::RuntimeOptions;
 use postgres::Client;
 use serde_json::{json, Value};
@@ -115,7 +115,7 @@ pub fn options(url: &str, concurrency: usize) -> RuntimeOptions {
 }
 
 /// `reconciler` for every operation.
-pub fn registry(reconciler: Arc<dyn Reconciler>) -> Registry {
+pub fn registry(reconciler: Arc<dyn DynReconciler>) -> Registry {
     queue::Operation::ALL
         .into_iter()
         .fold(Registry::new(), |r, op| r.with(op, reconciler.clone()))

@@ -160,6 +160,8 @@ struct Stamped {
 }
 
 impl Reconciler for Stamped {
+    type Facts = ();
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let _ = self.started.send((pass.claim.id, Instant::now()));
         let report = self.inner.reconcile(pass);

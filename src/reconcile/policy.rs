@@ -1,0 +1,203 @@
+//! The policy (Q7-Q9, R10, Z5): what a report becomes given the attempt budget and the
+//! convergence deadline. Pure: a reconciler says what happened, only `resolve` decides retry,
+//! defer or fail.
+
+use super::report::{Outcome, Report};
+use serde_json::json;
+use std::time::Duration;
+
+/// The policy: what a report becomes given the attempt budget and the convergence deadline.
+pub fn resolve<F>(
+    report: Report<F>,
+    attempt: i32,
+    max_attempts: i32,
+    age: Duration,
+    convergence_timeout: Duration,
+) -> Report<F> {
+    let deadline_applies = report.refusal.is_none() && !report.deadline_exempt;
+    match report.outcome {
+        // A stop still draining when the work reaches the deadline stops yielding: it retries
+        // as a failing dependency, spending the attempt, and fails at the budget's end.
+        Outcome::Pending { .. } if report.stop_yield && age >= convergence_timeout => {
+            let outcome = if attempt >= max_attempts {
+                Outcome::Permanent
+            } else {
+                Outcome::Retry
+            };
+            Report {
+                outcome,
+                code: "DEPENDENCY_UNAVAILABLE".into(),
+                record_evidence: true,
+                stop_yield: false,
+                deadline_exempt: false,
+                ..report
+            }
+        }
+        // A refused candidate whose stop is still pending keeps waiting past the deadline:
+        // the work never ends with the refused candidate running (R9). Its failure is
+        // published once the stop succeeds.
+        Outcome::Pending { .. }
+            if age >= convergence_timeout && deadline_applies && report.dependency_failure =>
+        {
+            Report {
+                outcome: Outcome::Permanent,
+                ..report
+            }
+        }
+        Outcome::Pending { .. } if age >= convergence_timeout && deadline_applies => {
+            let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
+            if let Some(failure) = &report.runtime_failure {
+                data["runtimeFailure"] = json!(failure);
+            }
+            Report {
+                outcome: Outcome::Permanent,
+                code: "CONVERGENCE_DEADLINE_EXCEEDED".into(),
+                result_data: Some(data),
+                ..report
+            }
+        }
+        Outcome::Retry if attempt >= max_attempts => Report {
+            outcome: Outcome::Permanent,
+            code: report.exhausted_code.clone().unwrap_or(report.code),
+            ..report
+        },
+        _ => report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report with no facts of its own.
+    type Report = super::Report<()>;
+    use crate::compute::RuntimeFailure;
+
+    #[test]
+    fn pending_past_the_deadline_fails_with_its_timeout() {
+        let mut report = Report::pending("REVISION_INCOMPLETE", Duration::from_secs(1));
+        report.runtime_failure = Some(RuntimeFailure::new("CRASH_LOOP"));
+        let r = resolve(
+            report,
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        assert_eq!(r.code, "CONVERGENCE_DEADLINE_EXCEEDED");
+        assert_eq!(
+            r.result_data,
+            Some(json!({"timeoutMs": 5000, "runtimeFailure": {"code": "CRASH_LOOP"}}))
+        );
+    }
+
+    #[test]
+    fn a_retry_out_of_attempts_fails_with_its_exhausted_code() {
+        // A refusal on permissions retries as DEPENDENCY_UNAVAILABLE and fails as itself.
+        let mut report = Report::retry("DEPENDENCY_UNAVAILABLE");
+        report.exhausted_code = Some("KUBERNETES_FORBIDDEN".into());
+        let early = resolve(report.clone(), 4, 5, Duration::ZERO, Duration::from_secs(5));
+        assert_eq!(
+            (early.outcome, early.code.as_str()),
+            (Outcome::Retry, "DEPENDENCY_UNAVAILABLE")
+        );
+        let last = resolve(report, 5, 5, Duration::ZERO, Duration::from_secs(5));
+        assert_eq!(
+            (last.outcome, last.code.as_str()),
+            (Outcome::Permanent, "KUBERNETES_FORBIDDEN")
+        );
+    }
+
+    #[test]
+    fn a_dependency_still_failing_at_the_deadline_is_named() {
+        // SPEC R10: the deadline names the failing dependency.
+        let mut report = Report::pending("DEPENDENCY_UNAVAILABLE", Duration::from_secs(1));
+        report.dependency_failure = true;
+        let r = resolve(
+            report,
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        assert_eq!(r.code, "DEPENDENCY_UNAVAILABLE");
+        assert_eq!(r.result_data, None);
+    }
+
+    #[test]
+    fn a_pending_refused_candidate_stop_outlives_the_deadline() {
+        let mut report = Report::pending("REFUSED_CANDIDATE_STOP_PENDING", Duration::from_secs(1));
+        report.refusal = Some("AUTHORIZATION_DENIED".into());
+        let r = resolve(
+            report.clone(),
+            1,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(r, report);
+    }
+
+    #[test]
+    fn a_draining_stop_yields_before_the_deadline_and_retries_within_the_budget_after() {
+        // SPEC Z5: a stop yield is pending while the work is younger than
+        // the deadline; past it, a dependency retry that spends the attempt, and a failure at
+        // the budget's end, so the lane moves on.
+        let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));
+        report.deadline_exempt = true;
+        report.stop_yield = true;
+        report.record_evidence = false;
+        let young = resolve(
+            report.clone(),
+            1,
+            5,
+            Duration::from_secs(4),
+            Duration::from_secs(5),
+        );
+        assert_eq!(young, report);
+        let old = resolve(
+            report.clone(),
+            2,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            (old.outcome, old.code.as_str(), old.record_evidence),
+            (Outcome::Retry, "DEPENDENCY_UNAVAILABLE", true)
+        );
+        let last = resolve(
+            report,
+            5,
+            5,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            (last.outcome, last.code.as_str()),
+            (Outcome::Permanent, "DEPENDENCY_UNAVAILABLE")
+        );
+    }
+
+    #[test]
+    fn retry_at_the_attempt_limit_is_permanent() {
+        let r = resolve(
+            Report::retry("X"),
+            5,
+            5,
+            Duration::ZERO,
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Permanent);
+        let r = resolve(
+            Report::retry("X"),
+            4,
+            5,
+            Duration::ZERO,
+            Duration::from_secs(5),
+        );
+        assert_eq!(r.outcome, Outcome::Retry);
+    }
+}
