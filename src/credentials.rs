@@ -52,6 +52,14 @@ impl SnapshotSource {
 }
 
 /// A row of `occ.credential_sources` as the worker reads it.
+/// A credential source's state (`occ.credential_sources.state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    Ready,
+    Disabled,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceRow {
@@ -59,7 +67,7 @@ pub struct SourceRow {
     pub kind: String,
     pub owner: String,
     pub driver_id: String,
-    pub state: String,
+    pub state: SourceState,
     pub backend_ref: String,
     #[serde(default)]
     pub egress: Option<Value>,
@@ -183,7 +191,7 @@ mod tests {
             kind: "tool".into(),
             owner: "credential_gateway".into(),
             driver_id: "gw".into(),
-            state: "ready".into(),
+            state: SourceState::Ready,
             backend_ref: "ns/tool-a/key".into(),
             egress: Some(Value::Null),
         };

@@ -165,7 +165,7 @@ pub struct Decision {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Identity {
     pub id: String,
-    pub kind: String,
+    pub kind: IdentityKind,
     #[serde(rename = "namespaceId")]
     pub namespace_id: Option<String>,
     #[serde(rename = "agentId")]
@@ -175,10 +175,28 @@ pub struct Identity {
     pub group_ids: Vec<String>,
 }
 
+/// Who an identity is (`occ.identities.kind`); a stored value outside the CHECK fails to
+/// decode the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentityKind {
+    User,
+    ServicePrincipal,
+}
+
+/// What a binding or restriction covers (`scope_kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ScopeKind {
+    Installation,
+    Namespace,
+    Resource,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 struct Scope {
     #[serde(rename = "scopeKind")]
-    scope_kind: String,
+    scope_kind: ScopeKind,
     #[serde(rename = "namespaceId")]
     namespace_id: Option<String>,
     #[serde(rename = "resourceKind")]
@@ -190,17 +208,16 @@ struct Scope {
 impl Scope {
     /// Whether `resource` lies within this scope.
     fn covers(&self, resource: &Resource) -> bool {
-        match self.scope_kind.as_str() {
-            "installation" => true,
-            "namespace" => {
+        match self.scope_kind {
+            ScopeKind::Installation => true,
+            ScopeKind::Namespace => {
                 resource.namespace_id.is_some() && resource.namespace_id == self.namespace_id
             }
-            "resource" => {
+            ScopeKind::Resource => {
                 resource.namespace_id == self.namespace_id
                     && self.resource_kind.as_deref() == Some(resource.kind.as_str())
                     && self.resource_id.as_deref() == Some(resource.id.as_str())
             }
-            _ => false,
         }
     }
 }

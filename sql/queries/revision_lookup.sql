@@ -6,8 +6,9 @@ SELECT
         AND code IS DISTINCT FROM 'PREDECESSOR_STOP_YIELDED') AS attempts,
     (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1
         AND code = 'REFUSED_CANDIDATE_STOP_PENDING') AS refused_stop_attempts,
-    (SELECT state FROM occ.work WHERE idempotency_key = $2) AS reconcile_state,
-    (SELECT reason_code FROM occ.work WHERE idempotency_key = $2) AS reconcile_code,
+    -- R11: the deployment failed for good or was superseded, which ends a maintenance chain.
+    coalesce((SELECT state = 'failed_permanent' OR reason_code = 'REVISION_SUPERSEDED'
+              FROM occ.work WHERE idempotency_key = $2), false) AS deployment_ended,
     (SELECT a.refusal FROM occ.work_attempts a WHERE a.work_id = $1
         ORDER BY a.id DESC LIMIT 1) AS stored_refusal,
     (SELECT EXISTS (SELECT 1 FROM occ.work_attempts WHERE work_id = $1

@@ -29,4 +29,4 @@ WITH fence AS (
 )
 INSERT INTO occ.work_attempts (work_id, attempt, code, outcome)
 SELECT id, attempt_count, $3, CASE state WHEN 'queued' THEN 'retry' ELSE 'failed' END FROM done
-RETURNING work_id, (SELECT state FROM done)
+RETURNING work_id, (SELECT state = 'queued' FROM done) AS requeued

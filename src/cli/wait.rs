@@ -12,7 +12,8 @@
 //! records attempts (`operator::worker_seen`).
 
 use super::{CliError, Globals};
-use occ_worker::{operator, queue};
+use occ_worker::operator;
+use occ_worker::queue::{self, WorkState};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,8 @@ struct Seen {
     /// known; the work's own state otherwise and once it ended.
     state: String,
     code: Option<String>,
+    /// How the work ended, once it did.
+    end: Option<WorkState>,
 }
 
 impl Seen {
@@ -85,22 +88,23 @@ impl Seen {
             .and_then(|a| a.last())
             .and_then(|a| a["code"].as_str())
             .map(str::to_string);
-        let ended = Seen::is_end(&row.state);
+        let ended = row.state.ended();
         Seen {
             state: match subject {
                 Some(subject) if !ended => subject,
-                _ => row.state.clone(),
+                _ => row.state.as_str().to_string(),
             },
             code: row.reason_code.clone().or(latest),
+            end: ended.then_some(row.state),
         }
     }
 
-    fn is_end(state: &str) -> bool {
-        matches!(state, "succeeded" | "failed_permanent")
+    fn ended(&self) -> bool {
+        self.end.is_some()
     }
 
-    fn ended(&self) -> bool {
-        Seen::is_end(&self.state)
+    fn succeeded(&self) -> bool {
+        self.end == Some(WorkState::Succeeded)
     }
 
     /// `provisioning · NAMESPACE_ROLEBINDING_PENDING · 12 s`.
@@ -166,11 +170,7 @@ impl Display {
     fn end(&mut self, key: &str, seen: &Seen, waited: Duration) {
         self.clear();
         if self.terminal {
-            let mark = if seen.state == "succeeded" {
-                '✓'
-            } else {
-                '✗'
-            };
+            let mark = if seen.succeeded() { '✓' } else { '✗' };
             Display::write(&format!("{mark} {key}: {}\n", seen.line(waited)));
         } else {
             Display::write(&format!("{key}: {}\n", seen.line(waited)));
@@ -235,14 +235,15 @@ fn observe(client: &mut postgres::Client, key: &str) -> Result<Option<Seen>, Cli
         return Ok(Some(Seen::of(&row, subject)));
     }
     Ok(operator::work_gone(client, key)?.map(|_| Seen {
-        state: "succeeded".into(),
+        state: WorkState::Succeeded.as_str().into(),
         code: Some("AGENT_DELETED".into()),
+        end: Some(WorkState::Succeeded),
     }))
 }
 
 /// How a work that ended ends the command: Ok when it succeeded, `FAILED` otherwise.
 fn ended(what: &str, key: &str, seen: &Seen) -> Result<(), CliError> {
-    if seen.state == "succeeded" {
+    if seen.succeeded() {
         return Ok(());
     }
     Err(CliError::with_code(
@@ -303,6 +304,7 @@ mod tests {
         let seen = |code: Option<&str>| Seen {
             state: "provisioning".into(),
             code: code.map(str::to_string),
+            end: None,
         };
         assert_eq!(
             seen(Some("NAMESPACE_ROLEBINDING_PENDING")).line(Duration::from_millis(12_900)),

@@ -707,8 +707,8 @@ pub fn work_retry(
     match row {
         None => Err(QueueError::ClaimLost),
         Some(row) => {
-            let state: String = row.get(1);
-            Ok(if state == "queued" {
+            let requeued: bool = row.get(1);
+            Ok(if requeued {
                 RetryOutcome::Queued
             } else {
                 RetryOutcome::Failed
@@ -903,6 +903,39 @@ pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, Qu
     })
 }
 
+/// A work's state as the operator view says it (`occ.work_status.state`): `claimed` while a
+/// lane holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkState {
+    Queued,
+    Claimed,
+    Succeeded,
+    FailedPermanent,
+}
+
+impl WorkState {
+    /// Parses the stored text; a value outside the view's states is corrupt data.
+    pub fn parse(text: &str) -> Result<WorkState, QueueError> {
+        serde_json::from_value(Value::String(text.into()))
+            .map_err(|_| malformed(format!("work state {text:?}")))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkState::Queued => "queued",
+            WorkState::Claimed => "claimed",
+            WorkState::Succeeded => "succeeded",
+            WorkState::FailedPermanent => "failed_permanent",
+        }
+    }
+
+    /// Whether the work ended (succeeded or failed for good).
+    pub fn ended(self) -> bool {
+        matches!(self, WorkState::Succeeded | WorkState::FailedPermanent)
+    }
+}
+
 /// A row as the operator sees it (camelCase, like every operator answer).
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -914,7 +947,7 @@ pub struct WorkView {
     pub agent_id: Option<String>,
     pub revision_id: Option<String>,
     pub actor_id: String,
-    pub state: String,
+    pub state: WorkState,
     pub attempts: i32,
     pub reason_code: Option<String>,
     pub result_data: Option<Value>,
@@ -992,8 +1025,8 @@ pub fn hint_code(operation: Operation, code: &str) -> Option<&'static str> {
     hint(operation, code).map(|(hint, _)| hint)
 }
 
-fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
-    WorkView {
+fn view(row: &postgres::Row, with_evidence: bool) -> Result<WorkView, QueueError> {
+    Ok(WorkView {
         id: row.get(0),
         key: row.get(1),
         operation: row.get(2),
@@ -1001,7 +1034,7 @@ fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
         agent_id: row.get(4),
         revision_id: row.get(5),
         actor_id: row.get(6),
-        state: row.get(7),
+        state: WorkState::parse(row.get(7))?,
         attempts: row.get(8),
         reason_code: row.get(9),
         result_data: row.get(10),
@@ -1012,14 +1045,17 @@ fn view(row: &postgres::Row, with_evidence: bool) -> WorkView {
         hint_code: None,
         hint: None,
     }
-    .with_hint()
+    .with_hint())
 }
 
 impl WorkView {
     /// The hint of a work that failed for good with a mapped code (SPEC Z8).
     fn with_hint(mut self) -> WorkView {
-        let failed = self.state == "failed_permanent";
-        let hint = match (failed, Operation::parse(&self.operation), &self.reason_code) {
+        let hint = match (
+            self.state == WorkState::FailedPermanent,
+            Operation::parse(&self.operation),
+            &self.reason_code,
+        ) {
             (true, Some(operation), Some(code)) => hint(operation, code),
             _ => None,
         };
@@ -1068,7 +1104,7 @@ pub fn work_list(
         )?
         .iter()
         .map(|r| view(r, false))
-        .collect())
+        .collect::<Result<_, _>>()?)
 }
 
 /// One row by key, with its attempt evidence.
@@ -1076,5 +1112,8 @@ pub fn work_show(
     client: &mut impl GenericClient,
     key: &str,
 ) -> Result<Option<WorkView>, QueueError> {
-    Ok(client.query_opt(SHOW, &[&key])?.map(|r| view(&r, true)))
+    client
+        .query_opt(SHOW, &[&key])?
+        .map(|r| view(&r, true))
+        .transpose()
 }

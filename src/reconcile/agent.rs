@@ -3,11 +3,11 @@
 //! These reconcilers never write lifecycle state outside a claim-fenced transaction and never
 //! call Compute before the actor has been reauthorized against the current IAM policy.
 
+use super::dispatch::Reconciler;
 use super::pass::{Pass, PassError};
 use super::report::{Facts, Outcome, Report};
 use super::rows::{load_agent, load_revisions, AgentStatus, RevisionRow, RuntimeState};
 use super::steps::{audit, denial_audit, deny, try_effect, Audit};
-use super::Reconciler;
 use crate::compute::RuntimeCredentials;
 use crate::iam::{self, Action, Request, Resource, ResourceKind};
 use serde_json::json;
@@ -366,7 +366,7 @@ impl Reconciler for AgentDelete {
                 )
             }
             Facts::Plain => {}
-            other => return Err(other.unexpected("Agent delete")),
+            other => return Err(PassError::unexpected(other, "Agent delete")),
         }
         // SPEC A2: a failed deletion records its code only.
         audit(

@@ -247,6 +247,145 @@ impl NamespaceReconciler {
         }
         None
     }
+
+    /// The Namespace this work acts on, reauthorized (N2, N5); `Err` with the report when it
+    /// moved on (`SUPERSEDED_TARGET`) or the actor is refused.
+    fn load_authorized(
+        &self,
+        pass: &Pass<'_>,
+        target: Target,
+    ) -> Result<Result<Namespace, Report>, PassError> {
+        let claim = pass.claim;
+        let installation_id = &pass.ctx.installation_id;
+        let mut client = pass.db()?;
+        let namespace = match load(&mut *client, &claim.namespace_id)? {
+            Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
+            _ => {
+                return Ok(Err(Report::success("SUPERSEDED_TARGET")
+                    .with_facts(Facts::Own(NamespaceFacts::Superseded))))
+            }
+        };
+        let asked = Self::asked(&claim.actor_id, installation_id, &namespace, target);
+        let policy = iam::decide(&mut *client, &asked, &[])?;
+        match self.authorize(
+            &policy,
+            &claim.actor_id,
+            installation_id,
+            &namespace,
+            target,
+        ) {
+            Some(denial) => Ok(Err(denial)),
+            None => Ok(Ok(namespace)),
+        }
+    }
+
+    /// The one Compute call of the pass (N3, N4): ensure, reserving subnets through the
+    /// claim-fenced ledger, or delete. `Err` with the report of a failed call; a wait on
+    /// something outside the worker (a used-up quota) is an incomplete observation with that
+    /// pending reason, deferred and audited like any other.
+    fn ask_compute(
+        pass: &Pass<'_>,
+        target: Target,
+        namespace: &Namespace,
+    ) -> Result<Result<compute::NamespaceObservation, Report>, PassError> {
+        let spec = NamespaceSpec {
+            installation_id: pass.ctx.installation_id.clone(),
+            namespace_id: namespace.id.clone(),
+            name: namespace.name.clone(),
+            existing_namespace: namespace.existing_namespace.clone(),
+        };
+        let compute = &pass.ctx.compute;
+        let (step, answer) = match target {
+            Target::Ready => {
+                let ledger = FencedSubnetLedger::new(pass, &namespace.id);
+                let answer = compute.ensure_namespace_reserving(&spec, &ledger, pass.cancel());
+                if let Some(failure) = ledger.take_failure() {
+                    return Err(failure);
+                }
+                ("ensure", answer)
+            }
+            Target::Deleted => ("delete", compute.delete_namespace(&spec, pass.cancel())),
+        };
+        let e = match answer {
+            Ok(observation) => return Ok(Ok(observation)),
+            Err(e) => e,
+        };
+        // Namespace work has no convergence deadline to bound a wait on a failing dependency:
+        // it keeps its attempt budget.
+        let report = match e.kind() {
+            ComputeErrorKind::Pending(code) => {
+                return Ok(Ok(compute::NamespaceObservation {
+                    namespace_id: namespace.id.clone(),
+                    complete: false,
+                    failure: None,
+                    pending_reason: Some(code.to_string()),
+                    reason: None,
+                }))
+            }
+            ComputeErrorKind::Cancelled(_) => return Err(e.into()),
+            ComputeErrorKind::Permanent(code) => {
+                let code = if compute::is_code(code) {
+                    code
+                } else {
+                    "COMPUTE_REFUSED"
+                };
+                Report::permanent(code)
+            }
+            ComputeErrorKind::TransientDependency
+            | ComputeErrorKind::Retryable
+            | ComputeErrorKind::Draining => Report::retry(e.retry_code()),
+            // A grant still propagating: retried within the budget, then failed with the
+            // refusal's code.
+            ComputeErrorKind::Denied(code) => {
+                let mut report = Report::retry("DEPENDENCY_UNAVAILABLE");
+                report.exhausted_code = Some(code.to_string());
+                report
+            }
+        };
+        Ok(Err(report.at(step).with_compute_error(&e)))
+    }
+
+    /// What the driver's observation means (N3, N4): reconciled, incomplete (pending, audited
+    /// once per distinct observation), retryable or failed.
+    fn observed(
+        pass: &Pass<'_>,
+        target: Target,
+        namespace: &Namespace,
+        observation: compute::NamespaceObservation,
+    ) -> Result<Report, PassError> {
+        if !compute::valid_namespace_observation(&observation, &namespace.id) {
+            return Ok(Report::permanent("INVALID_DRIVER_OBSERVATION"));
+        }
+        let code = if observation.complete {
+            "NAMESPACE_RECONCILED"
+        } else {
+            "NAMESPACE_INCOMPLETE"
+        };
+        let mut report = match observation.failure {
+            Some(FailureClass::Permanent) => Report::permanent(code),
+            None if observation.complete => Report::success(code),
+            Some(FailureClass::Retryable) => Report::retry(code),
+            None => Report::pending(code, recheck_delay(pass.age())),
+        };
+        // The driver's own words on a failed ensure go to `worker.completed` only, when
+        // non-empty, bounded and printable; audit and status keep the class (SPEC Z10).
+        if target == Target::Ready && observation.failure.is_some() {
+            report.failure.namespace_reason = observation
+                .reason
+                .clone()
+                .filter(|r| !r.is_empty() && compute::printable(r));
+        }
+        let pending = matches!(report.outcome, Outcome::Pending { .. });
+        let details = observation_details(pass.ctx.compute.id(), &observation, pending);
+        if pending {
+            let mut client = pass.db()?;
+            let action = target.lifecycle_action();
+            if already_audited(&mut *client, pass.claim.id, action, code, &details)? {
+                report.record_evidence = false;
+            }
+        }
+        Ok(report.with_facts(Facts::Own(NamespaceFacts::Observed(details))))
+    }
 }
 
 /// The lifecycle audit details of an observation.
@@ -287,133 +426,17 @@ impl Reconciler for NamespaceReconciler {
     type Facts = NamespaceFacts;
 
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
-        let claim = pass.claim;
-        let target = Target::of(claim.operation)?;
-        let installation_id = &pass.ctx.installation_id;
-        let namespace = {
-            let mut client = pass.db()?;
-            let namespace = match load(&mut *client, &claim.namespace_id)? {
-                Some(ns) if !ns.tombstoned && ns.status == target.expected() => ns,
-                _ => {
-                    return Ok(Report::success("SUPERSEDED_TARGET")
-                        .with_facts(Facts::Own(NamespaceFacts::Superseded)))
-                }
-            };
-            let asked = Self::asked(&claim.actor_id, installation_id, &namespace, target);
-            let policy = iam::decide(&mut *client, &asked, &[])?;
-            if let Some(denial) = self.authorize(
-                &policy,
-                &claim.actor_id,
-                installation_id,
-                &namespace,
-                target,
-            ) {
-                return Ok(denial);
-            }
-            namespace
+        let target = Target::of(pass.claim.operation)?;
+        let namespace = match self.load_authorized(pass, target)? {
+            Ok(namespace) => namespace,
+            Err(report) => return Ok(report),
         };
-
         pass.before_effect()?;
-        let spec = NamespaceSpec {
-            installation_id: installation_id.clone(),
-            namespace_id: namespace.id.clone(),
-            name: namespace.name.clone(),
-            existing_namespace: namespace.existing_namespace.clone(),
-        };
-        let compute = &pass.ctx.compute;
-        let answer = match target {
-            Target::Ready => {
-                let ledger = FencedSubnetLedger::new(pass, &namespace.id);
-                let answer = compute.ensure_namespace_reserving(&spec, &ledger, pass.cancel());
-                if let Some(failure) = ledger.take_failure() {
-                    return Err(failure);
-                }
-                answer
-            }
-            Target::Deleted => compute.delete_namespace(&spec, pass.cancel()),
-        };
-        let step = match target {
-            Target::Ready => "ensure",
-            Target::Deleted => "delete",
-        };
-        let observation = match answer {
+        let observation = match Self::ask_compute(pass, target, &namespace)? {
             Ok(observation) => observation,
-            // Namespace work has no convergence deadline to bound a wait on a failing
-            // dependency: it keeps its attempt budget.
-            // A wait on something outside the worker (a used-up quota) is an incomplete
-            // observation with that pending reason, deferred and audited like any other.
-            Err(e) => match e.kind() {
-                ComputeErrorKind::Pending(code) => compute::NamespaceObservation {
-                    namespace_id: namespace.id.clone(),
-                    complete: false,
-                    failure: None,
-                    pending_reason: Some(code.to_string()),
-                    reason: None,
-                },
-                ComputeErrorKind::Cancelled(_) => return Err(e.into()),
-                ComputeErrorKind::Permanent(code) => {
-                    let code = if compute::is_code(code) {
-                        code
-                    } else {
-                        "COMPUTE_REFUSED"
-                    };
-                    return Ok(Report::permanent(code).at(step).with_compute_error(&e));
-                }
-                ComputeErrorKind::TransientDependency
-                | ComputeErrorKind::Retryable
-                | ComputeErrorKind::Draining => {
-                    return Ok(Report::retry(e.retry_code())
-                        .at(step)
-                        .with_compute_error(&e));
-                }
-                // A grant still propagating: retried within the budget, then failed with the
-                // refusal's code.
-                ComputeErrorKind::Denied(code) => {
-                    let mut report = Report::retry("DEPENDENCY_UNAVAILABLE")
-                        .at(step)
-                        .with_compute_error(&e);
-                    report.exhausted_code = Some(code.to_string());
-                    return Ok(report);
-                }
-            },
+            Err(report) => return Ok(report),
         };
-        if !compute::valid_namespace_observation(&observation, &namespace.id) {
-            return Ok(Report::permanent("INVALID_DRIVER_OBSERVATION"));
-        }
-        let code = if observation.complete {
-            "NAMESPACE_RECONCILED"
-        } else {
-            "NAMESPACE_INCOMPLETE"
-        };
-        let mut report = match observation.failure {
-            Some(FailureClass::Permanent) => Report::permanent(code),
-            None if observation.complete => Report::success(code),
-            Some(FailureClass::Retryable) => Report::retry(code),
-            None => Report::pending(code, recheck_delay(pass.age())),
-        };
-        // The driver's own words on a failed ensure go to `worker.completed` only, when
-        // non-empty, bounded and printable; audit and status keep the class (SPEC Z10).
-        if target == Target::Ready && observation.failure.is_some() {
-            report.failure.namespace_reason = observation
-                .reason
-                .clone()
-                .filter(|r| !r.is_empty() && compute::printable(r));
-        }
-        let pending = matches!(report.outcome, Outcome::Pending { .. });
-        let details = observation_details(compute.id(), &observation, pending);
-        if pending {
-            let mut client = pass.db()?;
-            if already_audited(
-                &mut *client,
-                claim.id,
-                target.lifecycle_action(),
-                code,
-                &details,
-            )? {
-                report.record_evidence = false;
-            }
-        }
-        Ok(report.with_facts(Facts::Own(NamespaceFacts::Observed(details))))
+        Self::observed(pass, target, &namespace, observation)
     }
 
     /// The seed's finalize steps: only while the Namespace still has the

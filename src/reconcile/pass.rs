@@ -4,7 +4,7 @@
 //! `Context::compute`; every effect renews the claim first (`Pass::before_effect`, W2).
 
 use super::policy::resolve;
-use super::report::Report;
+use super::report::{Facts, Report};
 use crate::cancel::{CancelToken, Cancelled, LossCause};
 use crate::compute::{ComputeDriver, ComputeError, ComputeErrorKind};
 use crate::db::{DbError, Pool, PooledClient};
@@ -47,6 +47,12 @@ pub enum PassError {
 }
 
 impl PassError {
+    /// The broken invariant of facts a reconciler never makes (a denial where it denies
+    /// nothing), met in `reconciler`'s publication.
+    pub fn unexpected<F: fmt::Debug>(facts: &Facts<F>, reconciler: &str) -> PassError {
+        PassError::Invariant(format!("the {reconciler} reconciler was handed {facts:?}"))
+    }
+
     /// Whether the claim is gone (no publication is possible or allowed).
     pub fn is_claim_loss(&self) -> bool {
         matches!(self, PassError::Lost(_) | PassError::ClaimLost)

@@ -70,16 +70,6 @@ pub enum Facts<F> {
     Own(F),
 }
 
-impl<F: fmt::Debug> Facts<F> {
-    /// The broken invariant of facts a reconciler never makes (a denial where it denies
-    /// nothing), in `reconciler`'s publication.
-    pub fn unexpected(&self, reconciler: &str) -> crate::reconcile::PassError {
-        crate::reconcile::PassError::Invariant(format!(
-            "the {reconciler} reconciler was handed {self:?}"
-        ))
-    }
-}
-
 /// A reconciler's facts with their type erased, as the runtime carries them between a pass
 /// and its publication; `dispatch` restores the type for the reconciler that made them.
 #[derive(Clone)]

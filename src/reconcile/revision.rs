@@ -116,8 +116,8 @@ struct Loaded {
     all: Vec<RevisionRow>,
     attempts: i64,
     refused_stop_attempts: i64,
-    reconcile_state: Option<String>,
-    reconcile_code: Option<String>,
+    /// The deployment failed for good or was superseded (R11).
+    deployment_ended: bool,
     /// The refusal of the latest attempt when its candidate's stop was still pending (R9).
     stored_refusal: Option<String>,
     /// The refusal of the latest attempt that waited on its candidate's stop, whatever
@@ -272,13 +272,12 @@ impl RevisionReconciler {
             all,
             attempts: row.get(0),
             refused_stop_attempts: row.get(1),
-            reconcile_state: row.get(2),
-            reconcile_code: row.get(3),
-            stored_refusal: row.get(4),
-            predecessor_stop_yielded: row.get(5),
-            secret_driver: row.get(6),
-            waited_refusal: row.get(7),
-            newest_readiness: row.get(8),
+            deployment_ended: row.get(2),
+            stored_refusal: row.get(3),
+            predecessor_stop_yielded: row.get(4),
+            secret_driver: row.get(5),
+            waited_refusal: row.get(6),
+            newest_readiness: row.get(7),
             sources,
         }))
     }
@@ -348,7 +347,7 @@ impl RevisionReconciler {
         let principal_ok = policy
             .identity(&revision.service_principal_id)
             .is_some_and(|i| {
-                i.kind == "service_principal"
+                i.kind == iam::IdentityKind::ServicePrincipal
                     && i.namespace_id.as_deref() == Some(ns.as_str())
                     && i.agent_id.as_deref() == Some(agent.id.as_str())
             });
@@ -599,10 +598,7 @@ impl RevisionReconciler {
         }
         // R11: maintenance never prepares or reactivates a terminally failed deployment, and
         // ends its chain before any authorization of its own.
-        if maintenance
-            && (l.reconcile_state.as_deref() == Some("failed_permanent")
-                || l.reconcile_code.as_deref() == Some("REVISION_SUPERSEDED"))
-        {
+        if maintenance && l.deployment_ended {
             return Ok(Report::permanent("REVISION_SUPERSEDED")
                 .with_facts(Facts::Own(RevisionFacts::ChainEnded)));
         }
@@ -1411,44 +1407,7 @@ impl Reconciler for RevisionReconciler {
         // one whatever the work (an activation).
         let (ends_chain, activated) = match &report.facts {
             Facts::Own(RevisionFacts::Activated { revision, previous }) => {
-                tx.execute(RETIRE_EARLIER, &[agent_id, revision])?;
-                // SPEC E16: the withdrawals that waited for this activation or for the
-                // retirements it made.
-                if claim.operation == Operation::RevisionReconcile
-                    && report.outcome == Outcome::Success
-                {
-                    queue::work_enqueue_withdrawal_activation(
-                        tx,
-                        &claim.namespace_id,
-                        agent_id,
-                        revision_id,
-                        *revision,
-                    )?;
-                }
-                // Exactly one activation audit per revision, even when the claim was lost
-                // between the pointer compare-and-set and the completion (R6, R7).
-                let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
-                if !audited {
-                    let warnings = report.result_data.as_ref().map(|d| d["warnings"].clone());
-                    audit(
-                        tx,
-                        pass,
-                        Audit {
-                            denial: false,
-                            action: "openclaw.agents.lifecycle.activate",
-                            resource_kind: "agent_revision",
-                            resource_id: revision_id,
-                            outcome: "success",
-                            reason_code: Some("REVISION_ACTIVATED"),
-                            details: json!({
-                                "agentId": agent_id,
-                                "revision": revision,
-                                "previous": previous,
-                                "warnings": warnings,
-                            }),
-                        },
-                    )?;
-                }
+                publish_activation(tx, pass, report, *revision, previous.as_deref())?;
                 (false, true)
             }
             Facts::Own(RevisionFacts::Superseded { by, by_revision }) => {
@@ -1502,28 +1461,95 @@ impl Reconciler for RevisionReconciler {
             keeps_running,
             pass.ctx.compute.maintenance_interval(),
         ) {
-            let still_active = load_agent(tx, &claim.namespace_id, agent_id)?.is_some_and(|a| {
-                a.active_revision_id.as_deref() == Some(revision_id.as_str())
-                    && a.desired_runtime_state == RuntimeState::Running
-            });
-            if still_active {
-                // The next bucket starts on a multiple of the interval by the database clock.
-                let ms = interval.as_millis().max(1) as i64;
-                let now = queue::work_clock(tx)?;
-                let bucket = now / ms + 1;
-                let next = NewWork::revision_maintenance(
-                    &claim.namespace_id,
-                    agent_id,
-                    revision_id,
-                    bucket,
-                    &claim.actor_id,
-                );
-                let due = Duration::from_millis((bucket * ms - now).max(0) as u64);
-                queue::work_enqueue_at(tx, &next, due)?;
-            }
+            queue_next_maintenance(tx, pass, interval)?;
         }
         Ok(())
     }
+}
+
+/// The publication of an activation (R6, R7, E16): earlier revisions retired, the withdrawals
+/// that waited for it queued, and exactly one activation audit per revision, even when the
+/// claim was lost between the pointer compare-and-set and the completion.
+fn publish_activation(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    report: &Report,
+    revision: i32,
+    previous: Option<&str>,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let (Some(agent_id), Some(revision_id)) = (&claim.agent_id, &claim.revision_id) else {
+        return Ok(());
+    };
+    tx.execute(RETIRE_EARLIER, &[agent_id, &revision])?;
+    // SPEC E16: the withdrawals that waited for this activation or for the retirements it
+    // made.
+    if claim.operation == Operation::RevisionReconcile && report.outcome == Outcome::Success {
+        queue::work_enqueue_withdrawal_activation(
+            tx,
+            &claim.namespace_id,
+            agent_id,
+            revision_id,
+            revision,
+        )?;
+    }
+    let audited: bool = tx.query_one(ACTIVATION_AUDITED, &[revision_id])?.get(0);
+    if audited {
+        return Ok(());
+    }
+    let warnings = report.result_data.as_ref().map(|d| d["warnings"].clone());
+    audit(
+        tx,
+        pass,
+        Audit {
+            denial: false,
+            action: "openclaw.agents.lifecycle.activate",
+            resource_kind: "agent_revision",
+            resource_id: revision_id,
+            outcome: "success",
+            reason_code: Some("REVISION_ACTIVATED"),
+            details: json!({
+                "agentId": agent_id,
+                "revision": revision,
+                "previous": previous,
+                "warnings": warnings,
+            }),
+        },
+    )?;
+    Ok(())
+}
+
+/// R11: the next maintenance bucket of a revision still active and running, on a multiple of
+/// the driver's interval by the database clock.
+fn queue_next_maintenance(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    interval: Duration,
+) -> Result<(), PassError> {
+    let claim = pass.claim;
+    let (Some(agent_id), Some(revision_id)) = (&claim.agent_id, &claim.revision_id) else {
+        return Ok(());
+    };
+    let still_active = load_agent(tx, &claim.namespace_id, agent_id)?.is_some_and(|a| {
+        a.active_revision_id.as_deref() == Some(revision_id.as_str())
+            && a.desired_runtime_state == RuntimeState::Running
+    });
+    if !still_active {
+        return Ok(());
+    }
+    let ms = interval.as_millis().max(1) as i64;
+    let now = queue::work_clock(tx)?;
+    let bucket = now / ms + 1;
+    let next = NewWork::revision_maintenance(
+        &claim.namespace_id,
+        agent_id,
+        revision_id,
+        bucket,
+        &claim.actor_id,
+    );
+    let due = Duration::from_millis((bucket * ms - now).max(0) as u64);
+    queue::work_enqueue_at(tx, &next, due)?;
+    Ok(())
 }
 
 #[cfg(test)]

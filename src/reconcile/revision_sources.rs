@@ -133,7 +133,7 @@ pub fn resolve(
 fn available(s: &SourceState) -> bool {
     s.row
         .as_ref()
-        .is_some_and(|row| row.state == "ready" && row.matches(&s.snapshot))
+        .is_some_and(|row| row.state == credentials::SourceState::Ready && row.matches(&s.snapshot))
 }
 
 /// SPEC E6(a) of a snapshot source: its row exists and is owned (`SourceRow::owned`).
@@ -215,7 +215,7 @@ mod tests {
                 kind: kind.into(),
                 owner: "credential_gateway".into(),
                 driver_id: "gw".into(),
-                state: "ready".into(),
+                state: credentials::SourceState::Ready,
                 backend_ref: snapshot.backend_ref.clone(),
                 egress: None,
             }),
@@ -265,7 +265,7 @@ mod tests {
             Err("CREDENTIAL_WITHDRAWN")
         );
         let mut disabled = ok();
-        disabled[0].row.as_mut().unwrap().state = "disabled".into();
+        disabled[0].row.as_mut().unwrap().state = credentials::SourceState::Disabled;
         assert_eq!(
             resolve(&disabled, Some(&auth()), Some("gw")),
             Err("HARNESS_AUTH_SOURCE_UNAVAILABLE")

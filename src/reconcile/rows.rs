@@ -6,7 +6,6 @@ use super::pass::{Pass, PassError};
 use crate::compute::{
     AgentSpec, ExecutionAdmission, ManagedAccountAuth, RevisionSpec, SecretProjection,
 };
-use crate::db::DbError;
 use crate::db::GenericClient;
 use serde_json::Value;
 
@@ -25,10 +24,10 @@ macro_rules! stored_enum {
 
         impl $name {
             /// Parses the stored text.
-            pub fn parse(text: &str) -> Result<$name, PassError> {
+            pub fn parse(text: &str) -> Result<$name, $crate::reconcile::PassError> {
                 match text {
                     $($text => Ok($name::$variant),)+
-                    other => Err(PassError::Db(DbError::Corrupt(format!(
+                    other => Err($crate::reconcile::PassError::Db($crate::db::DbError::Corrupt(format!(
                         concat!(stringify!($name), " {:?}"),
                         other
                     )))),
@@ -44,6 +43,7 @@ macro_rules! stored_enum {
         }
     };
 }
+pub(crate) use stored_enum;
 
 stored_enum! {
     /// An Agent's lifecycle status (`occ.agents.status`).

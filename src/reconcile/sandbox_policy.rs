@@ -166,7 +166,7 @@ impl Reconciler for SandboxPolicyReconciler {
                         action: ACTION,
                         resource_kind: "agent",
                         resource_id: &agent_id,
-                        outcome: if state == "applied" {
+                        outcome: if report.outcome == Outcome::Success {
                             "success"
                         } else {
                             "failure"

@@ -12,7 +12,7 @@ use super::dispatch::Reconciler;
 use super::pass::{Context, Pass, PassError};
 use super::report::{Denial, Facts, Outcome};
 use super::revision_sources::SOURCES;
-use super::rows::{load_agent, load_revisions, RevisionRow};
+use super::rows::{load_agent, load_revisions, stored_enum, RevisionRow};
 use super::steps::{deny, effect};
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialDetach, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
@@ -83,11 +83,16 @@ pub struct WithdrawalFacts {
     pub series: bool,
 }
 
+stored_enum! {
+    /// A withdrawal row's state (`occ.credential_withdrawals.state`, SPEC E1).
+    WithdrawalState { Pending = "pending", Revoked = "revoked" }
+}
+
 /// A withdrawal row as a pass reads it, with its source (`None` when the source is gone).
 #[derive(Clone, Debug)]
 struct Row {
     source_id: String,
-    state: String,
+    state: WithdrawalState,
     requested_by: String,
     source: Option<SourceRow>,
 }
@@ -107,7 +112,7 @@ fn load_rows(
         let source: Option<Value> = r.get(1);
         rows.push(Row {
             source_id: r.get(0),
-            state,
+            state: WithdrawalState::parse(state)?,
             requested_by,
             source: source
                 .map(serde_json::from_value)
@@ -134,7 +139,9 @@ fn pending_set(revision: &RevisionRow, rows: &[Row]) -> Vec<PendingSource> {
         .into_iter()
         .filter_map(|(snapshot, harness)| {
             let row = rows.iter().find(|r| {
-                r.source_id == snapshot.source_id && r.state == "pending" && r.source.is_some()
+                r.source_id == snapshot.source_id
+                    && r.state == WithdrawalState::Pending
+                    && r.source.is_some()
             })?;
             Some(PendingSource {
                 snapshot: snapshot.clone(),
@@ -165,7 +172,10 @@ pub fn settle_attempts(attempts: &[Attempt]) -> (Outcome, String) {
 /// but names another requester (a replay took it over) becomes an unrevoked
 /// `CREDENTIAL_WITHDRAWAL_REASSIGNED` attempt of the new requester, without denial. `None` when
 /// no denial was reassigned.
-fn reassign(attempts: &[Attempt], rows: &[(String, String, String)]) -> Option<Vec<Attempt>> {
+fn reassign(
+    attempts: &[Attempt],
+    rows: &[(String, WithdrawalState, String)],
+) -> Option<Vec<Attempt>> {
     let mut reassigned = false;
     let settled = attempts
         .iter()
@@ -173,7 +183,9 @@ fn reassign(attempts: &[Attempt], rows: &[(String, String, String)]) -> Option<V
             let taken_over = rows
                 .iter()
                 .find(|(source, _, _)| *source == a.source_id)
-                .filter(|(_, state, by)| state == "pending" && *by != a.requested_by);
+                .filter(|(_, state, by)| {
+                    *state == WithdrawalState::Pending && *by != a.requested_by
+                });
             match (&a.denial, taken_over) {
                 (Some(_), Some((_, _, by))) => {
                     reassigned = true;
@@ -414,7 +426,10 @@ impl CredentialWithdrawalReconciler {
                 continue;
             };
             let Facts::Denied(denial) = refused.facts else {
-                return Err(refused.facts.unexpected("credential withdrawal"));
+                return Err(PassError::unexpected(
+                    &refused.facts,
+                    "credential withdrawal",
+                ));
             };
             progress.denied.push(Attempt {
                 denial: Some(*denial),
@@ -475,7 +490,7 @@ impl Reconciler for CredentialWithdrawalReconciler {
         tx.query_opt(NAMESPACE_LOCK, &[&ns])?;
         tx.query_opt(AGENT_LOCK, &[&ns, &agent_id])?;
         if facts.attempts.iter().any(|a| a.denial.is_some()) {
-            let rows: Vec<(String, String, String)> = load_rows(tx, ns, &revision_id)?
+            let rows: Vec<(String, WithdrawalState, String)> = load_rows(tx, ns, &revision_id)?
                 .into_iter()
                 .map(|r| (r.source_id, r.state, r.requested_by))
                 .collect();
@@ -511,7 +526,7 @@ impl Reconciler for CredentialWithdrawalReconciler {
             Facts::Own(facts) => facts,
             // Invalid target, or the revision is gone: no row to stamp, nothing to audit.
             Facts::Plain => return Ok(()),
-            other => return Err(other.unexpected("credential withdrawal")),
+            other => return Err(PassError::unexpected(other, "credential withdrawal")),
         };
         let (agent_id, revision_id) = claim_target(pass)?;
         if !facts.attempts.is_empty() {
@@ -770,11 +785,11 @@ mod tests {
     #[test]
     fn e10_only_a_pending_row_taken_over_by_another_requester_is_reassigned() {
         let attempts = [attempt("a", "u", WITHDRAWN, true), denied("b", "v")];
-        let same = [("b".to_string(), "pending".to_string(), "v".to_string())];
+        let same = [("b".to_string(), WithdrawalState::Pending, "v".to_string())];
         assert_eq!(reassign(&attempts, &same), None);
-        let revoked = [("b".to_string(), "revoked".to_string(), "w".to_string())];
+        let revoked = [("b".to_string(), WithdrawalState::Revoked, "w".to_string())];
         assert_eq!(reassign(&attempts, &revoked), None);
-        let taken = [("b".to_string(), "pending".to_string(), "w".to_string())];
+        let taken = [("b".to_string(), WithdrawalState::Pending, "w".to_string())];
         let settled = reassign(&attempts, &taken).unwrap();
         assert_eq!(settled[0], attempts[0]);
         assert_eq!(settled[1], attempt("b", "w", REASSIGNED, false));
@@ -784,7 +799,7 @@ mod tests {
     fn e8_unsettled_rows_get_the_code_after_those_made_and_before_the_denials() {
         let row = |id: &str| Row {
             source_id: id.into(),
-            state: "pending".into(),
+            state: WithdrawalState::Pending,
             requested_by: "u".into(),
             source: None,
         };

@@ -668,8 +668,8 @@ fn decide_gives_the_models_decisions_and_evidence_in_one_statement() {
     assert!(decided.identity_exists("admin") && decided.identity_exists("erin"));
     assert!(!decided.identity_exists("ghost"));
     assert_eq!(
-        decided.identity("bob").map(|i| i.kind.as_str()),
-        Some("user")
+        decided.identity("bob").map(|i| i.kind),
+        Some(occ_worker::iam::IdentityKind::User)
     );
     // Asking nothing is one statement that decides nothing.
     assert!(!iam::decide(&mut c, &[], &[])

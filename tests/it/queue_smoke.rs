@@ -59,7 +59,7 @@ fn claim_heartbeat_defer_retry_complete_round_trip() {
     assert_eq!(claim.attempt, 2);
     work_complete(&mut c, &claim, "NAMESPACE_RECONCILED", None).unwrap();
     let shown = work_show(&mut c, "namespace:ns1:ensure").unwrap().unwrap();
-    assert_eq!(shown.state, "succeeded");
+    assert_eq!(shown.state, occ_worker::queue::WorkState::Succeeded);
     assert_eq!(shown.evidence.unwrap().as_array().unwrap().len(), 3);
     assert_eq!(
         work_recover_stale(&mut c, &opts).unwrap(),
