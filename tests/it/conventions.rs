@@ -1,5 +1,7 @@
-//! House rules that keep SQL honest (STYLE 2): every query file is embedded and prepares
-//! against the migrated schema, and migrations are numbered 1..n without gaps.
+//! House rules that keep SQL honest (STYLE 2, 16): every query file is embedded and prepares
+//! against the migrated schema, migrations are numbered 1..n without gaps and frozen once
+//! landed, and every function and view of the schema has one file in `sql/functions/` or
+//! `sql/views/`, embedded, and is defined nowhere else.
 
 use std::path::{Path, PathBuf};
 
@@ -77,37 +79,7 @@ fn every_query_file_prepares_against_the_migrated_schema() {
 /// it, without the lines that name the server version or vary per run.
 fn migrated_schema() -> String {
     let db = crate::support::TestDb::new();
-    let pg_dump = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin/pg_dump")))
-        .filter(|p| p.exists())
-        .max_by_key(|p| {
-            let version = p.iter().rev().nth(2).and_then(|v| v.to_str()?.parse().ok());
-            version.unwrap_or(0u32)
-        })
-        .unwrap_or_else(|| PathBuf::from("pg_dump"));
-    let out = std::process::Command::new(&pg_dump)
-        .args(["--schema-only", "--no-owner", "--no-privileges", &db.url])
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", pg_dump.display()));
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        pg_dump.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8 dump")
-        .lines()
-        .filter(|l| {
-            !(l.starts_with("\\restrict")
-                || l.starts_with("\\unrestrict")
-                || l.starts_with("-- Dumped from")
-                || l.starts_with("-- Dumped by"))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect()
+    crate::support::schema_dump(&db.url)
 }
 
 /// The header of `sql/schema.sql`; the dump follows it.
@@ -166,6 +138,326 @@ fn migrations_are_numbered_one_to_n_in_sequence() {
     assert_eq!(
         on_disk, names,
         "every sql/V{{n}}__name.sql file is an embedded migration"
+    );
+}
+
+/// The migrations landed before the schema's functions and views moved to files of their own
+/// (STYLE 16), with their SHA-256. refinery checksums every applied migration, so an edit of a
+/// landed one breaks every installation that applied it: these files never change again.
+const LANDED: [(&str, &str); 24] = [
+    (
+        "V1__schema.sql",
+        "b5e0b96fae5491c7f5bdaa43fc8338cc713908b1639a88b375c921ba6eabced7",
+    ),
+    (
+        "V2__bootstrap.sql",
+        "d22282f72325c6cec19803c423bc336cb0d8592ee479064dc93f308bccfdc2f6",
+    ),
+    (
+        "V3__namespace_admission.sql",
+        "003edeeb7c291cf12cf160b93cd6cac3bcffaa2a46557df640e78656a44712f1",
+    ),
+    (
+        "V4__agent_admission.sql",
+        "32436fedfa930ef37a5986928b4f4008588af9217d1642a24f8d5d5b6b354780",
+    ),
+    (
+        "V5__docker_subnets.sql",
+        "1bc3ecfc4ee01463a58badfacfb100933eb4eca00b8cdbcc766004cc298efec6",
+    ),
+    (
+        "V6__harness_catalog.sql",
+        "d2ff57ad8b2d5237cfaa32cfe2617bfed9bddf340ccf0adcf5d4d8b4521c7c66",
+    ),
+    (
+        "V7__bounded_rows.sql",
+        "e77702bf9e4396e1b34559f9db5d30f354adbbea8eb19bd552753bceac843509",
+    ),
+    (
+        "V8__operator_reads.sql",
+        "15884bfe533cc0670d125c4da532c0475bdbe662c5b97d6151d1a488368b960e",
+    ),
+    (
+        "V9__managed_accounts.sql",
+        "0bcc2d73ec3bee99ec435ef3f616e59d0bfcc4ad22dac91f7231d8095c7b60f1",
+    ),
+    (
+        "V10__secret_driver_identity.sql",
+        "4ec607426acc68b4b70250836ff4e2224a0029960736add84af9d9cd52530eaf",
+    ),
+    (
+        "V11__queue_engine.sql",
+        "5d9bbe0530d6d5432c7592a5bb8d96b2e9e666d58ef590feafa8d96a5b7ba2ed",
+    ),
+    (
+        "V12__authorize_evidence_order.sql",
+        "a39a0173b36bddda68b84510073644f9301387abc773be9592365265f8a9cb6c",
+    ),
+    (
+        "V13__authorize_plpgsql.sql",
+        "0f579ebfa842b847977042eb45ca60d1674122da34e9a16b495318c93659ff01",
+    ),
+    (
+        "V14__claims_on_lanes.sql",
+        "a26b63dcc1de944cf28b6f4fbe69412632b19525c5cb0dd33f418c74e155f6b2",
+    ),
+    (
+        "V15__lane_triggers_per_statement.sql",
+        "2f0aec50b22ee2fe404dddfba1b24aebeb78225977fcd743028d3f7fb23e25e1",
+    ),
+    (
+        "V16__publication_guard.sql",
+        "02b7a1bab5d1202b988c1d49c09310a2a2616484f8271965317612df2c3d0236",
+    ),
+    (
+        "V17__work_key_on_write.sql",
+        "2c0681d2b26b66ae9d4c5821fe8a1f1b9561ebb93e0560d34bd6162c070d6e5d",
+    ),
+    (
+        "V18__namespace_id_redraw.sql",
+        "c884ea208e966fa8c0fb45a75aa7007b6691a06bcf023959d74aced28f1157f6",
+    ),
+    (
+        "V19__execution_admission.sql",
+        "43129a0cce5d581d04790936ebe23df58faeef5020e178066178e5ba7023822a",
+    ),
+    (
+        "V20__sandbox.sql",
+        "e6e6312b86a5183bfda23b5260f9d6192601bfa11a886f9dfe41234dff09b08d",
+    ),
+    (
+        "V21__credential_sources.sql",
+        "080244299f2da49b9c2201095ff7c3560886b215b6f46e59c9e7659ad7951cad",
+    ),
+    (
+        "V22__credential_withdrawals.sql",
+        "039115ab3c0e6ea5abaadd39d7861f739a2dca110818de25964e4f13dcbbced2",
+    ),
+    (
+        "V23__credential_admission.sql",
+        "dbe363b458f4a8834a7cd26c267d965cf85dd93323d1a6a032fbedd314794251",
+    ),
+    (
+        "V24__agent_show_pins.sql",
+        "91be58aa4da1b0390b25241203f9151e2c2ab073a40bd763efb9bad87abb926d",
+    ),
+];
+
+/// The last migration that may create a function or view; later ones change them in
+/// `sql/functions/` and `sql/views/` instead.
+const LAST_WITH_FUNCTIONS: i32 = 24;
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+// STYLE 16: landed migrations are frozen (V20, V22 and V23 were once edited after landing;
+// from V24 on, an edit fails here). A new migration adds its line when it lands.
+#[test]
+fn landed_migrations_are_frozen() {
+    let mut changed = Vec::new();
+    for (name, sum) in LANDED {
+        let bytes = std::fs::read(root().join("sql").join(name))
+            .unwrap_or_else(|e| panic!("read sql/{name}: {e}"));
+        if sha256_hex(&bytes) != sum {
+            changed.push(name);
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "landed migrations were edited (refinery's checksum of them changes; write a new \
+         migration instead): {changed:?}"
+    );
+}
+
+/// The `sql/V{n}__name.sql` files with their version.
+fn migration_files() -> Vec<(i32, String)> {
+    let mut files: Vec<(i32, String)> = std::fs::read_dir(root().join("sql"))
+        .expect("read sql")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| {
+            let version = n.strip_prefix('V')?.split_once("__")?.0.parse().ok()?;
+            Some((version, n))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// SQL without its `--` comments (string literals are kept, a `--` in one is rare enough).
+fn without_comments(sql: &str) -> String {
+    sql.lines()
+        .map(|l| l.split("--").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `sql` has `CREATE [OR REPLACE] FUNCTION|VIEW` (any case and spacing).
+fn creates_function_or_view(sql: &str) -> bool {
+    let words: Vec<String> = without_comments(sql)
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
+    words.windows(4).any(|w| {
+        w[0] == "CREATE"
+            && (matches!(w[1].as_str(), "FUNCTION" | "VIEW")
+                || (w[1] == "OR"
+                    && w[2] == "REPLACE"
+                    && matches!(w[3].as_str(), "FUNCTION" | "VIEW")))
+    })
+}
+
+// STYLE 16: a function or view is defined in its own file only; a migration after V24 that
+// creates one would be overwritten by that file on every `migrate`, or restate it.
+#[test]
+fn no_migration_after_v24_defines_a_function_or_view() {
+    assert!(creates_function_or_view(
+        "-- x\ncreate or replace\n  function occ.f() RETURNS int"
+    ));
+    assert!(creates_function_or_view("CREATE VIEW occ.v AS SELECT 1"));
+    assert!(!creates_function_or_view(
+        "-- CREATE FUNCTION occ.f()\nDROP FUNCTION occ.f();\nCREATE TRIGGER t"
+    ));
+    let files = migration_files();
+    assert!(files.iter().any(|(v, _)| *v == LAST_WITH_FUNCTIONS));
+    let offending: Vec<&String> = files
+        .iter()
+        .filter(|(v, _)| *v > LAST_WITH_FUNCTIONS)
+        .filter(|(_, name)| {
+            let text = std::fs::read_to_string(root().join("sql").join(name)).expect("read");
+            creates_function_or_view(&text)
+        })
+        .map(|(_, name)| name)
+        .collect();
+    assert!(
+        offending.is_empty(),
+        "migrations after V{LAST_WITH_FUNCTIONS} define functions or views; put each in \
+         sql/functions/occ.NAME.sql or sql/views/occ.NAME.sql instead: {offending:?}"
+    );
+}
+
+/// The `.sql` files of `sql/functions/` and `sql/views/`, as `functions/occ.NAME.sql`.
+fn repeatable_files() -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in ["functions", "views"] {
+        for entry in std::fs::read_dir(root().join("sql").join(dir)).expect("read dir") {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                name.ends_with(".sql"),
+                "sql/{dir}/{name} is not a .sql file"
+            );
+            files.push(format!("{dir}/{name}"));
+        }
+    }
+    files.sort();
+    files
+}
+
+// STYLE 16: every file of sql/functions and sql/views is embedded in the binary (build.rs
+// lists them), so none is edited without effect; `migrate` applies them all.
+#[test]
+fn every_function_and_view_file_is_embedded() {
+    let mut embedded: Vec<String> = occ_worker::migrate::repeatable_names()
+        .expect("the files have an order")
+        .into_iter()
+        .map(String::from)
+        .collect();
+    embedded.sort();
+    let files = repeatable_files();
+    assert!(files.len() > 80, "{files:?}");
+    assert_eq!(
+        embedded, files,
+        "the embedded function and view files are the files of sql/functions and sql/views"
+    );
+}
+
+/// The `occ.NAME` of each `CREATE OR REPLACE {kind}` in `sql`.
+fn defined_names(sql: &str, kind: &str) -> Vec<String> {
+    let code = without_comments(sql);
+    let needle = format!("CREATE OR REPLACE {kind} ");
+    code.match_indices(&needle)
+        .map(|(at, _)| {
+            code[at + needle.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+                .collect()
+        })
+        .collect()
+}
+
+// STYLE 16: every function and view of the migrated schema has exactly one file, named after
+// it, defining it with `CREATE OR REPLACE` (each overload of a name in the name's file), and
+// every file defines only objects the schema has (a dropped one has no file).
+#[test]
+fn every_function_and_view_has_one_file() {
+    let db = crate::support::TestDb::new();
+    let mut c = db.client();
+    let mut schema: Vec<String> = c
+        .query(
+            "SELECT 'functions/' || n.nspname || '.' || p.proname || '.sql'
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'occ'
+             UNION ALL
+             SELECT 'views/' || schemaname || '.' || viewname || '.sql'
+             FROM pg_views WHERE schemaname = 'occ'",
+            &[],
+        )
+        .expect("list functions and views")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    schema.sort();
+    let others: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                     WHERE n.nspname NOT IN ('occ', 'pg_catalog', 'information_schema'))
+                  + (SELECT count(*) FROM pg_views
+                     WHERE schemaname NOT IN ('occ', 'pg_catalog', 'information_schema'))",
+            &[],
+        )
+        .expect("count others")
+        .get(0);
+    assert_eq!(others, 0, "functions and views live in schema occ");
+    // One definition per overload, all in the file of their name.
+    let mut defined = Vec::new();
+    for file in repeatable_files() {
+        let text = std::fs::read_to_string(root().join("sql").join(&file)).expect("read");
+        let (dir, name) = file.split_once('/').unwrap();
+        let kind = if dir == "functions" {
+            "FUNCTION"
+        } else {
+            "VIEW"
+        };
+        let names = defined_names(&text, kind);
+        assert!(!names.is_empty(), "sql/{file} defines no {kind}");
+        for defined_name in &names {
+            assert_eq!(
+                format!("{defined_name}.sql"),
+                name,
+                "sql/{file} defines {defined_name}"
+            );
+            defined.push(file.clone());
+        }
+        let other = if kind == "FUNCTION" {
+            "VIEW"
+        } else {
+            "FUNCTION"
+        };
+        assert!(
+            defined_names(&text, other).is_empty(),
+            "sql/{file} defines a {other}"
+        );
+    }
+    defined.sort();
+    assert_eq!(
+        defined, schema,
+        "each function (each overload) and view of schema occ, and only those, is defined once \
+         in sql/functions/occ.NAME.sql or sql/views/occ.NAME.sql"
     );
 }
 
