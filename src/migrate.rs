@@ -1,8 +1,13 @@
-//! Schema migrations: the versioned, checksummed files in `sql/` embedded in the binary.
+//! Schema migrations: the versioned, checksummed files in `sql/` embedded in the binary, then
+//! the schema's functions and views (`sql/functions/`, `sql/views/`), also embedded.
 //!
-//! refinery applies them, one transaction each; a session advisory lock makes two processes
-//! running `migrate` at once take turns instead of racing. This module never edits a landed
-//! migration and never writes schema outside `sql/V*__*.sql`.
+//! refinery applies the versioned migrations (`sql/V{n}__name.sql`: tables, columns,
+//! constraints, triggers and data), one transaction each. Then every function and view file,
+//! one object each as it is now, is applied with `CREATE OR REPLACE` in one transaction on
+//! every `migrate`, the way Flyway's repeatable migrations work: applying them again changes
+//! nothing, and a changed file changes its object. A session advisory lock makes two processes
+//! running `migrate` at once take turns instead of racing, for both steps. This module never
+//! edits a landed migration and never writes schema outside those files.
 
 use crate::db::DbError;
 use postgres::Client;
@@ -10,6 +15,10 @@ use postgres::Client;
 mod embedded {
     refinery::embed_migrations!("sql");
 }
+
+/// Every file of `sql/functions/` and then of `sql/views/`, in name order: its path under
+/// `sql/` and its text (the list is written by build.rs).
+const REPEATABLE: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/repeatable.rs"));
 
 /// The lock key shared by every `migrate` (an arbitrary constant: "occmigr").
 const MIGRATION_LOCK: i64 = 0x006f_6363_6d69_6772;
@@ -25,6 +34,10 @@ pub struct Report {
 pub enum MigrateError {
     Db(DbError),
     Refinery(String),
+    /// A function or view file failed (its path under `sql/`); none of them was applied.
+    Repeatable(&'static str, DbError),
+    /// The function and view files name each other in a cycle (a build that cannot apply).
+    Order(String),
 }
 
 impl std::fmt::Display for MigrateError {
@@ -32,6 +45,8 @@ impl std::fmt::Display for MigrateError {
         match self {
             MigrateError::Db(e) => write!(f, "{e}"),
             MigrateError::Refinery(m) => write!(f, "migration failed: {m}"),
+            MigrateError::Repeatable(path, e) => write!(f, "migration failed: sql/{path}: {e}"),
+            MigrateError::Order(m) => write!(f, "migration failed: {m}"),
         }
     }
 }
@@ -40,24 +55,27 @@ impl std::error::Error for MigrateError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             // Transparent: its `Display` is the database error's own.
-            MigrateError::Db(e) => e.source(),
-            MigrateError::Refinery(_) => None,
+            MigrateError::Db(e) | MigrateError::Repeatable(_, e) => e.source(),
+            MigrateError::Refinery(_) | MigrateError::Order(_) => None,
         }
     }
 }
 
-/// Applies every pending migration, holding the migration lock while it does.
+/// Applies every pending migration and then every function and view file, holding the
+/// migration lock while it does.
 pub fn run(client: &mut Client) -> Result<Report, MigrateError> {
     run_target(client, refinery::Target::Latest)
 }
 
-/// Applies the pending migrations up to `version` only: how an upgrade test builds the
-/// schema (and rows) an older release left behind before `run` applies the rest.
+/// Applies the pending migrations up to `version` only, and no function or view file (they
+/// hold the latest definitions, which an older schema need not take): how an upgrade test
+/// builds the schema (and rows) an older release left behind before `run` applies the rest.
 pub fn run_to(client: &mut Client, version: i32) -> Result<Report, MigrateError> {
     run_target(client, refinery::Target::Version(version))
 }
 
 fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, MigrateError> {
+    let latest = matches!(target, refinery::Target::Latest);
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .map_err(|e| MigrateError::Db(e.into()))?;
@@ -66,10 +84,17 @@ fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, M
         .set_abort_missing(true)
         .set_grouped(false)
         .set_target(target)
-        .run(client);
+        .run(client)
+        .map_err(|e| MigrateError::Refinery(e.to_string()))
+        .and_then(|report| {
+            if latest {
+                apply_repeatable(client)?;
+            }
+            Ok(report)
+        });
     // The lock is released even when a migration failed; the session ends soon anyway.
     let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
-    let report = result.map_err(|e| MigrateError::Refinery(e.to_string()))?;
+    let report = result?;
     Ok(Report {
         applied: report
             .applied_migrations()
@@ -94,4 +119,198 @@ pub fn embedded_names() -> Vec<(i32, String)> {
         .collect();
     names.sort();
     names
+}
+
+/// The paths (under `sql/`) of every embedded function and view file, in the order `migrate`
+/// applies them (used by the conventions tests).
+pub fn repeatable_names() -> Result<Vec<&'static str>, MigrateError> {
+    let order = apply_order(REPEATABLE).map_err(MigrateError::Order)?;
+    Ok(order.into_iter().map(|i| REPEATABLE[i].0).collect())
+}
+
+/// Applies every function and view file in one transaction, in `apply_order`. Each holds
+/// `CREATE OR REPLACE` of an object as it is now, so applying them again changes nothing.
+/// `check_function_bodies` is off for the transaction, so a string body (`AS $$ … $$`) is
+/// not resolved when it is created, only when it is called, and the order of those files
+/// does not matter.
+fn apply_repeatable(client: &mut Client) -> Result<(), MigrateError> {
+    let order = apply_order(REPEATABLE).map_err(MigrateError::Order)?;
+    let db = |e: postgres::Error| MigrateError::Db(e.into());
+    let mut tx = client.transaction().map_err(db)?;
+    tx.batch_execute("SET LOCAL check_function_bodies = off")
+        .map_err(db)?;
+    for i in order {
+        let (path, text) = REPEATABLE[i];
+        tx.batch_execute(text)
+            .map_err(|e| MigrateError::Repeatable(path, e.into()))?;
+    }
+    tx.commit().map_err(db)
+}
+
+/// The order the function and view files are applied in (indexes into `files`): the
+/// functions (`functions/…`) before the views, each in name order, except that a file comes
+/// after the files of its own kind it names (`occ.NAME`) when PostgreSQL resolves those names
+/// as it creates the object: a view's always, a function's only when one of its definitions
+/// has an SQL-standard body (`RETURN …`, `BEGIN ATOMIC`), not a string one (`AS $$ … $$`).
+/// A view may use any function, a function's signature any table type. Names that form a
+/// cycle are an error.
+fn apply_order(files: &[(&str, &str)]) -> Result<Vec<usize>, String> {
+    let object = |path: &str| -> String {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        name.strip_suffix(".sql").unwrap_or(name).to_string()
+    };
+    let is_view = |path: &str| !path.starts_with("functions/");
+    let resolved = |path: &str, text: &str| {
+        is_view(path)
+            || text
+                .split("OR REPLACE FUNCTION")
+                .skip(1)
+                .any(|definition| !definition.contains("AS $"))
+    };
+    let names = |text: &str, name: &str| {
+        text.match_indices(name).any(|(at, _)| {
+            let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+            let before = text[..at].chars().next_back();
+            let after = text[at + name.len()..].chars().next();
+            !before.is_some_and(|c| ident(c) || c == '.') && !after.is_some_and(ident)
+        })
+    };
+    // after[b] holds the files b must come after.
+    let after: Vec<Vec<usize>> = files
+        .iter()
+        .enumerate()
+        .map(|(b, (path, text))| {
+            if !resolved(path, text) {
+                return Vec::new();
+            }
+            files
+                .iter()
+                .enumerate()
+                .filter(|(a, (other, _))| {
+                    *a != b && is_view(other) == is_view(path) && names(text, &object(other))
+                })
+                .map(|(a, _)| a)
+                .collect()
+        })
+        .collect();
+    let key = |i: usize| (is_view(files[i].0), files[i].0);
+    let mut order = Vec::with_capacity(files.len());
+    let mut done = vec![false; files.len()];
+    while order.len() < files.len() {
+        let next = (0..files.len())
+            .filter(|&i| !done[i] && after[i].iter().all(|&a| done[a]))
+            .min_by_key(|&i| key(i));
+        let Some(next) = next else {
+            let mut cycle: Vec<&str> = (0..files.len())
+                .filter(|&i| !done[i])
+                .map(|i| files[i].0)
+                .collect();
+            cycle.sort();
+            return Err(format!(
+                "the function and view files name each other in a cycle: {}",
+                cycle.join(", ")
+            ));
+        };
+        done[next] = true;
+        order.push(next);
+    }
+    Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apply_order;
+
+    fn paths<'a>(files: &[(&'a str, &str)]) -> Vec<&'a str> {
+        apply_order(files)
+            .unwrap()
+            .into_iter()
+            .map(|i| files[i].0)
+            .collect()
+    }
+
+    #[test]
+    fn functions_come_before_views_each_in_name_order() {
+        let files = [
+            (
+                "views/occ.a.sql",
+                "CREATE OR REPLACE VIEW occ.a AS SELECT 1;",
+            ),
+            (
+                "functions/occ.z.sql",
+                "CREATE OR REPLACE FUNCTION occ.z() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;",
+            ),
+            (
+                "functions/occ.b.sql",
+                "CREATE OR REPLACE FUNCTION occ.b() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;",
+            ),
+        ];
+        assert_eq!(
+            paths(&files),
+            [
+                "functions/occ.b.sql",
+                "functions/occ.z.sql",
+                "views/occ.a.sql"
+            ]
+        );
+    }
+
+    // A string body is not resolved with check_function_bodies off; an SQL-standard body and
+    // a view are, so they come after what they name (and a longer name is not a shorter one).
+    #[test]
+    fn a_resolved_body_comes_after_what_it_names() {
+        let files = [
+            (
+                "functions/occ.a.sql",
+                "CREATE OR REPLACE FUNCTION occ.a() RETURNS int LANGUAGE sql RETURN occ.b() + occ.c_d();",
+            ),
+            (
+                "functions/occ.b.sql",
+                "CREATE OR REPLACE FUNCTION occ.b() RETURNS int LANGUAGE sql AS $$ SELECT occ.c() $$;",
+            ),
+            (
+                "functions/occ.c.sql",
+                "CREATE OR REPLACE FUNCTION occ.c() RETURNS int LANGUAGE sql RETURN 1;",
+            ),
+            (
+                "functions/occ.c_d.sql",
+                "CREATE OR REPLACE FUNCTION occ.c_d() RETURNS int LANGUAGE sql RETURN 1;",
+            ),
+            (
+                "views/occ.x.sql",
+                "CREATE OR REPLACE VIEW occ.x AS SELECT * FROM occ.y, occ.a();",
+            ),
+            ("views/occ.y.sql", "CREATE OR REPLACE VIEW occ.y AS SELECT 1 AS one;"),
+        ];
+        assert_eq!(
+            paths(&files),
+            [
+                "functions/occ.b.sql",
+                "functions/occ.c.sql",
+                "functions/occ.c_d.sql",
+                "functions/occ.a.sql",
+                "views/occ.y.sql",
+                "views/occ.x.sql"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_is_an_error() {
+        let files = [
+            (
+                "views/occ.x.sql",
+                "CREATE OR REPLACE VIEW occ.x AS SELECT * FROM occ.y;",
+            ),
+            (
+                "views/occ.y.sql",
+                "CREATE OR REPLACE VIEW occ.y AS SELECT * FROM occ.x;",
+            ),
+        ];
+        let error = apply_order(&files).unwrap_err();
+        assert!(
+            error.contains("views/occ.x.sql, views/occ.y.sql"),
+            "{error}"
+        );
+    }
 }

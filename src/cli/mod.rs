@@ -41,7 +41,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Apply the embedded sql/ migrations.
+    /// Apply the embedded sql/ migrations, then every function and view (idempotent).
     Migrate,
     /// Create the Installation and its first administrator (idempotent).
     Bootstrap {

@@ -157,3 +157,68 @@ fn v14_moves_live_claims_from_work_rows_to_their_lanes() {
     };
     assert_eq!((state.as_str(), attempts), ("succeeded", 2));
 }
+
+/// Runs `occ-worker migrate` on the database at `url`.
+fn migrate_command(url: &str) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(["--database-url", url, "--json", "migrate"])
+        .output()
+        .expect("run occ-worker migrate");
+    assert!(
+        out.status.success(),
+        "occ-worker migrate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// STYLE 16: `migrate` applies every function and view file on every run, after the
+// versioned migrations, and applying them again leaves the schema as it was: a second
+// `occ-worker migrate` applies no migration and changes nothing, and a third restores a
+// function changed behind its back.
+#[test]
+fn migrating_again_reapplies_the_functions_and_changes_nothing() {
+    let db = TestDb::empty();
+    migrate_command(&db.url);
+    let first = crate::support::schema_dump(&db.url);
+    let mut c = db.client();
+    let oids = |c: &mut Client| -> Vec<(String, i64)> {
+        c.query(
+            "SELECT p.oid::regprocedure::text, p.oid::int8 FROM pg_proc p
+             WHERE p.pronamespace = 'occ'::regnamespace
+             UNION ALL SELECT c.oid::regclass::text, c.oid::int8 FROM pg_class c
+             WHERE c.relnamespace = 'occ'::regnamespace AND c.relkind = 'v'
+             ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    };
+    let before = oids(&mut c);
+    migrate_command(&db.url);
+    assert_eq!(crate::support::schema_dump(&db.url), first);
+    assert_eq!(
+        oids(&mut c),
+        before,
+        "replaced in place, not dropped and created"
+    );
+
+    c.batch_execute(
+        "CREATE OR REPLACE FUNCTION occ.installation_id() RETURNS text
+             LANGUAGE sql STABLE AS $$ SELECT 'changed' $$;
+         CREATE OR REPLACE VIEW occ.namespaces AS
+             SELECT id, name, status, existing_namespace, created_by, created_at, updated_at
+             FROM occ.namespaces_all;",
+    )
+    .unwrap();
+    assert_ne!(crate::support::schema_dump(&db.url), first);
+    migrate_command(&db.url);
+    assert_eq!(crate::support::schema_dump(&db.url), first);
+    let history: i64 = scalar(&mut c, "SELECT count(*) FROM refinery_schema_history");
+    assert_eq!(
+        history,
+        occ_worker::migrate::embedded_names().len() as i64,
+        "each version applied once"
+    );
+}

@@ -670,3 +670,39 @@ pub fn bare_revision(
         credential_sources: Vec::new(),
     }
 }
+
+/// The schema of the database at `url` as `pg_dump --schema-only` prints it, without the
+/// lines that name the server version or vary per run.
+pub fn schema_dump(url: &str) -> String {
+    let pg_dump = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin/pg_dump")))
+        .filter(|p| p.exists())
+        .max_by_key(|p| {
+            let version = p.iter().rev().nth(2).and_then(|v| v.to_str()?.parse().ok());
+            version.unwrap_or(0u32)
+        })
+        .unwrap_or_else(|| std::path::PathBuf::from("pg_dump"));
+    let out = std::process::Command::new(&pg_dump)
+        .args(["--schema-only", "--no-owner", "--no-privileges", url])
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", pg_dump.display()));
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        pg_dump.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8 dump")
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("\\restrict")
+                || l.starts_with("\\unrestrict")
+                || l.starts_with("-- Dumped from")
+                || l.starts_with("-- Dumped by"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}

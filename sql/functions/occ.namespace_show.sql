@@ -1,0 +1,3 @@
+CREATE OR REPLACE FUNCTION occ.namespace_show(p_namespace text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT occ.namespace_json(occ.resolve_namespace(p_namespace))
+$$;
