@@ -1088,7 +1088,7 @@ pub fn work_list(
     filter: &WorkFilter,
 ) -> Result<Vec<WorkView>, QueueError> {
     let f = filter;
-    Ok(client
+    client
         .query(
             LIST,
             &[
@@ -1104,7 +1104,7 @@ pub fn work_list(
         )?
         .iter()
         .map(|r| view(r, false))
-        .collect::<Result<_, _>>()?)
+        .collect()
 }
 
 /// One row by key, with its attempt evidence.
