@@ -2020,7 +2020,7 @@ CREATE FUNCTION occ.require_live_claims(named integer, live bigint) RETURNS bool
 BEGIN
     IF live IS DISTINCT FROM named THEN
         RAISE EXCEPTION 'a claim the batch names is no longer live (% of % live)', live, named
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+            USING ERRCODE = 'OC001';
     END IF;
     RETURN true;
 END $$;

@@ -1,4 +1,4 @@
--- Operator-facing wording of IAM refusals (SPEC section 9, issue 11): the refusal names the
+-- Operator-facing wording of IAM refusals (SPEC section 9): the refusal names the
 -- scope the actor lacks in the operator's terms: creating a Namespace (kind namespace, no
 -- Namespace yet) and administering the installation are refused "on installation ID", a
 -- Namespace by its name, a resource as KIND ID in Namespace NAME (`ACTOR may not WHAT: REASON`).

@@ -1,4 +1,4 @@
--- Lane maintenance once per statement instead of once per row (issue 10; SPEC Q4, Q5).
+-- Lane maintenance once per statement instead of once per row (SPEC Q4, Q5).
 --
 -- Why. Measured on the drain at 16 threads (pg_stat_statements, track = all): V14's per-row
 -- trigger ran three statements for every completed work (lock the lane, read the next head,

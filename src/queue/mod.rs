@@ -656,8 +656,7 @@ pub fn work_complete(
     match work_complete_batch(client, &[(claim, code, result_data)]) {
         Ok(_) => Ok(()),
         Err(QueueError::Db(DbError::Query(e)))
-            if e.as_db_error()
-                .is_some_and(|d| d.message().starts_with(CLAIM_NO_LONGER_LIVE)) =>
+            if e.code().is_some_and(|c| c.code() == CLAIM_NOT_LIVE) =>
         {
             Err(QueueError::ClaimLost)
         }
@@ -665,8 +664,9 @@ pub fn work_complete(
     }
 }
 
-/// How `occ.require_live_claims` refuses a completion naming a claim no longer live.
-const CLAIM_NO_LONGER_LIVE: &str = "a claim the batch names is no longer live";
+/// The SQLSTATE of `occ.require_live_claims`' refusal of a completion naming a claim no
+/// longer live (its own code, not a generic class, so nothing else can be mistaken for it).
+const CLAIM_NOT_LIVE: &str = "OC001";
 
 /// Fails the claim for good (`failed_permanent`).
 pub fn work_fail(
