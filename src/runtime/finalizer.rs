@@ -2,7 +2,7 @@
 //! together are published in one transaction by a publisher thread (`occ-publish-N`), which
 //! claims the works for the slots they free in the same transaction.
 //!
-//! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Publish`
+//! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Handover`
 //! on the scheduling thread's channel) and blocks until the transaction holding it has
 //! committed (or its own unit failed); the scheduling thread sends the answer, with the
 //! thread's next work when the publication claimed one (`PassAnswer`), and `finalize` returns
@@ -81,16 +81,16 @@ pub struct Finalized {
 // Returned once per pass and moved twice: boxing the work would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum Slot {
-    /// Still the pass's: its thread frees it (`Event::Done`). The pass was published or
+    /// Still the pass's: its thread frees it (`Event::PassEnded`). The pass was published or
     /// refused on its own thread, or never answered (its publication panicked).
     Held,
-    /// Freed when the scheduler batched the pass (its `Event::Done` would say nothing); `next`
+    /// Freed when the scheduler batched the pass (its `Event::PassEnded` would say nothing); `next`
     /// is the work its publication claimed for this thread, if any.
     Freed { next: Option<Job> },
 }
 
 impl Finalizer {
-    pub fn new(events: Sender<Event>) -> Finalizer {
+    pub(super) fn new(events: Sender<Event>) -> Finalizer {
         Finalizer { events }
     }
 
@@ -119,7 +119,7 @@ impl Finalizer {
             resolved,
             reply,
         };
-        if self.events.send(Event::Publish(Box::new(unit))).is_err() {
+        if self.events.send(Event::Handover(unit)).is_err() {
             return held(Err(PassError::Invariant(
                 "the scheduling thread is gone".into(),
             )));
