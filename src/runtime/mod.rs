@@ -196,29 +196,8 @@ impl Worker {
             }),
         );
         let publishers = Publishers::spawn(&ctx, &progress, &records, &events_tx)?;
-        // The scheduling loop runs on its own named thread so thread tools show it; SPEC W1
-        // names it `occ-claim`, since it decides every claim the publishers make.
-        let schedule_ctx = ctx.clone();
         let schedule_thread =
-            std::thread::Builder::new()
-                .name("occ-claim".into())
-                .spawn(move || {
-                    // Dropped in reverse order when the loop ends, or as it unwinds from a panic:
-                    // first the event channel (a publisher's late answer is dropped, which answers
-                    // its passes' threads), then the publishers, then the pool, each closed and
-                    // joined; every in-flight pass has reported, or its answer was dropped.
-                    let pool = pool;
-                    let publishers = publishers;
-                    let events = events_rx;
-                    coordinate(
-                        &schedule_ctx,
-                        &options,
-                        &pool,
-                        &publishers,
-                        &events,
-                        &progress,
-                    );
-                })?;
+            spawn_scheduling(&ctx, options, pool, publishers, events_rx, &progress)?;
         // A panic on the scheduling thread (SPEC W4's claim thread) is a broken invariant: the
         // pool and the publishers drain and are joined as the thread unwinds, and `run` fails
         // (W4).
@@ -237,6 +216,32 @@ impl Worker {
         ctx.events.emit("worker.stopped", json!({}));
         Ok(())
     }
+}
+
+/// Starts the scheduling loop (`coordinate`) on its own named thread, so thread tools show it;
+/// SPEC W1 names it `occ-claim`, since it decides every claim the publishers make. The thread
+/// owns the pool, the publishers and the event channel, and ends them as it ends.
+fn spawn_scheduling(
+    ctx: &Arc<Context>,
+    options: RuntimeOptions,
+    pool: Pool,
+    publishers: Publishers,
+    events: Receiver<Event>,
+    progress: &Arc<Progress>,
+) -> std::io::Result<JoinHandle<()>> {
+    let (ctx, progress) = (ctx.clone(), progress.clone());
+    std::thread::Builder::new()
+        .name("occ-claim".into())
+        .spawn(move || {
+            // Dropped in reverse order when the loop ends, or as it unwinds from a panic: first
+            // the event channel (a publisher's late answer is dropped, which answers its
+            // passes' threads), then the publishers, then the pool, each closed and joined;
+            // every in-flight pass has reported, or its answer was dropped.
+            let pool = pool;
+            let publishers = publishers;
+            let events = events;
+            coordinate(&ctx, &options, &pool, &publishers, &events, &progress);
+        })
 }
 
 /// A thread joined when this drops (what it panicked with, if it did, is ignored: each thread
