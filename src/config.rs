@@ -284,177 +284,44 @@ fn local_only(url: &str) -> bool {
 }
 
 impl Config {
-    /// Reads the configuration through `lookup` (usually `std::env::var`).
+    /// Reads the configuration through `lookup` (usually `std::env::var`). The steps run in
+    /// this order, so the first variable at fault is the one named.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let get = |name: &str| {
-            variable(name);
-            lookup(name).filter(|v| !v.trim().is_empty())
-        };
-        // The value, or the table's default.
-        let value = |name: &str| get(name).or_else(|| default_of(name).map(String::from));
-        let positive = |name: &'static str| -> Result<u64, ConfigError> {
-            match get(name) {
-                None => Ok(default_of(name)
-                    .and_then(|d| d.parse().ok())
-                    .expect("a numeric variable has a numeric default in config::VARIABLES")),
-                Some(raw) => match raw.trim().parse::<u64>() {
-                    Ok(v) if v > 0 => Ok(v),
-                    _ => Err(err(
-                        name,
-                        format!("must be a positive integer, got {raw:?}"),
-                    )),
-                },
-            }
-        };
-        let mode = match value("OCC_WORKER_MODE").unwrap_or_default().trim() {
-            "development" => Mode::Development,
-            "production" => Mode::Production,
-            other => {
-                return Err(err(
-                    "OCC_WORKER_MODE",
-                    format!("must be development or production, got {other:?}"),
-                ))
-            }
-        };
-        let database_url = get("OCC_DATABASE_URL").ok_or_else(|| {
-            err(
-                "OCC_DATABASE_URL",
-                "is required (a PostgreSQL connection string)",
-            )
-        })?;
-        let compute_driver = match get("OCC_COMPUTE_DRIVER").as_deref().map(str::trim) {
-            None => {
-                return Err(err(
-                    "OCC_COMPUTE_DRIVER",
-                    "is required: select docker or kubernetes explicitly",
-                ))
-            }
-            Some("docker") => DriverKind::Docker,
-            Some("kubernetes") => DriverKind::Kubernetes,
-            Some(other) => {
-                return Err(err(
-                    "OCC_COMPUTE_DRIVER",
-                    format!("must be docker or kubernetes, got {other:?}"),
-                ))
-            }
-        };
+        let env = Env(lookup);
+        let mode = env.mode()?;
+        let database_url = env.database_url()?;
+        let compute_driver = env.compute_driver()?;
         if mode == Mode::Production {
-            // Production needs every operational setting stated, not defaulted.
-            for name in [
-                "OCC_WORKER_CONCURRENCY",
-                "OCC_WORKER_LEASE_MS",
-                "OCC_WORKER_MAX_ATTEMPTS",
-                "OCC_WORKER_HTTP_ADDR",
-            ] {
-                if get(name).is_none() {
-                    return Err(err(name, "must be set explicitly in production mode"));
-                }
-            }
-            if compute_driver == DriverKind::Docker {
-                return Err(err(
-                    "OCC_COMPUTE_DRIVER",
-                    "docker is the development driver; production requires kubernetes",
-                ));
-            }
+            env.production_requirements(compute_driver)?;
         }
-        let (rest, tls) =
-            crate::db::tls::split(&database_url).map_err(|p| err("OCC_DATABASE_URL", p))?;
-        // Production never talks to a remote database in plaintext: `disable` (and `prefer`, the
-        // default, which falls back to plaintext) only for a loopback host or a Unix socket.
-        if mode == Mode::Production && tls.mode.allows_plaintext() && !local_only(&rest) {
-            return Err(err(
-                "OCC_DATABASE_URL",
-                "needs sslmode=require, verify-ca or verify-full in production mode (plaintext only to a loopback host or a Unix socket)",
-            ));
-        }
-        let concurrency = positive("OCC_WORKER_CONCURRENCY")?;
-        if concurrency > 1024 {
-            return Err(err("OCC_WORKER_CONCURRENCY", "must be at most 1024"));
-        }
-        let max_attempts = positive("OCC_WORKER_MAX_ATTEMPTS")?;
-        if max_attempts > i32::MAX as u64 {
-            return Err(err("OCC_WORKER_MAX_ATTEMPTS", "is too large"));
-        }
-        let http_raw = value("OCC_WORKER_HTTP_ADDR").unwrap_or_default();
-        let http_addr = http_raw.trim().parse::<SocketAddr>().map_err(|_| {
-            err(
-                "OCC_WORKER_HTTP_ADDR",
-                format!("must be HOST:PORT with a numeric address, got {http_raw:?}"),
-            )
-        })?;
-        let docker_host = value("DOCKER_HOST").unwrap_or_default();
-        if compute_driver == DriverKind::Docker && !docker_host.starts_with("unix://") {
-            return Err(err(
-                "DOCKER_HOST",
-                format!("must be a unix:// socket address, got {docker_host:?}"),
-            ));
-        }
-        let kubernetes_config = get("OCC_KUBERNETES_CONFIG").map(std::path::PathBuf::from);
-        if compute_driver == DriverKind::Kubernetes && kubernetes_config.is_none() {
-            return Err(err(
-                "OCC_KUBERNETES_CONFIG",
-                "is required with OCC_COMPUTE_DRIVER=kubernetes (the driver settings file)",
-            ));
-        }
-        let kubernetes_context = get("OCC_KUBERNETES_CONTEXT").map(|c| c.trim().to_string());
-        let installation_config = get("OCC_INSTALLATION_CONFIG").map(std::path::PathBuf::from);
-        let pool_raw = value("OCC_DOCKER_SUBNET_POOL").unwrap_or_default();
-        let docker_subnet_pool = pool_raw.parse::<SubnetPool>().map_err(|problem| {
-            err(
-                "OCC_DOCKER_SUBNET_POOL",
-                format!("{problem}, got {pool_raw:?}"),
-            )
-        })?;
-        let secret_driver = value("OCC_SECRET_DRIVER")
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default();
-        let ident = |v: &str| {
-            v.len() <= 63
-                && v.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && v.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
-        };
-        if !ident(&secret_driver) {
-            return Err(err(
-                "OCC_SECRET_DRIVER",
-                format!("must be a Secret Driver id (lower-case letters, digits, - and _), got {secret_driver:?}"),
-            ));
-        }
-        // The schema bounds a lease to one hour past its claim or renewal (V7).
-        let lease_ms = positive("OCC_WORKER_LEASE_MS")?;
-        if lease_ms > 3_600_000 {
-            return Err(err(
-                "OCC_WORKER_LEASE_MS",
-                "must be at most 3600000 (one hour, the schema's bound on a lease)",
-            ));
-        }
-        let log_format = match get("OCC_LOG_FORMAT").as_deref().map(str::trim) {
-            None => None,
-            Some("json") => Some(crate::events::Format::Json),
-            Some("text") => Some(crate::events::Format::Text),
-            Some(other) => {
-                return Err(err(
-                    "OCC_LOG_FORMAT",
-                    format!("must be json or text, got {other:?}"),
-                ))
-            }
-        };
+        env.database_tls(mode, &database_url)?;
+        let (concurrency, max_attempts) = env.pool_limits()?;
+        let http_addr = env.http_addr()?;
+        let docker_host = env.docker_host(compute_driver)?;
+        let kubernetes_config = env.kubernetes_config(compute_driver)?;
+        let kubernetes_context = env
+            .get("OCC_KUBERNETES_CONTEXT")
+            .map(|c| c.trim().to_string());
+        let installation_config = env
+            .get("OCC_INSTALLATION_CONFIG")
+            .map(std::path::PathBuf::from);
+        let docker_subnet_pool = env.docker_subnet_pool()?;
+        let secret_driver = env.secret_driver()?;
+        let lease = env.lease()?;
+        let log_format = env.log_format()?;
+        let millis = |name| env.positive(name).map(Duration::from_millis);
         Ok(Config {
             database_url,
             mode,
             compute_driver,
-            concurrency: concurrency as usize,
-            lease: Duration::from_millis(lease_ms),
-            poll_interval: Duration::from_millis(positive("OCC_WORKER_POLL_INTERVAL_MS")?),
-            max_attempts: max_attempts as i32,
-            convergence_timeout: Duration::from_millis(positive(
-                "OCC_WORKER_CONVERGENCE_TIMEOUT_MS",
-            )?),
-            db_timeout: Duration::from_millis(positive("OCC_WORKER_DB_TIMEOUT_MS")?),
-            shutdown_grace: Duration::from_millis(positive("OCC_WORKER_SHUTDOWN_GRACE_MS")?),
-            compute_request_timeout: Duration::from_millis(positive(
-                "OCC_COMPUTE_REQUEST_TIMEOUT_MS",
-            )?),
+            concurrency,
+            lease,
+            poll_interval: millis("OCC_WORKER_POLL_INTERVAL_MS")?,
+            max_attempts,
+            convergence_timeout: millis("OCC_WORKER_CONVERGENCE_TIMEOUT_MS")?,
+            db_timeout: millis("OCC_WORKER_DB_TIMEOUT_MS")?,
+            shutdown_grace: millis("OCC_WORKER_SHUTDOWN_GRACE_MS")?,
+            compute_request_timeout: millis("OCC_COMPUTE_REQUEST_TIMEOUT_MS")?,
             http_addr,
             docker_host,
             docker_subnet_pool,
@@ -469,6 +336,216 @@ impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+/// The environment as `Config::from_lookup` reads it, one step per variable or group of
+/// variables. A blank value counts as unset, and every variable read must be in `VARIABLES`.
+struct Env<F: Fn(&str) -> Option<String>>(F);
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    /// The value as set, if it is.
+    fn get(&self, name: &str) -> Option<String> {
+        variable(name);
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The value, or the table's default.
+    fn value(&self, name: &str) -> Option<String> {
+        self.get(name)
+            .or_else(|| default_of(name).map(String::from))
+    }
+
+    /// A positive integer, or the table's default.
+    fn positive(&self, name: &'static str) -> Result<u64, ConfigError> {
+        match self.get(name) {
+            None => Ok(default_of(name)
+                .and_then(|d| d.parse().ok())
+                .expect("a numeric variable has a numeric default in config::VARIABLES")),
+            Some(raw) => match raw.trim().parse::<u64>() {
+                Ok(v) if v > 0 => Ok(v),
+                _ => Err(err(
+                    name,
+                    format!("must be a positive integer, got {raw:?}"),
+                )),
+            },
+        }
+    }
+
+    fn mode(&self) -> Result<Mode, ConfigError> {
+        match self.value("OCC_WORKER_MODE").unwrap_or_default().trim() {
+            "development" => Ok(Mode::Development),
+            "production" => Ok(Mode::Production),
+            other => Err(err(
+                "OCC_WORKER_MODE",
+                format!("must be development or production, got {other:?}"),
+            )),
+        }
+    }
+
+    fn database_url(&self) -> Result<String, ConfigError> {
+        self.get("OCC_DATABASE_URL").ok_or_else(|| {
+            err(
+                "OCC_DATABASE_URL",
+                "is required (a PostgreSQL connection string)",
+            )
+        })
+    }
+
+    fn compute_driver(&self) -> Result<DriverKind, ConfigError> {
+        match self.get("OCC_COMPUTE_DRIVER").as_deref().map(str::trim) {
+            None => Err(err(
+                "OCC_COMPUTE_DRIVER",
+                "is required: select docker or kubernetes explicitly",
+            )),
+            Some("docker") => Ok(DriverKind::Docker),
+            Some("kubernetes") => Ok(DriverKind::Kubernetes),
+            Some(other) => Err(err(
+                "OCC_COMPUTE_DRIVER",
+                format!("must be docker or kubernetes, got {other:?}"),
+            )),
+        }
+    }
+
+    /// Production needs every operational setting stated, not defaulted, and the Kubernetes
+    /// driver.
+    fn production_requirements(&self, compute_driver: DriverKind) -> Result<(), ConfigError> {
+        for name in [
+            "OCC_WORKER_CONCURRENCY",
+            "OCC_WORKER_LEASE_MS",
+            "OCC_WORKER_MAX_ATTEMPTS",
+            "OCC_WORKER_HTTP_ADDR",
+        ] {
+            if self.get(name).is_none() {
+                return Err(err(name, "must be set explicitly in production mode"));
+            }
+        }
+        if compute_driver == DriverKind::Docker {
+            return Err(err(
+                "OCC_COMPUTE_DRIVER",
+                "docker is the development driver; production requires kubernetes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The URL's TLS settings are valid, and production never talks to a remote database in
+    /// plaintext: `disable` (and `prefer`, the default, which falls back to plaintext) only
+    /// for a loopback host or a Unix socket.
+    fn database_tls(&self, mode: Mode, database_url: &str) -> Result<(), ConfigError> {
+        let (rest, tls) =
+            crate::db::tls::split(database_url).map_err(|p| err("OCC_DATABASE_URL", p))?;
+        if mode == Mode::Production && tls.mode.allows_plaintext() && !local_only(&rest) {
+            return Err(err(
+                "OCC_DATABASE_URL",
+                "needs sslmode=require, verify-ca or verify-full in production mode (plaintext only to a loopback host or a Unix socket)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool's size and the attempt budget.
+    fn pool_limits(&self) -> Result<(usize, i32), ConfigError> {
+        let concurrency = self.positive("OCC_WORKER_CONCURRENCY")?;
+        if concurrency > 1024 {
+            return Err(err("OCC_WORKER_CONCURRENCY", "must be at most 1024"));
+        }
+        let max_attempts = self.positive("OCC_WORKER_MAX_ATTEMPTS")?;
+        if max_attempts > i32::MAX as u64 {
+            return Err(err("OCC_WORKER_MAX_ATTEMPTS", "is too large"));
+        }
+        Ok((concurrency as usize, max_attempts as i32))
+    }
+
+    fn http_addr(&self) -> Result<SocketAddr, ConfigError> {
+        let http_raw = self.value("OCC_WORKER_HTTP_ADDR").unwrap_or_default();
+        http_raw.trim().parse::<SocketAddr>().map_err(|_| {
+            err(
+                "OCC_WORKER_HTTP_ADDR",
+                format!("must be HOST:PORT with a numeric address, got {http_raw:?}"),
+            )
+        })
+    }
+
+    fn docker_host(&self, compute_driver: DriverKind) -> Result<String, ConfigError> {
+        let docker_host = self.value("DOCKER_HOST").unwrap_or_default();
+        if compute_driver == DriverKind::Docker && !docker_host.starts_with("unix://") {
+            return Err(err(
+                "DOCKER_HOST",
+                format!("must be a unix:// socket address, got {docker_host:?}"),
+            ));
+        }
+        Ok(docker_host)
+    }
+
+    fn kubernetes_config(
+        &self,
+        compute_driver: DriverKind,
+    ) -> Result<Option<std::path::PathBuf>, ConfigError> {
+        let kubernetes_config = self
+            .get("OCC_KUBERNETES_CONFIG")
+            .map(std::path::PathBuf::from);
+        if compute_driver == DriverKind::Kubernetes && kubernetes_config.is_none() {
+            return Err(err(
+                "OCC_KUBERNETES_CONFIG",
+                "is required with OCC_COMPUTE_DRIVER=kubernetes (the driver settings file)",
+            ));
+        }
+        Ok(kubernetes_config)
+    }
+
+    fn docker_subnet_pool(&self) -> Result<SubnetPool, ConfigError> {
+        let pool_raw = self.value("OCC_DOCKER_SUBNET_POOL").unwrap_or_default();
+        pool_raw.parse::<SubnetPool>().map_err(|problem| {
+            err(
+                "OCC_DOCKER_SUBNET_POOL",
+                format!("{problem}, got {pool_raw:?}"),
+            )
+        })
+    }
+
+    fn secret_driver(&self) -> Result<String, ConfigError> {
+        let secret_driver = self
+            .value("OCC_SECRET_DRIVER")
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default();
+        let ident = |v: &str| {
+            v.len() <= 63
+                && v.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && v.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        };
+        if !ident(&secret_driver) {
+            return Err(err(
+                "OCC_SECRET_DRIVER",
+                format!("must be a Secret Driver id (lower-case letters, digits, - and _), got {secret_driver:?}"),
+            ));
+        }
+        Ok(secret_driver)
+    }
+
+    /// The schema bounds a lease to one hour past its claim or renewal (V7).
+    fn lease(&self) -> Result<Duration, ConfigError> {
+        let lease_ms = self.positive("OCC_WORKER_LEASE_MS")?;
+        if lease_ms > 3_600_000 {
+            return Err(err(
+                "OCC_WORKER_LEASE_MS",
+                "must be at most 3600000 (one hour, the schema's bound on a lease)",
+            ));
+        }
+        Ok(Duration::from_millis(lease_ms))
+    }
+
+    fn log_format(&self) -> Result<Option<crate::events::Format>, ConfigError> {
+        match self.get("OCC_LOG_FORMAT").as_deref().map(str::trim) {
+            None => Ok(None),
+            Some("json") => Ok(Some(crate::events::Format::Json)),
+            Some("text") => Ok(Some(crate::events::Format::Text)),
+            Some(other) => Err(err(
+                "OCC_LOG_FORMAT",
+                format!("must be json or text, got {other:?}"),
+            )),
+        }
     }
 }
 

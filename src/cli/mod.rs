@@ -3,10 +3,6 @@
 //! `key: value` lines, and fail with one line. No SQL here beyond calling library functions.
 
 mod admin;
-mod admin_agent;
-mod admin_credential;
-mod admin_read;
-mod admin_withdrawal;
 mod reference;
 mod refusal;
 mod wait;

@@ -2,7 +2,7 @@
 //! together are published in one transaction by a publisher thread (`occ-publish-N`), which
 //! claims the works for the slots they free in the same transaction.
 //!
-//! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Publish`
+//! A worker thread hands over its resolved report (`Finalizer::finalize`, an `Event::Handover`
 //! on the scheduling thread's channel) and blocks until the transaction holding it has
 //! committed (or its own unit failed); the scheduling thread sends the answer, with the
 //! thread's next work when the publication claimed one (`PassAnswer`), and `finalize` returns
@@ -21,7 +21,8 @@ use super::{Event, Job};
 use crate::queue::{self, Claim};
 use crate::reconcile::publish::{publish_and_claim, BatchItem, Claimed};
 use crate::reconcile::{
-    self, AnyReport, Context, DynReconciler, LeaseState, Pass, PassError, Resolved,
+    finalize_resolved, AnyReport, Context, DynReconciler, LeaseState, Pass, PassError, Registry,
+    Resolved,
 };
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
@@ -83,16 +84,16 @@ pub struct Finalized {
 // Returned once per pass and moved twice: boxing the work would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum Slot {
-    /// Still the pass's: its thread frees it (`Event::Done`). The pass was published or
+    /// Still the pass's: its thread frees it (`Event::PassEnded`). The pass was published or
     /// refused on its own thread, or never answered (its publication panicked).
     Held,
-    /// Freed when the scheduler batched the pass (its `Event::Done` would say nothing); `next`
+    /// Freed when the scheduler batched the pass (its `Event::PassEnded` would say nothing); `next`
     /// is the work its publication claimed for this thread, if any.
     Freed { next: Option<Job> },
 }
 
 impl Finalizer {
-    pub fn new(events: Sender<Event>) -> Finalizer {
+    pub(super) fn new(events: Sender<Event>) -> Finalizer {
         Finalizer { events }
     }
 
@@ -109,7 +110,7 @@ impl Finalizer {
             outcome,
             slot: Slot::Held,
         };
-        let resolved = match reconcile::finalize_resolved(pass, report) {
+        let resolved = match finalize_resolved(pass, report) {
             Resolved::Published(published) => return held(Ok(published)),
             Resolved::Publish(resolved) => resolved,
         };
@@ -121,7 +122,7 @@ impl Finalizer {
             resolved,
             reply,
         };
-        if self.events.send(Event::Publish(Box::new(unit))).is_err() {
+        if self.events.send(Event::Handover(unit)).is_err() {
             return held(Err(PassError::Invariant(
                 "the scheduling thread is gone".into(),
             )));
@@ -217,13 +218,19 @@ impl Publication {
     /// Runs the publication on the calling publisher thread: the recovery when asked (the
     /// claim is dropped if a stop was requested meanwhile), then `publish`. An idle claim (no
     /// batch) that found nothing beats `worker.health`.
-    pub fn run(self, ctx: &Context, progress: &super::Progress, health: &HealthBeat) -> Published {
+    pub fn run(
+        self,
+        ctx: &Context,
+        registry: &Registry,
+        progress: &super::Progress,
+        health: &HealthBeat,
+    ) -> Published {
         let reserved = self.claim;
         let idle = self.batch.is_empty();
         let mut claim = self.claim;
         let mut recovery = None;
         if self.recover {
-            recovery = recover(ctx).err();
+            recovery = recover(ctx, registry).err();
             // Each database wait is bounded on its own; liveness counts them one by one.
             progress.tick();
             if progress.stopping() {
@@ -245,11 +252,11 @@ impl Publication {
 }
 
 /// Returns expired claims to their lanes (`queue::work_recover_stale_listing`), saying what it
-/// did, then queues the next recovery series of each credential withdrawal it failed, each in
-/// a transaction of its own (SPEC E13).
-fn recover(ctx: &Context) -> Result<(), PassError> {
+/// did, then hands the works it failed to their reconcilers (`after_stale_recovery`: a
+/// credential withdrawal queues its next recovery series, SPEC E13).
+fn recover(ctx: &Context, registry: &Registry) -> Result<(), PassError> {
     let mut client = ctx.pool.get()?;
-    let (recovered, withdrawals) = queue::work_recover_stale_listing(&mut *client, &ctx.queue)?;
+    let (recovered, failed) = queue::work_recover_stale_listing(&mut *client, &ctx.queue)?;
     drop(client);
     if recovered != queue::Recovered::default() {
         ctx.events.emit(
@@ -257,7 +264,7 @@ fn recover(ctx: &Context) -> Result<(), PassError> {
             serde_json::to_value(recovered).unwrap_or_default(),
         );
     }
-    reconcile::withdrawal::recover_series(ctx, &withdrawals);
+    registry.after_stale_recovery(ctx, &failed);
     Ok(())
 }
 

@@ -7,11 +7,10 @@
 //! `driver_id`: the id of the selected owner, read from the Installation configuration file.
 //! It never reads or holds a credential value.
 
-use super::admin::call;
-use super::admin_agent::installation_config;
-use super::admin_read::{self, Read};
-use super::{CliError, Globals, Page};
+use super::super::{CliError, Globals, Page};
+use super::common::{call, in_namespace, installation_config, refused_read};
 use clap::{Subcommand, ValueEnum};
+use occ_worker::operator;
 use serde_json::{json, Value};
 
 #[derive(Subcommand)]
@@ -147,15 +146,50 @@ pub fn run(globals: &Globals, command: CredentialSourceCommand) -> Result<(), Cl
             "SELECT occ.credential_source_disable($1, $2, $3)",
             &[&namespace, &id, &actor],
         ),
-        CredentialSourceCommand::List { namespace, page } => {
-            admin_read::run(globals, Read::CredentialSources(&namespace), page)
-        }
-        CredentialSourceCommand::Show { namespace, id } => admin_read::run(
-            globals,
-            Read::CredentialSource(&namespace, &id),
-            Page::default(),
-        ),
+        CredentialSourceCommand::List { namespace, page } => list(globals, &namespace, page),
+        CredentialSourceCommand::Show { namespace, id } => show(globals, &namespace, &id),
     }
+}
+
+/// `credential-source list`: the Namespace's credential sources, disabled ones included.
+fn list(globals: &Globals, ns: &str, page: Page) -> Result<(), CliError> {
+    let mut c = globals.connect()?;
+    let v = in_namespace(
+        &mut c,
+        "credential-source list",
+        ns,
+        operator::credential_source_list,
+    )?;
+    globals.print_table(
+        &page.first(v),
+        &[
+            ("ID", "id"),
+            ("KIND", "kind"),
+            ("OWNER", "owner"),
+            ("DRIVER", "driverId"),
+            ("STATE", "state"),
+            ("BACKEND REF", "backendRef"),
+            ("CREATED BY", "createdBy"),
+        ],
+    );
+    Ok(())
+}
+
+/// `credential-source show`: one source; one that does not exist is an error.
+fn show(globals: &Globals, ns: &str, id: &str) -> Result<(), CliError> {
+    let what = "credential-source show";
+    let mut c = globals.connect()?;
+    let ns_id = operator::namespace_resolve(&mut c, ns)
+        .map_err(|e| refused_read(what, &[("NAMESPACE", ns)], &e))?;
+    let v = operator::credential_source_show(&mut c, &ns_id, id)
+        .map_err(|e| refused_read(what, &[("NAMESPACE", ns), ("ID", id)], &e))?
+        .ok_or_else(|| {
+            CliError::new(format!(
+                "{what} refused: no credential source {id} in Namespace {ns}"
+            ))
+        })?;
+    globals.print(&v);
+    Ok(())
 }
 
 /// The selected owner's id (SPEC §13): the Credential Gateway's from the Installation

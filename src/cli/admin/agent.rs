@@ -1,0 +1,480 @@
+//! `occ-worker admin agent create|deploy|stop|delete|show|list|sandbox-policy|withdraw-credential`:
+//! Agent and revision admission (SPEC A1, A2, R1, R12, section 9), deployment with a managed
+//! account (M1, M4) or credential sources (§13), an Agent's sandbox policy (S3) and the request
+//! to withdraw a credential source from its runtimes (E15).
+//!
+//! Every command calls one PostgreSQL admission function (`occ.agent_*`,
+//! `occ.credential_withdrawal_request`; their current bodies are in `sql/schema.sql`), which
+//! authorizes `--actor`, refuses with a one-line error and audits. This module only parses,
+//! calls and prints; it decides nothing itself and never touches a credential value.
+
+use super::super::refusal::{refused, Inputs};
+use super::super::wait::WaitArg;
+use super::super::{CliError, Globals, Page};
+use super::common::{
+    call, call_value, compute_default, enqueue, in_namespace, installation_config,
+    read_configuration, Mode,
+};
+use clap::{Args, Subcommand, ValueEnum};
+use occ_worker::operator;
+use serde_json::Value;
+use std::time::Instant;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Harness {
+    Codex,
+    Openclaw,
+}
+
+#[derive(Args)]
+#[group(id = "harness_auth", required = true, multiple = false)]
+pub struct DeployArgs {
+    /// The Namespace id or name.
+    namespace: String,
+    /// The Agent id or name.
+    agent: String,
+    /// The identity making the change (authorized, and named in the audit trail).
+    #[arg(long)]
+    actor: String,
+    /// The Configuration the revision runs with (its id in the Namespace).
+    #[arg(long)]
+    configuration: String,
+    /// The Harness to run.
+    #[arg(long, value_enum)]
+    harness: Harness,
+    /// How the Harness runs: dedicated or embedded.
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// The Secret holding the harness API key (the `secret` harness auth; or
+    /// --service-account or --credential-source, only one).
+    #[arg(long, value_name = "SECRET", group = "harness_auth")]
+    harness_secret: Option<String>,
+    /// A managed ChatGPT account instead: issued, bound to a configured backend, and readable
+    /// by `--actor` (SPEC M1; or --harness-secret or --credential-source, only one).
+    #[arg(long, value_name = "ACCOUNT", group = "harness_auth")]
+    service_account: Option<String>,
+    /// A `model_key` credential source instead, attached by the selected Credential Gateway
+    /// (credentialGateway in OCC_INSTALLATION_CONFIG): ready, owned by that gateway, and
+    /// operated by `--actor` (SPEC §13; or --harness-secret or --service-account, only one).
+    #[arg(long, value_name = "ID", group = "harness_auth")]
+    credential_source: Option<String>,
+    /// A `tool` credential source the runtime gets as OCC_CREDENTIAL_<ID> (ID upper-cased,
+    /// - as _), with the same checks; repeatable.
+    #[arg(long = "tool-source", value_name = "ID")]
+    tool_sources: Vec<String>,
+    /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
+    #[arg(long)]
+    compute_id: Option<String>,
+    /// The Compute implementation (defaults to OCC_COMPUTE_DRIVER).
+    #[arg(long)]
+    compute_implementation: Option<String>,
+    #[command(flatten)]
+    wait: WaitArg,
+}
+
+#[derive(Subcommand)]
+pub enum SandboxPolicyCommand {
+    /// Admit a new generation of the Agent's egress allowlist, within the Installation's
+    /// `sandboxNetworkPolicyCeiling` (OCC_INSTALLATION_CONFIG), and its work.
+    Put {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The policy: {"egress": [{"cidr": "10.0.0.0/8", "ports": [443]}, ...]}; an empty
+        /// list removes the Agent's egress policy.
+        #[arg(long)]
+        file: std::path::PathBuf,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Show the Agent's sandbox policy: generation, egress, state and code.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AgentCommand {
+    /// Create an Agent and its service principal.
+    Create {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The new Agent's name.
+        name: String,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+    },
+    /// Admit a deployment: a new revision and its reconcile work.
+    Deploy(Box<DeployArgs>),
+    /// Stop the Agent's runtime.
+    Stop {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Delete the Agent (again: retry a failed deletion).
+    Delete {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// An Agent's sandbox policy: its egress allowlist (SPEC S3).
+    #[command(subcommand)]
+    SandboxPolicy(SandboxPolicyCommand),
+    /// Withdraw a credential source from every revision of the Agent that may still hold a
+    /// runtime and was admitted with it, and queue the work that detaches it (SPEC E15).
+    WithdrawCredential {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The credential source's id.
+        source: String,
+        /// The identity making the request (authorized for `operate` on the Agent, named in
+        /// the audit trail, and re-authorized by every attempt of the work).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Show the Agent and each revision's deployment status.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
+    /// List the Namespace's Agents with their latest revision's status.
+    List {
+        /// The Namespace id or name.
+        namespace: String,
+        #[command(flatten)]
+        page: Page,
+    },
+}
+
+pub fn run(globals: &Globals, command: AgentCommand) -> Result<(), CliError> {
+    match command {
+        AgentCommand::Create {
+            namespace,
+            name,
+            actor,
+        } => call(
+            globals,
+            "agent create",
+            &[
+                ("NAMESPACE", &namespace),
+                ("NAME", &name),
+                ("--actor", &actor),
+            ],
+            "SELECT occ.agent_create($1, $2, $3)",
+            &[&namespace, &name, &actor],
+        ),
+        AgentCommand::Deploy(a) => deploy(globals, *a),
+        AgentCommand::Stop {
+            namespace,
+            agent,
+            actor,
+            wait,
+        } => enqueue(
+            globals,
+            "agent stop",
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
+            "SELECT occ.agent_stop($1, $2, $3)",
+            &[&namespace, &agent, &actor],
+            (wait, "stop"),
+        ),
+        AgentCommand::Delete {
+            namespace,
+            agent,
+            actor,
+            wait,
+        } => enqueue(
+            globals,
+            "agent delete",
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
+            "SELECT occ.agent_delete($1, $2, $3)",
+            &[&namespace, &agent, &actor],
+            (wait, "delete"),
+        ),
+        AgentCommand::Show { namespace, agent } => show(globals, &namespace, &agent),
+        AgentCommand::List { namespace, page } => list(globals, &namespace, page),
+        AgentCommand::SandboxPolicy(command) => sandbox_policy(globals, command),
+        AgentCommand::WithdrawCredential {
+            namespace,
+            agent,
+            source,
+            actor,
+            wait,
+        } => withdraw(
+            globals,
+            Request {
+                namespace: &namespace,
+                agent: &agent,
+                source: &source,
+                actor: &actor,
+                wait,
+            },
+        ),
+    }
+}
+
+/// `agent deploy`: pins the selections admission freezes into the revision (the Sandbox
+/// Driver, S2; the Credential Gateway, §13), refuses a Harness and mode production does not
+/// run, then admits the revision and its reconcile work.
+fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
+    let compute_id = a.compute_id.or_else(compute_default).ok_or_else(|| {
+        CliError::config("--compute-id or OCC_COMPUTE_DRIVER is required for deploy")
+    })?;
+    let implementation = a
+        .compute_implementation
+        .or_else(compute_default)
+        .unwrap_or_else(|| compute_id.clone());
+    // SPEC S2: the selected Sandbox Driver's id and facets are pinned at admission;
+    // SPEC §13: the selected Credential Gateway's id is the sources' owner.
+    let installation = installation_config(Some(&implementation))?;
+    let gateway = installation.credential_gateway.map(|g| g.id);
+    let sandbox = installation.sandbox;
+    let sandbox_id = sandbox.as_ref().map(|s| s.id.clone());
+    let sandbox_facets = sandbox.map(|s| serde_json::json!(s.facets));
+    let harness = match a.harness {
+        Harness::Codex => "codex",
+        Harness::Openclaw => "openclaw",
+    };
+    let mode = a.mode.as_str();
+    // A production installation runs dedicated Codex and embedded OpenClaw only
+    //; its workers would fail any other pair.
+    let production = std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
+    if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&(harness, mode)) {
+        return Err(CliError::config(format!(
+            "--harness {harness} --mode {mode} is refused in production \
+                 (OCC_WORKER_MODE=production): production runs --harness codex --mode dedicated \
+                 and --harness openclaw --mode embedded only"
+        )));
+    }
+    enqueue(
+        globals,
+        "agent deploy",
+        &[
+            ("NAMESPACE", &a.namespace),
+            ("AGENT", &a.agent),
+            ("--configuration", &a.configuration),
+            (
+                "--harness-secret",
+                a.harness_secret.as_deref().unwrap_or_default(),
+            ),
+            (
+                "--service-account",
+                a.service_account.as_deref().unwrap_or_default(),
+            ),
+            (
+                "--credential-source",
+                a.credential_source.as_deref().unwrap_or_default(),
+            ),
+            ("--compute-id", &compute_id),
+            ("--actor", &a.actor),
+        ],
+        "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                p_service_account => $10, p_sandbox_driver_id => $11,
+                p_sandbox_facets => $12, p_credential_source => $13,
+                p_tool_sources => $14, p_credential_gateway_id => $15)",
+        &[
+            &a.namespace,
+            &a.agent,
+            &a.actor,
+            &a.configuration,
+            &harness,
+            &mode,
+            &a.harness_secret,
+            &compute_id,
+            &implementation,
+            &a.service_account,
+            &sandbox_id,
+            &sandbox_facets,
+            &a.credential_source,
+            &a.tool_sources,
+            &gateway,
+        ],
+        (a.wait, "reconcile"),
+    )
+}
+
+/// `agent list`: the Namespace's Agents with their latest revision's status.
+fn list(globals: &Globals, ns: &str, page: Page) -> Result<(), CliError> {
+    let mut c = globals.connect()?;
+    let v = in_namespace(&mut c, "agent list", ns, operator::agent_list)?;
+    globals.print_table(
+        &page.first(v),
+        &[
+            ("NAME", "name"),
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("DESIRED", "desiredRuntimeState"),
+            ("REVISION", "latestRevision"),
+            ("STATE", "latestState"),
+            ("REASON", "latestReasonCode"),
+        ],
+    );
+    Ok(())
+}
+
+/// `agent show`: the Agent, each revision's deployment status, and what its work waits for
+/// right now (`waitingFor`: the work, the code its latest attempt reported, since when and
+/// the attempt; none when nothing is unfinished).
+fn show(globals: &Globals, namespace: &str, agent: &str) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "agent show",
+        args: &[("NAMESPACE", namespace), ("AGENT", agent)],
+    };
+    let row = client
+        .query_one("SELECT occ.agent_show($1, $2)", &[&namespace, &agent])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    let (ns_id, id) = (
+        value["namespaceId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        value["id"].as_str().unwrap_or_default().to_string(),
+    );
+    value["waitingFor"] =
+        serde_json::json!(
+            occ_worker::operator::work_waiting(&mut client, &ns_id, Some(&id))
+                .map_err(|e| refused(&inputs, &e))?
+        );
+    globals.print(&value);
+    Ok(())
+}
+
+/// `agent sandbox-policy put|show` (SPEC S3): the file is validated here, then admitted with
+/// the Installation's ceiling, which admission holds it to.
+fn sandbox_policy(globals: &Globals, command: SandboxPolicyCommand) -> Result<(), CliError> {
+    match command {
+        SandboxPolicyCommand::Put {
+            namespace,
+            agent,
+            file,
+            actor,
+            wait,
+        } => {
+            let document = read_configuration(&file)?;
+            let shown = file.display().to_string();
+            let egress = document
+                .get("egress")
+                .filter(|_| document.as_object().is_some_and(|o| o.len() == 1))
+                .ok_or_else(|| {
+                    CliError::config(format!(
+                        "--file {shown}: a sandbox policy is {{\"egress\": [{{\"cidr\": NETWORK, \"ports\": [PORT, ...]}}, ...]}}"
+                    ))
+                })?;
+            let egress =
+                occ_worker::installation::parse_egress(&egress.to_string()).map_err(|e| {
+                    CliError::config_lines(
+                        e.problems().iter().map(|p| format!("--file {shown}: {p}")),
+                    )
+                })?;
+            let ceiling =
+                installation_config(compute_default().as_deref())?.sandbox_network_policy_ceiling;
+            let policy = serde_json::json!({
+                "egress": occ_worker::installation::egress_json(&egress)
+            });
+            let ceiling = occ_worker::installation::egress_json(&ceiling);
+            enqueue(
+                globals,
+                "agent sandbox-policy put",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("AGENT", &agent),
+                    ("--file", &shown),
+                    ("--actor", &actor),
+                ],
+                "SELECT occ.agent_sandbox_policy_put($1, $2, $3, $4, $5)",
+                &[&actor, &namespace, &agent, &policy, &ceiling],
+                (wait, "sandbox_policy"),
+            )
+        }
+        SandboxPolicyCommand::Show { namespace, agent } => call(
+            globals,
+            "agent sandbox-policy show",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            "SELECT occ.agent_sandbox_policy_show($1, $2)",
+            &[&namespace, &agent],
+        ),
+    }
+}
+
+/// What `admin agent withdraw-credential` was given.
+struct Request<'a> {
+    namespace: &'a str,
+    agent: &'a str,
+    source: &'a str,
+    actor: &'a str,
+    wait: WaitArg,
+}
+
+/// Requests the withdrawal (SPEC E15) and prints what it admitted; with `--wait`, follows each
+/// enqueued work until it ends, the first that does not succeed ending the wait, all within
+/// one timeout.
+fn withdraw(globals: &Globals, r: Request) -> Result<(), CliError> {
+    let what = "agent withdraw-credential";
+    let started = Instant::now();
+    let value = call_value(
+        globals,
+        what,
+        &[
+            ("NAMESPACE", r.namespace),
+            ("AGENT", r.agent),
+            ("SOURCE", r.source),
+            ("--actor", r.actor),
+        ],
+        "SELECT occ.credential_withdrawal_request($1, $2, $3, $4)",
+        &[&r.actor, &r.namespace, &r.agent, &r.source],
+    )?;
+    let Some(timeout) = r.wait.wait else {
+        return Ok(());
+    };
+    let keys = value["works"].as_array().cloned().unwrap_or_default();
+    if keys.is_empty() {
+        // Each revision's one chain is already queued (SPEC E15) or every row is revoked.
+        eprintln!(
+            "{what}: queued no work to wait for: each revision's withdrawal work was already \
+             queued (the row gets its own work when that one ends), or its row is revoked \
+             (admin withdrawal list, admin work list --agent {})",
+            r.agent
+        );
+    }
+    for key in keys.iter().filter_map(|k| k.as_str()) {
+        let left = timeout.saturating_sub(started.elapsed());
+        super::super::wait::follow(globals, what, key, Some(left))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! `occ-worker admin namespace create|delete|list|show` (SPEC N1, N4): Namespace admission
+//! through `occ.namespace_create` and `occ.namespace_delete`, which authorize `--actor`,
+//! refuse with a one-line error and audit, and the reads an operator follows a Namespace by.
+//! It decides nothing itself.
+
+use super::super::refusal::{refused, Inputs};
+use super::super::wait::WaitArg;
+use super::super::{CliError, Globals};
+use super::common::enqueue;
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+#[derive(Subcommand)]
+pub enum NamespaceCommand {
+    /// Admit a Namespace: stores it provisioning and enqueues its ensure work.
+    Create {
+        /// The new Namespace's name.
+        name: String,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        /// The exact existing Kubernetes namespace to adopt (needs Installation administer).
+        #[arg(long)]
+        existing_namespace: Option<String>,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Delete an empty Namespace: stores it deleting and enqueues its teardown.
+    Delete {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The identity making the change (authorized, and named in the audit trail).
+        #[arg(long)]
+        actor: String,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// List live Namespaces by name.
+    List {
+        /// At most this many Namespaces.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..))]
+        limit: i64,
+    },
+    /// Show one live Namespace with its lifecycle work.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+    },
+}
+
+pub fn run(globals: &Globals, command: NamespaceCommand) -> Result<(), CliError> {
+    match command {
+        NamespaceCommand::Create {
+            name,
+            actor,
+            existing_namespace,
+            wait,
+        } => enqueue(
+            globals,
+            "namespace create",
+            &[("NAME", &name), ("--actor", &actor)],
+            "SELECT occ.namespace_create($1, $2, $3)",
+            &[&actor, &name, &existing_namespace],
+            (wait, "ensure"),
+        ),
+        NamespaceCommand::Delete {
+            namespace,
+            actor,
+            wait,
+        } => enqueue(
+            globals,
+            "namespace delete",
+            &[("NAMESPACE", &namespace), ("--actor", &actor)],
+            "SELECT occ.namespace_delete($1, $2)",
+            &[&actor, &namespace],
+            (wait, "delete"),
+        ),
+        NamespaceCommand::List { limit } => namespace_list(globals, limit),
+        NamespaceCommand::Show { namespace } => namespace_show(globals, &namespace),
+    }
+}
+
+/// `namespace list`: one line per live Namespace, by name, with what its work waits for.
+fn namespace_list(globals: &Globals, limit: i64) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "namespace list",
+        args: &[],
+    };
+    let row = client
+        .query_one("SELECT occ.namespace_list()", &[])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    if let Some(items) = value.as_array_mut() {
+        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        for ns in items.iter_mut() {
+            let waiting = ns["work"]
+                .as_array()
+                .and_then(|w| {
+                    w.iter()
+                        .find(|w| matches!(w["state"].as_str(), Some("queued" | "claimed")))
+                })
+                .map(|w| match w["reasonCode"].as_str() {
+                    Some(code) => format!("{} {code}", w["state"].as_str().unwrap_or_default()),
+                    None => w["state"].as_str().unwrap_or_default().to_string(),
+                });
+            if !globals.json {
+                ns["waiting"] = json!(waiting);
+            }
+        }
+    }
+    globals.print_table(
+        &value,
+        &[
+            ("NAME", "name"),
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("AGENTS", "agents"),
+            ("WORK", "waiting"),
+            ("CREATED", "createdAt"),
+        ],
+    );
+    Ok(())
+}
+
+const NAMESPACE_PENDING: &str = include_str!("../../../sql/queries/operator_namespace_pending.sql");
+
+/// `namespace show`: the Namespace, why it still waits (the last pending reason its ensure
+/// reported) and, with the Kubernetes driver (`OCC_KUBERNETES_CONFIG`), its Kubernetes
+/// namespace, the prefix every Secret backend reference in it must start with, and while the
+/// tenant RoleBinding is missing, the command that creates it.
+fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "namespace show",
+        args: &[("NAMESPACE", namespace)],
+    };
+    let row = client
+        .query_one("SELECT occ.namespace_show($1)", &[&namespace])
+        .map_err(|e| refused(&inputs, &e))?;
+    let mut value: Value = row.get(0);
+    let id = value["id"].as_str().unwrap_or_default().to_string();
+    if value["status"] == "provisioning" {
+        let pending: Option<String> = client
+            .query_opt(NAMESPACE_PENDING, &[&id])
+            .map_err(|e| refused(&inputs, &e))?
+            .and_then(|r| r.get(0));
+        value["pendingReason"] = json!(pending);
+    }
+    value["waitingFor"] = json!(occ_worker::operator::work_waiting(&mut client, &id, None)
+        .map_err(|e| refused(&inputs, &e))?);
+    if let Some(path) = std::env::var_os("OCC_KUBERNETES_CONFIG") {
+        let settings =
+            occ_worker::compute::kubernetes::settings::Settings::load(std::path::Path::new(&path))
+                .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+        let k8s = match value["existingNamespace"].as_str() {
+            Some(adopted) => adopted.to_string(),
+            None => occ_worker::compute::kubernetes::names::namespace_name(
+                &settings.namespace_prefix,
+                &id,
+            ),
+        };
+        value["kubernetesNamespace"] = json!(k8s);
+        value["secretBackendRefPrefix"] = json!(format!("{k8s}/"));
+        if value["pendingReason"] == "NAMESPACE_ROLEBINDING_PENDING" {
+            value["missing"] = json!(format!(
+                "kubectl -n {k8s} create rolebinding {} --clusterrole=edit --group=TENANT_GROUP \
+                 (or deploy/kubernetes/tenant-rolebinding.yaml, edited)",
+                settings.tenant_role_binding
+            ));
+        }
+    }
+    globals.print(&value);
+    Ok(())
+}
