@@ -33,7 +33,7 @@ pub struct Report {
 #[derive(Debug)]
 pub enum MigrateError {
     Db(DbError),
-    Refinery(String),
+    Refinery(refinery::Error),
     /// A function or view file failed (its path under `sql/`); none of them was applied.
     Repeatable(&'static str, DbError),
     /// The function and view files name each other in a cycle (a build that cannot apply).
@@ -44,7 +44,7 @@ impl std::fmt::Display for MigrateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             MigrateError::Db(e) => write!(f, "{e}"),
-            MigrateError::Refinery(m) => write!(f, "migration failed: {m}"),
+            MigrateError::Refinery(_) => write!(f, "migration failed"),
             MigrateError::Repeatable(path, e) => write!(f, "migration failed: sql/{path}: {e}"),
             MigrateError::Order(m) => write!(f, "migration failed: {m}"),
         }
@@ -56,7 +56,8 @@ impl std::error::Error for MigrateError {
         match self {
             // Transparent: its `Display` is the database error's own.
             MigrateError::Db(e) | MigrateError::Repeatable(_, e) => e.source(),
-            MigrateError::Refinery(_) | MigrateError::Order(_) => None,
+            MigrateError::Refinery(e) => Some(e),
+            MigrateError::Order(_) => None,
         }
     }
 }
@@ -85,7 +86,7 @@ fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, M
         .set_grouped(false)
         .set_target(target)
         .run(client)
-        .map_err(|e| MigrateError::Refinery(e.to_string()))
+        .map_err(MigrateError::Refinery)
         .and_then(|report| {
             if latest {
                 apply_repeatable(client)?;

@@ -142,8 +142,13 @@ pub enum DbError {
     InvalidUrl(postgres::Error),
     /// The connection string's TLS settings (`sslmode`, `sslrootcert`) are unusable.
     InvalidTls(String),
-    /// No connection could be made or borrowed within the timeout.
+    /// No connection could be made within the timeout, described without the server's free
+    /// text (its SQLSTATE at most), or the database could not be reached for `what`.
     Unavailable(String),
+    /// The pool could not lend a connection within the timeout.
+    Pool(r2d2::Error),
+    /// A thread the database client needs could not be started.
+    Thread(std::io::Error),
     /// A statement failed.
     Query(postgres::Error),
     /// A row the worker reads does not hold what the schema promises (a NULL or unparsable
@@ -156,7 +161,7 @@ impl DbError {
     pub fn is_transient(&self) -> bool {
         match self {
             DbError::InvalidUrl(_) | DbError::InvalidTls(_) | DbError::Corrupt(_) => false,
-            DbError::Unavailable(_) => true,
+            DbError::Unavailable(_) | DbError::Pool(_) | DbError::Thread(_) => true,
             DbError::Query(e) => e.as_db_error().is_none() || e.is_closed(),
         }
     }
@@ -176,6 +181,8 @@ impl fmt::Display for DbError {
             DbError::InvalidUrl(_) => write!(f, "invalid database URL"),
             DbError::InvalidTls(m) => write!(f, "invalid database TLS settings: {m}"),
             DbError::Unavailable(m) => write!(f, "database unavailable: {m}"),
+            DbError::Pool(_) => write!(f, "database unavailable"),
+            DbError::Thread(_) => write!(f, "database unavailable: cannot start a thread"),
             // The server's own message is the source (`error_chain` prints it).
             DbError::Query(e) => match e.as_db_error() {
                 Some(db) => write!(f, "database error {}", db.code().code()),
@@ -194,6 +201,8 @@ impl std::error::Error for DbError {
                 Some(db) => Some(db),
                 None => Some(e),
             },
+            DbError::Pool(e) => Some(e),
+            DbError::Thread(e) => Some(e),
             DbError::InvalidTls(_) | DbError::Unavailable(_) | DbError::Corrupt(_) => None,
         }
     }
@@ -223,7 +232,7 @@ impl From<postgres::Error> for DbError {
 
 impl From<r2d2::Error> for DbError {
     fn from(e: r2d2::Error) -> DbError {
-        DbError::Unavailable(e.to_string())
+        DbError::Pool(e)
     }
 }
 
@@ -334,6 +343,29 @@ mod tests {
         assert!(!e.is_transient());
         assert_eq!(e.to_string(), "corrupt data: column 3 of a claim is NULL");
         assert!(std::error::Error::source(&e).is_none());
+    }
+
+    #[test]
+    fn a_pool_or_thread_failure_keeps_its_cause_as_the_source() {
+        // ARCHITECTURE's invariant: an error that wraps another returns it from `source()`.
+        // Nothing listens on port 1 of the loopback: the pool's first connection is refused.
+        let e = pool(
+            "postgresql://nobody@127.0.0.1:1/none",
+            Duration::from_millis(200),
+            1,
+        )
+        .map(drop)
+        .unwrap_err();
+        assert!(matches!(e, DbError::Pool(_)), "{e:?}");
+        assert!(e.is_transient());
+        let source = std::error::Error::source(&e).expect("the pool's error");
+        assert!(error_chain(&e).starts_with("database unavailable: "), "{e}");
+        assert!(!source.to_string().is_empty());
+        let e = DbError::Thread(std::io::Error::other("no threads left"));
+        assert_eq!(
+            error_chain(&e),
+            "database unavailable: cannot start a thread: no threads left"
+        );
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl Watchdog {
                 let n = sweep(&ports, limit);
                 counter.fetch_add(n, Ordering::Relaxed);
             })
-            .map_err(|e| super::DbError::Unavailable(format!("cannot start watchdog: {e}")))?;
+            .map_err(super::DbError::Thread)?;
         Ok(Some(Watchdog {
             stop: Some(stop),
             handle: Some(handle),

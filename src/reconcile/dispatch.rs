@@ -229,7 +229,7 @@ pub fn transition(
         Outcome::Success => {
             queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
         }
-        Outcome::Pending { recheck } => queue::work_defer(
+        Outcome::Pending { recheck, .. } => queue::work_defer(
             tx,
             claim,
             &resolved.code,

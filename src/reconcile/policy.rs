@@ -2,7 +2,7 @@
 //! convergence deadline. Pure: a reconciler says what happened, only `resolve` decides retry,
 //! defer or fail.
 
-use super::report::{Outcome, Report};
+use super::report::{Outcome, Report, Wait};
 use serde_json::json;
 use std::time::Duration;
 
@@ -14,11 +14,18 @@ pub fn resolve<F>(
     age: Duration,
     convergence_timeout: Duration,
 ) -> Report<F> {
-    let deadline_applies = report.refusal.is_none() && !report.deadline_exempt;
+    let expired = age >= convergence_timeout;
+    // A refused candidate whose stop is still pending keeps waiting past the deadline: the
+    // work never ends with the refused candidate running (R9). Its failure is published once
+    // the stop succeeds.
+    let bounded = report.refusal.is_none();
     match report.outcome {
         // A stop still draining when the work reaches the deadline stops yielding: it retries
         // as a failing dependency, spending the attempt, and fails at the budget's end.
-        Outcome::Pending { .. } if report.stop_yield && age >= convergence_timeout => {
+        Outcome::Pending {
+            wait: Wait::StopYield,
+            ..
+        } if expired => {
             let outcome = if attempt >= max_attempts {
                 Outcome::Permanent
             } else {
@@ -28,23 +35,20 @@ pub fn resolve<F>(
                 outcome,
                 code: "DEPENDENCY_UNAVAILABLE".into(),
                 record_evidence: true,
-                stop_yield: false,
-                deadline_exempt: false,
                 ..report
             }
         }
-        // A refused candidate whose stop is still pending keeps waiting past the deadline:
-        // the work never ends with the refused candidate running (R9). Its failure is
-        // published once the stop succeeds.
-        Outcome::Pending { .. }
-            if age >= convergence_timeout && deadline_applies && report.dependency_failure =>
-        {
-            Report {
-                outcome: Outcome::Permanent,
-                ..report
-            }
-        }
-        Outcome::Pending { .. } if age >= convergence_timeout && deadline_applies => {
+        Outcome::Pending {
+            wait: Wait::Dependency,
+            ..
+        } if expired && bounded => Report {
+            outcome: Outcome::Permanent,
+            ..report
+        },
+        Outcome::Pending {
+            wait: Wait::Convergence,
+            ..
+        } if expired && bounded => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
             if let Some(failure) = &report.runtime_failure {
                 data["runtimeFailure"] = json!(failure);
@@ -112,8 +116,11 @@ mod tests {
     #[test]
     fn a_dependency_still_failing_at_the_deadline_is_named() {
         // SPEC R10: the deadline names the failing dependency.
-        let mut report = Report::pending("DEPENDENCY_UNAVAILABLE", Duration::from_secs(1));
-        report.dependency_failure = true;
+        let report = Report::waiting(
+            "DEPENDENCY_UNAVAILABLE",
+            Duration::from_secs(1),
+            Wait::Dependency,
+        );
         let r = resolve(
             report,
             1,
@@ -145,9 +152,11 @@ mod tests {
         // SPEC Z5: a stop yield is pending while the work is younger than
         // the deadline; past it, a dependency retry that spends the attempt, and a failure at
         // the budget's end, so the lane moves on.
-        let mut report = Report::pending("AGENT_STOP_YIELDED", Duration::from_secs(1));
-        report.deadline_exempt = true;
-        report.stop_yield = true;
+        let mut report = Report::waiting(
+            "AGENT_STOP_YIELDED",
+            Duration::from_secs(1),
+            Wait::StopYield,
+        );
         report.record_evidence = false;
         let young = resolve(
             report.clone(),

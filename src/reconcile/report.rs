@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Success,
-    /// Convergence is pending: defer, refunding the attempt (Q8).
+    /// Convergence is pending: defer, refunding the attempt (Q8); `wait` says how the
+    /// convergence deadline bounds it.
     Pending {
         recheck: Duration,
+        wait: Wait,
     },
     /// A dependency failed: retry with backoff, spending the attempt (Q7).
     Retry,
@@ -24,7 +26,34 @@ pub enum Outcome {
     Permanent,
 }
 
+/// What a pending pass waits on, which decides how the convergence deadline bounds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Convergence (R5): past the deadline the work fails `CONVERGENCE_DEADLINE_EXCEEDED`.
+    Convergence,
+    /// A failing dependency (R10): past the deadline the work fails naming it, not the
+    /// deadline.
+    Dependency,
+    /// A wait the deadline does not bound (an execution admission's withdrawal, SPEC Z1).
+    Unbounded,
+    /// A draining stop's yield (SPEC Z5): unbounded while the work is younger than the
+    /// deadline; past it, a dependency retry within the attempt budget, so a drain that never
+    /// ends cannot hold the lane for ever.
+    StopYield,
+}
+
 impl Outcome {
+    /// Whether this is a draining stop's yield (SPEC Z5).
+    pub fn is_stop_yield(self) -> bool {
+        matches!(
+            self,
+            Outcome::Pending {
+                wait: Wait::StopYield,
+                ..
+            }
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
@@ -153,16 +182,6 @@ pub struct Report<F = ()> {
     pub refusal: Option<String>,
     /// A runtime failure seen while pending, kept for the convergence-deadline result (R5).
     pub runtime_failure: Option<RuntimeFailure>,
-    /// The pass is pending on a failing dependency: past the deadline the work fails naming
-    /// it, not the deadline.
-    pub dependency_failure: bool,
-    /// The pending outcome is a wait the convergence deadline does not bound: a draining stop
-    /// (SPEC Z5) and any deferral of Agent stop or delete work.
-    pub deadline_exempt: bool,
-    /// The pending outcome is a draining stop's yield (SPEC Z5): exempt from the deadline
-    /// while the work is younger than it; past it, a dependency retry within the attempt
-    /// budget, so a drain that never ends cannot hold the lane forever.
-    pub stop_yield: bool,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
     pub record_evidence: bool,
     /// Where the pass stopped short of success (diagnostics only; never decides an outcome).
@@ -191,9 +210,6 @@ impl<F> Report<F> {
             result_data: None,
             refusal: None,
             runtime_failure: None,
-            dependency_failure: false,
-            deadline_exempt: false,
-            stop_yield: false,
             record_evidence: true,
             failure: Failure::default(),
             facts: Facts::Plain,
@@ -208,7 +224,12 @@ impl<F> Report<F> {
     }
 
     pub fn pending(code: &str, recheck: Duration) -> Report<F> {
-        Report::new(Outcome::Pending { recheck }, code)
+        Report::waiting(code, recheck, Wait::Convergence)
+    }
+
+    /// Pending on `wait`.
+    pub fn waiting(code: &str, recheck: Duration, wait: Wait) -> Report<F> {
+        Report::new(Outcome::Pending { recheck, wait }, code)
     }
 
     pub fn retry(code: &str) -> Report<F> {
@@ -258,9 +279,6 @@ impl<F> Report<F> {
             result_data: self.result_data,
             refusal: self.refusal,
             runtime_failure: self.runtime_failure,
-            dependency_failure: self.dependency_failure,
-            deadline_exempt: self.deadline_exempt,
-            stop_yield: self.stop_yield,
             record_evidence: self.record_evidence,
             failure: self.failure,
             facts,

@@ -35,7 +35,7 @@
 
 use super::dispatch::Reconciler;
 use super::pass::{Pass, PassError};
-use super::report::{DeployPhases, Facts, Outcome};
+use super::report::{DeployPhases, Facts, Outcome, Wait};
 use super::revision_sources::{self, SourceState};
 use super::rows::{
     load_agent, load_revisions, AgentRow, NamespaceStatus, RevisionRow, RuntimeState,
@@ -748,16 +748,13 @@ impl RevisionReconciler {
         }
         Ok(Some(match effect(pass, "withdraw", withdraw)? {
             Ok(()) => refused("EXECUTION_ADMISSION_WITHDRAWN").at("withdraw"),
-            Err(e) => {
-                let mut pending = Report::pending(
-                    "EXECUTION_ADMISSION_WITHDRAWAL_PENDING",
-                    readiness_recheck(pass.age()),
-                )
-                .at("withdraw")
-                .with_compute_error(&e);
-                pending.deadline_exempt = true;
-                pending
-            }
+            Err(e) => Report::waiting(
+                "EXECUTION_ADMISSION_WITHDRAWAL_PENDING",
+                readiness_recheck(pass.age()),
+                Wait::Unbounded,
+            )
+            .at("withdraw")
+            .with_compute_error(&e),
         }))
     }
 
@@ -1040,7 +1037,13 @@ impl RevisionReconciler {
         let resolved = pass.resolve(report.clone());
         let bootstrap_expired =
             report.code == BOOTSTRAP && resolved.code == "CONVERGENCE_DEADLINE_EXCEEDED";
-        let dependency_expired = report.dependency_failure && resolved.code == report.code;
+        let dependency_expired = matches!(
+            report.outcome,
+            Outcome::Pending {
+                wait: Wait::Dependency,
+                ..
+            }
+        ) && resolved.outcome == Outcome::Permanent;
         if resolved.outcome != Outcome::Permanent || !(bootstrap_expired || dependency_expired) {
             return Ok(report);
         }

@@ -4,7 +4,7 @@
 //! reconciler; names none.
 
 use super::pass::{Pass, PassError};
-use super::report::{Denial, Facts, Report};
+use super::report::{Denial, Facts, Report, Wait};
 use crate::cancel::CancelToken;
 use crate::compute::{ComputeError, ComputeErrorKind};
 use crate::iam::{Policy, Request};
@@ -158,17 +158,19 @@ pub fn compute_report<F>(e: &ComputeError, pass: &Pass<'_>) -> Report<F> {
     );
     let report = match e.kind() {
         ComputeErrorKind::Draining => {
-            let mut report = Report::pending("AGENT_STOP_YIELDED", stop_yield_recheck(pass.age()));
-            report.deadline_exempt = true;
-            report.stop_yield = true;
+            let mut report = Report::waiting(
+                "AGENT_STOP_YIELDED",
+                stop_yield_recheck(pass.age()),
+                Wait::StopYield,
+            );
             report.record_evidence = false;
             report
         }
-        ComputeErrorKind::TransientDependency if revision_work => {
-            let mut report = Report::pending(e.retry_code(), readiness_recheck(pass.age()));
-            report.dependency_failure = true;
-            report
-        }
+        ComputeErrorKind::TransientDependency if revision_work => Report::waiting(
+            e.retry_code(),
+            readiness_recheck(pass.age()),
+            Wait::Dependency,
+        ),
         // A used-up quota: revision work waits with the driver's pending code (R5), within the
         // deadline and refunding the attempt; other work retries within its budget.
         ComputeErrorKind::Pending(code) if revision_work => {

@@ -215,13 +215,11 @@ fn series_due(decided: Outcome, resolved: Outcome, ctx: &Context) -> bool {
 /// A report of this reconciler: withdrawal work has no convergence deadline (E8), and never
 /// waits pending.
 fn report(outcome: Outcome, code: &str, attempts: Vec<Attempt>) -> Report {
-    let mut report = Report::new(outcome, code).with_facts(Facts::Own(WithdrawalFacts {
+    Report::new(outcome, code).with_facts(Facts::Own(WithdrawalFacts {
         decided: outcome,
         attempts,
         series: false,
-    }));
-    report.deadline_exempt = true;
-    report
+    }))
 }
 
 /// What a pass reached before it ended (E8).

@@ -376,7 +376,9 @@ impl Effects<'_> {
 /// A short class for an error, safe to log.
 fn error_class(e: &PassError) -> String {
     match e {
-        PassError::Db(DbError::Unavailable(_)) => "DatabaseUnavailable".into(),
+        PassError::Db(DbError::Unavailable(_) | DbError::Pool(_) | DbError::Thread(_)) => {
+            "DatabaseUnavailable".into()
+        }
         PassError::Db(DbError::Corrupt(_)) => "CorruptData".into(),
         PassError::Db(e) => match e.sqlstate() {
             Some(state) => format!("DatabaseError:{state}"),

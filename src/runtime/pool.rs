@@ -237,7 +237,7 @@ fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &AnyRep
 /// Whether a report is a draining stop's yield (SPEC Z5): pending, and marked so by the
 /// reconciler (`AnyReport::stop_yield`); the policy clears the mark when the yield ends.
 fn is_stop_yield(report: &AnyReport) -> bool {
-    matches!(report.outcome, Outcome::Pending { .. }) && report.stop_yield
+    report.outcome.is_stop_yield()
 }
 
 /// A pass that ran on a worker thread: what it was (`pass`) and came to (`result`), for
