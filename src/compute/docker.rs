@@ -29,14 +29,15 @@ mod unix;
 
 pub use super::subnet::{Ipv4Cidr, MemoryLedger, SubnetPool, SubnetPoolError};
 
+use super::hooks::{LifecycleHooks, Phase};
 use super::*;
-use crate::installation::Phase;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 /// The highest Engine API version this driver speaks.
 const MAX_API_VERSION: (u32, u32) = (1, 41);
@@ -72,9 +73,9 @@ pub struct DockerDriver {
     subnet_pool: SubnetPool,
     /// Reservations of `ensure_namespace` calls made without a ledger (no database).
     local_ledger: MemoryLedger,
-    /// The Installation's lifecycle hooks: the Namespace phases only, Docker runs no workload
-    /// (SPEC H3, C2).
-    hooks: hooks::HookSlot,
+    /// The Installation's lifecycle hooks, given at construction: the Namespace phases only,
+    /// Docker runs no workload (SPEC H3, C2).
+    hooks: Arc<LifecycleHooks>,
 }
 
 /// One answer from the daemon, body read in full (never logged).
@@ -176,7 +177,7 @@ impl DockerDriver {
             api_prefix: OnceLock::new(),
             subnet_pool: SubnetPool::default(),
             local_ledger: MemoryLedger::default(),
-            hooks: hooks::HookSlot::default(),
+            hooks: Arc::default(),
         })
     }
 
@@ -186,6 +187,12 @@ impl DockerDriver {
             request_timeout: timeout,
             ..self
         }
+    }
+
+    /// The same driver, running the Installation's lifecycle hooks (SPEC H2, H3): a driver is
+    /// built with its hooks, before anything can call it.
+    pub fn with_lifecycle_hooks(self, hooks: Arc<LifecycleHooks>) -> DockerDriver {
+        DockerDriver { hooks, ..self }
     }
 
     /// The same driver, giving Namespace networks subnets from `pool`.
@@ -745,14 +752,19 @@ impl ComputeDriver for DockerDriver {
         )
     }
 
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+}
+
+impl DriverPolicy for DockerDriver {
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         false
     }
 
     /// The Namespace phases (SPEC H2, H3); Docker has no workload to hook.
-    fn set_lifecycle_hooks(&self, hooks: std::sync::Arc<hooks::LifecycleHooks>) -> bool {
-        self.hooks.set(hooks);
-        true
+    fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
+        Some(&self.hooks)
     }
 }
 

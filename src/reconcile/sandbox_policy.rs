@@ -6,8 +6,9 @@
 
 use super::agent::{audit, denial_audit, deny, load_agent, Audit};
 use super::{Facts, Outcome, Pass, PassError, Reconciler, Report};
+use crate::compute::sandbox::EgressRule;
 use crate::iam::{self, Action, Request, Resource, ResourceKind};
-use crate::installation::{self, EgressRule};
+use crate::installation;
 use serde_json::{json, Value};
 
 const LOAD: &str = include_str!("../../sql/queries/sandbox_policy_load.sql");
@@ -110,7 +111,10 @@ impl Reconciler for SandboxPolicyReconciler {
         let driver = pass.ctx.compute.clone();
         let spec = agent.spec(&pass.ctx.installation_id);
         let applied = match super::agent::effect(pass, "sandbox_policy", |c| {
-            driver.apply_egress_policy(&spec, generation, &facts.egress, c)
+            driver.sandbox().map_or_else(
+                || Err(crate::compute::sandbox::sandbox_driver_unavailable()),
+                |s| s.apply_egress_policy(&spec, generation, &facts.egress, c),
+            )
         })? {
             Ok(()) => Report::success("SANDBOX_POLICY_APPLIED"),
             Err(e) => super::agent::compute_report(&e, pass).at("sandbox_policy"),

@@ -18,7 +18,8 @@ use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::compute::kubernetes::KubernetesDriver;
 use occ_worker::compute::{
-    AdmissionUse, AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec,
+    AdmissionUse, AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, DriverPolicy,
+    NamespaceSpec,
 };
 use postgres::Client as Sql;
 use serde_json::{json, Value};

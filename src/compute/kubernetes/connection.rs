@@ -12,7 +12,7 @@
 //! key material in an error. Certificates and keys are ureq's types, parsed by its PEM reader
 //! (rustls-pki-types underneath), so the client hands them to rustls unconverted.
 
-use crate::config::{Unset, Variable};
+use crate::variable::{Unset, Variable};
 use base64::Engine;
 use serde::de::IgnoredAny;
 use serde::Deserialize;

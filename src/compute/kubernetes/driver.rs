@@ -38,17 +38,18 @@ use super::observe::{self, Rollout};
 use super::sandbox;
 use super::settings::Settings;
 use crate::cancel::CancelToken;
-use crate::compute::hooks::{HookSlot, HookSubject, LifecycleHooks};
+use crate::compute::hooks::{HookSubject, LifecycleHooks, Phase};
+use crate::compute::sandbox::{EgressRule, Sandbox, SandboxDriver};
 use crate::compute::{
     execution_admission_unavailable, AdmissionUse, AgentSpec, ComputeDriver, ComputeError,
-    CredentialAttachment, CredentialDetach, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec, RuntimeCredentials, Withdrawal,
+    CredentialAttachment, CredentialDetach, CredentialGateway, DriverPolicy, NamespaceObservation,
+    NamespaceSpec, PreflightWarning, RevisionObservation, RevisionSpec, RuntimeCredentials,
+    Withdrawal,
 };
-use crate::installation::{Phase, Sandbox};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CORE: &str = "/api/v1";
@@ -114,10 +115,11 @@ pub struct KubernetesDriver {
     progress_deadline_seconds: u64,
     /// A production worker's driver runs `PRODUCTION_HARNESSES` only.
     production: bool,
-    /// The Installation's lifecycle hooks (SPEC H2, H3).
-    hooks: HookSlot,
-    /// The Installation's Sandbox Driver, enforced through this driver (SPEC S1, S2).
-    sandbox: OnceLock<Sandbox>,
+    /// The Installation's lifecycle hooks (SPEC H2, H3), given at construction.
+    hooks: Arc<LifecycleHooks>,
+    /// The Installation's Sandbox Driver, enforced through this driver (SPEC S1, S2), given at
+    /// construction; `None` when the Installation selects none.
+    sandbox: Option<Sandbox>,
 }
 
 /// How long an object the driver created or read is trusted to exist without a read: one
@@ -244,8 +246,8 @@ impl KubernetesDriver {
             known: Mutex::new(HashMap::new()),
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             production: false,
-            hooks: HookSlot::default(),
-            sandbox: OnceLock::new(),
+            hooks: Arc::default(),
+            sandbox: None,
         }
     }
 
@@ -264,6 +266,18 @@ impl KubernetesDriver {
             progress_deadline_seconds: (timeout.as_secs() + 60).min(i32::MAX as u64),
             ..self
         }
+    }
+
+    /// The same driver, running the Installation's lifecycle hooks (SPEC H2, H3): a driver is
+    /// built with its hooks, before anything can call it.
+    pub fn with_lifecycle_hooks(self, hooks: Arc<LifecycleHooks>) -> KubernetesDriver {
+        KubernetesDriver { hooks, ..self }
+    }
+
+    /// The same driver, enforcing the Installation's Sandbox Driver, the built-in
+    /// `kubernetes-sandbox` (SPEC S1, S2), when it selects one.
+    pub fn with_sandbox(self, sandbox: Option<Sandbox>) -> KubernetesDriver {
+        KubernetesDriver { sandbox, ..self }
     }
 
     /// What the hooks are asked about a revision's workload.
@@ -617,7 +631,7 @@ impl KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
         let pinned = &revision.sandbox_facets;
-        sandbox::offered(pinned, self.sandbox.get())?;
+        sandbox::offered(pinned, self.sandbox.as_ref())?;
         if pinned.iter().any(|f| f == "pod-security-restricted") {
             let current = self
                 .client
@@ -646,8 +660,8 @@ impl KubernetesDriver {
     /// `SANDBOX_FACET_UNAVAILABLE` when the workload would not enforce one (SPEC S2).
     fn enforce(&self, revision: &RevisionSpec, desired: Value) -> Result<Value, ComputeError> {
         let pinned = &revision.sandbox_facets;
-        let desired = sandbox::apply(desired, pinned, self.sandbox.get());
-        if sandbox::workload_enforces(&desired, pinned, self.sandbox.get()) {
+        let desired = sandbox::apply(desired, pinned, self.sandbox.as_ref());
+        if sandbox::workload_enforces(&desired, pinned, self.sandbox.as_ref()) {
             Ok(desired)
         } else {
             Err(sandbox::facet_unavailable())
@@ -1123,7 +1137,7 @@ impl KubernetesDriver {
     fn check_runtime_class(&self, cancel: &CancelToken) -> Result<(), ComputeError> {
         let Some(name) = self
             .sandbox
-            .get()
+            .as_ref()
             .and_then(|s| s.runtime_class_name.as_deref())
         else {
             return Ok(());
@@ -1575,12 +1589,6 @@ impl ComputeDriver for KubernetesDriver {
         Ok(())
     }
 
-    /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
-    /// removes it (SPEC Z11).
-    fn runtime_credentials(&self) -> RuntimeCredentials {
-        RuntimeCredentials::ProvisionedAndDeleted
-    }
-
     /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
     /// gateway, NetworkPolicy and Harness claim.
     fn delete_agent_runtime_credentials(
@@ -1628,6 +1636,24 @@ impl ComputeDriver for KubernetesDriver {
         Ok(())
     }
 
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+
+    /// The egress NetworkPolicies of the built-in `kubernetes-sandbox` (SPEC S3): offered
+    /// whether or not the Installation selects it, since an Agent's policy is removed either
+    /// way; without a selection `apply_egress_policy` refuses `SANDBOX_DRIVER_UNAVAILABLE`.
+    fn sandbox(&self) -> Option<&dyn SandboxDriver> {
+        Some(self)
+    }
+
+    /// The built-in `kubernetes-secret-gateway` (SPEC §13, E6).
+    fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
+        Some(self)
+    }
+}
+
+impl DriverPolicy for KubernetesDriver {
     /// A production worker runs dedicated Codex and embedded OpenClaw only.
     fn accepts_harness(&self, harness_id: &str, mode: &str) -> bool {
         !self.production || crate::compute::PRODUCTION_HARNESSES.contains(&(harness_id, mode))
@@ -1639,12 +1665,49 @@ impl ComputeDriver for KubernetesDriver {
         revision.harness_mode == "dedicated"
     }
 
-    /// All four phases (SPEC H2, H3).
-    fn set_lifecycle_hooks(&self, hooks: Arc<LifecycleHooks>) -> bool {
-        self.hooks.set(hooks);
-        true
+    fn maintenance_interval(&self) -> Option<Duration> {
+        self.settings.maintenance_interval
     }
 
+    /// The settings' `executionAdmissions` list the pairs this driver runs (SPEC Z1).
+    fn validate_execution_admission(
+        &self,
+        revision: &RevisionSpec,
+        _purpose: AdmissionUse,
+    ) -> Result<(), ComputeError> {
+        if self
+            .settings
+            .execution_admissions
+            .contains(&revision.execution_admission)
+        {
+            Ok(())
+        } else {
+            Err(execution_admission_unavailable())
+        }
+    }
+
+    /// A rejected active execution is withdrawn by stopping the revision: a stop still draining
+    /// is not withdrawn yet, so it counts as failed and the worker waits (SPEC Z1).
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        Some(Box::new(move |cancel| self.stop_revision(revision, cancel)))
+    }
+
+    /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
+    /// removes it (SPEC Z11).
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        RuntimeCredentials::ProvisionedAndDeleted
+    }
+
+    /// All four phases (SPEC H2, H3).
+    fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
+        Some(&self.hooks)
+    }
+}
+
+impl SandboxDriver for KubernetesDriver {
     /// NetworkPolicy `occ-egress-<agent>` selecting the Agent's Pods, egress to each entry's
     /// network on its TCP ports; deleted when `egress` is empty (SPEC S3). Owned like the
     /// Agent's other objects: one without this installation's labels is never touched.
@@ -1652,10 +1715,11 @@ impl ComputeDriver for KubernetesDriver {
         &self,
         agent: &AgentSpec,
         generation: i32,
-        egress: &[crate::installation::EgressRule],
+        egress: &[EgressRule],
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        if self.sandbox.get().is_none() {
+        // Without a selected Sandbox Driver there is nothing to enforce the policy with.
+        if self.sandbox.is_none() {
             return Err(ComputeError::permanent(
                 "SANDBOX_DRIVER_UNAVAILABLE",
                 "kubernetes_sandbox",
@@ -1697,17 +1761,9 @@ impl ComputeDriver for KubernetesDriver {
         )
         .map(drop)
     }
+}
 
-    /// The built-in `kubernetes-sandbox` (SPEC S1); a second call keeps the first.
-    fn set_sandbox(&self, sandbox: &Sandbox) -> bool {
-        let _ = self.sandbox.set(sandbox.clone());
-        true
-    }
-
-    fn withdraws_credentials(&self) -> bool {
-        true
-    }
-
+impl CredentialGateway for KubernetesDriver {
     /// Detaches one credential source from the revision's workload (SPEC E6, Kubernetes): no
     /// workload (a dedicated revision's Deployment; the gateway while it runs this revision)
     /// → `Absent`, or `Pending` while a Pod or live ReplicaSet of the revision still carries
@@ -1740,35 +1796,5 @@ impl ComputeDriver for KubernetesDriver {
             }
         }
         Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
-    }
-
-    fn maintenance_interval(&self) -> Option<Duration> {
-        self.settings.maintenance_interval
-    }
-
-    /// The settings' `executionAdmissions` list the pairs this driver runs (SPEC Z1).
-    fn validate_execution_admission(
-        &self,
-        revision: &RevisionSpec,
-        _purpose: AdmissionUse,
-    ) -> Result<(), ComputeError> {
-        if self
-            .settings
-            .execution_admissions
-            .contains(&revision.execution_admission)
-        {
-            Ok(())
-        } else {
-            Err(execution_admission_unavailable())
-        }
-    }
-
-    /// A rejected active execution is withdrawn by stopping the revision: a stop still draining
-    /// is not withdrawn yet, so it counts as failed and the worker waits (SPEC Z1).
-    fn rejected_execution_withdrawal<'a>(
-        &'a self,
-        revision: &'a RevisionSpec,
-    ) -> Option<Withdrawal<'a>> {
-        Some(Box::new(move |cancel| self.stop_revision(revision, cancel)))
     }
 }
