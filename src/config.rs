@@ -425,6 +425,19 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    #[test]
+    fn the_drivers_default_request_timeout_is_the_variables_default() {
+        assert_eq!(
+            default_of("OCC_COMPUTE_REQUEST_TIMEOUT_MS"),
+            Some(
+                crate::compute::DEFAULT_REQUEST_TIMEOUT
+                    .as_millis()
+                    .to_string()
+                    .as_str()
+            )
+        );
+    }
+
     fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = pairs
             .iter()

@@ -34,6 +34,11 @@ pub use subnet::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
 
 use crate::cancel::CancelToken;
 use sandbox::SandboxDriver;
+use std::time::Duration;
+
+/// The budget of one driver request when none is configured: the default of
+/// `OCC_COMPUTE_REQUEST_TIMEOUT_MS`, which the worker always passes to its driver (W2).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The Compute Driver contract. Every call takes the pass's cancellation token and stops at
 /// the next HTTP boundary once it is cancelled. Calls are idempotent: a pass may run again
