@@ -6,41 +6,9 @@
 //! `CREDENTIAL_WITHDRAWAL_UNSUPPORTED` (`credential_withdrawal_unsupported`) and no re-detach
 //! runs before a preparation. This module never reads a Secret's value.
 
-use super::{ComputeError, RevisionSpec};
+use super::error::ComputeError;
+use super::spec::{CredentialAttachment, RevisionSpec};
 use crate::cancel::CancelToken;
-use serde::Serialize;
-
-/// One credential source of a revision's snapshot (SPEC §13): a Kubernetes Secret reference
-/// `NAMESPACE/NAME/KEY` the Credential Gateway attaches to the runtime, never a value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct CredentialAttachment {
-    pub source_id: String,
-    /// `model_key` or `tool`.
-    pub kind: String,
-    /// Whether this is the revision's harness source (auth method `credential_source`).
-    pub harness: bool,
-    pub backend_ref: String,
-}
-
-impl CredentialAttachment {
-    /// The environment variable the runtime reads it from (SPEC §13): `OCC_HARNESS_API_KEY`
-    /// for the harness source, else `OCC_CREDENTIAL_<ID>` (upper-cased, `-` → `_`).
-    pub fn env_name(&self) -> String {
-        if self.harness {
-            "OCC_HARNESS_API_KEY".into()
-        } else {
-            credential_env_name(&self.source_id)
-        }
-    }
-}
-
-/// `OCC_CREDENTIAL_<ID>` of a tool source id (SPEC §13).
-pub fn credential_env_name(source_id: &str) -> String {
-    format!(
-        "OCC_CREDENTIAL_{}",
-        source_id.to_ascii_uppercase().replace(['-', '.'], "_")
-    )
-}
 
 /// A driver without `withdraw_credential_source` (SPEC E5): a permanent
 /// `CREDENTIAL_WITHDRAWAL_UNSUPPORTED`.

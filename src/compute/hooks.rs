@@ -8,7 +8,7 @@
 //! a class and an HTTP status, never the hook's text or a launch value.
 
 use super::abortable::AbortableConnector;
-use super::ComputeError;
+use super::error::ComputeError;
 use crate::cancel::CancelToken;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};

@@ -4,7 +4,7 @@
 //!
 //! Plain data and pure functions; it never talks to anything.
 
-use super::RevisionSpec;
+use super::spec::RevisionSpec;
 use serde::Serialize;
 
 /// The class of a failure a driver observed in infrastructure it answered about.

@@ -4,39 +4,11 @@
 //! and the lifecycle hooks it runs. `DriverPolicy` holds these pure answers, each defaulting to
 //! "not supported" or the worker's own check, reached through `ComputeDriver::policy`.
 
+use super::error::ComputeError;
 use super::hooks::LifecycleHooks;
-use super::{ComputeError, RevisionSpec};
+use super::spec::{ExecutionAdmission, RevisionSpec};
 use crate::cancel::CancelToken;
-use serde::Serialize;
 use std::time::Duration;
-
-/// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
-/// (a positive version, a mode `^[a-z][a-z_]{0,31}$`); whether a worker runs it is its
-/// Compute Driver's decision (`ComputeDriver::validate_execution_admission`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutionAdmission {
-    pub version: u32,
-    pub mode: String,
-}
-
-impl ExecutionAdmission {
-    /// `{version: 5, mode: standard}`: what every revision is admitted with (Rust admits no
-    /// egress plan or Git, SPEC §17), and the one pair the worker's own check allows.
-    pub fn standard() -> ExecutionAdmission {
-        ExecutionAdmission {
-            version: 5,
-            mode: "standard".into(),
-        }
-    }
-
-    /// Whether a mode is within the stored shape, `^[a-z][a-z_]{0,31}$`.
-    pub fn valid_mode(mode: &str) -> bool {
-        mode.len() <= 32
-            && mode.starts_with(|c: char| c.is_ascii_lowercase())
-            && mode.chars().all(|c| c.is_ascii_lowercase() || c == '_')
-    }
-}
 
 /// What an execution admission is decided for: only the stored one is (SPEC Z1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 //! The Installation file's validation of these lives in `installation`, above this module; this
 //! module never reads a file or talks to anything.
 
-use super::{AgentSpec, ComputeError};
+use super::error::ComputeError;
+use super::spec::AgentSpec;
 use crate::cancel::CancelToken;
 
 /// The selected Sandbox Driver (SPEC S1).

@@ -1,10 +1,10 @@
 //! What a reconciler tells a Compute Driver (SPEC C1): the specs of a Namespace, an Agent and
-//! an admitted revision, with the Secret and managed-account references a revision carries.
+//! an admitted revision, with the Secret, managed-account and credential-source references and
+//! the execution admission a revision carries.
 //!
 //! Plain data: a spec never holds a secret value, only references (SPEC Z4, M3), and this
 //! module never talks to anything.
 
-use super::{CredentialAttachment, ExecutionAdmission};
 use serde::Serialize;
 
 /// What a driver needs to know about a Namespace.
@@ -172,4 +172,64 @@ pub struct AgentSpec {
     pub namespace_id: String,
     pub agent_id: String,
     pub service_principal_id: String,
+}
+
+/// One credential source of a revision's snapshot (SPEC §13): a Kubernetes Secret reference
+/// `NAMESPACE/NAME/KEY` the Credential Gateway attaches to the runtime, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CredentialAttachment {
+    pub source_id: String,
+    /// `model_key` or `tool`.
+    pub kind: String,
+    /// Whether this is the revision's harness source (auth method `credential_source`).
+    pub harness: bool,
+    pub backend_ref: String,
+}
+
+impl CredentialAttachment {
+    /// The environment variable the runtime reads it from (SPEC §13): `OCC_HARNESS_API_KEY`
+    /// for the harness source, else `OCC_CREDENTIAL_<ID>` (upper-cased, `-` → `_`).
+    pub fn env_name(&self) -> String {
+        if self.harness {
+            "OCC_HARNESS_API_KEY".into()
+        } else {
+            credential_env_name(&self.source_id)
+        }
+    }
+}
+
+/// `OCC_CREDENTIAL_<ID>` of a tool source id (SPEC §13).
+pub fn credential_env_name(source_id: &str) -> String {
+    format!(
+        "OCC_CREDENTIAL_{}",
+        source_id.to_ascii_uppercase().replace(['-', '.'], "_")
+    )
+}
+
+/// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
+/// (a positive version, a mode `^[a-z][a-z_]{0,31}$`); whether a worker runs it is its
+/// Compute Driver's decision (`DriverPolicy::validate_execution_admission`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionAdmission {
+    pub version: u32,
+    pub mode: String,
+}
+
+impl ExecutionAdmission {
+    /// `{version: 5, mode: standard}`: what every revision is admitted with (Rust admits no
+    /// egress plan or Git, SPEC §17), and the one pair the worker's own check allows.
+    pub fn standard() -> ExecutionAdmission {
+        ExecutionAdmission {
+            version: 5,
+            mode: "standard".into(),
+        }
+    }
+
+    /// Whether a mode is within the stored shape, `^[a-z][a-z_]{0,31}$`.
+    pub fn valid_mode(mode: &str) -> bool {
+        mode.len() <= 32
+            && mode.starts_with(|c: char| c.is_ascii_lowercase())
+            && mode.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    }
 }
