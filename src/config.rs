@@ -4,7 +4,8 @@
 //! the variable. It never reads the environment itself; callers pass a lookup so tests can
 //! supply their own.
 
-use crate::compute::docker::SubnetPool;
+use crate::compute::SubnetPool;
+use crate::variable::{Unset, Variable};
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -63,27 +64,6 @@ pub struct Config {
     pub secret_driver: String,
     /// How event lines are written (`OCC_LOG_FORMAT`); none: JSON, or text on a terminal.
     pub log_format: Option<crate::events::Format>,
-}
-
-/// What an unset (or blank) variable means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unset {
-    /// Start-up stops: the variable must be set.
-    Required,
-    /// Start-up stops in the case named (`with OCC_COMPUTE_DRIVER=kubernetes`).
-    RequiredWhen(&'static str),
-    /// This value is used.
-    Default(&'static str),
-    /// No value is used; the text says what happens instead.
-    Means(&'static str),
-}
-
-/// One environment variable: its name, what leaving it unset means, and one line of help.
-#[derive(Clone, Copy, Debug)]
-pub struct Variable {
-    pub name: &'static str,
-    pub unset: Unset,
-    pub help: &'static str,
 }
 
 /// Every variable `Config::from_lookup` reads, in the order `run --help` lists them: the one
@@ -187,38 +167,6 @@ pub const VARIABLES: &[Variable] = &[
         help: "How event lines are written: json (one object per line) or text (a time, the event and its fields, worker.health only when it changes)",
     },
 ];
-
-/// Why a configuration file named by a variable could not be read.
-#[derive(Debug)]
-pub enum FileError {
-    Io(std::io::Error),
-    /// Larger than the limit given, in bytes.
-    TooLarge(u64),
-}
-
-impl fmt::Display for FileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FileError::Io(e) => write!(f, "cannot be read ({e})"),
-            FileError::TooLarge(limit) => write!(f, "is larger than {limit} bytes"),
-        }
-    }
-}
-
-/// The text of a configuration file (`OCC_KUBERNETES_CONFIG`, `OCC_INSTALLATION_CONFIG`),
-/// reading at most `limit` bytes of it.
-pub fn read_file(path: &std::path::Path, limit: u64) -> Result<String, FileError> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(FileError::Io)?;
-    let mut text = String::new();
-    file.take(limit + 1)
-        .read_to_string(&mut text)
-        .map_err(FileError::Io)?;
-    if text.len() as u64 > limit {
-        return Err(FileError::TooLarge(limit));
-    }
-    Ok(text)
-}
 
 /// The table's entry for `name`. Reading a variable the table does not list is a bug, so it
 /// cannot be read without being documented.
@@ -553,6 +501,19 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn the_drivers_default_request_timeout_is_the_variables_default() {
+        assert_eq!(
+            default_of("OCC_COMPUTE_REQUEST_TIMEOUT_MS"),
+            Some(
+                crate::compute::DEFAULT_REQUEST_TIMEOUT
+                    .as_millis()
+                    .to_string()
+                    .as_str()
+            )
+        );
+    }
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = pairs

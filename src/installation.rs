@@ -19,11 +19,15 @@
 //!   the Kubernetes Compute Driver and `sandbox` (SPEC §13).
 //! - `credentialProxy`: no Credential Proxy is built in, so naming one is an error (SPEC §13).
 
-use crate::compute::kubernetes::settings::canonical_cidr;
+use crate::compute::cidr::canonical_cidr;
+use crate::compute::hooks::{HookDriver, HookEntry, LifecycleHooks, Phase};
+use crate::compute::sandbox::{EgressRule, Sandbox};
+use crate::compute::ComputeDriver;
 use crate::config::DriverKind;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The variable naming the file; every error begins with it.
@@ -49,68 +53,6 @@ pub struct Installation {
     pub credential_gateway: Option<CredentialGateway>,
 }
 
-/// The Installation driver a hook belongs to; the order of the variants is H2's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HookDriver {
-    Configuration,
-    Sandbox,
-    Iam,
-}
-
-impl HookDriver {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookDriver::Configuration => "configuration",
-            HookDriver::Sandbox => "sandbox",
-            HookDriver::Iam => "iam",
-        }
-    }
-}
-
-/// The four points of Compute's work a hook may run at (SPEC H3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Phase {
-    AfterNamespacePrepared,
-    BeforeWorkloadStart,
-    BeforeWorkloadStop,
-    BeforeNamespaceDelete,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::AfterNamespacePrepared => "afterNamespacePrepared",
-            Phase::BeforeWorkloadStart => "beforeWorkloadStart",
-            Phase::BeforeWorkloadStop => "beforeWorkloadStop",
-            Phase::BeforeNamespaceDelete => "beforeNamespaceDelete",
-        }
-    }
-}
-
-/// One validated `lifecycleHooks` entry (SPEC H1).
-#[derive(Clone, Debug, PartialEq)]
-pub struct HookEntry {
-    pub driver: HookDriver,
-    /// An `https://` URL.
-    pub url: String,
-    /// The PEM bundle the hook's certificate is verified against.
-    pub ca_file: PathBuf,
-    /// The certificates read from `ca_file` at start-up, in PEM.
-    pub ca_pem: Vec<u8>,
-    pub phases: Vec<Phase>,
-    pub timeout: Duration,
-}
-
-/// The selected Sandbox Driver (SPEC S1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sandbox {
-    pub id: String,
-    pub facets: Vec<String>,
-    pub runtime_class_name: Option<String>,
-}
-
 /// The isolation facets the built-in Sandbox Driver may declare (SPEC S2).
 pub const FACETS: [&str; 5] = [
     "pod-security-restricted",
@@ -120,27 +62,12 @@ pub const FACETS: [&str; 5] = [
     "runtime-class",
 ];
 
-/// One egress entry: a network and the TCP ports on it (SPEC S3).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EgressRule {
-    /// Canonical `address/prefix`.
-    pub cidr: String,
-    pub ports: Vec<u16>,
-}
-
 /// What the worker's passes need of the sandbox selections (SPEC S1, S3): the Sandbox Driver,
 /// if one is selected, and the egress ceiling. The default selects nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxSelection {
     pub driver: Option<Sandbox>,
     pub ceiling: Vec<EgressRule>,
-}
-
-impl EgressRule {
-    /// `{"cidr": …, "ports": […]}`, as the file and the database spell it.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"cidr": self.cidr, "ports": self.ports})
-    }
 }
 
 /// Whether `egress` lies within `ceiling` (SPEC S3): each entry's network inside the network
@@ -302,10 +229,38 @@ impl fmt::Display for InstallationError {
 impl std::error::Error for InstallationError {}
 
 impl Installation {
+    /// The clients of the configured lifecycle hooks (SPEC H2), which the Compute Driver is
+    /// built with; none configured, an empty set. A CA bundle holding no certificate is an
+    /// error naming the variable.
+    pub fn lifecycle_hooks(&self) -> Result<Arc<LifecycleHooks>, String> {
+        LifecycleHooks::new(&self.lifecycle_hooks)
+            .map(Arc::new)
+            .map_err(|e| format!("{VARIABLE}: {e}"))
+    }
+
+    /// Checks the built Compute Driver offers what this Installation selects, before preflight:
+    /// hooks need a driver that runs them (SPEC H2), a Sandbox Driver one that enforces it
+    /// (SPEC S1). Each refusal is one line naming the variable.
+    pub fn check_compute(&self, compute: &dyn ComputeDriver) -> Result<(), String> {
+        if !self.lifecycle_hooks.is_empty() && compute.policy().lifecycle_hooks().is_none() {
+            return Err(format!(
+                "{VARIABLE}: lifecycleHooks: the {} Compute Driver ({}) runs no lifecycle hooks",
+                compute.id(),
+                compute.implementation()
+            ));
+        }
+        if self.sandbox.is_some() && compute.sandbox().is_none() {
+            return Err(format!(
+                "{VARIABLE}: sandbox needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)"
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads and validates the file at `path` for a worker whose Compute Driver is `compute`;
     /// hook CA files are read relative to the working directory.
     pub fn load(path: &Path, compute: DriverKind) -> Result<Installation, InstallationError> {
-        let text = crate::config::read_file(path, MAX_FILE_BYTES)
+        let text = crate::files::read_file(path, MAX_FILE_BYTES)
             .map_err(|e| InstallationError::new(vec![e.to_string()]).at(path))?;
         Installation::parse(&text, compute).map_err(|e| e.at(path))
     }

@@ -10,7 +10,8 @@
 use super::Cli;
 use clap::CommandFactory;
 use occ_worker::compute::kubernetes::connection;
-use occ_worker::config::{self, Unset, Variable};
+use occ_worker::config;
+use occ_worker::variable::{Unset, Variable};
 use roff::{bold, roman, Roff};
 
 /// The logger's variable (`run` only).

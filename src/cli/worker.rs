@@ -6,7 +6,7 @@ use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::{
     client::Client, connection, settings::Settings, KubernetesDriver,
 };
-use occ_worker::compute::{docker::DockerDriver, hooks, ComputeDriver};
+use occ_worker::compute::{docker::DockerDriver, ComputeDriver};
 use occ_worker::config::{Config, DriverKind, Mode};
 use occ_worker::db::error_chain;
 use occ_worker::events::Events;
@@ -141,16 +141,18 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
             }
         }
     };
-    let compute: Arc<dyn ComputeDriver> = match config.compute_driver {
-        DriverKind::Docker => Arc::new(
+    // The driver's own settings first, each failure one line naming its variable.
+    let driver = match config.compute_driver {
+        DriverKind::Docker => Driver::Docker(
             DockerDriver::new(&config.docker_host)
                 .map_err(|e| CliError::config(format!("invalid configuration: DOCKER_HOST: {e}")))?
                 .with_subnet_pool(config.docker_subnet_pool)
                 .with_request_timeout(config.compute_request_timeout),
         ),
-        DriverKind::Kubernetes => Arc::new(kubernetes_driver(&config)?),
+        DriverKind::Kubernetes => Driver::Kubernetes(Box::new(kubernetes_driver(&config)?)),
     };
-    // The Installation's other drivers, before preflight: the hooks go to Compute (SPEC H1, H2).
+    // The Installation's other drivers, before preflight: Compute is built with the hooks
+    // (SPEC H1, H2) and the Sandbox Driver it enforces, which preflight then checks (SPEC S1).
     let installation = match &config.installation_config {
         Some(path) => Installation::load(path, config.compute_driver).map_err(|e| {
             CliError::config_lines(
@@ -161,17 +163,17 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         })?,
         None => Installation::default(),
     };
-    hooks::attach(&*compute, &installation)
-        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
-    // The Sandbox Driver is enforced through Compute, which preflight then checks (SPEC S1).
-    if let Some(sandbox) = &installation.sandbox {
-        if !compute.set_sandbox(sandbox) {
-            return Err(CliError::config(format!(
-                "invalid configuration: {}: sandbox needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)",
-                occ_worker::installation::VARIABLE
-            )));
-        }
-    }
+    let invalid = |e: String| CliError::config(format!("invalid configuration: {e}"));
+    let hooks = installation.lifecycle_hooks().map_err(invalid)?;
+    let compute: Arc<dyn ComputeDriver> = match driver {
+        Driver::Docker(docker) => Arc::new(docker.with_lifecycle_hooks(hooks)),
+        Driver::Kubernetes(kubernetes) => Arc::new(
+            kubernetes
+                .with_lifecycle_hooks(hooks)
+                .with_sandbox(installation.sandbox.clone()),
+        ),
+    };
+    installation.check_compute(&*compute).map_err(invalid)?;
     // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
         let target = match config.compute_driver {
@@ -200,6 +202,13 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         installation,
         preflight_warnings,
     })
+}
+
+/// A Compute Driver whose own settings are read, before the Installation's selections it is
+/// built with.
+enum Driver {
+    Docker(DockerDriver),
+    Kubernetes(Box<KubernetesDriver>),
 }
 
 /// The Kubernetes driver: its settings file, then the API server connection (in-cluster or

@@ -25,25 +25,25 @@
 //! through the ledger, and never log or embed Docker's response bodies: errors carry codes,
 //! classes and HTTP statuses only.
 
+mod engine;
 mod unix;
 
 pub use super::subnet::{Ipv4Cidr, MemoryLedger, SubnetPool, SubnetPoolError};
 
+use super::hooks::{LifecycleHooks, Phase};
 use super::*;
-use crate::installation::Phase;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 /// The highest Engine API version this driver speaks.
 const MAX_API_VERSION: (u32, u32) = (1, 41);
 /// The version assumed when a daemon does not say (the Docker client does the same).
 const FALLBACK_API_VERSION: (u32, u32) = (1, 24);
-/// The upper bound of one request unless configured (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest response body read (container lists on a busy daemon stay well under this).
 const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// The URI authority; the connector ignores it and always dials the socket.
@@ -72,9 +72,9 @@ pub struct DockerDriver {
     subnet_pool: SubnetPool,
     /// Reservations of `ensure_namespace` calls made without a ledger (no database).
     local_ledger: MemoryLedger,
-    /// The Installation's lifecycle hooks: the Namespace phases only, Docker runs no workload
-    /// (SPEC H3, C2).
-    hooks: hooks::HookSlot,
+    /// The Installation's lifecycle hooks, given at construction: the Namespace phases only,
+    /// Docker runs no workload (SPEC H3, C2).
+    hooks: Arc<LifecycleHooks>,
 }
 
 /// One answer from the daemon, body read in full (never logged).
@@ -172,20 +172,27 @@ impl DockerDriver {
         });
         Ok(DockerDriver {
             agent: ureq::Agent::with_parts(config, connector, unix::NoResolver),
-            request_timeout: REQUEST_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             api_prefix: OnceLock::new(),
             subnet_pool: SubnetPool::default(),
             local_ledger: MemoryLedger::default(),
-            hooks: hooks::HookSlot::default(),
+            hooks: Arc::default(),
         })
     }
 
-    /// The same driver, bounding each request by `timeout` instead of `REQUEST_TIMEOUT`.
+    /// The same driver, bounding each request by `timeout` (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`)
+    /// instead of `DEFAULT_REQUEST_TIMEOUT`.
     pub fn with_request_timeout(self, timeout: Duration) -> DockerDriver {
         DockerDriver {
             request_timeout: timeout,
             ..self
         }
+    }
+
+    /// The same driver, running the Installation's lifecycle hooks (SPEC H2, H3): a driver is
+    /// built with its hooks, before anything can call it.
+    pub fn with_lifecycle_hooks(self, hooks: Arc<LifecycleHooks>) -> DockerDriver {
+        DockerDriver { hooks, ..self }
     }
 
     /// The same driver, giving Namespace networks subnets from `pool`.
@@ -205,324 +212,6 @@ impl DockerDriver {
             revision_id: None,
             compute_driver_id: self.id(),
         }
-    }
-
-    /// Sends one request: a cancellation point, bounded by the request timeout and
-    /// interrupted when `cancel` is (the token is current on this thread meanwhile).
-    fn send(
-        &self,
-        request: Request,
-        path: &str,
-        cancel: &CancelToken,
-    ) -> Result<Reply, ComputeError> {
-        cancel.check()?;
-        let _current = cancel.enter();
-        let timeout = self.request_timeout;
-        let url = format!("{BASE_URL}{path}");
-        let result = match request {
-            Request::Get => self
-                .agent
-                .get(&url)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call(),
-            Request::Delete => self
-                .agent
-                .delete(&url)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call(),
-            Request::Post(body) => self
-                .agent
-                .post(&url)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .send_json(&body),
-        };
-        let read = result.and_then(|mut response| {
-            let status = response.status().as_u16();
-            let api_version = response
-                .headers()
-                .get("api-version")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            let body = response
-                .body_mut()
-                .with_config()
-                .limit(BODY_LIMIT)
-                .read_to_vec()?;
-            Ok(Reply {
-                status,
-                api_version,
-                body,
-            })
-        });
-        read.map_err(|e| {
-            // A request cut short by a lost claim is a cancellation, not an outage.
-            match cancel.check() {
-                Err(cancelled) => ComputeError::cancelled(cancelled),
-                Ok(()) => transport_error(&e),
-            }
-        })
-    }
-
-    /// `GET /_ping`: the daemon answers, and says which API version it speaks.
-    fn ping(&self, cancel: &CancelToken) -> Result<String, ComputeError> {
-        let reply = self.send(Request::Get, "/_ping", cancel)?;
-        if !reply.is_success() {
-            return Err(ComputeError::transient(
-                "docker_unavailable",
-                Some(reply.status),
-            ));
-        }
-        let server = reply
-            .api_version
-            .as_deref()
-            .and_then(parse_api_version)
-            .unwrap_or(FALLBACK_API_VERSION);
-        let (major, minor) = server.min(MAX_API_VERSION);
-        let prefix = format!("/v{major}.{minor}");
-        Ok(self.api_prefix.get_or_init(|| prefix).clone())
-    }
-
-    /// The negotiated `/v1.xx` prefix, negotiating on first use.
-    fn api(&self, cancel: &CancelToken) -> Result<String, ComputeError> {
-        match self.api_prefix.get() {
-            Some(prefix) => Ok(prefix.clone()),
-            None => self.ping(cancel),
-        }
-    }
-
-    /// Inspects a network by name or id; `None` when the daemon has no such network.
-    fn inspect_network(
-        &self,
-        api: &str,
-        name: &str,
-        cancel: &CancelToken,
-    ) -> Result<Option<NetworkInfo>, ComputeError> {
-        let path = format!("{api}/networks/{}", encode(name));
-        let reply = self.send(Request::Get, &path, cancel)?;
-        match reply.status {
-            404 => Ok(None),
-            _ if reply.is_success() => decode(&reply).map(Some),
-            status => Err(rejected(status)),
-        }
-    }
-
-    /// Creates the Namespace's network on the subnet reserved for it in `ledger`; `Created`
-    /// also when it already exists (409).
-    ///
-    /// Expected flow: reserve (the Namespace's existing reservation, else the lowest free
-    /// subnet), post. The ledger keeps our own creators apart, so a refusal means something
-    /// else holds the subnet. If the daemon's list shows a network of this Namespace, an
-    /// earlier pass's create landed: `Created`. If it shows networks the ledger does not know
-    /// (another project, another installation on the Engine) on the subnet, reserve again
-    /// avoiding every subnet they hold (the reservation moves) and post again, at most
-    /// `SUBNET_ATTEMPTS` posts. If it shows nothing on the subnet, the holder is a create still
-    /// under way in the daemon, most likely an earlier pass of this Namespace that died or was
-    /// cut off after posting: `Contended`, and the next pass finds that network.
-    /// Guarantees: nothing is posted on a subnet the ledger did not reserve for this Namespace,
-    /// and the reservation never moves away from a subnet whose holder cannot be seen, so two
-    /// creates of one Namespace always aim at the same subnet and the daemon admits only one.
-    /// Errors: a pool with no free subnet is `NAMESPACE_SUBNET_POOL_EXHAUSTED`; an unavailable
-    /// ledger is transient (`subnet_ledger`, the reconciler reports the ledger's own error);
-    /// refusals beyond the attempts are `Contended`, never an error.
-    fn create_network(
-        &self,
-        api: &str,
-        name: &str,
-        namespace: &NamespaceSpec,
-        ledger: &dyn SubnetLedger,
-        cancel: &CancelToken,
-    ) -> Result<Placement, ComputeError> {
-        let mut avoid: Vec<Ipv4Cidr> = Vec::new();
-        for _ in 0..SUBNET_ATTEMPTS {
-            let subnet = ledger
-                .reserve(&self.subnet_pool, &avoid)
-                .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?
-                .ok_or_else(|| {
-                    ComputeError::permanent("NAMESPACE_SUBNET_POOL_EXHAUSTED", "docker", None)
-                })?;
-            match self.post_network(api, name, namespace, subnet, cancel)? {
-                Created::Done => return Ok(Placement::Created),
-                Created::SubnetTaken => {
-                    let networks = self.all_networks(api, cancel)?;
-                    if networks.iter().any(|n| is_ours(n, namespace)) {
-                        return Ok(Placement::Created);
-                    }
-                    let held: Vec<Ipv4Cidr> = networks
-                        .iter()
-                        .flat_map(NetworkInfo::ipv4_subnets)
-                        .filter(|s| s.overlaps(self.subnet_pool.network()))
-                        .collect();
-                    if !held.iter().any(|s| s.overlaps(subnet)) {
-                        return Ok(Placement::Contended);
-                    }
-                    avoid.extend(held);
-                }
-            }
-        }
-        Ok(Placement::Contended)
-    }
-
-    /// Removes every network in `ours` (the Namespace's, by its labels) but one, keeping the
-    /// one on its reserved subnet (or the lowest id), and returns the one kept. Two creates of
-    /// one Namespace can both land when the reservation moved between them. No request when
-    /// there is one.
-    fn keep_one(
-        &self,
-        api: &str,
-        mut ours: Vec<NetworkInfo>,
-        ledger: &dyn SubnetLedger,
-        cancel: &CancelToken,
-    ) -> Result<NetworkInfo, ComputeError> {
-        if ours.len() > 1 {
-            let reserved = ledger
-                .reserve(&self.subnet_pool, &[])
-                .map_err(|LedgerUnavailable| ComputeError::transient("subnet_ledger", None))?;
-            ours.sort_by(|a, b| a.id.cmp(&b.id));
-            let keep = ours
-                .iter()
-                .position(|n| reserved.is_some_and(|r| n.ipv4_subnets().any(|s| s == r)))
-                .unwrap_or(0);
-            let kept = ours.swap_remove(keep);
-            for network in &ours {
-                self.remove_network(api, &network.id, cancel)?;
-            }
-            return Ok(kept);
-        }
-        ours.pop()
-            .ok_or_else(|| ComputeError::retryable("docker_api", Some(404)))
-    }
-
-    /// `POST /networks/create` for the Namespace's bridge on `subnet`.
-    fn post_network(
-        &self,
-        api: &str,
-        name: &str,
-        namespace: &NamespaceSpec,
-        subnet: Ipv4Cidr,
-        cancel: &CancelToken,
-    ) -> Result<Created, ComputeError> {
-        let body = json!({
-            "Name": name,
-            "Driver": "bridge",
-            "CheckDuplicate": true,
-            "IPAM": {
-                "Driver": "default",
-                "Config": [{ "Subnet": subnet.to_string() }],
-            },
-            "Labels": namespace_labels(namespace),
-        });
-        let reply = self.send(
-            Request::Post(body),
-            &format!("{api}/networks/create"),
-            cancel,
-        )?;
-        match reply.status {
-            409 => Ok(Created::Done),
-            _ if reply.is_success() => Ok(Created::Done),
-            _ if is_subnet_taken(&reply) => Ok(Created::SubnetTaken),
-            status => Err(rejected(status)),
-        }
-    }
-
-    /// `GET /networks`: every network on the daemon, ours or not.
-    fn all_networks(
-        &self,
-        api: &str,
-        cancel: &CancelToken,
-    ) -> Result<Vec<NetworkInfo>, ComputeError> {
-        let reply = self.send(Request::Get, &format!("{api}/networks"), cancel)?;
-        if !reply.is_success() {
-            return Err(rejected(reply.status));
-        }
-        decode(&reply)
-    }
-
-    /// Containers carrying every one of `labels` (the daemon ANDs label filters).
-    fn list_containers(
-        &self,
-        api: &str,
-        labels: &[(&str, &str)],
-        cancel: &CancelToken,
-    ) -> Result<Vec<ContainerInfo>, ComputeError> {
-        let path = format!(
-            "{api}/containers/json?all=true&filters={}",
-            label_filter(labels)
-        );
-        let reply = self.send(Request::Get, &path, cancel)?;
-        if !reply.is_success() {
-            return Err(rejected(reply.status));
-        }
-        decode(&reply)
-    }
-
-    /// Networks carrying every one of `labels`.
-    fn list_networks(
-        &self,
-        api: &str,
-        labels: &[(&str, &str)],
-        cancel: &CancelToken,
-    ) -> Result<Vec<NetworkInfo>, ComputeError> {
-        let path = format!("{api}/networks?filters={}", label_filter(labels));
-        let reply = self.send(Request::Get, &path, cancel)?;
-        if !reply.is_success() {
-            return Err(rejected(reply.status));
-        }
-        decode(&reply)
-    }
-
-    /// Force-removes a container and its anonymous volumes. 404 (gone) and 409 (removal
-    /// already in progress) are fine: callers re-list to see what remains.
-    fn remove_container(
-        &self,
-        api: &str,
-        id: &str,
-        cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
-        let path = format!("{api}/containers/{}?force=true&v=true", encode(id));
-        let reply = self.send(Request::Delete, &path, cancel)?;
-        match reply.status {
-            404 | 409 => Ok(()),
-            _ if reply.is_success() => Ok(()),
-            status => Err(rejected(status)),
-        }
-    }
-
-    /// Removes a network. 404 (gone) and 409 (endpoints still attached) are fine: callers
-    /// re-list to see what remains.
-    fn remove_network(
-        &self,
-        api: &str,
-        id: &str,
-        cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
-        let path = format!("{api}/networks/{}", encode(id));
-        let reply = self.send(Request::Delete, &path, cancel)?;
-        match reply.status {
-            404 | 409 => Ok(()),
-            _ if reply.is_success() => Ok(()),
-            status => Err(rejected(status)),
-        }
-    }
-
-    /// Force-removes every container carrying all of `labels`; idempotent. Callers always
-    /// include this installation's and the Namespace's labels: an object of another
-    /// installation is never touched, whatever else it carries.
-    fn remove_labelled_containers(
-        &self,
-        labels: &[(&str, &str)],
-        cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
-        let api = self.api(cancel)?;
-        for container in self.list_containers(&api, labels, cancel)? {
-            self.remove_container(&api, &container.id, cancel)?;
-        }
-        Ok(())
     }
 }
 
@@ -745,14 +434,19 @@ impl ComputeDriver for DockerDriver {
         )
     }
 
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+}
+
+impl DriverPolicy for DockerDriver {
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         false
     }
 
     /// The Namespace phases (SPEC H2, H3); Docker has no workload to hook.
-    fn set_lifecycle_hooks(&self, hooks: std::sync::Arc<hooks::LifecycleHooks>) -> bool {
-        self.hooks.set(hooks);
-        true
+    fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
+        Some(&self.hooks)
     }
 }
 
@@ -886,123 +580,4 @@ fn encode(value: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn docker_host_must_be_a_unix_socket_path() {
-        assert!(DockerDriver::new("unix:///var/run/docker.sock").is_ok());
-        for host in [
-            "tcp://localhost:2375",
-            "unix://relative.sock",
-            "/var/run/docker.sock",
-        ] {
-            let e = DockerDriver::new(host).err().expect("refused");
-            assert_eq!(
-                e.kind(),
-                &ComputeErrorKind::Permanent("INVALID_DOCKER_HOST".into())
-            );
-        }
-    }
-
-    #[test]
-    fn api_versions_are_parsed_and_capped() {
-        assert_eq!(parse_api_version("1.45"), Some((1, 45)));
-        assert_eq!(parse_api_version("junk"), None);
-        assert_eq!((1, 45).min(MAX_API_VERSION), (1, 41));
-        assert_eq!((1, 40).min(MAX_API_VERSION), (1, 40));
-        assert_eq!((2, 0).min(MAX_API_VERSION), (1, 41));
-    }
-
-    fn reply(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            api_version: None,
-            body: body.as_bytes().to_vec(),
-        }
-    }
-
-    #[test]
-    fn subnet_refusals_are_told_from_other_refusals() {
-        let overlap = r#"{"message":"Pool overlaps with other one on this address space"}"#;
-        assert!(is_subnet_taken(&reply(403, overlap)));
-        assert!(is_subnet_taken(&reply(403, "")));
-        assert!(is_subnet_taken(&reply(400, overlap)));
-        assert!(is_subnet_taken(&reply(
-            400,
-            r#"{"message":"invalid pool request: pool overlaps with other one"}"#
-        )));
-        assert!(!is_subnet_taken(&reply(
-            400,
-            r#"{"message":"invalid name"}"#
-        )));
-        // Default-pool exhaustion is not a taken subnet of ours.
-        assert!(!is_subnet_taken(&reply(
-            400,
-            r#"{"message":"could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network"}"#
-        )));
-        assert!(!is_subnet_taken(&reply(404, overlap)));
-        assert!(!is_subnet_taken(&reply(500, overlap)));
-    }
-
-    #[test]
-    fn listed_networks_yield_their_ipv4_subnets() {
-        let listing = reply(
-            200,
-            r#"[{"Id":"a","Name":"host","IPAM":{"Driver":"default","Config":[]}},
-                {"Id":"b","Name":"bridge","IPAM":{"Config":[{"Subnet":"172.17.0.0/16","Gateway":"172.17.0.1"}]}},
-                {"Id":"c","Name":"v6","IPAM":{"Config":[{"Subnet":"fd00::/64"},{"Subnet":"172.16.4.0/24"}]}},
-                {"Id":"d","Name":"odd","IPAM":{"Config":null}},
-                {"Id":"e","Name":"bare"}]"#,
-        );
-        let networks: Vec<NetworkInfo> = decode(&listing).unwrap();
-        let subnets: Vec<String> = networks
-            .iter()
-            .flat_map(NetworkInfo::ipv4_subnets)
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(subnets, ["172.17.0.0/16", "172.16.4.0/24"]);
-    }
-
-    #[test]
-    fn the_default_pool_can_be_replaced() {
-        let pool: SubnetPool = "10.77.0.0/16:26".parse().unwrap();
-        let driver = DockerDriver::new("unix:///var/run/docker.sock").unwrap();
-        assert_eq!(driver.subnet_pool, SubnetPool::default());
-        assert_eq!(driver.with_subnet_pool(pool).subnet_pool, pool);
-    }
-
-    #[test]
-    fn statuses_are_classified() {
-        assert!(rejected(429).is_transient());
-        assert!(rejected(503).is_transient());
-        assert_eq!(
-            rejected(400).kind(),
-            &ComputeErrorKind::Permanent("DOCKER_REQUEST_REJECTED".into())
-        );
-        assert_eq!(rejected(400).status(), Some(400));
-    }
-
-    #[test]
-    fn malformed_answers_are_invalid_observations() {
-        let reply = Reply {
-            status: 200,
-            api_version: None,
-            body: b"{not json".to_vec(),
-        };
-        let e = decode::<Vec<ContainerInfo>>(&reply).err().expect("refused");
-        assert_eq!(e.class(), "decode");
-        assert_eq!(
-            e.kind(),
-            &ComputeErrorKind::Permanent("INVALID_DRIVER_OBSERVATION".into())
-        );
-    }
-
-    #[test]
-    fn filters_are_encoded() {
-        assert_eq!(
-            label_filter(&[("occ.namespace", "n-1")]),
-            "%7B%22label%22%3A%5B%22occ.namespace%3Dn-1%22%5D%7D"
-        );
-    }
-}
+mod tests;

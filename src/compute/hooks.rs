@@ -8,13 +8,12 @@
 //! a class and an HTTP status, never the hook's text or a launch value.
 
 use super::abortable::AbortableConnector;
-use super::{ComputeDriver, ComputeError};
+use super::error::ComputeError;
 use crate::cancel::CancelToken;
-use crate::installation::{self, HookDriver, HookEntry, Installation, Phase};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
 use std::time::Duration;
 use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::DefaultResolver;
@@ -31,7 +30,9 @@ const ANSWER_LIMIT: u64 = 64 * 1024;
 /// The longest launch value (H5).
 const LAUNCH_VALUE_MAX_CHARS: usize = 256;
 
-/// The configured hooks, each with its client, in H2 order.
+/// The configured hooks, each with its client, in H2 order. A driver is built with them
+/// (`LifecycleHooks::default()`: none, every phase passes with no launch values).
+#[derive(Default)]
 pub struct LifecycleHooks {
     hooks: Vec<Hook>,
 }
@@ -85,50 +86,58 @@ impl fmt::Debug for LaunchValues {
     }
 }
 
-/// Hands the Installation's hooks to the Compute Driver, once, at start-up (SPEC H2): none,
-/// nothing; a driver that runs no hooks is a start-up error naming the variable.
-pub fn attach(compute: &dyn ComputeDriver, installation: &Installation) -> Result<(), String> {
-    if installation.lifecycle_hooks.is_empty() {
-        return Ok(());
-    }
-    let hooks = LifecycleHooks::new(&installation.lifecycle_hooks)
-        .map_err(|e| format!("{}: {e}", installation::VARIABLE))?;
-    if compute.set_lifecycle_hooks(Arc::new(hooks)) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: lifecycleHooks: the {} Compute Driver ({}) runs no lifecycle hooks",
-            installation::VARIABLE,
-            compute.id(),
-            compute.implementation()
-        ))
+/// The Installation driver a hook belongs to; the order of the variants is H2's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookDriver {
+    Configuration,
+    Sandbox,
+    Iam,
+}
+
+impl HookDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookDriver::Configuration => "configuration",
+            HookDriver::Sandbox => "sandbox",
+            HookDriver::Iam => "iam",
+        }
     }
 }
 
-/// Where a driver keeps the hooks it accepted (`ComputeDriver::set_lifecycle_hooks`); empty,
-/// every phase passes with no launch values.
-#[derive(Debug, Default)]
-pub struct HookSlot(OnceLock<Arc<LifecycleHooks>>);
+/// The four points of Compute's work a hook may run at (SPEC H3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    AfterNamespacePrepared,
+    BeforeWorkloadStart,
+    BeforeWorkloadStop,
+    BeforeNamespaceDelete,
+}
 
-impl HookSlot {
-    /// Keeps `hooks`; a second call keeps the first.
-    pub fn set(&self, hooks: Arc<LifecycleHooks>) {
-        let _ = self.0.set(hooks);
-    }
-
-    /// `LifecycleHooks::run` of the kept hooks.
-    pub fn run(
-        &self,
-        phase: Phase,
-        subject: &HookSubject<'_>,
-        taken: &[&str],
-        cancel: &CancelToken,
-    ) -> Result<LaunchValues, ComputeError> {
-        match self.0.get() {
-            Some(hooks) => hooks.run(phase, subject, taken, cancel),
-            None => Ok(LaunchValues::default()),
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::AfterNamespacePrepared => "afterNamespacePrepared",
+            Phase::BeforeWorkloadStart => "beforeWorkloadStart",
+            Phase::BeforeWorkloadStop => "beforeWorkloadStop",
+            Phase::BeforeNamespaceDelete => "beforeNamespaceDelete",
         }
     }
+}
+
+/// One validated `lifecycleHooks` entry (SPEC H1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookEntry {
+    pub driver: HookDriver,
+    /// An `https://` URL.
+    pub url: String,
+    /// The PEM bundle the hook's certificate is verified against.
+    pub ca_file: PathBuf,
+    /// The certificates read from `ca_file` at start-up, in PEM.
+    pub ca_pem: Vec<u8>,
+    pub phases: Vec<Phase>,
+    pub timeout: Duration,
 }
 
 #[derive(Deserialize)]

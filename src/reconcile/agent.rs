@@ -285,7 +285,7 @@ impl Reconciler for AgentDelete {
         let driver = pass.ctx.compute.clone();
         // A Compute that provisions runtime credentials it cannot delete would leave them
         // behind: refused before any effect (SPEC Z11).
-        if driver.runtime_credentials() == RuntimeCredentials::ProvisionedOnly {
+        if driver.policy().runtime_credentials() == RuntimeCredentials::ProvisionedOnly {
             return Ok(Report::permanent("CREDENTIAL_DELETION_UNSUPPORTED"));
         }
         let spec = agent.spec(&pass.ctx.installation_id);
@@ -307,7 +307,8 @@ impl Reconciler for AgentDelete {
         };
         if has_policy {
             try_effect!(pass, "sandbox_policy", |c| driver
-                .remove_egress_policy(&spec, c));
+                .sandbox()
+                .map_or(Ok(()), |s| s.remove_egress_policy(&spec, c)));
         }
         let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
         let details =

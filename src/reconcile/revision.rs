@@ -314,6 +314,7 @@ impl RevisionReconciler {
         if !pass
             .ctx
             .compute
+            .policy()
             .accepts_harness(&revision.harness_id, &revision.harness_mode)
         {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
@@ -544,7 +545,7 @@ impl RevisionReconciler {
         // and wins, and a pass that died mid-preparation leaves LEASE_EXPIRED evidence, so such
         // a candidate still counts as prepared.
         if !(prepared || l.attempts > 0)
-            || (!driver.requires_stopped_predecessors(&spec)
+            || (!driver.policy().requires_stopped_predecessors(&spec)
                 && l.agent.active_revision_id.is_some())
         {
             return Ok(CandidateStop::Untouched);
@@ -703,6 +704,7 @@ impl RevisionReconciler {
         let spec = l.revision.spec(&pass.ctx.installation_id);
         let driver = pass.ctx.compute.clone();
         if driver
+            .policy()
             .validate_execution_admission(&spec, AdmissionUse::Stored)
             .is_ok()
         {
@@ -731,7 +733,7 @@ impl RevisionReconciler {
         spec: &RevisionSpec,
     ) -> Result<Option<Report>, PassError> {
         let driver = pass.ctx.compute.clone();
-        let Some(withdraw) = driver.rejected_execution_withdrawal(spec) else {
+        let Some(withdraw) = driver.policy().rejected_execution_withdrawal(spec) else {
             return Ok(None);
         };
         let current = {
@@ -831,7 +833,9 @@ impl RevisionReconciler {
         let successor = l.all.iter().find(|r| {
             r.revision > revision.revision
                 && r.owned_by(pass)
-                && driver.requires_stopped_predecessors(&r.spec(&pass.ctx.installation_id))
+                && driver
+                    .policy()
+                    .requires_stopped_predecessors(&r.spec(&pass.ctx.installation_id))
         });
         let newer_active = l
             .previous
@@ -921,7 +925,7 @@ impl RevisionReconciler {
     ) -> Result<Observed, PassError> {
         let driver = pass.ctx.compute.clone();
         let revision = &l.revision;
-        if !already_active && driver.requires_stopped_predecessors(spec) {
+        if !already_active && driver.policy().requires_stopped_predecessors(spec) {
             for earlier in l
                 .all
                 .iter()
@@ -979,7 +983,7 @@ impl RevisionReconciler {
         };
         let driver = ctx.compute.clone();
         let spec = l.revision.spec(&ctx.installation_id);
-        if !l.predecessor_stop_yielded || !driver.requires_stopped_predecessors(&spec) {
+        if !l.predecessor_stop_yielded || !driver.policy().requires_stopped_predecessors(&spec) {
             return Ok(report);
         }
         for earlier in l
@@ -1089,7 +1093,10 @@ impl RevisionReconciler {
         // SPEC Z1: decided again before every preparation; a refusal is the call's error. SPEC
         // E17: revoked sources are detached again first; an error fails the pass as a
         // preparation error does.
-        let prepared = match driver.validate_execution_admission(spec, AdmissionUse::Stored) {
+        let prepared = match driver
+            .policy()
+            .validate_execution_admission(spec, AdmissionUse::Stored)
+        {
             Ok(()) => match revision_sources::redetach(pass, spec, &l.sources)? {
                 Ok(()) => effect(pass, "prepare", |c| driver.prepare_revision(spec, c))?,
                 Err(e) => Err(e),
@@ -1167,7 +1174,10 @@ impl RevisionReconciler {
         let driver = pass.ctx.compute.clone();
         // SPEC Z1: decided again before activation; a refusal is the activation's error, and
         // a refused candidate is stopped before it is published (R9).
-        if let Err(e) = driver.validate_execution_admission(spec, AdmissionUse::Stored) {
+        if let Err(e) = driver
+            .policy()
+            .validate_execution_admission(spec, AdmissionUse::Stored)
+        {
             let report = activation_report(&e, pass).at("activate");
             return if !already_active && report.outcome == Outcome::Permanent {
                 self.refuse(pass, l, report, true)
@@ -1259,7 +1269,7 @@ fn activation_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
 /// any other work waits with `code`, under the convergence deadline. Nothing is stopped.
 fn active_path(pass: &Pass<'_>, code: &str) -> Report {
     let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
-    if maintenance && pass.ctx.compute.maintenance_interval().is_some() {
+    if maintenance && pass.ctx.compute.policy().maintenance_interval().is_some() {
         Report::permanent(code)
     } else {
         Report::pending(code, readiness_recheck(pass.age()))
@@ -1462,7 +1472,7 @@ impl Reconciler for RevisionReconciler {
         if let (true, true, Some(interval)) = (
             terminal,
             keeps_running,
-            pass.ctx.compute.maintenance_interval(),
+            pass.ctx.compute.policy().maintenance_interval(),
         ) {
             queue_next_maintenance(tx, pass, interval)?;
         }

@@ -157,7 +157,7 @@ pub fn redetach(
     sources: &[SourceState],
 ) -> Result<Result<(), ComputeError>, PassError> {
     let driver = pass.ctx.compute.clone();
-    if !driver.withdraws_credentials() {
+    if driver.credential_gateway().is_none() {
         return Ok(Ok(()));
     }
     let gateway = pass.ctx.credential_gateway.as_deref();
@@ -174,7 +174,10 @@ pub fn redetach(
         }
         let attachment = s.snapshot.attachment(s.harness);
         if let Err(e) = effect(pass, "withdraw_credential", |c| {
-            driver.withdraw_credential_source(spec, &attachment, true, c)
+            driver.credential_gateway().map_or_else(
+                || Err(crate::compute::credential_withdrawal_unsupported()),
+                |g| g.withdraw_credential_source(spec, &attachment, true, c),
+            )
         })? {
             return Ok(Err(e));
         }

@@ -9,8 +9,9 @@ use super::pass::{Pass, PassError};
 use super::report::{Facts, Outcome};
 use super::rows::load_agent;
 use super::steps::{audit, compute_report, denial_audit, deny, effect, Audit};
+use crate::compute::sandbox::EgressRule;
 use crate::iam::{self, Action, Request, Resource, ResourceKind};
-use crate::installation::{self, EgressRule};
+use crate::installation;
 use serde_json::{json, Value};
 
 /// This reconciler's reports carry its own facts.
@@ -118,7 +119,10 @@ impl Reconciler for SandboxPolicyReconciler {
         let driver = pass.ctx.compute.clone();
         let spec = agent.spec(&pass.ctx.installation_id);
         let applied = match effect(pass, "sandbox_policy", |c| {
-            driver.apply_egress_policy(&spec, generation, &facts.egress, c)
+            driver.sandbox().map_or_else(
+                || Err(crate::compute::sandbox::sandbox_driver_unavailable()),
+                |s| s.apply_egress_policy(&spec, generation, &facts.egress, c),
+            )
         })? {
             Ok(()) => Report::success("SANDBOX_POLICY_APPLIED"),
             Err(e) => compute_report(&e, pass).at("sandbox_policy"),

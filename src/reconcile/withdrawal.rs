@@ -209,7 +209,7 @@ fn reassign(
 fn series_due(decided: Outcome, resolved: Outcome, ctx: &Context) -> bool {
     decided == Outcome::Retry
         && resolved == Outcome::Permanent
-        && ctx.compute.maintenance_interval().is_none()
+        && ctx.compute.policy().maintenance_interval().is_none()
 }
 
 /// A report of this reconciler: withdrawal work has no convergence deadline (E8), and never
@@ -300,7 +300,10 @@ fn detach(
     let attachment = pending.snapshot.attachment(pending.harness);
     let driver = pass.ctx.compute.clone();
     let (code, revoked) = match effect(pass, "withdraw", |c| {
-        driver.withdraw_credential_source(spec, &attachment, false, c)
+        driver.credential_gateway().map_or_else(
+            || Err(crate::compute::credential_withdrawal_unsupported()),
+            |g| g.withdraw_credential_source(spec, &attachment, false, c),
+        )
     })? {
         Ok(CredentialDetach::Revoked | CredentialDetach::Absent) => (WITHDRAWN, true),
         Ok(CredentialDetach::Pending) => (PENDING, false),
@@ -373,7 +376,7 @@ impl CredentialWithdrawalReconciler {
         if !allowed.is_empty() {
             let refused = if !revision.owned_by(pass) {
                 Some(MISMATCH)
-            } else if !pass.ctx.compute.withdraws_credentials() {
+            } else if pass.ctx.compute.credential_gateway().is_none() {
                 Some(UNSUPPORTED)
             } else {
                 None
@@ -669,7 +672,7 @@ impl Event<'_> {
 /// cannot be queued is said as `worker.error WORKER_UNAVAILABLE` and the others still are. None
 /// under a Compute with a maintenance interval.
 pub fn recover_series(ctx: &Context, failed: &[FailedWork]) {
-    if ctx.compute.maintenance_interval().is_some() {
+    if ctx.compute.policy().maintenance_interval().is_some() {
         return;
     }
     for work in failed {

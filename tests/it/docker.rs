@@ -502,8 +502,8 @@ fn revision_deployment_is_refused_with_harness_binding_unsupported() {
     assert_eq!(permanent_code(&e), "HARNESS_BINDING_UNSUPPORTED");
     let e = driver.activate_revision(&rev, &cancel).unwrap_err();
     assert_eq!(permanent_code(&e), "HARNESS_BINDING_UNSUPPORTED");
-    assert!(!driver.requires_stopped_predecessors(&rev));
-    assert_eq!(driver.maintenance_interval(), None);
+    assert!(!driver.policy().requires_stopped_predecessors(&rev));
+    assert_eq!(driver.policy().maintenance_interval(), None);
     assert_eq!(proxy.requests(), Vec::<String>::new(), "no request");
 }
 
@@ -625,9 +625,9 @@ fn c2_two_raced_networks_of_one_namespace_are_reduced_to_the_reserved_one() {
 // so every withdrawal on it fails for good, with no request to the Engine.
 #[test]
 fn e5_docker_answers_credential_withdrawal_unsupported() {
-    use occ_worker::compute::CredentialAttachment;
+    use occ_worker::compute::{credential_withdrawal_unsupported, CredentialAttachment};
     let driver = DockerDriver::new(DOCKER_HOST).unwrap();
-    assert!(!driver.withdraws_credentials());
+    assert!(driver.credential_gateway().is_none());
     let source = CredentialAttachment {
         source_id: "gh-tool".into(),
         kind: "tool".into(),
@@ -635,12 +635,19 @@ fn e5_docker_answers_credential_withdrawal_unsupported() {
         backend_ref: "ns/github/token".into(),
     };
     for recheck in [false, true] {
+        // Without a gateway the worker answers as it does for every such driver.
         let e = driver
-            .withdraw_credential_source(
-                &revision(&namespace()),
-                &source,
-                recheck,
-                &CancelToken::unbounded(),
+            .credential_gateway()
+            .map_or_else(
+                || Err(credential_withdrawal_unsupported()),
+                |g| {
+                    g.withdraw_credential_source(
+                        &revision(&namespace()),
+                        &source,
+                        recheck,
+                        &CancelToken::unbounded(),
+                    )
+                },
             )
             .unwrap_err();
         assert_eq!(

@@ -68,8 +68,11 @@ fn rig(name: &str, drivers: &[&str], timeout_seconds: u64) -> Rig {
         .collect();
     let installation =
         Installation::parse(&installation_file(&entries), DriverKind::Kubernetes).unwrap();
-    let driver = driver_for(&fake, &dir);
-    hooks::attach(&driver, &installation).expect("the Kubernetes driver takes hooks");
+    let hooks = installation.lifecycle_hooks().expect("hook clients");
+    let driver = driver_for(&fake, &dir).with_lifecycle_hooks(hooks);
+    installation
+        .check_compute(&driver)
+        .expect("the Kubernetes driver runs hooks");
     Rig {
         fake,
         server,
@@ -253,7 +256,7 @@ fn h4_a_hook_signed_by_another_ca_is_unavailable() {
     };
     let e = hooks
         .run(
-            occ_worker::installation::Phase::BeforeWorkloadStart,
+            occ_worker::compute::hooks::Phase::BeforeWorkloadStart,
             &subject,
             &[],
             &r.cancel,
@@ -471,11 +474,13 @@ fn h2_hooks_under_a_compute_that_runs_none_stop_start_up() {
     let file = installation_file(&[server.entry("iam", &["beforeWorkloadStart"], 5)]);
     let installation = Installation::parse(&file, DriverKind::Kubernetes).unwrap();
     assert_eq!(
-        hooks::attach(&InertCompute, &installation).unwrap_err(),
+        installation.check_compute(&InertCompute).unwrap_err(),
         "OCC_INSTALLATION_CONFIG: lifecycleHooks: the inert Compute Driver (inert) runs no lifecycle hooks"
     );
     // None configured: nothing to attach, whatever the driver.
-    hooks::attach(&InertCompute, &Installation::default()).unwrap();
+    Installation::default()
+        .check_compute(&InertCompute)
+        .unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -798,7 +803,7 @@ fn the_reference_hook_answers_from_its_policy_file() {
         compute_driver_id: "docker",
     };
     let cancel = CancelToken::unbounded();
-    use occ_worker::installation::Phase;
+    use occ_worker::compute::hooks::Phase;
     assert!(hooks
         .run(Phase::AfterNamespacePrepared, &subject, &[], &cancel)
         .is_ok());

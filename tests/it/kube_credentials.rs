@@ -16,7 +16,7 @@ use occ_worker::compute::kubernetes::{
 };
 use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, CredentialAttachment,
-    CredentialDetach, NamespaceSpec, RevisionSpec,
+    CredentialDetach, CredentialGateway, NamespaceSpec, RevisionSpec,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;

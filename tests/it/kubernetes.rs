@@ -18,7 +18,8 @@ use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::compute::kubernetes::KubernetesDriver;
 use occ_worker::compute::{
-    AdmissionUse, AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec,
+    AdmissionUse, AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, DriverPolicy,
+    NamespaceSpec,
 };
 use postgres::Client as Sql;
 use serde_json::{json, Value};
@@ -1488,8 +1489,22 @@ fn r5_a_refused_pod_proxy_leaves_a_held_harness_pending() {
 // own deadline of a few seconds, far under the 30 s request timeout, so the pass comes back
 // pending instead of stalling; the next pass reads the held code and fails at once.
 #[test]
-fn r5_a_stalled_pod_proxy_read_ends_at_its_own_deadline_and_the_pass_stays_pending() {
+fn r5_a_stalled_pod_proxy_read_ends_within_the_request_timeout_and_the_pass_stays_pending() {
     let w = agent_world();
+    // The read has the budget of any other request (W2): a driver whose request timeout is
+    // 3 s gives up on the stalled Pod after 3 s.
+    let kubeconfig = w
+        .kube
+        .fake
+        .write_kubeconfig(&w.kube.dir.0, KubeconfigAuth::Token);
+    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
+    let client = Client::new(conn)
+        .expect("client")
+        .with_request_timeout(Duration::from_secs(3));
+    let driver = Arc::new(KubernetesDriver::new(
+        client,
+        Settings::parse(SETTINGS).expect("settings"),
+    ));
     w.kube.fake.inject(Inject {
         method: Some("GET"),
         path_prefix: format!("{CORE}/namespaces/{NS1}/pods/"),
@@ -1505,7 +1520,7 @@ fn r5_a_stalled_pod_proxy_read_ends_at_its_own_deadline_and_the_pass_stays_pendi
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     let started = Instant::now();
-    run_until(&w.db, w.kube.driver.clone(), quiet);
+    run_until(&w.db, driver, quiet);
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -1576,6 +1591,49 @@ fn c3_a_429_is_retried_within_the_call_after_retry_after() {
         .map(|r| r.status)
         .collect();
     assert_eq!(first, vec![429, 404]);
+}
+
+// W2, C3: one driver request has one budget, the configured request timeout: the rate
+// limiter's wait, the 429 retries and their `Retry-After` sleeps all spend it, and a retry that
+// does not fit is not sent. With an empty token bucket (qps 2, burst 1, its one token taken) and
+// an API server that keeps answering 429 with `Retry-After: 1`, a call under a 1 s timeout
+// returns the 429 within the timeout after one request, where each sleep used to be capped only
+// by a 30 s constant, three retries deep.
+#[test]
+fn c3_a_throttled_request_behind_an_empty_token_bucket_returns_within_the_request_timeout() {
+    use occ_worker::compute::kubernetes::client::error::KubeErrorKind;
+    let kube = Kube::start();
+    let timeout = Duration::from_secs(1);
+    let kubeconfig = kube
+        .fake
+        .write_kubeconfig(&kube.dir.0, KubeconfigAuth::Token);
+    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
+    let client = Client::new(conn)
+        .expect("client")
+        .with_request_timeout(timeout)
+        .with_rate_limit(2.0, 1);
+    let path = format!("{CORE}/namespaces/{NS1}");
+    // The bucket's one token goes to this read: the next request waits half a second for one.
+    client.get(&path, &cancel()).expect("a read");
+    kube.fake.clear_requests();
+    kube.fake.inject(Inject {
+        method: Some("GET"),
+        path_prefix: path.clone(),
+        times: 100,
+        action: Action::TooMany {
+            retry_after_secs: 1,
+        },
+    });
+    let started = Instant::now();
+    let e = client.get(&path, &cancel()).unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(e.kind(), &KubeErrorKind::TooManyRequests, "{e}");
+    assert!(
+        elapsed < timeout + Duration::from_secs(1),
+        "returned after {elapsed:?}"
+    );
+    let statuses: Vec<u16> = kube.fake.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![429], "no retry past the budget");
 }
 
 // W2: a request is bounded by the driver's request timeout, not by the lease: a namespace

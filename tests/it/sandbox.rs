@@ -7,10 +7,10 @@ use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::KubernetesDriver;
+use occ_worker::compute::sandbox::Sandbox;
 use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
 };
-use occ_worker::installation::Sandbox;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
@@ -136,8 +136,7 @@ fn sandboxed_driver(fake: &KubeFake, dir: &Path, facets: &[&str]) -> KubernetesD
         facets: facets.iter().map(|f| f.to_string()).collect(),
         runtime_class_name: facets.contains(&"runtime-class").then(|| "gvisor".into()),
     };
-    assert!(driver.set_sandbox(&sandbox));
-    driver
+    driver.with_sandbox(Some(sandbox))
 }
 
 fn namespace_spec(existing: Option<&str>) -> NamespaceSpec {

@@ -514,6 +514,19 @@ impl ComputeDriver for ScriptedDriver {
         self.record_for(id, "delete_agent_runtime_credentials", id, cancel)
     }
 
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+
+    /// Off (`credential_withdrawal`), no gateway: the worker answers
+    /// `CREDENTIAL_WITHDRAWAL_UNSUPPORTED` as it does for Docker.
+    fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
+        self.credential_withdrawal
+            .then_some(self as &dyn CredentialGateway)
+    }
+}
+
+impl DriverPolicy for ScriptedDriver {
     fn requires_stopped_predecessors(&self, _revision: &RevisionSpec) -> bool {
         self.exclusive
     }
@@ -541,10 +554,20 @@ impl ComputeDriver for ScriptedDriver {
         }
     }
 
-    fn withdraws_credentials(&self) -> bool {
-        self.credential_withdrawal
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        self.withdrawal.then(|| -> Withdrawal<'a> {
+            Box::new(move |cancel| {
+                let (agent, target) = (&revision.agent_id, &revision.revision_id);
+                self.record_for(agent, "withdraw_rejected_execution", target, cancel)
+            })
+        })
     }
+}
 
+impl CredentialGateway for ScriptedDriver {
     fn withdraw_credential_source(
         &self,
         revision: &RevisionSpec,
@@ -552,9 +575,6 @@ impl ComputeDriver for ScriptedDriver {
         recheck: bool,
         cancel: &CancelToken,
     ) -> Result<CredentialDetach, ComputeError> {
-        if !self.credential_withdrawal {
-            return Err(credential_withdrawal_unsupported());
-        }
         let key = format!("{}/{}", revision.revision_id, source.source_id);
         let target = if recheck {
             format!("{key}/recheck")
@@ -573,18 +593,6 @@ impl ComputeDriver for ScriptedDriver {
             .get_mut(&key)
             .and_then(|q| q.pop_front())
             .unwrap_or(CredentialDetach::Revoked))
-    }
-
-    fn rejected_execution_withdrawal<'a>(
-        &'a self,
-        revision: &'a RevisionSpec,
-    ) -> Option<Withdrawal<'a>> {
-        self.withdrawal.then(|| -> Withdrawal<'a> {
-            Box::new(move |cancel| {
-                let (agent, target) = (&revision.agent_id, &revision.revision_id);
-                self.record_for(agent, "withdraw_rejected_execution", target, cancel)
-            })
-        })
     }
 }
 

@@ -7,8 +7,8 @@
 
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::{
-    AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec,
+    AgentSpec, ComputeDriver, ComputeError, DriverPolicy, NamespaceObservation, NamespaceSpec,
+    PreflightWarning, RevisionObservation, RevisionSpec,
 };
 use occ_worker::db;
 use occ_worker::events::Events;
@@ -250,6 +250,12 @@ impl ComputeDriver for InertCompute {
     ) -> Result<(), ComputeError> {
         inert()
     }
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+}
+
+impl DriverPolicy for InertCompute {
     fn requires_stopped_predecessors(&self, _r: &RevisionSpec) -> bool {
         false
     }

@@ -6,8 +6,8 @@
 use crate::BenchError;
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::{
-    AgentSpec, ComputeDriver, ComputeError, NamespaceObservation, NamespaceSpec, PreflightWarning,
-    RevisionObservation, RevisionSpec,
+    AgentSpec, ComputeDriver, ComputeError, DriverPolicy, NamespaceObservation, NamespaceSpec,
+    PreflightWarning, RevisionObservation, RevisionSpec,
 };
 use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
@@ -245,6 +245,12 @@ impl ComputeDriver for Unused {
     ) -> Result<(), ComputeError> {
         unused()
     }
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+}
+
+impl DriverPolicy for Unused {
     fn requires_stopped_predecessors(&self, _r: &RevisionSpec) -> bool {
         false
     }

@@ -8,22 +8,27 @@
 //! heartbeat renews the claim; a lost claim shuts the socket down: `compute::abortable`), the
 //! response body limit, 429 back-off honouring `Retry-After`, and the mapping of `Status`
 //! bodies to a typed `KubeError` (`classify`) and of that to `ComputeError` (`into_compute`).
+//! Each call has one budget, the request timeout, counted from when it starts (`Budget`):
+//! the rate limiter's wait, an exec plugin's token refresh, the 401 and 429 retries and their
+//! `Retry-After` sleeps all spend it, and a retry that no longer fits is not sent.
 //! `get_raw` reads an answer that is not a Kubernetes object (a Pod's own endpoint through
-//! the API server's proxy) with its own, shorter deadline and body limit.
+//! the API server's proxy) within the same budget, with its own body limit.
 //! It must never outlive the claim, never follow a redirect, and never log or return the
 //! API's message text, a body or a token: errors and log lines carry the method, a path
 //! template, the HTTP status, the one-word Status reason and, for 422, the field name. The
 //! one body it returns is `get_raw`'s, to a caller that keeps a bounded code of it or nothing.
 
-use super::connection::{read_token, Auth, Connection, ConnectionError};
+pub mod error;
+
+use super::connection::{read_token, Auth, Connection};
+use super::connection_error::ConnectionError;
 use super::exec::{self, ExecConfig, ExecToken};
-use crate::cancel::{CancelToken, Cancelled};
+use crate::cancel::CancelToken;
 use crate::compute::abortable::AbortableConnector;
-use crate::compute::{ComputeError, RequestDiagnostic};
+use crate::compute::DEFAULT_REQUEST_TIMEOUT;
+use error::{transport_class, transport_error, KubeError, KubeErrorKind};
 use parking_lot::Mutex;
-use serde::Deserialize;
 use serde_json::Value;
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,16 +36,12 @@ use ureq::tls::{ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
 
-/// The upper bound of one request unless configured (`OCC_COMPUTE_REQUEST_TIMEOUT_MS`).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest response body read.
 pub const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// How long a token read from a file is used before it is read again.
 pub const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 /// How many times one request is retried after a 429.
 pub const MAX_THROTTLE_RETRIES: u32 = 3;
-/// The longest `Retry-After` honoured; a lost claim ends the wait sooner.
-const MAX_RETRY_AFTER: Duration = REQUEST_TIMEOUT;
 /// The client-side rate limit unless the driver file sets `qps` and `burst`.
 pub const DEFAULT_QPS: f64 = 20.0;
 pub const DEFAULT_BURST: u32 = 40;
@@ -84,18 +85,30 @@ impl RateLimiter {
     }
 
     /// Takes a token at `now` and returns how long the caller must wait before it sends.
+    #[cfg(test)]
     fn reserve(&self, now: Instant) -> Duration {
+        self.reserve_within(now, Duration::MAX)
+            .expect("every wait fits an unbounded budget")
+    }
+
+    /// Takes a token at `now` when the wait for it is shorter than `budget`, and returns that
+    /// wait; `None`, taking nothing, when it is not.
+    fn reserve_within(&self, now: Instant, budget: Duration) -> Option<Duration> {
         let mut state = self.state.lock();
         let (tokens, counted) = *state;
         let refilled = (tokens + now.saturating_duration_since(counted).as_secs_f64() * self.qps)
             .min(self.burst);
         let left = refilled - 1.0;
-        *state = (left, now.max(counted));
-        if left >= 0.0 {
+        let wait = if left >= 0.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(-left / self.qps)
+        };
+        if !wait.is_zero() && wait >= budget {
+            return None;
         }
+        *state = (left, now.max(counted));
+        Some(wait)
     }
 }
 
@@ -119,10 +132,15 @@ enum TokenSource {
 /// How long before its expiry an exec plugin's token is replaced.
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
-/// Runs the plugin again, keeping the last token when it fails (logged by command and class,
-/// never its output).
-fn rerun(config: &ExecConfig, base: &std::path::Path, cached: &mut Option<ExecToken>) {
-    match exec::run(config, base, exec::EXEC_TIMEOUT) {
+/// Runs the plugin again within `budget` (and `EXEC_TIMEOUT`), keeping the last token when it
+/// fails (logged by command and class, never its output).
+fn rerun(
+    config: &ExecConfig,
+    base: &std::path::Path,
+    cached: &mut Option<ExecToken>,
+    budget: Duration,
+) {
+    match exec::run(config, base, budget.min(exec::EXEC_TIMEOUT)) {
         Ok(token) => *cached = Some(token),
         Err(e) => log::warn!("kubernetes exec plugin: {e}; keeping the last token"),
     }
@@ -136,7 +154,8 @@ struct CachedToken {
 impl TokenSource {
     /// The token to send: a file's is re-read once `refresh_every` has passed; when that read
     /// fails the last good token is kept and the read is tried again after the same interval.
-    fn current(&self) -> Option<String> {
+    /// An exec plugin run for it is bounded by `budget`.
+    fn current(&self, budget: Duration) -> Option<String> {
         match self {
             TokenSource::None => None,
             TokenSource::Static(token) => Some(token.clone()),
@@ -162,15 +181,16 @@ impl TokenSource {
                         .is_some_and(|at| std::time::SystemTime::now() + EXEC_EXPIRY_MARGIN >= at)
                 });
                 if stale {
-                    rerun(config, base, &mut cached);
+                    rerun(config, base, &mut cached, budget);
                 }
                 cached.as_ref().map(|t| t.token.clone())
             }
         }
     }
 
-    /// Re-reads a token file now; `false` when the token does not come from a file.
-    fn refresh(&self) -> bool {
+    /// Re-reads a token file (or runs the exec plugin, within `budget`) now; `false` when the
+    /// token comes from neither.
+    fn refresh(&self, budget: Duration) -> bool {
         match self {
             TokenSource::File { path, cached, .. } => {
                 reload(path, &mut cached.lock());
@@ -181,7 +201,7 @@ impl TokenSource {
                 base,
                 cached,
             } => {
-                rerun(config, base, &mut cached.lock());
+                rerun(config, base, &mut cached.lock(), budget);
                 true
             }
             _ => false,
@@ -230,10 +250,29 @@ struct Request<'a> {
     body: Option<(Vec<u8>, &'static str)>,
     /// The media types asked for.
     accept: &'static str,
-    /// A bound shorter than the client's request timeout, if any.
-    timeout: Option<Duration>,
     /// The largest answer body read.
     limit: u64,
+}
+
+/// What is left of one call's request timeout (SPEC W2: a request is bounded by the request
+/// timeout, not the lease): its deadline is computed once, when the call starts, and every
+/// wait of the call, retries included, spends it.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    deadline: Instant,
+}
+
+impl Budget {
+    fn starting_now(timeout: Duration) -> Budget {
+        Budget {
+            deadline: Instant::now() + timeout,
+        }
+    }
+
+    /// What is left; zero once the deadline has passed.
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
 }
 
 /// One answer, body read in full (never logged).
@@ -311,14 +350,14 @@ impl Client {
                 connector,
                 NamingResolver(DefaultResolver::default()),
             ),
-            request_timeout: REQUEST_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             limiter: RateLimiter::new(DEFAULT_QPS, DEFAULT_BURST),
             token,
             requests: AtomicU64::new(0),
         })
     }
 
-    /// The same client, bounding each request by `timeout` instead of `REQUEST_TIMEOUT`.
+    /// The same client, bounding each call by `timeout` instead of `DEFAULT_REQUEST_TIMEOUT`.
     pub fn with_request_timeout(self, timeout: Duration) -> Client {
         Client {
             request_timeout: timeout,
@@ -458,21 +497,19 @@ impl Client {
 
     /// Reads a path whose answer is not a Kubernetes object (a Pod's own endpoint through the
     /// API server's proxy, `…/pods/{name}:{port}/proxy/{path}`): every status is an answer,
-    /// returned raw. One attempt, no 401 or 429 retry, bounded by `timeout` (or the request
-    /// timeout when that is shorter) so an unreachable Pod cannot hold a pass, and by `limit`
-    /// bytes of body (a longer one is `Decode`).
+    /// returned raw. One attempt, no 401 or 429 retry, within the call's budget like any other
+    /// request, and bounded by `limit` bytes of body (a longer one is `Decode`).
     pub fn get_raw(
         &self,
         path: &str,
-        timeout: Duration,
         limit: u64,
         cancel: &CancelToken,
     ) -> Result<RawReply, KubeError> {
         let mut request = Request::new(Method::Get, path);
         request.accept = "text/plain, */*";
-        request.timeout = Some(timeout);
         request.limit = limit;
-        let reply = self.send(&request, cancel)?;
+        let budget = Budget::starting_now(self.request_timeout);
+        let reply = self.send(&request, budget, cancel)?;
         Ok(RawReply {
             status: reply.status,
             body: reply.body,
@@ -480,15 +517,21 @@ impl Client {
     }
 
     /// Sends a request, retrying once after a 401 with a re-read token file and up to
-    /// `MAX_THROTTLE_RETRIES` times after a 429, sleeping `Retry-After` (default 1 s) within
-    /// the lease.
+    /// `MAX_THROTTLE_RETRIES` times after a 429, sleeping `Retry-After` (default 1 s), all
+    /// within one budget of the request timeout: a retry whose wait does not fit what is left
+    /// is not sent, and the call returns the answer it has (a 401 or a 429, as when the
+    /// retries run out).
     fn execute(&self, request: Request<'_>, cancel: &CancelToken) -> Result<Reply, KubeError> {
+        let budget = Budget::starting_now(self.request_timeout);
         let mut reauthenticated = false;
         let mut throttled = 0;
         loop {
-            let reply = self.send(&request, cancel)?;
+            let reply = self.send(&request, budget, cancel)?;
             match reply.status {
-                401 if !reauthenticated && self.token.refresh() => {
+                401 if !reauthenticated
+                    && !budget.left().is_zero()
+                    && self.token.refresh(budget.left()) =>
+                {
                     reauthenticated = true;
                     log::info!(
                         "kubernetes {} {}: 401, retrying with a re-read token",
@@ -497,11 +540,18 @@ impl Client {
                     );
                 }
                 429 if throttled < MAX_THROTTLE_RETRIES => {
-                    throttled += 1;
                     let wait = reply
                         .retry_after
-                        .map_or(Duration::from_secs(1), Duration::from_secs)
-                        .min(MAX_RETRY_AFTER);
+                        .map_or(Duration::from_secs(1), Duration::from_secs);
+                    if wait >= budget.left() {
+                        log::debug!(
+                            "kubernetes {} {}: 429, Retry-After past the request timeout",
+                            request.method.as_str(),
+                            path_template(request.path)
+                        );
+                        return Ok(reply);
+                    }
+                    throttled += 1;
                     log::debug!(
                         "kubernetes {} {}: 429, retry {throttled} in {} ms",
                         request.method.as_str(),
@@ -517,31 +567,43 @@ impl Client {
         }
     }
 
-    /// Sends one request: a cancellation point, bounded by the request timeout and
-    /// interrupted when `cancel` is (the token is current on this thread meanwhile). A
-    /// transport failure after which the token is cancelled is `Cancelled`.
-    fn send(&self, request: &Request<'_>, cancel: &CancelToken) -> Result<Reply, KubeError> {
+    /// Sends one request: a cancellation point, within what is left of `budget` (the rate
+    /// limiter's wait and a token refresh included) and interrupted when `cancel` is (the
+    /// token is current on this thread meanwhile). A budget spent before the request goes
+    /// out is a transport timeout, as one spent on the wire is. A transport failure after
+    /// which the token is cancelled is `Cancelled`.
+    fn send(
+        &self,
+        request: &Request<'_>,
+        budget: Budget,
+        cancel: &CancelToken,
+    ) -> Result<Reply, KubeError> {
         let (method, path) = (request.method, request.path);
         let cancelled = |c| KubeError::cancelled(method, path, c);
+        let timed_out = || KubeError::timed_out(method, path, &self.server);
         cancel.check().map_err(cancelled)?;
         // The client-side rate limit, like client-go's: a large fleet or a restart never floods
-        // a shared API server. A lost claim ends the wait.
-        let wait = self.limiter.reserve(Instant::now());
+        // a shared API server. A lost claim ends the wait; a wait past the budget is not taken.
+        let wait = self
+            .limiter
+            .reserve_within(Instant::now(), budget.left())
+            .ok_or_else(timed_out)?;
         if !wait.is_zero() {
             cancel.sleep(wait).map_err(cancelled)?;
         }
         let _current = cancel.enter();
         let started = std::time::Instant::now();
-        let timeout = request
-            .timeout
-            .map_or(self.request_timeout, |t| t.min(self.request_timeout));
         let limit = request.limit;
         let mut builder = ureq::http::Request::builder()
             .method(method.as_str())
             .uri(request.url(&self.server))
             .header("accept", request.accept);
-        if let Some(token) = self.token.current() {
+        if let Some(token) = self.token.current(budget.left()) {
             builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let timeout = budget.left();
+        if timeout.is_zero() {
+            return Err(timed_out());
         }
         let result = match &request.body {
             None => builder.body(()).map(|r| self.run(r, timeout, limit)),
@@ -616,7 +678,6 @@ impl<'a> Request<'a> {
             query: Vec::new(),
             body: None,
             accept: "application/json",
-            timeout: None,
             limit: BODY_LIMIT,
         }
     }
@@ -702,265 +763,6 @@ pub fn path_template(path: &str) -> String {
     out
 }
 
-/// The documented kinds of Kubernetes request errors.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KubeErrorKind {
-    /// 403 because a ResourceQuota of the namespace is used up: waits, never an RBAC denial.
-    QuotaExceeded,
-    /// 409 with reason `AlreadyExists`: a create found the object.
-    AlreadyExists,
-    /// 409 otherwise: a stale `resourceVersion` or a concurrent change.
-    Conflict,
-    /// 403 because the namespace is being deleted (a `NamespaceTerminating` cause).
-    NamespaceTerminating,
-    /// 403 otherwise: RBAC refused the request.
-    Forbidden,
-    /// 401, after one retry with a re-read token file.
-    Unauthorized,
-    /// 422 with the first cause's field, e.g. `spec.template.spec.containers[0].image`.
-    Invalid { field: Option<String> },
-    /// 400.
-    BadRequest,
-    /// 404 where absence is not an answer (create in a missing namespace, replace, patch).
-    NotFound,
-    /// 429 after `MAX_THROTTLE_RETRIES` retries.
-    TooManyRequests,
-    /// 5xx.
-    Unavailable,
-    /// No answer: connect, TLS, read or timeout failure.
-    Transport,
-    /// An answer that is not the JSON expected, or larger than `BODY_LIMIT`.
-    Decode,
-    /// The pass's token was cancelled before or during the request.
-    Cancelled(Cancelled),
-    /// Any other status.
-    Other,
-}
-
-impl KubeErrorKind {
-    fn as_str(&self) -> &'static str {
-        match self {
-            KubeErrorKind::AlreadyExists => "already exists",
-            KubeErrorKind::QuotaExceeded => "quota exceeded",
-            KubeErrorKind::Conflict => "conflict",
-            KubeErrorKind::NamespaceTerminating => "namespace terminating",
-            KubeErrorKind::Forbidden => "forbidden",
-            KubeErrorKind::Unauthorized => "unauthorized",
-            KubeErrorKind::Invalid { .. } => "invalid",
-            KubeErrorKind::BadRequest => "bad request",
-            KubeErrorKind::NotFound => "not found",
-            KubeErrorKind::TooManyRequests => "too many requests",
-            KubeErrorKind::Unavailable => "unavailable",
-            KubeErrorKind::Transport => "transport failure",
-            KubeErrorKind::Decode => "undecodable answer",
-            KubeErrorKind::Cancelled(_) => "cancelled",
-            KubeErrorKind::Other => "unexpected answer",
-        }
-    }
-}
-
-/// A Kubernetes request error: kind, HTTP status, Status reason, method and path template.
-/// It never carries the API's message text, so it is always safe to log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KubeError {
-    kind: KubeErrorKind,
-    status: Option<u16>,
-    reason: Option<String>,
-    method: &'static str,
-    path: String,
-    /// The API server's `scheme://host:port`, for a transport failure.
-    endpoint: Option<String>,
-}
-
-impl KubeError {
-    fn new(kind: KubeErrorKind, method: Method, path: &str) -> KubeError {
-        KubeError {
-            kind,
-            status: None,
-            reason: None,
-            method: method.as_str(),
-            path: path_template(path),
-            endpoint: None,
-        }
-    }
-
-    fn cancelled(method: Method, path: &str, cancelled: Cancelled) -> KubeError {
-        KubeError::new(KubeErrorKind::Cancelled(cancelled), method, path)
-    }
-
-    fn decode(method: Method, path: &str, status: Option<u16>) -> KubeError {
-        let mut error = KubeError::new(KubeErrorKind::Decode, method, path);
-        error.status = status;
-        log::debug!(
-            "kubernetes {} {}: undecodable answer",
-            method.as_str(),
-            error.path
-        );
-        error
-    }
-
-    fn from_reply(method: Method, path: &str, reply: &Reply) -> KubeError {
-        let mut error = KubeError::new(classify(reply.status, &reply.body), method, path);
-        error.status = Some(reply.status);
-        error.reason = parse_status(&reply.body).and_then(|s| s.reason.as_deref().map(bounded));
-        match &error.kind {
-            KubeErrorKind::Invalid { field } => log::debug!(
-                "kubernetes {} {}: status {} reason {:?} field {:?}",
-                error.method,
-                error.path,
-                reply.status,
-                error.reason,
-                field
-            ),
-            _ => log::debug!(
-                "kubernetes {} {}: status {} reason {:?}",
-                error.method,
-                error.path,
-                reply.status,
-                error.reason
-            ),
-        }
-        error
-    }
-
-    pub fn kind(&self) -> &KubeErrorKind {
-        &self.kind
-    }
-
-    pub fn status(&self) -> Option<u16> {
-        self.status
-    }
-
-    /// The Status reason, e.g. `AlreadyExists`, bounded to letters, digits and `_`.
-    pub fn reason(&self) -> Option<&str> {
-        self.reason.as_deref()
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        matches!(self.kind, KubeErrorKind::Cancelled(_))
-    }
-
-    /// The request diagnostic of a failed request (SPEC Z12): the HTTP verb.
-    pub fn diagnostic(&self) -> RequestDiagnostic {
-        RequestDiagnostic {
-            method: Some(self.method.to_string()),
-            ..RequestDiagnostic::default()
-        }
-    }
-
-    /// The default mapping to a driver error. `permanent_code` names permanent refusals that
-    /// have no code of their own (400 `BadRequest`); a forbidden request is a refusal on
-    /// permissions (`KUBERNETES_FORBIDDEN`, retried within the budget), an invalid one keeps
-    /// `KUBERNETES_INVALID_REQUEST`, a quota refusal waits, and a
-    /// 401 that outlived the token's re-read retries. Callers that treat `AlreadyExists`,
-    /// `NotFound` or `NamespaceTerminating` as answers handle them before mapping.
-    pub fn into_compute(self, permanent_code: &str) -> ComputeError {
-        const CLASS: &str = "kubernetes";
-        let status = self.status;
-        let error = match self.kind {
-            KubeErrorKind::Transport
-            | KubeErrorKind::Unavailable
-            | KubeErrorKind::TooManyRequests => ComputeError::transient(CLASS, status),
-            KubeErrorKind::AlreadyExists
-            | KubeErrorKind::Conflict
-            | KubeErrorKind::NamespaceTerminating
-            | KubeErrorKind::NotFound
-            | KubeErrorKind::Other => ComputeError::retryable(CLASS, status),
-            KubeErrorKind::Forbidden => ComputeError::denied("KUBERNETES_FORBIDDEN", CLASS, status),
-            KubeErrorKind::QuotaExceeded => {
-                ComputeError::pending("NAMESPACE_QUOTA_EXCEEDED", CLASS, status)
-            }
-            // Still refused after the token was read again: a credential being rotated or a
-            // binding being replaced, retried within the attempt budget.
-            KubeErrorKind::Unauthorized => {
-                ComputeError::retryable(CLASS, status).with_reason("Unauthorized")
-            }
-            KubeErrorKind::Invalid { .. } => {
-                ComputeError::permanent("KUBERNETES_INVALID_REQUEST", CLASS, status)
-            }
-            KubeErrorKind::BadRequest => ComputeError::permanent(permanent_code, CLASS, status),
-            KubeErrorKind::Decode => ComputeError::retryable("kubernetes_decode", status),
-            KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
-        };
-        let error = error.with_request(self.diagnostic());
-        let error = match &self.endpoint {
-            Some(endpoint) => error.with_endpoint(endpoint),
-            None => error,
-        };
-        match &self.reason {
-            Some(reason) => error.with_reason(reason),
-            None => error,
-        }
-    }
-}
-
-impl fmt::Display for KubeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kubernetes {} {}: ", self.method, self.path)?;
-        match &self.kind {
-            KubeErrorKind::Cancelled(c) => write!(f, "{c}")?,
-            KubeErrorKind::Invalid { field: Some(field) } => write!(f, "invalid field {field}")?,
-            kind => f.write_str(kind.as_str())?,
-        }
-        match (self.status, &self.reason, &self.endpoint) {
-            (Some(status), Some(reason), _) => write!(f, " (status {status}, reason {reason})"),
-            (Some(status), None, _) => write!(f, " (status {status})"),
-            (None, Some(reason), Some(endpoint)) => write!(f, " ({reason} at {endpoint})"),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl std::error::Error for KubeError {}
-
-/// A transport failure, naming the API server's address and why it could not be reached
-/// (`transport_cause`) so an operator can tell a refused port from a certificate or a name.
-fn transport_error(method: Method, path: &str, error: &ureq::Error, server: &str) -> KubeError {
-    let decode = matches!(
-        error,
-        ureq::Error::BodyExceedsLimit(_)
-            | ureq::Error::Protocol(_)
-            | ureq::Error::LargeResponseHeader(..)
-    );
-    let kind = if decode {
-        KubeErrorKind::Decode
-    } else {
-        KubeErrorKind::Transport
-    };
-    let mut e = KubeError::new(kind, method, path);
-    if !decode {
-        e.reason = Some(transport_cause(error).to_string());
-        e.endpoint = Some(endpoint_of(server));
-    }
-    e
-}
-
-/// Why a request could not reach the API server, as one word: `ConnectionRefused`,
-/// `ConnectionReset`, `DNSLookupFailed`, `TLSFailed`, `Timeout`, or `TransportFailed`.
-fn transport_cause(error: &ureq::Error) -> &'static str {
-    match error {
-        ureq::Error::Timeout(_) => "Timeout",
-        ureq::Error::HostNotFound => "DNSLookupFailed",
-        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "TLSFailed",
-        ureq::Error::Io(e) => match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
-            std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::ConnectionAborted
-            | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::UnexpectedEof => "ConnectionReset",
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "Timeout",
-            // rustls reports a refused certificate or handshake as invalid data.
-            std::io::ErrorKind::InvalidData
-                if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) =>
-            {
-                "TLSFailed"
-            }
-            _ => "TransportFailed",
-        },
-        _ => "TransportFailed",
-    }
-}
-
 /// ureq's resolver, its lookup failures reported as `HostNotFound` (a failed `getaddrinfo`
 /// otherwise comes back as an I/O error like any other), so `transport_cause` can name them.
 #[derive(Debug)]
@@ -995,116 +797,6 @@ fn endpoint_of(server: &str) -> String {
         }
         Err(_) => "the configured API server".to_string(),
     }
-}
-
-/// A short class of a transport failure for logs (no peer text).
-fn transport_class(error: &ureq::Error) -> &'static str {
-    match error {
-        ureq::Error::Timeout(_) => "timeout",
-        ureq::Error::Io(_) => "io error",
-        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "tls error",
-        ureq::Error::BodyExceedsLimit(_) => "body over limit",
-        ureq::Error::Protocol(_) | ureq::Error::LargeResponseHeader(..) => "protocol error",
-        _ => "transport error",
-    }
-}
-
-/// The structured parts of a `Status` body; its `message` is never read.
-#[derive(Deserialize)]
-struct StatusBody {
-    #[serde(default)]
-    reason: Option<String>,
-    /// Read only to tell a quota refusal from an authorization one (the API server says
-    /// `exceeded quota` in it and nowhere else); never logged, stored or returned.
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    details: Option<StatusDetails>,
-}
-
-#[derive(Deserialize)]
-struct StatusDetails {
-    #[serde(default)]
-    causes: Vec<StatusCause>,
-}
-
-#[derive(Deserialize)]
-struct StatusCause {
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    field: Option<String>,
-}
-
-fn parse_status(body: &[u8]) -> Option<StatusBody> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    if value.get("kind").and_then(Value::as_str) != Some("Status") {
-        return None;
-    }
-    serde_json::from_value(value).ok()
-}
-
-/// The kind of an error answer from its HTTP status and `Status` body (only the structured
-/// fields: reason, details.causes[].reason and .field).
-pub fn classify(status: u16, body: &[u8]) -> KubeErrorKind {
-    let parsed = parse_status(body);
-    let reason = parsed.as_ref().and_then(|s| s.reason.as_deref());
-    let causes = parsed
-        .as_ref()
-        .and_then(|s| s.details.as_ref())
-        .map(|d| d.causes.as_slice())
-        .unwrap_or_default();
-    match status {
-        400 => KubeErrorKind::BadRequest,
-        401 => KubeErrorKind::Unauthorized,
-        403 => {
-            let terminating = reason == Some("NamespaceTerminating")
-                || causes
-                    .iter()
-                    .any(|c| c.reason.as_deref() == Some("NamespaceTerminating"));
-            let quota = parsed
-                .as_ref()
-                .and_then(|s| s.message.as_deref())
-                .is_some_and(|m| m.contains("exceeded quota"));
-            if terminating {
-                KubeErrorKind::NamespaceTerminating
-            } else if quota {
-                KubeErrorKind::QuotaExceeded
-            } else {
-                KubeErrorKind::Forbidden
-            }
-        }
-        404 => KubeErrorKind::NotFound,
-        409 if reason == Some("AlreadyExists") => KubeErrorKind::AlreadyExists,
-        409 => KubeErrorKind::Conflict,
-        422 => KubeErrorKind::Invalid {
-            field: causes
-                .iter()
-                .find_map(|c| c.field.as_deref())
-                .map(bounded_field),
-        },
-        429 => KubeErrorKind::TooManyRequests,
-        500..=599 => KubeErrorKind::Unavailable,
-        _ => KubeErrorKind::Other,
-    }
-}
-
-/// A reason bounded to a code-like token.
-fn bounded(reason: &str) -> String {
-    reason
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .take(64)
-        .collect()
-}
-
-/// A field path bounded to path characters.
-fn bounded_field(field: &str) -> String {
-    field
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || "._-[]/".contains(*c))
-        .take(128)
-        .collect()
 }
 
 #[cfg(test)]

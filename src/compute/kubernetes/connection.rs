@@ -12,7 +12,8 @@
 //! key material in an error. Certificates and keys are ureq's types, parsed by its PEM reader
 //! (rustls-pki-types underneath), so the client hands them to rustls unconverted.
 
-use crate::config::{Unset, Variable};
+use super::connection_error::{ConnectionError, ConnectionErrorKind};
+use crate::variable::{Unset, Variable};
 use base64::Engine;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -104,52 +105,6 @@ impl fmt::Debug for Connection {
             .finish()
     }
 }
-
-/// The documented kinds of connection errors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnectionErrorKind {
-    /// Neither in-cluster variables nor a kubeconfig were found.
-    NotConfigured,
-    /// A file could not be read.
-    Io,
-    /// The kubeconfig is not YAML of the kubeconfig shape.
-    Malformed,
-    /// The named context, or the cluster or user it names, is missing or incomplete.
-    Missing,
-    /// The configuration asks for something occ-worker does not support.
-    Unsupported,
-    /// A certificate, key or token is unusable (bad base64 or PEM, empty).
-    Credential,
-}
-
-/// A connection error: one line naming the source and what is wrong, never a secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectionError {
-    kind: ConnectionErrorKind,
-    message: String,
-}
-
-impl ConnectionError {
-    pub(crate) fn new(kind: ConnectionErrorKind, message: impl Into<String>) -> ConnectionError {
-        let message: String = message.into();
-        ConnectionError {
-            kind,
-            message: message.split_whitespace().collect::<Vec<_>>().join(" "),
-        }
-    }
-
-    pub fn kind(&self) -> ConnectionErrorKind {
-        self.kind
-    }
-}
-
-impl fmt::Display for ConnectionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ConnectionError {}
 
 /// Finds the API server: in-cluster when `KUBERNETES_SERVICE_HOST` and
 /// `KUBERNETES_SERVICE_PORT` are set and `context` is `None`, else the kubeconfig. `lookup`
@@ -255,7 +210,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, ConnectionError> {
 }
 
 fn prefix(source: &str, error: ConnectionError) -> ConnectionError {
-    ConnectionError::new(error.kind, format!("{source}: {}", error.message))
+    ConnectionError::new(error.kind(), format!("{source}: {error}"))
 }
 
 #[derive(Deserialize)]
@@ -549,7 +504,7 @@ impl Source<'_> {
 
     fn read_relative(&self, what: &str, file: &str) -> Result<Vec<u8>, ConnectionError> {
         let path = self.base.join(file);
-        read_file(&path).map_err(|e| self.error(e.kind, format!("{what}: {}", e.message)))
+        read_file(&path).map_err(|e| self.error(e.kind(), format!("{what}: {e}")))
     }
 }
 

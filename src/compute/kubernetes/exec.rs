@@ -10,7 +10,7 @@
 //! logs, stores or returns the command's output or error text: errors name the command and
 //! what was wrong with its answer.
 
-use super::connection::{ConnectionError, ConnectionErrorKind};
+use super::connection_error::{ConnectionError, ConnectionErrorKind};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};

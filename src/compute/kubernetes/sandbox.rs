@@ -5,8 +5,8 @@
 
 use super::manifests::{self, agent_labels, stamp, POD_SECURITY};
 use super::names::{self, LABEL_AGENT};
+use crate::compute::sandbox::{EgressRule, Sandbox};
 use crate::compute::{AgentSpec, ComputeError};
-use crate::installation::{EgressRule, Sandbox};
 use serde_json::{json, Value};
 
 /// The code of a pinned facet the driver cannot enforce (SPEC S2, R9).

@@ -35,11 +35,12 @@
 //!   (`EXECUTION_ADMISSION_UNAVAILABLE`), and a running active one is stopped
 //!   (`EXECUTION_ADMISSION_WITHDRAWN`): removing a pair here withdraws its revisions.
 
+use crate::compute::cidr::canonical_cidr;
 use crate::compute::ExecutionAdmission;
-use crate::config::FileError;
+use crate::files::FileError;
 use serde::Deserialize;
 use std::fmt;
-use std::net::IpAddr;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -262,7 +263,7 @@ impl std::error::Error for SettingsError {}
 impl Settings {
     /// Reads and validates the settings file at `path` (at most `MAX_FILE_BYTES`).
     pub fn load(path: &Path) -> Result<Settings, SettingsError> {
-        let text = crate::config::read_file(path, MAX_FILE_BYTES).map_err(|e| {
+        let text = crate::files::read_file(path, MAX_FILE_BYTES).map_err(|e| {
             let kind = match e {
                 FileError::Io(_) => SettingsErrorKind::Io,
                 FileError::TooLarge(_) => SettingsErrorKind::TooLarge,
@@ -421,23 +422,6 @@ fn validate_cidrs(cidrs: &[String]) -> Result<Vec<String>, SettingsError> {
             })
         })
         .collect()
-}
-
-/// `address/prefix` as a NetworkPolicy `ipBlock` takes it, when it is a network: an IPv4 or
-/// IPv6 address, a prefix length within its size, and no host bits set.
-pub(crate) fn canonical_cidr(text: &str) -> Option<String> {
-    let (address, prefix) = text.split_once('/')?;
-    if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let prefix: u32 = prefix.parse().ok()?;
-    let address: IpAddr = address.parse().ok()?;
-    // Shifting the prefix out leaves the host bits; a full-length prefix has none.
-    let host_bits_clear = match address {
-        IpAddr::V4(v4) => prefix <= 32 && u32::from(v4).checked_shl(prefix).unwrap_or(0) == 0,
-        IpAddr::V6(v6) => prefix <= 128 && u128::from(v6).checked_shl(prefix).unwrap_or(0) == 0,
-    };
-    host_bits_clear.then(|| format!("{address}/{prefix}"))
 }
 
 fn validate_harnesses(harnesses: &[HarnessImage]) -> Result<(), SettingsError> {

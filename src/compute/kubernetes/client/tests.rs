@@ -1,7 +1,8 @@
 //! Unit tests of the request layer that need no API server.
 
+use super::error::*;
 use super::*;
-use crate::cancel::LossCause;
+use crate::cancel::{Cancelled, LossCause};
 use serde_json::json;
 
 fn status(reason: &str, causes: Value) -> Vec<u8> {
@@ -260,17 +261,29 @@ fn token_files_are_reread_after_the_interval_or_on_demand() {
         refresh_every: Duration::from_millis(50),
     };
     std::fs::write(&path, "second\n").unwrap();
-    assert_eq!(source.current().as_deref(), Some("first"));
+    assert_eq!(
+        source.current(Duration::from_secs(1)).as_deref(),
+        Some("first")
+    );
     std::thread::sleep(Duration::from_millis(60));
-    assert_eq!(source.current().as_deref(), Some("second"));
+    assert_eq!(
+        source.current(Duration::from_secs(1)).as_deref(),
+        Some("second")
+    );
     std::fs::write(&path, "third\n").unwrap();
-    assert!(source.refresh());
-    assert_eq!(source.current().as_deref(), Some("third"));
+    assert!(source.refresh(Duration::from_secs(1)));
+    assert_eq!(
+        source.current(Duration::from_secs(1)).as_deref(),
+        Some("third")
+    );
     // A failed re-read keeps the last good token.
     std::fs::remove_file(&path).unwrap();
-    assert!(source.refresh());
-    assert_eq!(source.current().as_deref(), Some("third"));
-    assert!(!TokenSource::Static("s".into()).refresh());
+    assert!(source.refresh(Duration::from_secs(1)));
+    assert_eq!(
+        source.current(Duration::from_secs(1)).as_deref(),
+        Some("third")
+    );
+    assert!(!TokenSource::Static("s".into()).refresh(Duration::from_secs(1)));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -290,7 +303,7 @@ fn clients_build_from_every_kind_of_credential() {
         .unwrap();
     assert_eq!(
         err.kind(),
-        super::super::connection::ConnectionErrorKind::Io
+        super::super::connection_error::ConnectionErrorKind::Io
     );
 }
 
@@ -325,4 +338,18 @@ fn the_rate_limiter_queues_concurrent_callers_in_order() {
     waits.sort();
     // No two callers share a slot: 0, 10, 20, … ms.
     assert_eq!(waits, (0..8).map(|i| i * 10).collect::<Vec<u128>>());
+}
+
+#[test]
+fn the_rate_limiter_takes_no_token_for_a_wait_past_the_budget() {
+    let limiter = RateLimiter::new(1.0, 1);
+    let now = Instant::now();
+    let short = Duration::from_millis(500);
+    assert_eq!(limiter.reserve_within(now, short), Some(Duration::ZERO));
+    assert_eq!(limiter.reserve_within(now, short), None);
+    // Nothing was taken: the next token is still one second away.
+    assert_eq!(
+        limiter.reserve_within(now, Duration::from_secs(2)),
+        Some(Duration::from_secs(1))
+    );
 }

@@ -1,0 +1,544 @@
+//! `ComputeDriver` and `DriverPolicy` for `KubernetesDriver` (SPEC C1, C3): each call of the
+//! contract as the flow in `driver`'s header describes it, and the driver's pure answers.
+
+use super::*;
+
+impl ComputeDriver for KubernetesDriver {
+    fn id(&self) -> &str {
+        "kubernetes"
+    }
+
+    fn implementation(&self) -> &str {
+        "kubernetes"
+    }
+
+    /// The API server answers `/version`, and a SelfSubjectAccessReview allows every verb
+    /// the driver uses; each denial is a warning `KUBERNETES_ACCESS_DENIED` naming it in the
+    /// code (`…_CREATE_DEPLOYMENTS`). Production refuses to start on any warning.
+    fn preflight(&self, cancel: &CancelToken) -> Result<Vec<PreflightWarning>, ComputeError> {
+        let version = self
+            .client
+            .get("/version", cancel)
+            .map_err(|e| fail(e, "version"))?;
+        if version
+            .as_ref()
+            .and_then(|v| v["gitVersion"].as_str())
+            .is_none()
+        {
+            return Err(ComputeError::permanent(
+                "KUBERNETES_VERSION_UNKNOWN",
+                "kubernetes",
+                None,
+            ));
+        }
+        let mut warnings = Vec::new();
+        for (verb, group, resource) in ACCESS {
+            let mut attributes = json!({"verb": verb, "group": group, "resource": resource});
+            if let Some((resource, subresource)) = resource.split_once('/') {
+                attributes["resource"] = json!(resource);
+                attributes["subresource"] = json!(subresource);
+            }
+            let review = json!({
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            });
+            let answer = self
+                .client
+                .post(
+                    &format!("{AUTHORIZATION}/selfsubjectaccessreviews"),
+                    &review,
+                    cancel,
+                )
+                .map_err(|e| fail(e, "selfsubjectaccessreviews"))?;
+            if answer["status"]["allowed"].as_bool() != Some(true) {
+                warnings.push(PreflightWarning {
+                    code: format!(
+                        "KUBERNETES_ACCESS_DENIED_{}_{}",
+                        verb.to_ascii_uppercase(),
+                        resource.to_ascii_uppercase().replace('/', "_")
+                    ),
+                });
+            }
+        }
+        self.check_runtime_class(cancel)?;
+        Ok(warnings)
+    }
+
+    fn ensure_namespace(
+        &self,
+        spec: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let name = self.namespace_name(spec);
+        let path = format!("{CORE}/namespaces/{name}");
+        let adopted = spec.existing_namespace.is_some();
+        let current = match self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "namespaces"))?
+        {
+            Some(current) => current,
+            None if adopted => {
+                return Err(ComputeError::permanent(
+                    "EXISTING_NAMESPACE_NOT_FOUND",
+                    "kubernetes",
+                    Some(404),
+                ))
+            }
+            None => self.create_absent(
+                &format!("{CORE}/namespaces"),
+                &manifests::namespace(spec, &name),
+                &spec.installation_id,
+                "namespaces",
+                cancel,
+            )?,
+        };
+        if observe::terminating(&current) {
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_TERMINATING"),
+            ));
+        }
+        let labels = &current["metadata"]["labels"];
+        let ours = labels[LABEL_NAMESPACE].as_str()
+            == Some(names::label_value(&spec.namespace_id).as_str());
+        if owned(&current, &spec.installation_id) && !ours {
+            // Another Namespace of this installation holds the name.
+            return Err(ComputeError::permanent(
+                "NAMESPACE_NAME_CONFLICT",
+                "kubernetes",
+                None,
+            ));
+        }
+        if !owned(&current, &spec.installation_id) {
+            if !adopted || labels.get(LABEL_INSTALLATION).is_some() {
+                return Err(ComputeError::permanent(
+                    "NAMESPACE_NAME_CONFLICT",
+                    "kubernetes",
+                    None,
+                ));
+            }
+            // Adoption adds the ownership labels, nothing else.
+            let patch = json!({"metadata": {"labels": manifests::adoption_labels(spec)}});
+            self.client
+                .merge_patch(&path, &patch, cancel)
+                .map_err(|e| fail(e, "namespaces"))?;
+        }
+        self.namespaces
+            .lock()
+            .insert(spec.namespace_id.clone(), name.clone());
+        self.converge(
+            &format!("{NETWORKING}/namespaces/{name}/networkpolicies"),
+            &manifests::default_deny(spec, &name, &self.settings.api_server_cidrs),
+            &spec.installation_id,
+            "networkpolicies",
+            cancel,
+        )?;
+        let binding = format!(
+            "{RBAC}/namespaces/{name}/rolebindings/{}",
+            self.settings.tenant_role_binding
+        );
+        if self
+            .client
+            .get(&binding, cancel)
+            .map_err(|e| fail(e, "rolebindings"))?
+            .is_none()
+        {
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_ROLEBINDING_PENDING"),
+            ));
+        }
+        // Otherwise ready: the hooks are the last word before it is reported so (SPEC H3).
+        self.hooks.run(
+            Phase::AfterNamespacePrepared,
+            &self.namespace_subject(spec),
+            &[],
+            cancel,
+        )?;
+        Ok(Self::namespace_observation(spec, None))
+    }
+
+    fn delete_namespace(
+        &self,
+        spec: &NamespaceSpec,
+        cancel: &CancelToken,
+    ) -> Result<NamespaceObservation, ComputeError> {
+        let name = self.namespace_name(spec);
+        let path = format!("{CORE}/namespaces/{name}");
+        // Nothing inside a namespace being emptied is known to exist any more.
+        self.forget_namespace(&name);
+        let Some(current) = self
+            .client
+            .get(&path, cancel)
+            .map_err(|e| fail(e, "namespaces"))?
+        else {
+            self.namespaces.lock().remove(&spec.namespace_id);
+            return Ok(Self::namespace_observation(spec, None));
+        };
+        if spec.existing_namespace.is_some() {
+            // An adopted namespace is never deleted: only what the driver made inside it, and
+            // then the ownership labels adoption added, so another Namespace (or a new one of
+            // the same name) can adopt it again.
+            let terminating = observe::terminating(&current);
+            if !terminating {
+                self.before_namespace_delete(spec, cancel)?;
+            }
+            if terminating || self.empty_adopted(spec, &name, cancel)? {
+                self.release_adopted(spec, &path, &current, cancel)?;
+                self.namespaces.lock().remove(&spec.namespace_id);
+                return Ok(Self::namespace_observation(spec, None));
+            }
+            return Ok(Self::namespace_observation(
+                spec,
+                Some("NAMESPACE_OBJECTS_REMOVAL_PENDING"),
+            ));
+        }
+        let ours = current["metadata"]["labels"][LABEL_NAMESPACE].as_str()
+            == Some(names::label_value(&spec.namespace_id).as_str());
+        if !owned(&current, &spec.installation_id) || !ours {
+            // Not ours: nothing of this Namespace is left to delete.
+            return Ok(Self::namespace_observation(spec, None));
+        }
+        if !observe::terminating(&current) {
+            self.before_namespace_delete(spec, cancel)?;
+            match self.client.delete(&path, Some("Background"), cancel) {
+                Ok(None) => return Ok(Self::namespace_observation(spec, None)),
+                Ok(Some(_)) => {}
+                // A second delete of a terminating namespace answers 409.
+                Err(e) if *e.kind() == KubeErrorKind::Conflict => {}
+                Err(e) => return Err(fail(e, "namespaces")),
+            }
+        }
+        Ok(Self::namespace_observation(
+            spec,
+            Some("NAMESPACE_TERMINATING"),
+        ))
+    }
+
+    /// The Agent's ServiceAccount (no automounted token), its Service (routing nothing until a
+    /// revision activates) and its NetworkPolicy (gateway to Harness) exist.
+    fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
+        self.ensure_exists(
+            &format!("{CORE}/namespaces/{namespace}/serviceaccounts"),
+            &manifests::service_account(agent, &namespace),
+            &agent.installation_id,
+            "serviceaccounts",
+            cancel,
+        )?;
+        self.ensure_exists(
+            &format!("{CORE}/namespaces/{namespace}/services"),
+            &manifests::service(agent, &namespace),
+            &agent.installation_id,
+            "services",
+            cancel,
+        )?;
+        self.ensure_exists(
+            &format!("{NETWORKING}/namespaces/{namespace}/networkpolicies"),
+            &manifests::agent_network_policy(agent, &namespace),
+            &agent.installation_id,
+            "networkpolicies",
+            cancel,
+        )
+    }
+
+    /// Dedicated: writes the revision's Harness Deployment and Service (and the Agent's Harness
+    /// claim), observes the Harness rollout, then points the Agent's gateway at it and observes
+    /// that rollout too; the Agent Service routes the gateway at activation (SPEC C3). Every
+    /// predecessor was stopped first (exclusive replacement), so the gateway served nothing.
+    /// Embedded: while the Agent's shared gateway runs another revision
+    /// the candidate is only validated (image, Secret references) and reported ready; the
+    /// gateway is replaced at activation, after the pointer commit, so a candidate that never
+    /// becomes ready cannot take the active revision's gateway down (SPEC C3: the Recreate
+    /// gateway is replaced and checked during activation).
+    fn prepare_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<RevisionObservation, ComputeError> {
+        let (namespace, desired) = self.desired_workload(revision, cancel)?;
+        if revision.harness_mode != "dedicated" {
+            let path = self.workload_path(revision, &namespace);
+            let gateway = self
+                .client
+                .get(&path, cancel)
+                .map_err(|e| fail(e, "deployments"))?;
+            if gateway.is_some_and(|g| !Self::runs(&g, revision)) {
+                return Ok(observation(revision, true));
+            }
+        } else {
+            let agent = manifests::agent_of(revision);
+            self.ensure_exists(
+                &format!("{CORE}/namespaces/{namespace}/persistentvolumeclaims"),
+                &manifests::harness_claim(&agent, &namespace, &self.settings),
+                &revision.installation_id,
+                "persistentvolumeclaims",
+                cancel,
+            )?;
+        }
+        let workload = self.run_workload(revision, &namespace, &desired, cancel)?;
+        if let Some(unready) = self.rolled_out(revision, &namespace, &workload, cancel)? {
+            return Ok(unready);
+        }
+        if revision.harness_mode == "dedicated" {
+            self.ensure_exists(
+                &format!("{CORE}/namespaces/{namespace}/services"),
+                &manifests::harness_service(revision, &namespace),
+                &revision.installation_id,
+                "services",
+                cancel,
+            )?;
+            let gateway = self.desired_gateway(revision, &namespace)?;
+            let gateway = self.run_workload(revision, &namespace, &gateway, cancel)?;
+            if let Some(unready) = self.rolled_out(revision, &namespace, &gateway, cancel)? {
+                return Ok(unready);
+            }
+        }
+        // A routed revision is ready only with a ready endpoint behind the Agent Service.
+        let endpoint = self.routed_and_ready(revision, &namespace, cancel)?;
+        Ok(observation(revision, endpoint != Some(false)))
+    }
+
+    fn deactivate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        self.route(revision, None, cancel)
+    }
+
+    /// Points the Agent Service at the revision. An embedded revision first takes the shared
+    /// gateway (Recreate) and is routed once that rollout completes; until then activation is
+    /// pending (`REVISION_ACTIVATION_PENDING`) and the next pass, the revision now
+    /// active, observes the gateway and activates again (R7).
+    fn activate_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        if revision.harness_mode != "dedicated" {
+            let (namespace, desired) = self.desired_workload(revision, cancel)?;
+            let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
+            match observe::rollout(&gateway) {
+                Rollout::Failed | Rollout::Progressing => {
+                    return Err(ComputeError::pending(
+                        "REVISION_ACTIVATION_PENDING",
+                        "kubernetes_gateway_rollout",
+                        None,
+                    )
+                    .with_reason("RolloutPending"))
+                }
+                Rollout::Complete => {}
+            }
+        }
+        self.route(revision, Some(&revision.revision_id), cancel)
+    }
+
+    /// Scales the Agent's gateway to zero while it serves the revision, then, for a dedicated
+    /// revision and only once the gateway's Pods are gone, the Harness Deployment: the Harness
+    /// (and its ReadWriteOnce claim) is released after nothing fronts it any more. Pending
+    /// (draining) until every Pod of the revision is gone.
+    fn stop_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        // No namespace, no runtime.
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
+        let before = BeforeStop::new(self, revision);
+        self.scale_down(
+            revision,
+            &Self::gateway_path(revision, &namespace),
+            &before,
+            cancel,
+        )?;
+        let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
+        if revision.harness_mode == "dedicated" {
+            let gateway_left = pods
+                .iter()
+                .any(|p| p["metadata"]["labels"][LABEL_COMPONENT] == manifests::COMPONENT_GATEWAY);
+            if gateway_left {
+                return Err(draining());
+            }
+            self.scale_down(
+                revision,
+                &self.workload_path(revision, &namespace),
+                &before,
+                cancel,
+            )?;
+        }
+        if pods.is_empty() {
+            Ok(())
+        } else {
+            Err(draining())
+        }
+    }
+
+    /// Deletes the revision's runtime: the Agent's gateway while it serves the revision, and a
+    /// dedicated revision's Harness Deployment and Service.
+    fn retire_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        // No namespace, no runtime.
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
+        let installation = &revision.installation_id;
+        let before = BeforeStop::new(self, revision);
+        self.delete_owned_if(
+            &Self::gateway_path(revision, &namespace),
+            installation,
+            "deployments",
+            |gateway| Self::runs(gateway, revision),
+            Some(&before),
+            cancel,
+        )?;
+        if revision.harness_mode == "dedicated" {
+            let name = names::revision_object_name(&revision.agent_id, revision.revision);
+            for (path, resource) in [
+                (self.workload_path(revision, &namespace), "deployments"),
+                (
+                    format!("{CORE}/namespaces/{namespace}/services/{name}"),
+                    "services",
+                ),
+            ] {
+                self.delete_owned_if(
+                    &path,
+                    installation,
+                    resource,
+                    |_| true,
+                    Some(&before),
+                    cancel,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the Agent's own objects: its ServiceAccount (its runtime identity), Service,
+    /// gateway, NetworkPolicy and Harness claim.
+    fn delete_agent_runtime_credentials(
+        &self,
+        agent: &AgentSpec,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        // No namespace, nothing of the Agent's left.
+        let Some(namespace) =
+            self.runtime_namespace(&agent.installation_id, &agent.namespace_id, cancel)?
+        else {
+            return Ok(());
+        };
+        let object = names::agent_object_name(&agent.agent_id);
+        for (path, resource) in [
+            (
+                format!(
+                    "{APPS}/namespaces/{namespace}/deployments/{}",
+                    manifests::gateway_name(&agent.agent_id)
+                ),
+                "deployments",
+            ),
+            (
+                format!("{CORE}/namespaces/{namespace}/services/{object}"),
+                "services",
+            ),
+            (
+                format!(
+                    "{CORE}/namespaces/{namespace}/persistentvolumeclaims/{}",
+                    manifests::harness_claim_name(&agent.agent_id)
+                ),
+                "persistentvolumeclaims",
+            ),
+            (
+                format!("{NETWORKING}/namespaces/{namespace}/networkpolicies/{object}"),
+                "networkpolicies",
+            ),
+            (
+                format!("{CORE}/namespaces/{namespace}/serviceaccounts/{object}"),
+                "serviceaccounts",
+            ),
+        ] {
+            self.delete_owned(&path, &agent.installation_id, resource, cancel)?;
+        }
+        Ok(())
+    }
+
+    fn policy(&self) -> &dyn DriverPolicy {
+        self
+    }
+
+    /// The egress NetworkPolicies of the built-in `kubernetes-sandbox` (SPEC S3): offered
+    /// whether or not the Installation selects it, since an Agent's policy is removed either
+    /// way; without a selection `apply_egress_policy` refuses `SANDBOX_DRIVER_UNAVAILABLE`.
+    fn sandbox(&self) -> Option<&dyn SandboxDriver> {
+        Some(self)
+    }
+
+    /// The built-in `kubernetes-secret-gateway` (SPEC §13, E6).
+    fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
+        Some(self)
+    }
+}
+
+impl DriverPolicy for KubernetesDriver {
+    /// A production worker runs dedicated Codex and embedded OpenClaw only.
+    fn accepts_harness(&self, harness_id: &str, mode: &str) -> bool {
+        !self.production || crate::compute::PRODUCTION_HARNESSES.contains(&(harness_id, mode))
+    }
+
+    /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
+    /// first (exclusive replacement).
+    fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
+        revision.harness_mode == "dedicated"
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        self.settings.maintenance_interval
+    }
+
+    /// The settings' `executionAdmissions` list the pairs this driver runs (SPEC Z1).
+    fn validate_execution_admission(
+        &self,
+        revision: &RevisionSpec,
+        _purpose: AdmissionUse,
+    ) -> Result<(), ComputeError> {
+        if self
+            .settings
+            .execution_admissions
+            .contains(&revision.execution_admission)
+        {
+            Ok(())
+        } else {
+            Err(execution_admission_unavailable())
+        }
+    }
+
+    /// A rejected active execution is withdrawn by stopping the revision: a stop still draining
+    /// is not withdrawn yet, so it counts as failed and the worker waits (SPEC Z1).
+    fn rejected_execution_withdrawal<'a>(
+        &'a self,
+        revision: &'a RevisionSpec,
+    ) -> Option<Withdrawal<'a>> {
+        Some(Box::new(move |cancel| self.stop_revision(revision, cancel)))
+    }
+
+    /// The Agent's ServiceAccount is its runtime credential; `delete_agent_runtime_credentials`
+    /// removes it (SPEC Z11).
+    fn runtime_credentials(&self) -> RuntimeCredentials {
+        RuntimeCredentials::ProvisionedAndDeleted
+    }
+
+    /// All four phases (SPEC H2, H3).
+    fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
+        Some(&self.hooks)
+    }
+}

@@ -1,0 +1,194 @@
+//! What a Compute Driver answers (SPEC C1, R5): Namespace and revision observations, runtime
+//! failures and plugin warnings, the codes they may carry and the checks that hold a driver's
+//! answer to their bounds before the worker believes it.
+//!
+//! Plain data and pure functions; it never talks to anything.
+
+use super::spec::RevisionSpec;
+use serde::Serialize;
+
+/// The class of a failure a driver observed in infrastructure it answered about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    Retryable,
+    Permanent,
+}
+
+/// A driver's answer to `ensure_namespace` (complete = ready) or `delete_namespace`
+/// (complete = gone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NamespaceObservation {
+    pub namespace_id: String,
+    pub complete: bool,
+    pub failure: Option<FailureClass>,
+    /// A bounded code naming what is still pending, e.g. `NETWORK_REMOVAL_PENDING`.
+    pub pending_reason: Option<String>,
+    /// The driver's description of a failure (`failure` set), for `worker.completed` only
+    /// (SPEC Z10): kept when non-empty, at most 256 characters and printable, else dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A plugin warning: an allowed code and an admitted plugin id, nothing else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PluginWarning {
+    pub code: String,
+    #[serde(rename = "pluginId")]
+    pub plugin_id: String,
+}
+
+/// Evidence of a runtime failure a driver observed: the
+/// runtime's own bounded code (`AUTHENTICATION_FAILED`, `MODEL_PROBE_TIMEOUT`, …) and where
+/// it was seen. The worker maps held codes to deployment failures (`held_runtime_failure`);
+/// any other code stays pending and is kept as evidence for the convergence deadline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RuntimeFailure {
+    /// The runtime's code, upper-case letters, digits and underscores.
+    pub code: String,
+    /// The container that reported it, when the driver knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// How many times the runtime restarted, when the driver knows.
+    #[serde(rename = "restartCount", skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<u32>,
+}
+
+impl RuntimeFailure {
+    pub fn new(code: &str) -> RuntimeFailure {
+        RuntimeFailure {
+            code: code.to_string(),
+            container: None,
+            restart_count: None,
+        }
+    }
+}
+
+/// A driver's answer to `prepare_revision` (SPEC R5).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RevisionObservation {
+    pub namespace_id: String,
+    pub agent_id: String,
+    pub revision_id: String,
+    pub ready: bool,
+    /// The driver's pending reason (`WORKLOAD_UNSCHEDULABLE`, …), mapped by
+    /// `revision_pending_code`; anything else is `REVISION_INCOMPLETE`.
+    pub pending_reason: Option<String>,
+    /// A runtime failure the driver observed; held ones end the deployment at once.
+    pub runtime_failure: Option<RuntimeFailure>,
+    pub warnings: Vec<PluginWarning>,
+}
+
+/// Driver pending reasons and the deployment codes they become (SPEC R5).
+pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
+    ("WORKLOAD_UNSCHEDULABLE", "REVISION_UNSCHEDULABLE"),
+    ("WORKLOAD_IMAGE_PULL_FAILED", "REVISION_IMAGE_PULL_FAILED"),
+    (
+        "NAMESPACE_POD_QUOTA_EXCEEDED",
+        "NAMESPACE_POD_QUOTA_EXCEEDED",
+    ),
+    ("WORKSPACE_NODE_PENDING", "WORKSPACE_NODE_PENDING"),
+    ("WORKSPACE_SETUP_RETRYING", "WORKSPACE_SETUP_RETRYING"),
+    (
+        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
+        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
+    ),
+    (
+        "REPOSITORY_GIT_ROUTE_PENDING",
+        "REPOSITORY_GIT_ROUTE_PENDING",
+    ),
+];
+
+/// Runtime failure codes that runtimes hold until an explicit restart, and the deployment
+/// failures they become. Unknown
+/// codes stay pending until the deadline.
+pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str)] = &[
+    ("AUTHENTICATION_FAILED", "RUNTIME_AUTHENTICATION_FAILED"),
+    ("MODEL_PROBE_CPU_STARVED", "RUNTIME_CPU_STARVED"),
+    ("MODEL_PROBE_TIMEOUT", "RUNTIME_MODEL_PROBE_TIMEOUT"),
+    ("MODEL_PROBE_FAILED", "RUNTIME_MODEL_PROBE_FAILED"),
+    ("LOGIN_FAILED", "RUNTIME_LOGIN_FAILED"),
+    ("UNAVAILABLE", "RUNTIME_STARTUP_FAILED"),
+    ("INCOMPATIBLE_RESPONSE", "RUNTIME_STARTUP_FAILED"),
+    ("WORKSPACE_SETUP_REFUSED", "WORKSPACE_SETUP_REFUSED"),
+    ("REPOSITORY_ROUTE_BLOCKED", "REPOSITORY_GIT_ROUTE_BLOCKED"),
+];
+
+/// The only plugin warning codes a driver may report.
+pub const PLUGIN_WARNING_CODES: &[&str] = &["PLUGIN_INSTALL_FAILED", "PLUGIN_AUTH_REQUIRED"];
+
+/// The deployment code of an unready observation's pending reason.
+pub fn revision_pending_code(reason: Option<&str>) -> &'static str {
+    reason
+        .and_then(|r| REVISION_PENDING_CODES.iter().find(|(k, _)| *k == r))
+        .map_or("REVISION_INCOMPLETE", |(_, code)| code)
+}
+
+/// The deployment failure of a held runtime failure, `None` for any other code.
+pub fn held_runtime_failure(failure: &RuntimeFailure) -> Option<&'static str> {
+    HELD_RUNTIME_FAILURE_CODES
+        .iter()
+        .find(|(k, _)| *k == failure.code)
+        .map(|(_, code)| *code)
+}
+
+/// A warning from preflight, logged at start-up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PreflightWarning {
+    pub code: String,
+}
+
+/// Checks a Namespace observation names the Namespace asked about.
+pub fn valid_namespace_observation(observation: &NamespaceObservation, namespace_id: &str) -> bool {
+    observation.namespace_id == namespace_id
+        && observation.pending_reason.as_deref().is_none_or(is_code)
+}
+
+/// Checks a revision observation names the exact revision and carries only bounded codes and
+/// warnings for admitted plugins (SPEC R5).
+pub fn valid_revision_observation(
+    observation: &RevisionObservation,
+    revision: &RevisionSpec,
+) -> bool {
+    observation.namespace_id == revision.namespace_id
+        && observation.agent_id == revision.agent_id
+        && observation.revision_id == revision.revision_id
+        && observation.pending_reason.as_deref().is_none_or(is_code)
+        && observation
+            .runtime_failure
+            .as_ref()
+            .is_none_or(|f| is_code(&f.code) && f.container.as_deref().is_none_or(is_name))
+        && valid_plugin_warnings(&observation.warnings, &revision.plugin_ids)
+}
+
+/// Plugin warnings: one of the seed's two codes, for an admitted plugin, at most one per
+/// plugin.
+fn valid_plugin_warnings(warnings: &[PluginWarning], plugin_ids: &[String]) -> bool {
+    let mut seen: Vec<&str> = Vec::new();
+    warnings.iter().all(|w| {
+        let fresh = !seen.contains(&w.plugin_id.as_str());
+        seen.push(&w.plugin_id);
+        fresh
+            && PLUGIN_WARNING_CODES.contains(&w.code.as_str())
+            && plugin_ids.iter().any(|id| id == &w.plugin_id)
+    })
+}
+
+/// A bounded object name: lower-case letters, digits, `-` and `.`, at most 253 characters.
+fn is_name(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 253
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+/// A reason code: upper-case letters, digits and underscores, at most 64 characters.
+pub fn is_code(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 64
+        && value.starts_with(|c: char| c.is_ascii_uppercase())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}

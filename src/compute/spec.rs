@@ -1,0 +1,235 @@
+//! What a reconciler tells a Compute Driver (SPEC C1): the specs of a Namespace, an Agent and
+//! an admitted revision, with the Secret, managed-account and credential-source references and
+//! the execution admission a revision carries.
+//!
+//! Plain data: a spec never holds a secret value, only references (SPEC Z4, M3), and this
+//! module never talks to anything.
+
+use serde::Serialize;
+
+/// What a driver needs to know about a Namespace.
+#[derive(Clone, Debug, Serialize)]
+pub struct NamespaceSpec {
+    pub installation_id: String,
+    pub namespace_id: String,
+    pub name: String,
+    /// The exact existing infrastructure namespace to adopt, if any.
+    pub existing_namespace: Option<String>,
+}
+
+/// What a driver needs to know about an admitted revision.
+#[derive(Clone, Debug, Serialize)]
+pub struct RevisionSpec {
+    pub installation_id: String,
+    pub namespace_id: String,
+    pub agent_id: String,
+    pub revision_id: String,
+    pub revision: i32,
+    pub service_principal_id: String,
+    pub harness_id: String,
+    pub harness_version: String,
+    pub harness_mode: String,
+    pub execution_mode: String,
+    pub document: serde_json::Value,
+    pub harness_auth: Option<serde_json::Value>,
+    pub secret_bindings: serde_json::Value,
+    /// Each Secret binding resolved to its Secret's metadata, by binding name; never a value.
+    /// A binding whose Secret no longer exists is absent (the worker refuses such a revision
+    /// with `SECRET_BINDING_UNAVAILABLE` before any Compute call that would use it).
+    pub secrets: Vec<SecretProjection>,
+    /// The Secret behind a `secret` harness auth, resolved the same way.
+    pub harness_secret: Option<SecretProjection>,
+    /// A `service_account` harness auth exactly as admitted (SPEC M3): no Secret projection;
+    /// the driver mounts the access token from its `secretRef` and the worker never reads it.
+    pub managed_account: Option<ManagedAccountAuth>,
+    /// The revision's backend (SPEC M1), when it has one.
+    pub backend_id: Option<String>,
+    pub plugin_ids: Vec<String>,
+    /// The execution admission stored with the revision (SPEC Z1), decided again every pass.
+    pub execution_admission: ExecutionAdmission,
+    /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
+    /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
+    pub sandbox_facets: Vec<String>,
+    /// The credential sources resolved for this pass (SPEC E19), in admission order, the
+    /// harness source first: each attached by reference to its Secret, never read. A withdrawn
+    /// tool source is left out; a revision whose harness source is withdrawn never gets here.
+    pub credential_sources: Vec<CredentialAttachment>,
+}
+
+/// Where a managed account's access token is: a Kubernetes Secret's name and data key in the
+/// Agent's namespace. Never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SecretRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// A managed account's credential; `access_token` is the one kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Credential {
+    AccessToken {
+        #[serde(rename = "secretRef")]
+        secret_ref: SecretRef,
+    },
+}
+
+impl Credential {
+    /// Where the credential's value is.
+    pub fn secret_ref(&self) -> &SecretRef {
+        match self {
+            Credential::AccessToken { secret_ref } => secret_ref,
+        }
+    }
+}
+
+/// A managed account's backend binding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendBinding {
+    pub backend_id: String,
+    pub driver_id: String,
+    pub workspace_id: String,
+    pub credential_issued: bool,
+}
+
+/// The admitted `service_account` harness auth `{method, source: {namespaceId, id},
+/// credential, backendBinding}` (SPEC §10). PostgreSQL enforces the shape; a legacy snapshot
+/// may lack the credential or the binding (`None`), which the worker refuses before Compute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ManagedAccountAuth {
+    #[serde(rename = "namespaceId")]
+    pub namespace_id: String,
+    /// The service account's id in its Namespace.
+    pub id: String,
+    pub credential: Option<Credential>,
+    #[serde(rename = "backendBinding")]
+    pub backend_binding: Option<BackendBinding>,
+}
+
+impl ManagedAccountAuth {
+    /// The managed account an admitted harness auth names, `None` for any other method.
+    pub fn from_harness_auth(auth: &serde_json::Value) -> Option<ManagedAccountAuth> {
+        if auth["method"].as_str() != Some("service_account") {
+            return None;
+        }
+        let field = |name: &str| auth.get(name).cloned().unwrap_or_default();
+        Some(ManagedAccountAuth {
+            namespace_id: auth["source"]["namespaceId"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            id: auth["source"]["id"].as_str().unwrap_or_default().into(),
+            credential: serde_json::from_value(field("credential")).ok(),
+            backend_binding: serde_json::from_value(field("backendBinding")).ok(),
+        })
+    }
+
+    /// The access token's Secret reference, when the snapshot holds an access-token credential.
+    pub fn access_token(&self) -> Option<&SecretRef> {
+        self.credential.as_ref().map(Credential::secret_ref)
+    }
+}
+
+/// A Secret binding resolved to the Secret's metadata: what a driver needs to reference the
+/// value (Kubernetes `secretKeyRef`) without the worker ever reading it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SecretProjection {
+    /// The binding name (an environment variable name for the runtime), or `harnessAuth`.
+    pub binding: String,
+    /// The Secret's id in its Namespace.
+    pub id: String,
+    /// The Secret's backend reference, `NAMESPACE/NAME/KEY`.
+    #[serde(rename = "backendRef")]
+    pub backend_ref: String,
+    /// The Secret Driver that owns the Secret (SPEC Z4).
+    #[serde(rename = "driverId", default, skip_serializing_if = "Option::is_none")]
+    pub driver_id: Option<String>,
+    /// The backend object's uid (SPEC Z4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl SecretProjection {
+    /// Whether the Secret counts for a pass whose Installation selects `driver` (SPEC Z4):
+    /// owned by that Secret Driver, with a backend reference naming a non-blank namespace,
+    /// name and key, and a non-blank uid.
+    pub fn resolvable_by(&self, driver: &str) -> bool {
+        let blank = |s: &str| s.trim().is_empty();
+        let parts: Vec<&str> = self.backend_ref.splitn(3, '/').collect();
+        self.driver_id.as_deref() == Some(driver)
+            && parts.len() == 3
+            && parts.iter().all(|p| !blank(p))
+            && self.uid.as_deref().is_some_and(|u| !blank(u))
+    }
+}
+
+/// What a driver needs to know about an Agent: its per-Agent objects (`bind_agent`) and its
+/// runtime credentials.
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentSpec {
+    pub installation_id: String,
+    pub namespace_id: String,
+    pub agent_id: String,
+    pub service_principal_id: String,
+}
+
+/// One credential source of a revision's snapshot (SPEC §13): a Kubernetes Secret reference
+/// `NAMESPACE/NAME/KEY` the Credential Gateway attaches to the runtime, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CredentialAttachment {
+    pub source_id: String,
+    /// `model_key` or `tool`.
+    pub kind: String,
+    /// Whether this is the revision's harness source (auth method `credential_source`).
+    pub harness: bool,
+    pub backend_ref: String,
+}
+
+impl CredentialAttachment {
+    /// The environment variable the runtime reads it from (SPEC §13): `OCC_HARNESS_API_KEY`
+    /// for the harness source, else `OCC_CREDENTIAL_<ID>` (upper-cased, `-` → `_`).
+    pub fn env_name(&self) -> String {
+        if self.harness {
+            "OCC_HARNESS_API_KEY".into()
+        } else {
+            credential_env_name(&self.source_id)
+        }
+    }
+}
+
+/// `OCC_CREDENTIAL_<ID>` of a tool source id (SPEC §13).
+pub fn credential_env_name(source_id: &str) -> String {
+    format!(
+        "OCC_CREDENTIAL_{}",
+        source_id.to_ascii_uppercase().replace(['-', '.'], "_")
+    )
+}
+
+/// A revision's execution admission `{version, mode}` (SPEC Z1): PostgreSQL holds the shape
+/// (a positive version, a mode `^[a-z][a-z_]{0,31}$`); whether a worker runs it is its
+/// Compute Driver's decision (`DriverPolicy::validate_execution_admission`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionAdmission {
+    pub version: u32,
+    pub mode: String,
+}
+
+impl ExecutionAdmission {
+    /// `{version: 5, mode: standard}`: what every revision is admitted with (Rust admits no
+    /// egress plan or Git, SPEC §17), and the one pair the worker's own check allows.
+    pub fn standard() -> ExecutionAdmission {
+        ExecutionAdmission {
+            version: 5,
+            mode: "standard".into(),
+        }
+    }
+
+    /// Whether a mode is within the stored shape, `^[a-z][a-z_]{0,31}$`.
+    pub fn valid_mode(mode: &str) -> bool {
+        mode.len() <= 32
+            && mode.starts_with(|c: char| c.is_ascii_lowercase())
+            && mode.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    }
+}
