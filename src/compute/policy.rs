@@ -6,7 +6,7 @@
 
 use super::error::ComputeError;
 use super::hooks::LifecycleHooks;
-use super::spec::{ExecutionAdmission, RevisionSpec};
+use super::spec::{ExecutionAdmission, HarnessMode, RevisionSpec};
 use crate::cancel::CancelToken;
 use std::time::Duration;
 
@@ -52,8 +52,10 @@ pub enum RuntimeCredentials {
 }
 
 /// The (harness id, mode) pairs a production worker runs.
-pub const PRODUCTION_HARNESSES: [(&str, &str); 2] =
-    [("codex", "dedicated"), ("openclaw", "embedded")];
+pub const PRODUCTION_HARNESSES: [(&str, HarnessMode); 2] = [
+    ("codex", HarnessMode::Dedicated),
+    ("openclaw", HarnessMode::Embedded),
+];
 
 /// A Compute Driver's pure answers: no call here makes a request (SPEC C1).
 pub trait DriverPolicy: Send + Sync {
@@ -61,7 +63,7 @@ pub trait DriverPolicy: Send + Sync {
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool;
     /// Whether this driver runs a harness id in a mode at all. A production Kubernetes worker
     /// runs dedicated `codex` and embedded `openclaw` only.
-    fn accepts_harness(&self, _harness_id: &str, _mode: &str) -> bool {
+    fn accepts_harness(&self, _harness_id: &str, _mode: HarnessMode) -> bool {
         true
     }
     /// The maintenance interval for active revisions, if the driver wants one (R11).

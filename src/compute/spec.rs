@@ -7,6 +7,33 @@
 
 use serde::Serialize;
 
+/// How a harness runs: its own Deployment per revision, or the Agent's shared gateway
+/// (`occ.agent_revisions.harness_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HarnessMode {
+    Dedicated,
+    Embedded,
+}
+
+impl HarnessMode {
+    /// Parses the stored text; `None` for any other value.
+    pub fn parse(text: &str) -> Option<HarnessMode> {
+        match text {
+            "dedicated" => Some(HarnessMode::Dedicated),
+            "embedded" => Some(HarnessMode::Embedded),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarnessMode::Dedicated => "dedicated",
+            HarnessMode::Embedded => "embedded",
+        }
+    }
+}
+
 /// What a driver needs to know about a Namespace.
 #[derive(Clone, Debug, Serialize)]
 pub struct NamespaceSpec {
@@ -28,7 +55,7 @@ pub struct RevisionSpec {
     pub service_principal_id: String,
     pub harness_id: String,
     pub harness_version: String,
-    pub harness_mode: String,
+    pub harness_mode: HarnessMode,
     pub execution_mode: String,
     pub document: serde_json::Value,
     pub harness_auth: Option<serde_json::Value>,

@@ -99,7 +99,7 @@ fn test_revision() -> RevisionSpec {
         service_principal_id: "sp".into(),
         harness_id: "codex".into(),
         harness_version: "1.0.0".into(),
-        harness_mode: "dedicated".into(),
+        harness_mode: HarnessMode::Dedicated,
         execution_mode: "dedicated".into(),
         document: serde_json::json!({}),
         harness_auth: None,

@@ -44,6 +44,7 @@ use super::steps::{
     audit, compute_report, denial_audit, deny, effect, readiness_recheck, stop_yield_recheck,
     try_effect, Audit,
 };
+use crate::compute::HarnessMode;
 use crate::compute::{
     held_runtime_failure, revision_pending_code, valid_revision_observation, AdmissionUse,
     BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
@@ -302,7 +303,7 @@ impl RevisionReconciler {
             let mut db = pass.db()?;
             db.query_opt(
                 HARNESS_APPROVED,
-                &[&revision.harness_id, &revision.harness_mode],
+                &[&revision.harness_id, &revision.harness_mode.as_str()],
             )?
             .map(|r| r.get(0))
         };
@@ -315,7 +316,7 @@ impl RevisionReconciler {
             .ctx
             .compute
             .policy()
-            .accepts_harness(&revision.harness_id, &revision.harness_mode)
+            .accepts_harness(&revision.harness_id, revision.harness_mode)
         {
             return Ok(Some(Report::permanent("HARNESS_DESCRIPTOR_MISMATCH")));
         }
@@ -1206,7 +1207,8 @@ impl RevisionReconciler {
                 return Ok(Report::success("REVISION_STOPPED"));
             }
             // Before the first pointer commit of a dedicated Agent its route serves nothing.
-            if agent.active_revision_id.is_none() && revision.harness_mode == "dedicated" {
+            if agent.active_revision_id.is_none() && revision.harness_mode == HarnessMode::Dedicated
+            {
                 try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }
             let expected = agent.active_revision_id.clone();

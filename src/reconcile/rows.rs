@@ -4,7 +4,7 @@
 
 use super::pass::{Pass, PassError};
 use crate::compute::{
-    AgentSpec, ExecutionAdmission, ManagedAccountAuth, RevisionSpec, SecretProjection,
+    AgentSpec, ExecutionAdmission, HarnessMode, ManagedAccountAuth, RevisionSpec, SecretProjection,
 };
 use crate::db::GenericClient;
 use serde_json::Value;
@@ -103,7 +103,7 @@ pub struct RevisionRow {
     pub document: Value,
     pub harness_id: String,
     pub harness_version: String,
-    pub harness_mode: String,
+    pub harness_mode: HarnessMode,
     pub execution_mode: String,
     pub compute_id: String,
     pub compute_implementation: String,
@@ -166,7 +166,7 @@ impl RevisionRow {
             service_principal_id: self.service_principal_id.clone(),
             harness_id: self.harness_id.clone(),
             harness_version: self.harness_version.clone(),
-            harness_mode: self.harness_mode.clone(),
+            harness_mode: self.harness_mode,
             execution_mode: self.execution_mode.clone(),
             document: self.document.clone(),
             harness_auth: self.harness_auth.clone(),
@@ -237,7 +237,12 @@ pub fn load_revisions(
                 document: r.get(8),
                 harness_id: r.get(9),
                 harness_version: r.get(10),
-                harness_mode: r.get(11),
+                harness_mode: HarnessMode::parse(r.get(11)).ok_or_else(|| {
+                    PassError::Db(crate::db::DbError::Corrupt(format!(
+                        "harness mode {:?}",
+                        r.get::<_, &str>(11)
+                    )))
+                })?,
                 execution_mode: r.get(12),
                 compute_id: r.get(13),
                 compute_implementation: r.get(14),

@@ -70,7 +70,7 @@ fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
         service_principal_id: "sp".into(),
         harness_id: "h".into(),
         harness_version: "1".into(),
-        harness_mode: "dedicated".into(),
+        harness_mode: occ_worker::compute::HarnessMode::Dedicated,
         execution_mode: "service".into(),
         document: serde_json::json!({}),
         harness_auth: None,

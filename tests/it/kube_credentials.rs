@@ -123,7 +123,7 @@ fn after_tool_withdrawal(r: &RevisionSpec) -> RevisionSpec {
 
 /// The revision's workload as the fake holds it.
 fn workload(w: &World, r: &RevisionSpec) -> Option<Value> {
-    let name = if r.harness_mode == "dedicated" {
+    let name = if r.harness_mode == occ_worker::compute::HarnessMode::Dedicated {
         names::revision_object_name(&r.agent_id, r.revision)
     } else {
         manifests::gateway_name(&r.agent_id)

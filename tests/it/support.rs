@@ -661,7 +661,7 @@ pub fn bare_revision(
         service_principal_id: "sp-1".into(),
         harness_id: harness_id.into(),
         harness_version: "1.0.0".into(),
-        harness_mode: mode.into(),
+        harness_mode: occ_worker::compute::HarnessMode::parse(mode).expect("a harness mode"),
         execution_mode: mode.into(),
         document: serde_json::json!({}),
         harness_auth: None,

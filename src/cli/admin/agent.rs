@@ -273,7 +273,8 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
     // A production installation runs dedicated Codex and embedded OpenClaw only
     //; its workers would fail any other pair.
     let production = std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
-    if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&(harness, mode)) {
+    let pair = (harness, a.mode.harness_mode());
+    if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&pair) {
         return Err(CliError::config(format!(
             "--harness {harness} --mode {mode} is refused in production \
                  (OCC_WORKER_MODE=production): production runs --harness codex --mode dedicated \

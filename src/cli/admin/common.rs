@@ -9,6 +9,7 @@ use super::super::refusal::{explained, refused, Inputs};
 use super::super::wait::WaitArg;
 use super::super::{CliError, Globals, Page};
 use clap::ValueEnum;
+use occ_worker::compute::HarnessMode;
 use occ_worker::operator;
 use postgres::types::ToSql;
 use serde_json::Value;
@@ -21,11 +22,16 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    /// The harness mode the flag names.
+    pub fn harness_mode(self) -> HarnessMode {
         match self {
-            Mode::Dedicated => "dedicated",
-            Mode::Embedded => "embedded",
+            Mode::Dedicated => HarnessMode::Dedicated,
+            Mode::Embedded => HarnessMode::Embedded,
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.harness_mode().as_str()
     }
 }
 

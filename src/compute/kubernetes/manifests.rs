@@ -14,6 +14,7 @@ use super::names::{
 use super::observe::HARNESS_CONTAINER;
 use super::settings::Settings;
 use crate::compute::hooks::LaunchValues;
+use crate::compute::HarnessMode;
 use crate::compute::{
     AgentSpec, ComputeError, CredentialAttachment, ManagedAccountAuth, NamespaceSpec, RevisionSpec,
     SecretProjection,
@@ -255,7 +256,7 @@ pub fn workload(
     settings: &Settings,
     progress_deadline_seconds: u64,
 ) -> Result<Value, ComputeError> {
-    let dedicated = revision.harness_mode == "dedicated";
+    let dedicated = revision.harness_mode == HarnessMode::Dedicated;
     let (name, component) = if dedicated {
         (
             names::revision_object_name(&revision.agent_id, revision.revision),

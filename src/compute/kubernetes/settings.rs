@@ -36,6 +36,7 @@
 //!   (`EXECUTION_ADMISSION_WITHDRAWN`): removing a pair here withdraws its revisions.
 
 use crate::compute::cidr::canonical_cidr;
+use crate::compute::spec::HarnessMode;
 use crate::compute::ExecutionAdmission;
 use crate::files::FileError;
 use serde::Deserialize;
@@ -103,23 +104,6 @@ pub struct HarnessClaim {
     pub storage_class_name: Option<String>,
     #[serde(default = "default_claim_size")]
     pub size: String,
-}
-
-/// How a harness runs: its own Deployment per revision, or the Agent's shared gateway.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HarnessMode {
-    Dedicated,
-    Embedded,
-}
-
-impl HarnessMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HarnessMode::Dedicated => "dedicated",
-            HarnessMode::Embedded => "embedded",
-        }
-    }
 }
 
 /// The image of one harness id, version and mode.
@@ -294,10 +278,10 @@ impl Settings {
     }
 
     /// The image configured for a harness id, version and mode (`dedicated` or `embedded`).
-    pub fn image_for(&self, id: &str, version: &str, mode: &str) -> Option<&str> {
+    pub fn image_for(&self, id: &str, version: &str, mode: HarnessMode) -> Option<&str> {
         self.harnesses
             .iter()
-            .find(|h| h.id == id && h.version == version && h.mode.as_str() == mode)
+            .find(|h| h.id == id && h.version == version && h.mode == mode)
             .map(|h| h.image.as_str())
     }
 }
@@ -610,13 +594,13 @@ mod tests {
     fn images_are_found_by_id_version_and_mode() {
         let s = Settings::parse(MINIMAL).unwrap();
         assert_eq!(
-            s.image_for("codex", "1.2.0", "dedicated"),
+            s.image_for("codex", "1.2.0", HarnessMode::Dedicated),
             Some("registry/codex:1.2.0")
         );
-        assert_eq!(s.image_for("codex", "1.2.0", "embedded"), None);
-        assert_eq!(s.image_for("codex", "1.2.1", "dedicated"), None);
+        assert_eq!(s.image_for("codex", "1.2.0", HarnessMode::Embedded), None);
+        assert_eq!(s.image_for("codex", "1.2.1", HarnessMode::Dedicated), None);
         assert_eq!(
-            s.image_for("openclaw", "1.0.0", "embedded"),
+            s.image_for("openclaw", "1.0.0", HarnessMode::Embedded),
             Some("registry/openclaw:1.0.0")
         );
     }

@@ -2,6 +2,7 @@
 //! contract as the flow in `driver`'s header describes it, and the driver's pure answers.
 
 use super::*;
+use crate::compute::HarnessMode;
 
 impl ComputeDriver for KubernetesDriver {
     fn id(&self) -> &str {
@@ -259,7 +260,7 @@ impl ComputeDriver for KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
         let (namespace, desired) = self.desired_workload(revision, cancel)?;
-        if revision.harness_mode != "dedicated" {
+        if revision.harness_mode != HarnessMode::Dedicated {
             let path = self.workload_path(revision, &namespace);
             let gateway = self
                 .client
@@ -282,7 +283,7 @@ impl ComputeDriver for KubernetesDriver {
         if let Some(unready) = self.rolled_out(revision, &namespace, &workload, cancel)? {
             return Ok(unready);
         }
-        if revision.harness_mode == "dedicated" {
+        if revision.harness_mode == HarnessMode::Dedicated {
             self.ensure_exists(
                 &format!("{CORE}/namespaces/{namespace}/services"),
                 &manifests::harness_service(revision, &namespace),
@@ -318,7 +319,7 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        if revision.harness_mode != "dedicated" {
+        if revision.harness_mode != HarnessMode::Dedicated {
             let (namespace, desired) = self.desired_workload(revision, cancel)?;
             let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
             match observe::rollout(&gateway) {
@@ -359,7 +360,7 @@ impl ComputeDriver for KubernetesDriver {
             cancel,
         )?;
         let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
-        if revision.harness_mode == "dedicated" {
+        if revision.harness_mode == HarnessMode::Dedicated {
             let gateway_left = pods
                 .iter()
                 .any(|p| p["metadata"]["labels"][LABEL_COMPONENT] == manifests::COMPONENT_GATEWAY);
@@ -403,7 +404,7 @@ impl ComputeDriver for KubernetesDriver {
             Some(&before),
             cancel,
         )?;
-        if revision.harness_mode == "dedicated" {
+        if revision.harness_mode == HarnessMode::Dedicated {
             let name = names::revision_object_name(&revision.agent_id, revision.revision);
             for (path, resource) in [
                 (self.workload_path(revision, &namespace), "deployments"),
@@ -491,14 +492,14 @@ impl ComputeDriver for KubernetesDriver {
 
 impl DriverPolicy for KubernetesDriver {
     /// A production worker runs dedicated Codex and embedded OpenClaw only.
-    fn accepts_harness(&self, harness_id: &str, mode: &str) -> bool {
+    fn accepts_harness(&self, harness_id: &str, mode: HarnessMode) -> bool {
         !self.production || crate::compute::PRODUCTION_HARNESSES.contains(&(harness_id, mode))
     }
 
     /// Dedicated harnesses share the Agent's ReadWriteOnce claim: every earlier runtime stops
     /// first (exclusive replacement).
     fn requires_stopped_predecessors(&self, revision: &RevisionSpec) -> bool {
-        revision.harness_mode == "dedicated"
+        revision.harness_mode == HarnessMode::Dedicated
     }
 
     fn maintenance_interval(&self) -> Option<Duration> {

@@ -5,6 +5,7 @@
 //! labels.
 
 use super::*;
+use crate::compute::HarnessMode;
 
 impl KubernetesDriver {
     pub(super) fn pods(
@@ -35,7 +36,7 @@ impl KubernetesDriver {
             .image_for(
                 &revision.harness_id,
                 &revision.harness_version,
-                &revision.harness_mode,
+                revision.harness_mode,
             )
             .ok_or_else(|| {
                 ComputeError::permanent("HARNESS_IMAGE_UNAVAILABLE", "kubernetes", None)
@@ -230,7 +231,7 @@ impl KubernetesDriver {
 
     /// The workload path of a revision and whether it is this revision's own.
     pub(super) fn workload_path(&self, revision: &RevisionSpec, namespace: &str) -> String {
-        let name = if revision.harness_mode == "dedicated" {
+        let name = if revision.harness_mode == HarnessMode::Dedicated {
             names::revision_object_name(&revision.agent_id, revision.revision)
         } else {
             manifests::gateway_name(&revision.agent_id)
@@ -266,7 +267,8 @@ impl KubernetesDriver {
             .client
             .get(path, cancel)
             .map_err(|e| fail(e, "deployments"))?;
-        Ok(workload.filter(|w| revision.harness_mode == "dedicated" || Self::runs(w, revision)))
+        Ok(workload
+            .filter(|w| revision.harness_mode == HarnessMode::Dedicated || Self::runs(w, revision)))
     }
 
     /// Why an unready workload waits: Pods first, then its ReplicaSets' quota failures.

@@ -21,7 +21,7 @@ fn revision() -> RevisionSpec {
         service_principal_id: "sp-1".into(),
         harness_id: "codex".into(),
         harness_version: "1.0.0".into(),
-        harness_mode: "dedicated".into(),
+        harness_mode: HarnessMode::Dedicated,
         execution_mode: "dedicated".into(),
         document: json!({"model": "gpt"}),
         harness_auth: Some(
