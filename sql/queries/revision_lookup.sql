@@ -1,5 +1,6 @@
 -- Facts a revision pass needs besides the rows themselves.
--- $1 work id, $2 the revision's reconcile key, $3 the readiness codes (SPEC Z3).
+-- $1 work id, $2 the revision's reconcile key, $3 the readiness codes, $4 the credential
+-- bootstrap's code (SPEC Z3).
 SELECT
     -- A yielded predecessor stop never touched the candidate (SPEC Z5).
     (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1
@@ -18,5 +19,5 @@ SELECT
         AND a.code = 'REFUSED_CANDIDATE_STOP_PENDING' ORDER BY a.id DESC LIMIT 1) AS waited_refusal,
     -- The newest readiness evidence of this work (SPEC Z3): transient failures, retries and
     -- lost claims say nothing about readiness, and a ready pass records none.
-    (SELECT a.code FROM occ.work_attempts a WHERE a.work_id = $1
-        AND a.code = ANY ($3::text[]) ORDER BY a.id DESC LIMIT 1) AS newest_readiness
+    coalesce((SELECT a.code = $4 FROM occ.work_attempts a WHERE a.work_id = $1
+        AND a.code = ANY ($3::text[]) ORDER BY a.id DESC LIMIT 1), false) AS bootstrap_last

@@ -75,73 +75,103 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 error_chain(&e)
             ))
         })?;
-    // One direct connection first: a missing database, a refused login or a closed port is
-    // reported at once with the address, instead of after the pool's connection timeout. It
-    // also checks the connection budget before the pool takes any of it.
+    let budget = check_connection_budget(globals, &config, &events)?;
+    let pool = open_pool(globals, &config, budget)?;
+    let installation_id = read_installation(&pool, &config)?;
+    let (compute, installation) = build_compute(&config)?;
+    let preflight_warnings = preflight(&config, &*compute, &events)?;
+    Ok(Started {
+        _watchdog: watchdog,
+        config,
+        pool,
+        installation_id,
+        compute,
+        events,
+        installation,
+        preflight_warnings,
+    })
+}
+
+/// One direct connection first: a missing database, a refused login or a closed port is
+/// reported at once with the address, instead of after the pool's connection timeout. It also
+/// checks the connection budget before the pool takes any of it.
+fn check_connection_budget(
+    globals: &Globals,
+    config: &Config,
+    events: &Events,
+) -> Result<ConnectionBudget, CliError> {
     let budget = ConnectionBudget::new(config.concurrency);
-    {
-        let mut direct = globals.connect_to(&config.database_url, config.db_timeout)?;
-        let limit = ServerLimit::read(&mut direct).map_err(|e| {
-            CliError::new(format!(
-                "cannot read the server's connection limit: {}",
-                error_chain(&e)
-            ))
-        })?;
-        budget::check(budget, limit)
-            .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
-        if budget.total() > limit.free() {
-            events.emit(
-                "worker.connection-budget-warning",
-                json!({
-                    "needed": budget.total(), "free": limit.free(), "inUse": limit.in_use,
-                    "maxConnections": limit.max_connections, "reserved": limit.reserved,
-                }),
-            );
-        }
+    let mut direct = globals.connect_to(&config.database_url, config.db_timeout)?;
+    let limit = ServerLimit::read(&mut direct).map_err(|e| {
+        CliError::new(format!(
+            "cannot read the server's connection limit: {}",
+            error_chain(&e)
+        ))
+    })?;
+    budget::check(budget, limit)
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    if budget.total() > limit.free() {
+        events.emit(
+            "worker.connection-budget-warning",
+            json!({
+                "needed": budget.total(), "free": limit.free(), "inUse": limit.in_use,
+                "maxConnections": limit.max_connections, "reserved": limit.reserved,
+            }),
+        );
     }
-    let pool = occ_worker::db::pool(&config.database_url, config.db_timeout, budget.pool_size())
-        .map_err(|e| {
-            let target = occ_worker::db::config(&config.database_url, config.db_timeout)
-                .map(|(c, _)| occ_worker::db::describe(&c))
-                .unwrap_or_default();
+    Ok(budget)
+}
+
+/// The worker's pool, or where the database could not be reached and after how long.
+fn open_pool(
+    globals: &Globals,
+    config: &Config,
+    budget: ConnectionBudget,
+) -> Result<occ_worker::db::Pool, CliError> {
+    occ_worker::db::pool(&config.database_url, config.db_timeout, budget.pool_size()).map_err(|e| {
+        let target = occ_worker::db::config(&config.database_url, config.db_timeout)
+            .map(|(c, _)| occ_worker::db::describe(&c))
+            .unwrap_or_default();
+        CliError::new(format!(
+            "database unreachable at {target} after {} ms ({}): {}",
+            config.db_timeout.as_millis(),
+            globals.database_url_source(),
+            error_chain(&e)
+        ))
+    })
+}
+
+/// The Installation's id, once its Secret Driver is this worker's (SPEC Z4).
+fn read_installation(pool: &occ_worker::db::Pool, config: &Config) -> Result<String, CliError> {
+    let mut client = pool
+        .get()
+        .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
+    let rows = client.query(INSTALLATION_READ, &[]).map_err(|e| {
+        if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
+            CliError::new("the database has no occ schema: run `occ-worker migrate` first")
+        } else {
             CliError::new(format!(
-                "database unreachable at {target} after {} ms ({}): {}",
-                config.db_timeout.as_millis(),
-                globals.database_url_source(),
-                error_chain(&e)
+                "cannot read the Installation: {}",
+                super::admin::db_message(&e)
             ))
-        })?;
-    let installation_id = {
-        let mut client = pool
-            .get()
-            .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
-        let rows = client.query(INSTALLATION_READ, &[]).map_err(|e| {
-            if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
-                CliError::new("the database has no occ schema: run `occ-worker migrate` first")
-            } else {
-                CliError::new(format!(
-                    "cannot read the Installation: {}",
-                    super::admin::db_message(&e)
-                ))
-            }
-        })?;
-        match rows.first() {
-            Some(row) => {
-                // SPEC Z4: the Installation's Secret Driver must be this worker's.
-                let selected: Option<String> = row.get(1);
-                SecretDriver::reference(&config.secret_driver)
-                    .check_selected(selected.as_deref())
-                    .map_err(|e| CliError::config(e.to_string()))?;
-                row.get::<_, String>(0)
-            }
-            None => {
-                return Err(CliError::new(
-                    "no Installation: run `occ-worker bootstrap --installation ID --admin IDENTITY` first",
-                ))
-            }
         }
+    })?;
+    let Some(row) = rows.first() else {
+        return Err(CliError::new(
+            "no Installation: run `occ-worker bootstrap --installation ID --admin IDENTITY` first",
+        ));
     };
-    // The driver's own settings first, each failure one line naming its variable.
+    let selected: Option<String> = row.get(1);
+    SecretDriver::reference(&config.secret_driver)
+        .check_selected(selected.as_deref())
+        .map_err(|e| CliError::config(e.to_string()))?;
+    Ok(row.get::<_, String>(0))
+}
+
+/// The Compute Driver built whole: its own settings first, each failure one line naming its
+/// variable, then the Installation's hooks (SPEC H1, H2) and the Sandbox Driver it enforces
+/// (SPEC S1), checked against the Installation.
+fn build_compute(config: &Config) -> Result<(Arc<dyn ComputeDriver>, Installation), CliError> {
     let driver = match config.compute_driver {
         DriverKind::Docker => Driver::Docker(
             DockerDriver::new(&config.docker_host)
@@ -149,10 +179,8 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
                 .with_subnet_pool(config.docker_subnet_pool)
                 .with_request_timeout(config.compute_request_timeout),
         ),
-        DriverKind::Kubernetes => Driver::Kubernetes(Box::new(kubernetes_driver(&config)?)),
+        DriverKind::Kubernetes => Driver::Kubernetes(Box::new(kubernetes_driver(config)?)),
     };
-    // The Installation's other drivers, before preflight: Compute is built with the hooks
-    // (SPEC H1, H2) and the Sandbox Driver it enforces, which preflight then checks (SPEC S1).
     let installation = match &config.installation_config {
         Some(path) => Installation::load(path, config.compute_driver).map_err(|e| {
             CliError::config_lines(
@@ -174,7 +202,18 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         ),
     };
     installation.check_compute(&*compute).map_err(invalid)?;
-    // The Compute Driver's preflight runs before anything is claimed; warnings are logged.
+    Ok((compute, installation))
+}
+
+/// The Compute Driver's preflight, before anything is claimed. W8: its warnings are logged and
+/// the worker starts, in production too (a verb denied now may be granted a moment later, and
+/// the passes that need it retry within their budget); `check` fails on any warning, so an
+/// operator's gate still stops a bad install.
+fn preflight(
+    config: &Config,
+    compute: &dyn ComputeDriver,
+    events: &Events,
+) -> Result<Vec<String>, CliError> {
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
         let target = match config.compute_driver {
             DriverKind::Docker => format!(" (Docker Engine at DOCKER_HOST={})", config.docker_host),
@@ -182,26 +221,14 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         };
         CliError::new(format!("compute preflight failed{target}: {e}"))
     })?;
-    // W8: preflight warnings are logged and the worker starts, in production too (a verb
-    // denied now may be granted a moment later, and the passes that need it retry within their
-    // budget); `check` fails on any warning, so an operator's gate still stops a bad install.
-    let preflight_warnings: Vec<String> = warnings.into_iter().map(|w| w.code).collect();
-    for code in &preflight_warnings {
+    let codes: Vec<String> = warnings.into_iter().map(|w| w.code).collect();
+    for code in &codes {
         events.emit(
             "compute.preflight-warning",
             json!({"computeDriverId": compute.id(), "code": code}),
         );
     }
-    Ok(Started {
-        _watchdog: watchdog,
-        config,
-        pool,
-        installation_id,
-        compute,
-        events,
-        installation,
-        preflight_warnings,
-    })
+    Ok(codes)
 }
 
 /// A Compute Driver whose own settings are read, before the Installation's selections it is

@@ -89,47 +89,84 @@ pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
     ),
     ("WORKSPACE_NODE_PENDING", "WORKSPACE_NODE_PENDING"),
     ("WORKSPACE_SETUP_RETRYING", "WORKSPACE_SETUP_RETRYING"),
-    (
-        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
-        "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING",
-    ),
+    (BOOTSTRAP_PENDING, BOOTSTRAP_PENDING),
     (
         "REPOSITORY_GIT_ROUTE_PENDING",
         "REPOSITORY_GIT_ROUTE_PENDING",
     ),
 ];
 
-/// Runtime failure codes that runtimes hold until an explicit restart, and the deployment
-/// failures they become. Unknown
+/// Runtime failure codes that runtimes hold until an explicit restart, the deployment failures
+/// they become, and whether the failure is kept as the work's evidence. Unknown
 /// codes stay pending until the deadline.
-pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str)] = &[
-    ("AUTHENTICATION_FAILED", "RUNTIME_AUTHENTICATION_FAILED"),
-    ("MODEL_PROBE_CPU_STARVED", "RUNTIME_CPU_STARVED"),
-    ("MODEL_PROBE_TIMEOUT", "RUNTIME_MODEL_PROBE_TIMEOUT"),
-    ("MODEL_PROBE_FAILED", "RUNTIME_MODEL_PROBE_FAILED"),
-    ("LOGIN_FAILED", "RUNTIME_LOGIN_FAILED"),
-    ("UNAVAILABLE", "RUNTIME_STARTUP_FAILED"),
-    ("INCOMPATIBLE_RESPONSE", "RUNTIME_STARTUP_FAILED"),
-    ("WORKSPACE_SETUP_REFUSED", "WORKSPACE_SETUP_REFUSED"),
-    ("REPOSITORY_ROUTE_BLOCKED", "REPOSITORY_GIT_ROUTE_BLOCKED"),
+pub const HELD_RUNTIME_FAILURE_CODES: &[(&str, &str, bool)] = &[
+    (
+        "AUTHENTICATION_FAILED",
+        "RUNTIME_AUTHENTICATION_FAILED",
+        false,
+    ),
+    ("MODEL_PROBE_CPU_STARVED", "RUNTIME_CPU_STARVED", false),
+    ("MODEL_PROBE_TIMEOUT", "RUNTIME_MODEL_PROBE_TIMEOUT", false),
+    ("MODEL_PROBE_FAILED", "RUNTIME_MODEL_PROBE_FAILED", true),
+    ("LOGIN_FAILED", "RUNTIME_LOGIN_FAILED", false),
+    ("UNAVAILABLE", "RUNTIME_STARTUP_FAILED", false),
+    ("INCOMPATIBLE_RESPONSE", "RUNTIME_STARTUP_FAILED", false),
+    ("WORKSPACE_SETUP_REFUSED", "WORKSPACE_SETUP_REFUSED", false),
+    (
+        "REPOSITORY_ROUTE_BLOCKED",
+        "REPOSITORY_GIT_ROUTE_BLOCKED",
+        false,
+    ),
 ];
 
 /// The only plugin warning codes a driver may report.
 pub const PLUGIN_WARNING_CODES: &[&str] = &["PLUGIN_INSTALL_FAILED", "PLUGIN_AUTH_REQUIRED"];
 
+/// The pending reason of a harness whose credentials are still being bootstrapped (SPEC Z3):
+/// at the convergence deadline its candidate is stopped before the failure is published.
+pub const BOOTSTRAP_PENDING: &str = "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING";
+
 /// The deployment code of an unready observation's pending reason.
 pub fn revision_pending_code(reason: Option<&str>) -> &'static str {
-    reason
-        .and_then(|r| REVISION_PENDING_CODES.iter().find(|(k, _)| *k == r))
-        .map_or("REVISION_INCOMPLETE", |(_, code)| code)
+    revision_pending(reason).code
+}
+
+/// What an unready observation's pending reason means for the deployment (SPEC R5, Z3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RevisionPending {
+    pub code: &'static str,
+    /// The harness's credential bootstrap (`BOOTSTRAP_PENDING`).
+    pub bootstrap: bool,
+}
+
+/// The deployment meaning of an unready observation's pending reason.
+pub fn revision_pending(reason: Option<&str>) -> RevisionPending {
+    RevisionPending {
+        code: reason
+            .and_then(|r| REVISION_PENDING_CODES.iter().find(|(k, _)| *k == r))
+            .map_or("REVISION_INCOMPLETE", |(_, code)| code),
+        bootstrap: reason == Some(BOOTSTRAP_PENDING),
+    }
+}
+
+/// A held runtime failure's deployment failure (R5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldFailure {
+    /// The deployment failure's code.
+    pub code: &'static str,
+    /// The failure is kept as the work's result evidence (a failed model probe).
+    pub keeps_evidence: bool,
 }
 
 /// The deployment failure of a held runtime failure, `None` for any other code.
-pub fn held_runtime_failure(failure: &RuntimeFailure) -> Option<&'static str> {
+pub fn held_runtime_failure(failure: &RuntimeFailure) -> Option<HeldFailure> {
     HELD_RUNTIME_FAILURE_CODES
         .iter()
-        .find(|(k, _)| *k == failure.code)
-        .map(|(_, code)| *code)
+        .find(|(k, _, _)| *k == failure.code)
+        .map(|&(_, code, keeps_evidence)| HeldFailure {
+            code,
+            keeps_evidence,
+        })
 }
 
 /// A warning from preflight, logged at start-up.

@@ -6,6 +6,26 @@ use super::report::{Outcome, Report, Wait};
 use serde_json::json;
 use std::time::Duration;
 
+/// The code of a pending report the convergence deadline ended (R5).
+pub const DEADLINE_EXCEEDED: &str = "CONVERGENCE_DEADLINE_EXCEEDED";
+
+/// A refusal stored with a refused candidate's stop wait (R9), parsed: the convergence
+/// deadline's own, which publishes its timeout, or another code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredRefusal {
+    Deadline,
+    Code(String),
+}
+
+impl StoredRefusal {
+    pub fn parse(code: &str) -> StoredRefusal {
+        match code {
+            DEADLINE_EXCEEDED => StoredRefusal::Deadline,
+            other => StoredRefusal::Code(other.to_string()),
+        }
+    }
+}
+
 /// The policy: what a report becomes given the attempt budget and the convergence deadline.
 pub fn resolve<F>(
     report: Report<F>,
@@ -46,7 +66,7 @@ pub fn resolve<F>(
             ..report
         },
         Outcome::Pending {
-            wait: Wait::Convergence,
+            wait: Wait::Convergence | Wait::Bootstrap,
             ..
         } if expired && bounded => {
             let mut data = json!({ "timeoutMs": convergence_timeout.as_millis() as u64 });
@@ -55,7 +75,7 @@ pub fn resolve<F>(
             }
             Report {
                 outcome: Outcome::Permanent,
-                code: "CONVERGENCE_DEADLINE_EXCEEDED".into(),
+                code: DEADLINE_EXCEEDED.into(),
                 result_data: Some(data),
                 ..report
             }

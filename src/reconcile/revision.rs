@@ -35,6 +35,7 @@
 
 use super::dispatch::Reconciler;
 use super::pass::{Pass, PassError};
+use super::policy::StoredRefusal;
 use super::report::{DeployPhases, Facts, Outcome, Wait};
 use super::revision_sources::{self, SourceState};
 use super::rows::{
@@ -46,9 +47,9 @@ use super::steps::{
 };
 use crate::compute::HarnessMode;
 use crate::compute::{
-    held_runtime_failure, revision_pending_code, valid_revision_observation, AdmissionUse,
-    BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
-    ManagedAccountAuth, RevisionSpec, SecretProjection, REVISION_PENDING_CODES,
+    held_runtime_failure, revision_pending, revision_pending_code, valid_revision_observation,
+    AdmissionUse, BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
+    ManagedAccountAuth, RevisionSpec, SecretProjection, BOOTSTRAP_PENDING, REVISION_PENDING_CODES,
 };
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
@@ -129,7 +130,8 @@ struct Loaded {
     /// The Installation's selected Secret Driver (SPEC Z4).
     secret_driver: Option<String>,
     /// The newest readiness code among this work's attempts (SPEC Z3).
-    newest_readiness: Option<String>,
+    /// SPEC Z3: this work's newest readiness evidence is the harness's credential bootstrap.
+    bootstrap_last: bool,
     /// The revision's snapshot credential sources with their rows and withdrawals (SPEC §13).
     sources: Vec<SourceState>,
 }
@@ -264,7 +266,10 @@ impl RevisionReconciler {
             .as_ref()
             .and_then(|id| all.iter().find(|r| &r.id == id).cloned());
         let key = format!("agent_revision:{revision_id}:reconcile");
-        let row = db.query_one(LOOKUP, &[&claim.id, &key, &readiness_codes()])?;
+        let row = db.query_one(
+            LOOKUP,
+            &[&claim.id, &key, &readiness_codes(), &BOOTSTRAP_PENDING],
+        )?;
         let sources = revision_sources::load(&mut *db, &revision)?;
         Ok(Some(Loaded {
             agent,
@@ -278,7 +283,7 @@ impl RevisionReconciler {
             predecessor_stop_yielded: row.get(4),
             secret_driver: row.get(5),
             waited_refusal: row.get(6),
-            newest_readiness: row.get(7),
+            bootstrap_last: row.get(7),
             sources,
         }))
     }
@@ -575,11 +580,13 @@ impl RevisionReconciler {
     /// The permanent report that publishes a stored refusal once its candidate is stopped.
     fn stored_refusal(&self, pass: &Pass<'_>, refusal: &str) -> Report {
         let report = Report::permanent(refusal);
-        if refusal == "CONVERGENCE_DEADLINE_EXCEEDED" {
-            let timeout = pass.ctx.convergence_timeout.as_millis() as u64;
-            return report.with_result(json!({ "timeoutMs": timeout }));
+        match StoredRefusal::parse(refusal) {
+            StoredRefusal::Deadline => {
+                let timeout = pass.ctx.convergence_timeout.as_millis() as u64;
+                report.with_result(json!({ "timeoutMs": timeout }))
+            }
+            StoredRefusal::Code(_) => report,
         }
-        report
     }
 
     /// A pass's decisions in the seed's order: R2's checks of the admitted revision; a
@@ -1033,29 +1040,26 @@ impl RevisionReconciler {
         pass: &Pass<'_>,
         report: Report,
     ) -> Result<Report, PassError> {
-        const BOOTSTRAP: &str = "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING";
         if pass.claim.operation != Operation::RevisionReconcile
             || !matches!(report.outcome, Outcome::Pending { .. })
         {
             return Ok(report);
         }
         let resolved = pass.resolve(report.clone());
-        let bootstrap_expired =
-            report.code == BOOTSTRAP && resolved.code == "CONVERGENCE_DEADLINE_EXCEEDED";
-        let dependency_expired = matches!(
-            report.outcome,
-            Outcome::Pending {
-                wait: Wait::Dependency,
-                ..
-            }
-        ) && resolved.outcome == Outcome::Permanent;
+        let expired = |waited: Wait| {
+            matches!(report.outcome, Outcome::Pending { wait, .. } if wait == waited)
+                && resolved.outcome == Outcome::Permanent
+                && resolved.refusal.is_none()
+        };
+        let bootstrap_expired = expired(Wait::Bootstrap);
+        let dependency_expired = expired(Wait::Dependency);
         if resolved.outcome != Outcome::Permanent || !(bootstrap_expired || dependency_expired) {
             return Ok(report);
         }
         let Some(l) = self.load(pass)? else {
             return Ok(report);
         };
-        if dependency_expired && l.newest_readiness.as_deref() != Some(BOOTSTRAP) {
+        if dependency_expired && !l.bootstrap_last {
             return Ok(report);
         }
         Ok(
@@ -1143,20 +1147,26 @@ impl RevisionReconciler {
         }
         let failure = observation.runtime_failure;
         if let Some(held) = failure.as_ref().and_then(held_runtime_failure) {
-            let mut report = Report::permanent(held).at("prepare");
-            if held == "RUNTIME_MODEL_PROBE_FAILED" {
+            let mut report = Report::permanent(held.code).at("prepare");
+            if held.keeps_evidence {
                 // A failed model probe keeps its evidence.
                 report.result_data = Some(json!({"runtimeFailure": failure}));
             }
             return Ok(Observed::Ended(Box::new(report)));
         }
-        let code = revision_pending_code(observation.pending_reason.as_deref());
+        let waiting = revision_pending(observation.pending_reason.as_deref());
         if maintenance {
             // A failed observation fails this claim; it never retires the running revision,
             // and the next bucket is enqueued on publish.
-            return Ok(Observed::Ended(Box::new(Report::permanent(code))));
+            return Ok(Observed::Ended(Box::new(Report::permanent(waiting.code))));
         }
-        let mut pending = Report::pending(code, readiness_recheck(pass.age())).at("prepare");
+        let wait = if waiting.bootstrap {
+            Wait::Bootstrap
+        } else {
+            Wait::Convergence
+        };
+        let mut pending =
+            Report::waiting(waiting.code, readiness_recheck(pass.age()), wait).at("prepare");
         pending.runtime_failure = failure;
         Ok(Observed::Ended(Box::new(pending)))
     }

@@ -7,7 +7,7 @@
 //! its Secret (`CredentialAttachment`).
 
 use super::pass::{Pass, PassError};
-use super::rows::RevisionRow;
+use super::rows::{RevisionRow, WithdrawalState};
 use super::steps::effect;
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialAttachment, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
@@ -27,8 +27,8 @@ pub struct SourceState {
     pub harness: bool,
     /// The source row as it is now; `None` when it is gone.
     pub row: Option<SourceRow>,
-    /// The withdrawal row's state (`pending`, `revoked`), `None` without one.
-    pub withdrawal: Option<String>,
+    /// The withdrawal row's state, `None` without one.
+    pub withdrawal: Option<WithdrawalState>,
 }
 
 /// The revision's snapshot sources in SPEC E3's order, with their rows and withdrawals.
@@ -40,14 +40,19 @@ pub fn load(
         return Ok(Vec::new());
     }
     let rows = client.query(SOURCES, &[&revision.namespace_id, &revision.id])?;
-    let mut found: Vec<(String, Option<SourceRow>, Option<String>)> = Vec::new();
+    let mut found: Vec<(String, Option<SourceRow>, Option<WithdrawalState>)> = Vec::new();
     for r in &rows {
         let source: Option<Value> = r.get(1);
         let row = source
             .map(serde_json::from_value)
             .transpose()
             .map_err(|e| PassError::Invariant(format!("credential source row: {e}")))?;
-        found.push((r.get(0), row, r.get(2)));
+        let withdrawal: Option<&str> = r.get(2);
+        found.push((
+            r.get(0),
+            row,
+            withdrawal.map(WithdrawalState::parse).transpose()?,
+        ));
     }
     Ok(
         credentials::in_order(&revision.credential_sources, revision.harness_auth.as_ref())
@@ -56,7 +61,7 @@ pub fn load(
                 let (row, withdrawal) = found
                     .iter()
                     .find(|(id, _, _)| *id == snapshot.source_id)
-                    .map(|(_, row, w)| (row.clone(), w.clone()))
+                    .map(|(_, row, w)| (row.clone(), *w))
                     .unwrap_or_default();
                 SourceState {
                     snapshot: snapshot.clone(),
@@ -163,7 +168,7 @@ pub fn redetach(
     let gateway = pass.ctx.credential_gateway.as_deref();
     for s in sources
         .iter()
-        .filter(|s| s.withdrawal.as_deref() == Some("revoked") && s.row.is_some())
+        .filter(|s| s.withdrawal == Some(WithdrawalState::Revoked) && s.row.is_some())
     {
         if !owned(s, gateway) {
             return Ok(Err(ComputeError::permanent(
@@ -224,7 +229,7 @@ mod tests {
             }),
             snapshot,
             harness,
-            withdrawal: withdrawal.map(String::from),
+            withdrawal: withdrawal.map(|w| WithdrawalState::parse(w).unwrap()),
         }
     }
 
@@ -261,7 +266,7 @@ mod tests {
             Err("CREDENTIAL_GATEWAY_MISMATCH")
         );
         let mut withdrawn = ok();
-        withdrawn[0].withdrawal = Some("pending".into());
+        withdrawn[0].withdrawal = Some(WithdrawalState::Pending);
         withdrawn[0].row = None;
         assert_eq!(
             resolve(&withdrawn, Some(&auth()), Some("gw")),

@@ -43,7 +43,6 @@ macro_rules! stored_enum {
         }
     };
 }
-pub(crate) use stored_enum;
 
 stored_enum! {
     /// An Agent's lifecycle status (`occ.agents.status`).
@@ -63,6 +62,11 @@ stored_enum! {
         Failed = "failed",
         Deleting = "deleting",
     }
+}
+
+stored_enum! {
+    /// A withdrawal row's state (`occ.credential_withdrawals.state`, SPEC E1).
+    WithdrawalState { Pending = "pending", Revoked = "revoked" }
 }
 
 /// An Agent as a pass sees it.
@@ -270,4 +274,26 @@ pub fn load_revisions(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_state_outside_its_values_is_corrupt() {
+        assert_eq!(
+            RuntimeState::parse("stopped").unwrap(),
+            RuntimeState::Stopped
+        );
+        assert_eq!(NamespaceStatus::Deleting.as_str(), "deleting");
+        for bad in ["", "Running", "paused"] {
+            let e = RuntimeState::parse(bad).unwrap_err();
+            assert!(
+                matches!(e, PassError::Db(crate::db::DbError::Corrupt(_))),
+                "{bad}: {e:?}"
+            );
+        }
+        assert!(WithdrawalState::parse("withdrawn").is_err());
+    }
 }

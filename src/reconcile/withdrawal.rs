@@ -12,7 +12,7 @@ use super::dispatch::Reconciler;
 use super::pass::{Context, Pass, PassError};
 use super::report::{Denial, Facts, Outcome};
 use super::revision_sources::SOURCES;
-use super::rows::{load_agent, load_revisions, stored_enum, RevisionRow};
+use super::rows::{load_agent, load_revisions, RevisionRow, WithdrawalState};
 use super::steps::{deny, effect};
 use crate::compute::{ComputeError, ComputeErrorKind, CredentialDetach, RevisionSpec};
 use crate::credentials::{self, SnapshotSource, SourceRow};
@@ -81,11 +81,6 @@ pub struct WithdrawalFacts {
     pub attempts: Vec<Attempt>,
     /// Set by `settle`: this terminal retry queues its next recovery series (E9, E12).
     pub series: bool,
-}
-
-stored_enum! {
-    /// A withdrawal row's state (`occ.credential_withdrawals.state`, SPEC E1).
-    WithdrawalState { Pending = "pending", Revoked = "revoked" }
 }
 
 /// A withdrawal row as a pass reads it, with its source (`None` when the source is gone).

@@ -316,7 +316,7 @@ fn creates_function_or_view(sql: &str) -> bool {
 // STYLE 16: a function or view is defined in its own file only; a migration after V24 that
 // creates one would be overwritten by that file on every `migrate`, or restate it.
 #[test]
-fn no_migration_after_v24_defines_a_function_or_view() {
+fn no_migration_after_the_freeze_defines_a_function_or_view() {
     assert!(creates_function_or_view(
         "-- x\ncreate or replace\n  function occ.f() RETURNS int"
     ));

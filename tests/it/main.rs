@@ -29,6 +29,7 @@ mod kube_fake_tests;
 mod kube_withdrawal_e2e;
 mod kubernetes;
 mod lanes;
+mod layers;
 mod managed;
 mod migrate;
 mod namespace;
