@@ -374,8 +374,19 @@ impl KubernetesDriver {
         namespace_id: &str,
         cancel: &CancelToken,
     ) -> Result<String, ComputeError> {
+        self.runtime_namespace(installation_id, namespace_id, cancel)?
+            .ok_or_else(|| ComputeError::retryable("kubernetes_namespace_missing", None))
+    }
+
+    /// `namespace_of`, with a missing namespace as `None`: nothing can run there.
+    fn runtime_namespace(
+        &self,
+        installation_id: &str,
+        namespace_id: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<String>, ComputeError> {
         if let Some(name) = self.namespaces.lock().get(namespace_id) {
-            return Ok(name.clone());
+            return Ok(Some(name.clone()));
         }
         let labels = selector(&[
             (LABEL_INSTALLATION, names::label_value(installation_id)),
@@ -391,31 +402,14 @@ impl KubernetesDriver {
                 self.namespaces
                     .lock()
                     .insert(namespace_id.to_string(), name.clone());
-                Ok(name)
+                Ok(Some(name))
             }
             // Being deleted: pending, as a create inside it would be (SPEC C3).
             [_] => Err(
                 ComputeError::transient("kubernetes_namespace_terminating", None)
                     .with_reason("NamespaceTerminating"),
             ),
-            _ => Err(ComputeError::retryable(
-                "kubernetes_namespace_missing",
-                None,
-            )),
-        }
-    }
-
-    /// `namespace_of`, with a missing namespace as `None`: nothing can run there.
-    fn runtime_namespace(
-        &self,
-        installation_id: &str,
-        namespace_id: &str,
-        cancel: &CancelToken,
-    ) -> Result<Option<String>, ComputeError> {
-        match self.namespace_of(installation_id, namespace_id, cancel) {
-            Ok(namespace) => Ok(Some(namespace)),
-            Err(e) if e.class() == "kubernetes_namespace_missing" => Ok(None),
-            Err(e) => Err(e),
+            _ => Ok(None),
         }
     }
 
