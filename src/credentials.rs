@@ -2,7 +2,7 @@
 //! rows they are matched against, and the order a withdrawal walks them in (E3). Pure
 //! functions: the reconcilers read the rows, this module decides.
 
-use crate::compute::CredentialAttachment;
+use crate::compute::{CredentialAttachment, HarnessAuthMethod};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -102,7 +102,7 @@ impl SourceRow {
 /// The harness source id of a `credential_source` harness auth.
 pub fn harness_source_id(harness_auth: Option<&Value>) -> Option<&str> {
     let auth = harness_auth?;
-    if auth.get("method").and_then(Value::as_str) != Some("credential_source") {
+    if HarnessAuthMethod::of(auth) != Some(HarnessAuthMethod::CredentialSource) {
         return None;
     }
     auth.get("sourceId").and_then(Value::as_str)

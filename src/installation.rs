@@ -21,7 +21,7 @@
 
 use crate::compute::cidr::canonical_cidr;
 use crate::compute::hooks::{HookDriver, HookEntry, LifecycleHooks, Phase};
-use crate::compute::sandbox::{EgressRule, Sandbox};
+use crate::compute::sandbox::{EgressRule, Facet, Sandbox};
 use crate::compute::ComputeDriver;
 use crate::config::DriverKind;
 use serde::Deserialize;
@@ -52,15 +52,6 @@ pub struct Installation {
     pub sandbox_network_policy_ceiling: Vec<EgressRule>,
     pub credential_gateway: Option<CredentialGateway>,
 }
-
-/// The isolation facets the built-in Sandbox Driver may declare (SPEC S2).
-pub const FACETS: [&str; 5] = [
-    "pod-security-restricted",
-    "default-deny-egress",
-    "no-service-account-token",
-    "read-only-root",
-    "runtime-class",
-];
 
 /// What the worker's passes need of the sandbox selections (SPEC S1, S3): the Sandbox Driver,
 /// if one is selected, and the egress ceiling. The default selects nothing.
@@ -456,24 +447,34 @@ fn validate_sandbox(
             cut(&raw.implementation)
         ));
     }
+    let known = || {
+        Facet::ALL
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if raw.facets.is_empty() {
         problems.push(format!(
             "sandbox.facets must name at least one of {}",
-            FACETS.join(", ")
+            known()
         ));
     }
-    for (i, facet) in raw.facets.iter().enumerate() {
-        if !FACETS.contains(&facet.as_str()) {
-            problems.push(format!(
+    let mut facets = Vec::new();
+    for (i, name) in raw.facets.iter().enumerate() {
+        match Facet::parse(name) {
+            None => problems.push(format!(
                 "sandbox.facets[{i}] {:?} is not a facet; known: {}",
-                cut(facet),
-                FACETS.join(", ")
-            ));
-        } else if raw.facets[..i].contains(facet) {
-            problems.push(format!("sandbox.facets names {facet} twice"));
+                cut(name),
+                known()
+            )),
+            Some(facet) if facets.contains(&facet) => {
+                problems.push(format!("sandbox.facets names {name} twice"))
+            }
+            Some(facet) => facets.push(facet),
         }
     }
-    let runtime_class = raw.facets.iter().any(|f| f == "runtime-class");
+    let runtime_class = facets.contains(&Facet::RuntimeClass);
     match (&raw.runtime_class_name, runtime_class) {
         (None, true) => problems
             .push("sandbox.runtimeClassName is required when runtime-class is a facet".into()),
@@ -489,7 +490,7 @@ fn validate_sandbox(
     }
     (problems.len() == before).then_some(Sandbox {
         id: raw.id,
-        facets: raw.facets,
+        facets,
         runtime_class_name: raw.runtime_class_name,
     })
 }

@@ -76,7 +76,7 @@ pub struct RevisionSpec {
     pub execution_admission: ExecutionAdmission,
     /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
     /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
-    pub sandbox_facets: Vec<String>,
+    pub sandbox_facets: Vec<crate::compute::sandbox::Facet>,
     /// The credential sources resolved for this pass (SPEC E19), in admission order, the
     /// harness source first: each attached by reference to its Secret, never read. A withdrawn
     /// tool source is left out; a revision whose harness source is withdrawn never gets here.
@@ -134,10 +134,30 @@ pub struct ManagedAccountAuth {
     pub backend_binding: Option<BackendBinding>,
 }
 
+/// How a revision's harness authenticates (`harness_auth.method`; SPEC M1, §13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HarnessAuthMethod {
+    Secret,
+    ServiceAccount,
+    CredentialSource,
+}
+
+impl HarnessAuthMethod {
+    /// The method an admitted harness auth names; `None` for anything else.
+    pub fn of(auth: &serde_json::Value) -> Option<HarnessAuthMethod> {
+        match auth.get("method")?.as_str()? {
+            "secret" => Some(HarnessAuthMethod::Secret),
+            "service_account" => Some(HarnessAuthMethod::ServiceAccount),
+            "credential_source" => Some(HarnessAuthMethod::CredentialSource),
+            _ => None,
+        }
+    }
+}
+
 impl ManagedAccountAuth {
     /// The managed account an admitted harness auth names, `None` for any other method.
     pub fn from_harness_auth(auth: &serde_json::Value) -> Option<ManagedAccountAuth> {
-        if auth["method"].as_str() != Some("service_account") {
+        if HarnessAuthMethod::of(auth) != Some(HarnessAuthMethod::ServiceAccount) {
             return None;
         }
         let field = |name: &str| auth.get(name).cloned().unwrap_or_default();

@@ -206,7 +206,7 @@ fn s1_the_sandbox_is_checked_with_one_line_per_problem() {
         ok.sandbox,
         Some(Sandbox {
             id: "sb".into(),
-            facets: vec!["runtime-class".into(), "read-only-root".into()],
+            facets: vec![Facet::RuntimeClass, Facet::ReadOnlyRoot],
             runtime_class_name: Some("gvisor".into()),
         })
     );

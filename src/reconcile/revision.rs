@@ -45,12 +45,12 @@ use super::steps::{
     audit, compute_report, denial_audit, deny, effect, readiness_recheck, stop_yield_recheck,
     try_effect, Audit,
 };
-use crate::compute::HarnessMode;
 use crate::compute::{
     held_runtime_failure, revision_pending, revision_pending_code, valid_revision_observation,
     AdmissionUse, BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
     ManagedAccountAuth, RevisionSpec, SecretProjection, BOOTSTRAP_PENDING, REVISION_PENDING_CODES,
 };
+use crate::compute::{HarnessAuthMethod, HarnessMode};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, NewWork, Operation};
 use serde_json::{json, Value};
@@ -487,7 +487,7 @@ impl RevisionReconciler {
         let secret_auth = revision
             .harness_auth
             .as_ref()
-            .filter(|a| a["method"].as_str() == Some("secret"));
+            .filter(|a| HarnessAuthMethod::of(a) == Some(HarnessAuthMethod::Secret));
         if let Some(auth) = secret_auth {
             if selected.is_none() || auth["secretDriverId"].as_str() != selected {
                 return Some(Report::permanent("SECRET_DRIVER_MISMATCH"));

@@ -7,7 +7,7 @@ use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::KubernetesDriver;
-use occ_worker::compute::sandbox::Sandbox;
+use occ_worker::compute::sandbox::{Facet, Sandbox};
 use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
 };
@@ -133,7 +133,10 @@ fn sandboxed_driver(fake: &KubeFake, dir: &Path, facets: &[&str]) -> KubernetesD
     );
     let sandbox = Sandbox {
         id: "sandbox-1".into(),
-        facets: facets.iter().map(|f| f.to_string()).collect(),
+        facets: facets
+            .iter()
+            .map(|f| Facet::parse(f).expect("a facet"))
+            .collect(),
         runtime_class_name: facets.contains(&"runtime-class").then(|| "gvisor".into()),
     };
     driver.with_sandbox(Some(sandbox))
@@ -159,7 +162,10 @@ fn agent_spec() -> AgentSpec {
 
 fn pinned(facets: &[&str]) -> RevisionSpec {
     let mut revision = bare_revision("ns-1", "ag-1", ("rev-1", 1), ("codex", "dedicated"));
-    revision.sandbox_facets = facets.iter().map(|f| f.to_string()).collect();
+    revision.sandbox_facets = facets
+        .iter()
+        .map(|f| Facet::parse(f).expect("a facet"))
+        .collect();
     revision
 }
 

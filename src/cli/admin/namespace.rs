@@ -140,12 +140,15 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
         .map_err(|e| refused(&inputs, &e))?;
     let mut value: Value = row.get(0);
     let id = value["id"].as_str().unwrap_or_default().to_string();
-    if value["status"] == "provisioning" {
-        let pending: Option<String> = client
-            .query_opt(NAMESPACE_PENDING, &[&id])
-            .map_err(|e| refused(&inputs, &e))?
-            .and_then(|r| r.get(0));
-        value["pendingReason"] = json!(pending);
+    let pending = client
+        .query_opt(NAMESPACE_PENDING, &[&id])
+        .map_err(|e| refused(&inputs, &e))?;
+    let rolebinding_missing = pending
+        .as_ref()
+        .and_then(|r| r.get::<_, Option<bool>>(1))
+        .unwrap_or(false);
+    if let Some(row) = &pending {
+        value["pendingReason"] = json!(row.get::<_, Option<String>>(0));
     }
     value["waitingFor"] = json!(occ_worker::operator::work_waiting(&mut client, &id, None)
         .map_err(|e| refused(&inputs, &e))?);
@@ -162,7 +165,7 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
         };
         value["kubernetesNamespace"] = json!(k8s);
         value["secretBackendRefPrefix"] = json!(format!("{k8s}/"));
-        if value["pendingReason"] == "NAMESPACE_ROLEBINDING_PENDING" {
+        if rolebinding_missing {
             value["missing"] = json!(format!(
                 "kubectl -n {k8s} create rolebinding {} --clusterrole=edit --group=TENANT_GROUP \
                  (or deploy/kubernetes/tenant-rolebinding.yaml, edited)",

@@ -5,7 +5,7 @@
 
 use super::manifests::{self, agent_labels, stamp, POD_SECURITY};
 use super::names::{self, LABEL_AGENT};
-use crate::compute::sandbox::{EgressRule, Sandbox};
+use crate::compute::sandbox::{EgressRule, Facet, Sandbox};
 use crate::compute::{AgentSpec, ComputeError};
 use serde_json::{json, Value};
 
@@ -21,8 +21,8 @@ pub fn facet_unavailable() -> ComputeError {
 
 /// Every pinned facet is one the driver's Sandbox Driver offers (a revision pinned to a facet
 /// the Installation no longer selects cannot be enforced).
-pub fn offered(pinned: &[String], sandbox: Option<&Sandbox>) -> Result<(), ComputeError> {
-    let offers = |facet: &String| sandbox.is_some_and(|s| s.facets.contains(facet));
+pub fn offered(pinned: &[Facet], sandbox: Option<&Sandbox>) -> Result<(), ComputeError> {
+    let offers = |facet: &Facet| sandbox.is_some_and(|s| s.facets.contains(facet));
     if pinned.iter().all(offers) {
         Ok(())
     } else {
@@ -37,10 +37,10 @@ pub fn namespace_restricted(namespace: &Value) -> bool {
 
 /// `deployment` with the pinned facets applied that the manifest does not always carry: the
 /// Sandbox Driver's RuntimeClass when `runtime-class` is pinned; stamped again.
-pub fn apply(deployment: Value, pinned: &[String], sandbox: Option<&Sandbox>) -> Value {
+pub fn apply(deployment: Value, pinned: &[Facet], sandbox: Option<&Sandbox>) -> Value {
     let runtime_class = sandbox
         .and_then(|s| s.runtime_class_name.as_deref())
-        .filter(|_| pinned.iter().any(|f| f == "runtime-class"));
+        .filter(|_| pinned.contains(&Facet::RuntimeClass));
     let Some(runtime_class) = runtime_class else {
         return deployment;
     };
@@ -59,11 +59,11 @@ pub fn apply(deployment: Value, pinned: &[String], sandbox: Option<&Sandbox>) ->
 /// Whether a workload Deployment enforces every pinned facet its manifest carries (SPEC S2
 /// table): no automounted token and only the audience-scoped projected token, a read-only root
 /// on every container, the configured RuntimeClass. The namespace's facets are read apart.
-pub fn workload_enforces(deployment: &Value, pinned: &[String], sandbox: Option<&Sandbox>) -> bool {
+pub fn workload_enforces(deployment: &Value, pinned: &[Facet], sandbox: Option<&Sandbox>) -> bool {
     let pod = &deployment["spec"]["template"]["spec"];
     let containers = pod["containers"].as_array().cloned().unwrap_or_default();
-    pinned.iter().all(|facet| match facet.as_str() {
-        "no-service-account-token" => {
+    pinned.iter().all(|facet| match facet {
+        Facet::NoServiceAccountToken => {
             pod["automountServiceAccountToken"] == false
                 && pod["volumes"].as_array().into_iter().flatten().all(|v| {
                     v["projected"]["sources"]
@@ -77,18 +77,17 @@ pub fn workload_enforces(deployment: &Value, pinned: &[String], sandbox: Option<
                         })
                 })
         }
-        "read-only-root" => {
+        Facet::ReadOnlyRoot => {
             !containers.is_empty()
                 && containers
                     .iter()
                     .all(|c| c["securityContext"]["readOnlyRootFilesystem"] == true)
         }
-        "runtime-class" => sandbox
+        Facet::RuntimeClass => sandbox
             .and_then(|s| s.runtime_class_name.as_deref())
             .is_some_and(|name| pod["runtimeClassName"] == name),
         // Read from the namespace and its NetworkPolicies, not the workload.
-        "pod-security-restricted" | "default-deny-egress" => true,
-        _ => false,
+        Facet::PodSecurityRestricted | Facet::DefaultDenyEgress => true,
     })
 }
 

@@ -5,6 +5,7 @@
 //! labels.
 
 use super::*;
+use crate::compute::sandbox::Facet;
 use crate::compute::HarnessMode;
 
 impl KubernetesDriver {
@@ -83,7 +84,7 @@ impl KubernetesDriver {
     ) -> Result<(), ComputeError> {
         let pinned = &revision.sandbox_facets;
         sandbox::offered(pinned, self.sandbox.as_ref())?;
-        if pinned.iter().any(|f| f == "pod-security-restricted") {
+        if pinned.contains(&Facet::PodSecurityRestricted) {
             let current = self
                 .client
                 .get(&format!("{CORE}/namespaces/{namespace}"), cancel)
@@ -92,7 +93,7 @@ impl KubernetesDriver {
                 return Err(sandbox::facet_unavailable());
             }
         }
-        if pinned.iter().any(|f| f == "default-deny-egress") {
+        if pinned.contains(&Facet::DefaultDenyEgress) {
             let path = format!(
                 "{NETWORKING}/namespaces/{namespace}/networkpolicies/{}",
                 manifests::DEFAULT_DENY
