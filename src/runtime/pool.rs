@@ -234,8 +234,8 @@ fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &AnyRep
     }
 }
 
-/// Whether a report is a draining stop's yield (SPEC Z5): pending, and marked so by the
-/// reconciler (`AnyReport::stop_yield`); the policy clears the mark when the yield ends.
+/// Whether a report is a draining stop's yield (SPEC Z5): pending on `Wait::StopYield`; the
+/// policy turns it into a retry when the yield ends.
 fn is_stop_yield(report: &AnyReport) -> bool {
     report.outcome.is_stop_yield()
 }
