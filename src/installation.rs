@@ -21,8 +21,9 @@
 
 use crate::compute::cidr::canonical_cidr;
 use crate::compute::hooks::{HookDriver, HookEntry, LifecycleHooks, Phase};
-use crate::compute::sandbox::{EgressRule, Facet, Sandbox};
+use crate::compute::sandbox::{EgressRule, Sandbox};
 use crate::compute::ComputeDriver;
+use crate::compute::Facet;
 use crate::config::DriverKind;
 use serde::Deserialize;
 use std::fmt;

@@ -7,7 +7,7 @@
 //! structured fields (SQLSTATE, constraint name), never on message text, and it must never
 //! print a constraint name or a server message where a rule can be named instead.
 
-use super::CliError;
+use super::error::CliError;
 use postgres::error::SqlState;
 
 /// The identifier rule of `occ.is_ident` (`sql/schema.sql`).

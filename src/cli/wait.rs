@@ -11,7 +11,8 @@
 //! workers leave no row of their own, a worker counts as alive while it renews a claim or
 //! records attempts (`operator::worker_seen`).
 
-use super::{CliError, Globals};
+use super::error::CliError;
+use super::globals::Globals;
 use occ_worker::operator;
 use occ_worker::queue::{self, WorkState};
 use std::io::{IsTerminal, Write};

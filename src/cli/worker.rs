@@ -1,6 +1,7 @@
 //! `occ-worker run` and `check`: start-up checks (SPEC W8) and the worker.
 
-use super::{CliError, Globals};
+use super::error::CliError;
+use super::globals::Globals;
 use clap::Args;
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::{

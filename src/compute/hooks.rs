@@ -9,6 +9,7 @@
 
 use super::abortable::AbortableConnector;
 use super::error::ComputeError;
+use super::observation::is_code;
 use crate::cancel::CancelToken;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -326,7 +327,7 @@ fn unavailable(
 fn refused(phase: Phase, driver: HookDriver, code: Option<&Value>) -> ComputeError {
     let code = code
         .and_then(Value::as_str)
-        .filter(|c| super::is_code(c))
+        .filter(|c| is_code(c))
         .unwrap_or(HOOK_REFUSED);
     let error = if phase == Phase::BeforeWorkloadStart {
         ComputeError::permanent(code, "lifecycle_hook", None)
@@ -338,7 +339,7 @@ fn refused(phase: Phase, driver: HookDriver, code: Option<&Value>) -> ComputeErr
 
 /// A launch value's name (H5): a code-like token that is not the driver's own `OCC_` space.
 fn launch_name(name: &str) -> bool {
-    super::is_code(name) && !name.starts_with("OCC_")
+    is_code(name) && !name.starts_with("OCC_")
 }
 
 /// A launch value (H5): an `opaque-` placeholder of at most 256 printable characters.
@@ -397,7 +398,7 @@ mod tests {
         );
         assert_eq!(
             start.kind(),
-            &super::super::ComputeErrorKind::Permanent("TEAM_FROZEN".into())
+            &super::super::error::ComputeErrorKind::Permanent("TEAM_FROZEN".into())
         );
         assert_eq!(start.reason(), Some("iam"));
         let stop = refused(
@@ -405,7 +406,10 @@ mod tests {
             HookDriver::Sandbox,
             Some(&json!("not a code")),
         );
-        assert_eq!(stop.kind(), &super::super::ComputeErrorKind::Retryable);
+        assert_eq!(
+            stop.kind(),
+            &super::super::error::ComputeErrorKind::Retryable
+        );
         assert_eq!(stop.retry_code(), HOOK_REFUSED);
         let unanswered = unavailable(Phase::BeforeWorkloadStart, HookDriver::Iam, None, "x");
         assert!(unanswered.is_transient());

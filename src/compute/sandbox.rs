@@ -6,45 +6,8 @@
 //! module never reads a file or talks to anything.
 
 use super::error::ComputeError;
-use super::spec::AgentSpec;
+use super::spec::{AgentSpec, Facet};
 use crate::cancel::CancelToken;
-
-/// An isolation facet the built-in Sandbox Driver may declare and a revision pins (SPEC S2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Facet {
-    PodSecurityRestricted,
-    DefaultDenyEgress,
-    NoServiceAccountToken,
-    ReadOnlyRoot,
-    RuntimeClass,
-}
-
-impl Facet {
-    /// Every facet, in the order the docs list them.
-    pub const ALL: [Facet; 5] = [
-        Facet::PodSecurityRestricted,
-        Facet::DefaultDenyEgress,
-        Facet::NoServiceAccountToken,
-        Facet::ReadOnlyRoot,
-        Facet::RuntimeClass,
-    ];
-
-    /// Parses a facet's name; `None` for any other text.
-    pub fn parse(name: &str) -> Option<Facet> {
-        Facet::ALL.into_iter().find(|f| f.as_str() == name)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Facet::PodSecurityRestricted => "pod-security-restricted",
-            Facet::DefaultDenyEgress => "default-deny-egress",
-            Facet::NoServiceAccountToken => "no-service-account-token",
-            Facet::ReadOnlyRoot => "read-only-root",
-            Facet::RuntimeClass => "runtime-class",
-        }
-    }
-}
 
 /// The selected Sandbox Driver (SPEC S1).
 #[derive(Clone, Debug, PartialEq, Eq)]

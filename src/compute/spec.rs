@@ -7,6 +7,43 @@
 
 use serde::Serialize;
 
+/// An isolation facet the built-in Sandbox Driver may declare and a revision pins (SPEC S2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Facet {
+    PodSecurityRestricted,
+    DefaultDenyEgress,
+    NoServiceAccountToken,
+    ReadOnlyRoot,
+    RuntimeClass,
+}
+
+impl Facet {
+    /// Every facet, in the order the docs list them.
+    pub const ALL: [Facet; 5] = [
+        Facet::PodSecurityRestricted,
+        Facet::DefaultDenyEgress,
+        Facet::NoServiceAccountToken,
+        Facet::ReadOnlyRoot,
+        Facet::RuntimeClass,
+    ];
+
+    /// Parses a facet's name; `None` for any other text.
+    pub fn parse(name: &str) -> Option<Facet> {
+        Facet::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Facet::PodSecurityRestricted => "pod-security-restricted",
+            Facet::DefaultDenyEgress => "default-deny-egress",
+            Facet::NoServiceAccountToken => "no-service-account-token",
+            Facet::ReadOnlyRoot => "read-only-root",
+            Facet::RuntimeClass => "runtime-class",
+        }
+    }
+}
+
 /// How a harness runs: its own Deployment per revision, or the Agent's shared gateway
 /// (`occ.agent_revisions.harness_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -76,7 +113,7 @@ pub struct RevisionSpec {
     pub execution_admission: ExecutionAdmission,
     /// The Sandbox facets pinned at admission (SPEC S2): the driver enforces each, or refuses
     /// the revision with `SANDBOX_FACET_UNAVAILABLE`.
-    pub sandbox_facets: Vec<crate::compute::sandbox::Facet>,
+    pub sandbox_facets: Vec<Facet>,
     /// The credential sources resolved for this pass (SPEC E19), in admission order, the
     /// harness source first: each attached by reference to its Secret, never read. A withdrawn
     /// tool source is left out; a revision whose harness source is withdrawn never gets here.

@@ -128,7 +128,7 @@ pub struct RevisionRow {
     pub execution_admission: ExecutionAdmission,
     /// The Sandbox Driver and its facets pinned at admission (SPEC S2).
     pub sandbox_driver_id: Option<String>,
-    pub sandbox_facets: Vec<crate::compute::sandbox::Facet>,
+    pub sandbox_facets: Vec<crate::compute::Facet>,
     /// The credential sources frozen at admission (SPEC §13), the harness source included.
     pub credential_sources: Vec<crate::credentials::SnapshotSource>,
 }

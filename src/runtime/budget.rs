@@ -17,7 +17,7 @@
 //! The listener (`occ-listen`) keeps one dedicated connection outside the pool. So a worker
 //! needs `2 × concurrency + 3` pooled connections and `2 × concurrency + 4` in all.
 
-use super::finalizer::PUBLISHERS;
+use super::scheduler::PUBLISHERS;
 use crate::db::{DbError, GenericClient};
 use std::fmt;
 

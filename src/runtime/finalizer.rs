@@ -17,7 +17,8 @@
 //! refuses is rolled back to its own savepoint; the batch's publications still commit.
 
 use super::records::HealthBeat;
-use super::{Event, Job};
+use super::scheduler;
+use super::thread::{Job, Progress};
 use crate::queue::{self, Claim};
 use crate::reconcile::publish::{publish_and_claim, BatchItem, Claimed};
 use crate::reconcile::{
@@ -28,10 +29,28 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 
-/// The publisher threads (`occ-publish-N`), each with at most one publication under way on its
-/// own connection: while one waits for its statements and its commit, the next batch's are
-/// under way, so the database is not idle between the pool's batches.
-pub const PUBLISHERS: usize = 2;
+/// What the other threads send the scheduling thread, in the scheduler's own words: every
+/// cause of its activity but the end of a wait (`Tick`), which the scheduling thread adds.
+pub(super) type Event = scheduler::Event<Threads>;
+
+/// The runtime's payloads, as the scheduler moves them between threads.
+pub(super) struct Threads;
+
+impl scheduler::Payload for Threads {
+    type Unit = Unit;
+    type Job = Job;
+    type Answer = PassAnswer;
+    type Lease = Arc<LeaseState>;
+    fn unit_token(unit: &Unit) -> &str {
+        unit.token()
+    }
+    fn job_token(job: &Job) -> &str {
+        &job.claim.token
+    }
+    fn job_lease(job: &Job) -> Arc<LeaseState> {
+        job.lease.clone()
+    }
+}
 
 /// One pass's finalization, handed to the scheduling thread.
 pub struct Unit {
@@ -222,7 +241,7 @@ impl Publication {
         self,
         ctx: &Context,
         registry: &Registry,
-        progress: &super::Progress,
+        progress: &Progress,
         health: &HealthBeat,
     ) -> Published {
         let reserved = self.claim;

@@ -23,13 +23,12 @@ mod pool;
 mod publishers;
 pub mod records;
 mod scheduler;
+mod thread;
 
 use crate::cancel::LossCause;
-use crate::db::DbError;
-use crate::queue::Claim;
-use crate::reconcile::{Context, LeaseState, PassError, Registry};
+use crate::reconcile::{Context, Registry};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
-use parking_lot::Mutex;
+use finalizer::{Event, Threads};
 use pool::Pool;
 use postgres::fallible_iterator::FallibleIterator;
 use publishers::Publishers;
@@ -45,6 +44,8 @@ use std::time::{Duration, Instant};
 pub use finalizer::Finalizer;
 pub use lease::{Heartbeat, Lease};
 pub use scheduler::{LINGER, MAX_BATCH};
+use thread::Joined;
+pub use thread::{Job, Progress};
 
 /// Settings of the runtime itself (the rest is in `Context`).
 #[derive(Clone, Debug)]
@@ -57,10 +58,6 @@ pub struct RuntimeOptions {
     pub db_timeout: Duration,
 }
 
-/// What the other threads send the scheduling thread, in the scheduler's own words: every
-/// cause of its activity but the end of a wait (`Tick`), which the scheduling thread adds.
-type Event = scheduler::Event<Threads>;
-
 /// A handle that asks a running worker to stop gracefully.
 #[derive(Clone)]
 pub struct StopHandle(Sender<Event>, Arc<Progress>);
@@ -71,77 +68,6 @@ impl StopHandle {
     pub fn stop(&self) {
         self.1.stopping.store(true, Ordering::SeqCst);
         let _ = self.0.send(Event::Stop);
-    }
-}
-
-/// Liveness and claim bookkeeping read by the health server.
-#[derive(Default)]
-pub struct Progress {
-    last: Mutex<Option<Instant>>,
-    /// The class of the last claim or recovery failure, until a claim succeeds.
-    claim_failure: Mutex<Option<String>>,
-    /// Set by `StopHandle::stop`: nothing new starts.
-    stopping: AtomicBool,
-}
-
-impl Progress {
-    /// Whether a stop was requested (`/readyz` answers 503, nothing new is claimed).
-    pub fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-
-    /// Records the outcome of the last claim or recovery statement.
-    pub fn set_claim_failure(&self, cause: Option<String>) {
-        *self.claim_failure.lock() = cause;
-    }
-
-    /// Why claiming fails, while it does (`/readyz` answers 503).
-    pub fn claim_failure(&self) -> Option<String> {
-        self.claim_failure.lock().clone()
-    }
-
-    pub fn tick(&self) {
-        *self.last.lock() = Some(Instant::now());
-    }
-
-    /// Time since the scheduling loop last went round (or a publisher finished a database
-    /// wait); `None` before it started.
-    pub fn since(&self) -> Option<Duration> {
-        self.last.lock().map(|t| t.elapsed())
-    }
-}
-
-/// A claimed work for a pool thread: from the job channel, or with the answer to the thread's
-/// previous pass (`finalizer::PassAnswer::send`).
-pub struct Job {
-    claim: Claim,
-    lease: Arc<LeaseState>,
-}
-
-impl Job {
-    /// A work its claim statement (sent at `sent`) returned, trusted for one `lease` from then.
-    fn new(claim: Claim, sent: Instant, lease: Duration) -> Job {
-        let lease = Arc::new(LeaseState::new(&claim, sent, lease));
-        Job { claim, lease }
-    }
-}
-
-/// The runtime's payloads, as the scheduler moves them between threads.
-struct Threads;
-
-impl scheduler::Payload for Threads {
-    type Unit = finalizer::Unit;
-    type Job = Job;
-    type Answer = finalizer::PassAnswer;
-    type Lease = Arc<LeaseState>;
-    fn unit_token(unit: &finalizer::Unit) -> &str {
-        unit.token()
-    }
-    fn job_token(job: &Job) -> &str {
-        &job.claim.token
-    }
-    fn job_lease(job: &Job) -> Arc<LeaseState> {
-        job.lease.clone()
     }
 }
 
@@ -242,24 +168,6 @@ fn spawn_scheduling(
             let events = events;
             coordinate(&ctx, &options, &pool, &publishers, &events, &progress);
         })
-}
-
-/// A thread joined when this drops (what it panicked with, if it did, is ignored: each thread
-/// says its own failures).
-struct Joined(Option<JoinHandle<()>>);
-
-impl Joined {
-    fn new(thread: JoinHandle<()>) -> Joined {
-        Joined(Some(thread))
-    }
-}
-
-impl Drop for Joined {
-    fn drop(&mut self) {
-        if let Some(thread) = self.0.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// The scheduling loop, on `occ-claim`: it asks the `Scheduler` what to do, executes it,
@@ -370,24 +278,6 @@ impl Effects<'_> {
         } else {
             ControlFlow::Continue(wait)
         }
-    }
-}
-
-/// A short class for an error, safe to log.
-fn error_class(e: &PassError) -> String {
-    match e {
-        PassError::Db(DbError::Unavailable(_) | DbError::Pool(_) | DbError::Thread(_)) => {
-            "DatabaseUnavailable".into()
-        }
-        PassError::Db(DbError::Corrupt(_)) => "CorruptData".into(),
-        PassError::Db(e) => match e.sqlstate() {
-            Some(state) => format!("DatabaseError:{state}"),
-            None => "DatabaseConnection".into(),
-        },
-        PassError::Compute(e) => format!("ComputeError:{}", e.class()),
-        PassError::Invariant(_) => "Invariant".into(),
-        PassError::Lost(c) => c.code().into(),
-        PassError::ClaimLost => "ClaimLost".into(),
     }
 }
 

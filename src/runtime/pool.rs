@@ -5,10 +5,11 @@
 //! never claims, and it decides nothing about scheduling. The `Pool` owns its threads: closing
 //! its job channel stops them, and dropping it joins them.
 
+use super::finalizer::Event;
 use super::finalizer::{Finalizer, Slot};
 use super::lease::Heartbeat;
 use super::records::Records;
-use super::{error_class, Event, Job, Joined};
+use super::thread::{error_class, Job, Joined};
 use crate::cancel::LossCause;
 use crate::queue::{self, Claim};
 use crate::reconcile::{AnyReport, Context, LeaseState, Outcome, Pass, PassError, Registry};

@@ -5,9 +5,10 @@
 //! answer is sent. Publishers decide nothing about scheduling. `Publishers` owns its threads:
 //! closing its publication channel stops them, and dropping it joins them.
 
-use super::finalizer::{self, Publication, PUBLISHERS};
+use super::finalizer::{self, Event, Publication};
 use super::records::Records;
-use super::{error_class, Event, Job, Joined, Progress};
+use super::scheduler::PUBLISHERS;
+use super::thread::{error_class, Job, Joined, Progress};
 use crate::reconcile::{Context, PassError, Registry};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;

@@ -27,9 +27,13 @@
 //! It moves the runtime's payloads (finished passes, claimed works, answers, leases) without
 //! looking inside them (`Payload`), so its tests drive it with plain strings.
 
-use super::finalizer::PUBLISHERS;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// The publisher threads (`occ-publish-N`), each with at most one publication under way on its
+/// own connection: while one waits for its statements and its commit, the next batch's are
+/// under way, so the database is not idle between the pool's batches.
+pub const PUBLISHERS: usize = 2;
 
 /// The longest finished passes wait for company while other passes still run.
 pub const LINGER: Duration = Duration::from_millis(1);

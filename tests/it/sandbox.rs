@@ -7,7 +7,8 @@ use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::KubernetesDriver;
-use occ_worker::compute::sandbox::{Facet, Sandbox};
+use occ_worker::compute::sandbox::Sandbox;
+use occ_worker::compute::Facet;
 use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeErrorKind, NamespaceSpec, RevisionSpec,
 };

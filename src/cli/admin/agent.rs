@@ -8,9 +8,10 @@
 //! authorizes `--actor`, refuses with a one-line error and audits. This module only parses,
 //! calls and prints; it decides nothing itself and never touches a credential value.
 
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
-use super::super::{CliError, Globals, Page};
 use super::common::{
     call, call_value, compute_default, enqueue, in_namespace, installation_config,
     read_configuration, Mode,

@@ -1,8 +1,9 @@
 //! `occ-worker admin audit`: the audit trail, newest first, filtered by Namespace and time
 //! and paged by event id. It reads only.
 
+use super::super::error::CliError;
+use super::super::globals::Globals;
 use super::super::refusal::{refused, Inputs};
-use super::super::{CliError, Globals};
 use super::common::{is_rfc3339, known_namespace};
 use serde_json::json;
 

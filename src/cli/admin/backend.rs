@@ -2,7 +2,8 @@
 //! binds to (SPEC M4), through `occ.backend_add` and `occ.backend_remove`, which authorize
 //! `--actor`, refuse with a one-line error and audit. It decides nothing itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, list};
 use clap::Subcommand;
 

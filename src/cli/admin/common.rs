@@ -5,9 +5,10 @@
 //! (`installation_config`), and reading a JSON document file (`read_configuration`). It sits
 //! below every noun and names none of them.
 
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::super::refusal::{explained, refused, Inputs};
 use super::super::wait::WaitArg;
-use super::super::{CliError, Globals, Page};
 use clap::ValueEnum;
 use occ_worker::compute::HarnessMode;
 use occ_worker::operator;

@@ -2,7 +2,8 @@
 //! through `occ.configuration_put`, which authorizes `--actor`, refuses with a one-line error
 //! and audits, and read back. Only the file is checked here (`read_configuration`).
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, in_namespace, read_configuration, refused_read};
 use clap::Subcommand;
 use occ_worker::operator;

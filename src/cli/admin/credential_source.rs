@@ -7,7 +7,8 @@
 //! `driver_id`: the id of the selected owner, read from the Installation configuration file.
 //! It never reads or holds a credential value.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, in_namespace, installation_config, refused_read};
 use clap::{Subcommand, ValueEnum};
 use occ_worker::operator;

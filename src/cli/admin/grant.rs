@@ -2,7 +2,8 @@
 //! `occ.binding_revoke`, which authorize `--actor`, refuse with a one-line error and audit,
 //! and the operator read of bindings. It decides nothing itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, refused_read};
 use clap::{Args, Subcommand};
 use occ_worker::operator;

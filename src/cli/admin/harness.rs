@@ -2,7 +2,8 @@
 //! per Harness and mode (SPEC R2), through `occ.harness_approve`, which authorizes `--actor`,
 //! refuses with a one-line error and audits. It decides nothing itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, list, Mode};
 use clap::Subcommand;
 

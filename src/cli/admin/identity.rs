@@ -3,7 +3,8 @@
 //! with a one-line error and audit, and the operator reads of identities. It decides nothing
 //! itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, refused_read};
 use clap::Subcommand;
 use occ_worker::operator;

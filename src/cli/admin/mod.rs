@@ -27,7 +27,8 @@ mod service_account;
 mod withdrawal;
 mod work;
 
-use super::{CliError, Globals};
+use super::error::CliError;
+use super::globals::Globals;
 use clap::Subcommand;
 
 pub use common::db_message;

@@ -3,9 +3,10 @@
 //! refuse with a one-line error and audit, and the reads an operator follows a Namespace by.
 //! It decides nothing itself.
 
+use super::super::error::CliError;
+use super::super::globals::Globals;
 use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
-use super::super::{CliError, Globals};
 use super::common::enqueue;
 use clap::Subcommand;
 use serde_json::{json, Value};

@@ -1,6 +1,7 @@
 //! `occ-worker admin role list`: the built-in IAM roles and what each grants. It reads only.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::refused_read;
 use clap::Subcommand;
 use occ_worker::operator;

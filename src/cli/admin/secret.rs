@@ -2,7 +2,8 @@
 //! references, never values), registered through `occ.secret_create`, which authorizes
 //! `--actor`, refuses with a one-line error and audits. It decides nothing itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, in_namespace};
 use clap::Subcommand;
 use occ_worker::operator;

@@ -3,7 +3,8 @@
 //! one `occ.service_account_*` function (`sql/schema.sql`), which authorizes `--actor`, refuses
 //! with a one-line error and audits. It never holds a token value and decides nothing itself.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::{call, list};
 use clap::Subcommand;
 

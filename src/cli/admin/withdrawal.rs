@@ -2,7 +2,8 @@
 //! source an operator asked to withdraw (SPEC §13, E15); the request itself is
 //! `admin agent withdraw-credential`. It reads only.
 
-use super::super::{CliError, Globals, Page};
+use super::super::error::CliError;
+use super::super::globals::{Globals, Page};
 use super::common::refused_read;
 use clap::Subcommand;
 use occ_worker::operator;

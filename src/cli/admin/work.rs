@@ -2,9 +2,10 @@
 //! the explicit retry of a failed Namespace deletion (SPEC Q9, through
 //! `occ.namespace_delete_retry`). It decides nothing itself.
 
+use super::super::error::CliError;
+use super::super::globals::Globals;
 use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
-use super::super::{CliError, Globals};
 use super::common::{enqueue, is_rfc3339, known_namespace};
 use clap::{Args, Subcommand};
 use occ_worker::queue;

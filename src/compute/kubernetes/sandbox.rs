@@ -5,7 +5,8 @@
 
 use super::manifests::{self, agent_labels, stamp, POD_SECURITY};
 use super::names::{self, LABEL_AGENT};
-use crate::compute::sandbox::{EgressRule, Facet, Sandbox};
+use crate::compute::sandbox::{EgressRule, Sandbox};
+use crate::compute::spec::Facet;
 use crate::compute::{AgentSpec, ComputeError};
 use serde_json::{json, Value};
 

@@ -5,7 +5,7 @@
 //! labels.
 
 use super::*;
-use crate::compute::sandbox::Facet;
+use crate::compute::spec::Facet;
 use crate::compute::HarnessMode;
 
 impl KubernetesDriver {
