@@ -10,6 +10,8 @@
 
 #[path = "it/kube_fake/mod.rs"]
 mod kube_fake;
+#[path = "it/support.rs"]
+mod support;
 
 use kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use occ_worker::compute::kubernetes::names;
@@ -53,12 +55,8 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
-fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait(what: &str, limit: Duration, done: impl FnMut() -> bool) {
+    support::wait_for(what, limit, done)
 }
 
 fn count(c: &mut Client, sql: &str) -> i64 {

@@ -661,17 +661,9 @@ fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
 }
 
 pub fn cli(db: &TestDb, args: &[&str]) -> Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
-        .args(["--json", "--database-url", &db.url])
-        .args(args)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"));
+    cmd.args(["--json", "--database-url", &db.url]).args(args);
+    crate::support::json_ok(&mut cmd, &format!("occ-worker {args:?}"))
 }
 
 #[test]

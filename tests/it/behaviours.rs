@@ -104,13 +104,11 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     );
     let frozen: (Option<String>, Value) = {
         let rev = deploy_with_binding(&mut c, &f);
-        let r = c
-            .query_one(
-                "SELECT secret_driver_id, harness_auth FROM occ.agent_revisions WHERE id = $1",
-                &[&rev],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
+        crate::support::row2(
+            &mut c,
+            "SELECT secret_driver_id, harness_auth FROM occ.agent_revisions WHERE id = $1",
+            &[&rev],
+        )
     };
     assert_eq!(frozen.0.as_deref(), Some("occ-secrets"));
     assert_eq!(frozen.1["secretDriverId"], "occ-secrets");

@@ -5,7 +5,7 @@
 //! The fake answers one request per connection (`Connection: close`) on one thread, which it
 //! joins on drop; it never reaches a real daemon.
 
-use crate::support::heartbeat;
+use crate::support::{cancel_after, heartbeat};
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::docker::{DockerDriver, SubnetPool};
 use occ_worker::compute::{ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec};
@@ -366,14 +366,11 @@ fn a_claim_lost_mid_request_aborts_it_at_once() {
     let lease = Duration::from_secs(3);
     let cancel = CancelToken::new(Instant::now() + lease);
     let (stop, renewals) = heartbeat(&cancel, lease / 3, lease);
-    let refuser = {
-        let token = cancel.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            token.cancel(LossCause::RenewalRefused);
-            Instant::now()
-        })
-    };
+    let refuser = cancel_after(
+        &cancel,
+        Duration::from_millis(200),
+        LossCause::RenewalRefused,
+    );
     let e = driver.ensure_namespace(&namespace(), &cancel).unwrap_err();
     let returned = Instant::now();
     let refused = refuser.join().unwrap();

@@ -29,14 +29,9 @@ const DEFAULT_NAMESPACES: usize = 600;
 
 /// Runs the `docker` CLI; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run the docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::output_ok(
+        Command::new("docker").args(args),
+        &format!("docker {args:?}"),
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

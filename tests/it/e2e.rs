@@ -3,35 +3,26 @@
 
 use crate::docker::{docker_available, run_container};
 use crate::docker_proxy::DockerProxy;
-use crate::support::TestDb;
+use crate::support::{context_with, TestDb};
 use occ_worker::compute::docker::DockerDriver;
-use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
 use occ_worker::queue::{Operation, QueueOptions};
 use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{Context, Registry};
+use occ_worker::reconcile::Registry;
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use postgres::Client;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
 
 fn cli(db: &TestDb, args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .arg("--json")
-        .env("OCC_DATABASE_URL", &db.url)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "occ-worker {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+        .env("OCC_DATABASE_URL", &db.url);
+    crate::support::json_ok(&mut cmd, &format!("occ-worker {args:?}"))
 }
 
 fn network_exists(name: &str) -> bool {
@@ -59,12 +50,8 @@ fn network_label(name: &str, label: &str) -> String {
 }
 
 /// Polls `done` until it holds, failing after `limit`.
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_until(limit: Duration, what: &str, done: impl FnMut() -> bool) {
+    crate::support::wait_for(what, limit, done)
 }
 
 fn count(c: &mut Client, sql: &str, ids: &[String]) -> i64 {
@@ -259,17 +246,11 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
 
     let proxy = DockerProxy::start();
     let run_worker = |proxy: &DockerProxy, key: &str| {
-        let ctx = Arc::new(Context {
-            pool: db.pool(6),
-            compute: Arc::new(DockerDriver::new(&proxy.docker_host()).expect("driver")),
-            installation_id: "inst".into(),
-            queue: QueueOptions::new(Duration::from_secs(10), 3),
-            convergence_timeout: Duration::from_secs(60),
-            events: Events::discard(),
-            metrics: Metrics::new(),
-            sandbox: Default::default(),
-            credential_gateway: None,
-        });
+        let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+        let ctx = context_with(db.pool(6), Arc::new(driver))
+            .queue(QueueOptions::new(Duration::from_secs(10), 3))
+            .convergence(Duration::from_secs(60))
+            .build();
         let r = Arc::new(NamespaceReconciler);
         let registry = Registry::new()
             .with(Operation::NamespaceEnsure, r.clone())

@@ -257,7 +257,9 @@ fn c2_a_worker_killed_after_its_create_leaves_one_network() {
     );
     assert_eq!(status(&mut c, &id), "ready");
     // Whatever was still on its way to the daemon has landed by now.
-    std::thread::sleep(Duration::from_secs(2));
+    crate::support::holds_for("at most one network", Duration::from_secs(2), || {
+        networks(&label).len() <= 1
+    });
     assert_eq!(networks(&label).len(), 1, "one network for the Namespace");
     let (state, attempts, _) = ensure_work(&mut c, &id);
     assert_eq!(state, "succeeded");

@@ -417,15 +417,10 @@ fn n3_namespace_show_names_the_kubernetes_namespace_and_the_missing_rolebinding(
             ),
         ) > 0
     });
-    let out = worker_command(&["admin", "namespace", "show", "team-x", "--json"], &env)
-        .output()
-        .expect("namespace show");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let shown = crate::support::json_ok(
+        &mut worker_command(&["admin", "namespace", "show", "team-x", "--json"], &env),
+        "namespace show",
     );
-    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let k8s = k8s_namespace(&id);
     assert_eq!(shown["status"], "provisioning");
     assert_eq!(shown["pendingReason"], "NAMESPACE_ROLEBINDING_PENDING");

@@ -22,15 +22,10 @@ const GATEWAY: &str = "gateway-1";
 
 /// `occ-worker --json admin …` with `env`; its JSON answer.
 fn admin(env: &Env, args: &[&str]) -> Value {
-    let out = worker_command(&[&["--json", "admin"], args].concat(), env)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    crate::support::json_ok(
+        &mut worker_command(&[&["--json", "admin"], args].concat(), env),
+        &format!("occ-worker admin {args:?}"),
+    )
 }
 
 /// `admin agent deploy` of the Agent `helper` (dedicated Codex) with the harness source
@@ -109,15 +104,7 @@ fn references(fake: &KubeFake, ns: &str, rev: &str) -> (Vec<String>, Vec<Vec<Str
     (deployment, pods)
 }
 
-fn work_state(c: &mut Client, key: &str) -> (String, Option<String>) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap();
-    (r.get(0), r.get(1))
-}
+use crate::support::work_state;
 
 fn wait_ended(c: &mut Client, key: &str) -> (String, Option<String>) {
     let mut last = (String::new(), None);

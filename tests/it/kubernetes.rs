@@ -11,7 +11,7 @@ use crate::kube_fake::{
     Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
 };
 use crate::scripted::{quiet, run_until, run_with, Opts};
-use crate::support::{insert_namespace, wait_for, TestDb};
+use crate::support::{cancel_after, insert_namespace, wait_for, TestDb};
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::kubernetes::client::Client;
 use occ_worker::compute::kubernetes::connection;
@@ -1674,14 +1674,11 @@ fn c3_a_create_whose_answer_was_lost_is_adopted_through_409() {
         action: Action::ApplyThenStall,
     });
     let token = cancel();
-    let refuser = {
-        let token = token.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(500));
-            token.cancel(LossCause::RenewalRefused);
-            Instant::now()
-        })
-    };
+    let refuser = cancel_after(
+        &token,
+        Duration::from_millis(500),
+        LossCause::RenewalRefused,
+    );
     let e = kube
         .driver
         .ensure_namespace(&ns_spec("ns1", None), &token)

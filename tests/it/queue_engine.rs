@@ -803,13 +803,11 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
 
 /// The `(head_id, claim_id)` of Namespace `ns`'s lane.
 fn lane_row(c: &mut Client, ns: &str) -> (Option<i64>, Option<i64>) {
-    let row = c
-        .query_one(
-            "SELECT head_id, claim_id FROM occ.work_lanes WHERE lane = 'namespace:' || $1",
-            &[&ns],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
+    crate::support::row2(
+        c,
+        "SELECT head_id, claim_id FROM occ.work_lanes WHERE lane = 'namespace:' || $1",
+        &[&ns],
+    )
 }
 
 // Q4 (V15): the lanes are kept once per statement. One statement that

@@ -52,11 +52,7 @@ impl CountingProxy {
         let acceptor = {
             let (stop, conns, threads) = (stop.clone(), conns.clone(), threads.clone());
             std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    let Ok((client, _)) = listener.accept() else {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    };
+                while let Some(client) = crate::support::accept_until(&listener, &stop) {
                     let _ = client.set_nonblocking(false);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                         continue;

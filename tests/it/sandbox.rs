@@ -635,13 +635,7 @@ fn policy_rig(
 }
 
 fn work_of(c: &mut postgres::Client, key: &str) -> (String, Option<String>) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap();
-    (r.get(0), r.get(1))
+    crate::support::work_state(c, key)
 }
 
 #[test]

@@ -199,17 +199,9 @@ fn start_dev(
 fn stop_dev(mut child: std::process::Child, signal: i32) -> Option<i32> {
     // SAFETY: kill(2) on a child this test spawned and has not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "scripts/dev did not stop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::support::child_exit(&mut child, std::time::Duration::from_secs(60))
+        .expect("scripts/dev did not stop")
+        .code()
 }
 
 fn dev_env(scratch: &crate::readme::Scratch, name: &str) -> String {

@@ -37,11 +37,7 @@ impl StallProxy {
         let acceptor = {
             let (mode, stop, threads) = (mode.clone(), stop.clone(), threads.clone());
             std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    let Ok((client, _)) = listener.accept() else {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    };
+                while let Some(client) = crate::support::accept_until(&listener, &stop) {
                     let _ = client.set_nonblocking(false);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                         continue;
@@ -102,13 +98,16 @@ fn pump(
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16 * 1024];
     while !stop.load(Ordering::SeqCst) {
-        let holed = match mode.load(Ordering::SeqCst) {
+        let holed = || match mode.load(Ordering::SeqCst) {
             HOLE_ALL => true,
             HOLE_LISTEN => listen.load(Ordering::SeqCst),
             _ => false,
         };
-        if holed {
-            std::thread::sleep(Duration::from_millis(10));
+        if holed() {
+            let every = Duration::from_millis(10);
+            let _ = crate::support::poll(Duration::MAX, every, || {
+                (stop.load(Ordering::SeqCst) || !holed()).then_some(())
+            });
             continue;
         }
         match from.read(&mut buf) {
@@ -403,7 +402,11 @@ fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off(
         Duration::from_secs(20),
         || http(port, "/readyz").is_some_and(|(s, _)| s == 503),
     );
-    std::thread::sleep(Duration::from_secs(6));
+    crate::support::holds_for(
+        "the work queued while claims fail",
+        Duration::from_secs(6),
+        || state(&mut c, "ns0") == "queued",
+    );
     let failures = metric(
         port,
         "occ_worker_claim_failures_total{cause=\"DatabaseError:P0001\"}",
