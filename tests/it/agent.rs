@@ -709,27 +709,21 @@ fn o_cli_admits_an_agent_deployment_and_shows_its_revision_status() {
     );
     let deployed = cli(
         &db,
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "ns1",
             "bot",
-            "--actor",
-            "admin",
-            "--configuration",
             "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "scripted",
-            "--compute-implementation",
-            "scripted",
-        ],
+            &[
+                "--actor",
+                "admin",
+                "--harness-secret",
+                "key",
+                "--compute-id",
+                "scripted",
+                "--compute-implementation",
+                "scripted",
+            ],
+        ),
     );
     assert_eq!(deployed["revision"], json!(1));
     let shown = cli(&db, &["admin", "agent", "show", "ns1", "bot"]);

@@ -717,25 +717,15 @@ fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
         ],
     );
     let deploy = |actor: &'static str| -> Vec<&'static str> {
-        vec![
-            "admin",
-            "agent",
-            "deploy",
-            "team-b",
-            "helper",
+        let more = [
             "--actor",
             actor,
-            "--configuration",
-            "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
             "--service-account",
             "acct",
             "--compute-id",
             "docker",
-        ]
+        ];
+        crate::support::deploy_args("team-b", "helper", "cfg", &more)
     };
     refused(
         url,
@@ -907,21 +897,7 @@ fn refusals_are_in_the_users_words() {
         2,
         &format!("agent create refused: NAME must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit, got \"{head}…\" (100000 bytes)"),
     );
-    let deploy = [
-        "admin",
-        "agent",
-        "deploy",
-        "team-c",
-        "helper",
-        "--actor",
-        "admin",
-        "--configuration",
-        "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
-    ];
+    let deploy = crate::support::deploy_args("team-c", "helper", "cfg", &["--actor", "admin"]);
     let mut both = deploy.to_vec();
     both.extend(["--harness-secret", "key", "--service-account", "acct"]);
     refused(

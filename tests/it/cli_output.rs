@@ -355,25 +355,19 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
     );
     let deployed = ok(
         &db,
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "team-b",
             "gone",
-            "--actor",
-            "admin",
-            "--configuration",
             "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "docker",
-        ],
+            &[
+                "--actor",
+                "admin",
+                "--harness-secret",
+                "key",
+                "--compute-id",
+                "docker",
+            ],
+        ),
     );
     let reconcile = deployed["work"].as_str().unwrap().to_string();
     let admitted = ok(

@@ -1298,28 +1298,22 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
         .to_string(),
     )
     .unwrap();
-    let deploy_args = [
-        "admin",
-        "agent",
-        "deploy",
+    let deploy_args = crate::support::deploy_args(
         "team-b",
         "bot",
-        "--configuration",
         "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
-        "--credential-source",
-        "openai",
-        "--tool-source",
-        "github",
-        "--compute-id",
-        "kubernetes",
-        "--actor",
-        "admin",
-        "--json",
-    ];
+        &[
+            "--credential-source",
+            "openai",
+            "--tool-source",
+            "github",
+            "--compute-id",
+            "kubernetes",
+            "--actor",
+            "admin",
+            "--json",
+        ],
+    );
     assert_eq!(
         run_with(&db, None, &deploy_args),
         (2, String::new(), "occ-worker: agent deploy refused: credential sources need a selected Credential Gateway, and none is selected (credentialGateway in the OCC_INSTALLATION_CONFIG file)\n".into())

@@ -31,17 +31,7 @@ fn admin(env: &Env, args: &[&str]) -> Value {
 /// `admin agent deploy` of the Agent `helper` (dedicated Codex) with the harness source
 /// `model` and the tool sources `tools`; the revision id.
 fn deploy(env: &Env, ns: &str, model: &str, tools: &[&str]) -> String {
-    let mut args = vec![
-        "agent",
-        "deploy",
-        ns,
-        "helper",
-        "--configuration",
-        "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
+    let more = [
         "--credential-source",
         model,
         "--compute-id",
@@ -49,6 +39,8 @@ fn deploy(env: &Env, ns: &str, model: &str, tools: &[&str]) -> String {
         "--actor",
         "admin",
     ];
+    // `admin` is prepended by `admin` itself.
+    let mut args = crate::support::deploy_args(ns, "helper", "cfg", &more).split_off(1);
     for tool in tools {
         args.extend(["--tool-source", tool]);
     }

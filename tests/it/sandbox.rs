@@ -326,26 +326,20 @@ fn s2_a_pinned_facet_the_driver_no_longer_offers_refuses_with_no_request() {
 /// `admin agent deploy` as the CLI runs it, with `OCC_INSTALLATION_CONFIG` at `file`.
 fn cli_deploy(db: &TestDb, file: &str, configuration: &str) -> (Option<i32>, String, String) {
     let out = worker_command(
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "ns1",
             "bot",
-            "--actor",
-            "admin",
-            "--configuration",
             configuration,
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "kubernetes",
-            "--json",
-        ],
+            &[
+                "--actor",
+                "admin",
+                "--harness-secret",
+                "key",
+                "--compute-id",
+                "kubernetes",
+                "--json",
+            ],
+        ),
         &[
             ("OCC_DATABASE_URL", db.url.clone()),
             ("OCC_INSTALLATION_CONFIG", file.to_string()),

@@ -489,6 +489,20 @@ pub fn child_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     })
 }
 
+/// `admin agent deploy NS AGENT` of the dedicated Codex harness with `configuration`, then
+/// `more` (the CLI's arguments, without the global flags).
+pub fn deploy_args<'a>(
+    ns: &'a str,
+    agent: &'a str,
+    configuration: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["admin", "agent", "deploy", ns, agent, "--configuration"];
+    args.extend([configuration, "--harness", "codex", "--mode", "dedicated"]);
+    args.extend_from_slice(more);
+    args
+}
+
 /// Runs `cmd`; panics with `what` and its stderr unless it exits successfully.
 pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
