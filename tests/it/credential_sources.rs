@@ -615,14 +615,7 @@ fn e19_deploy_with_sources_snapshots_them_and_the_harness_auth() {
     ]);
     assert_eq!(sources, expected);
     assert_eq!(admitted["credentialSources"], expected);
-    let details: Value = db
-        .client()
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let details = crate::support::audit_details(&mut db.client(), "openclaw.agents.deploy.admit");
     assert_eq!(
         (&details["harnessAuth"], &details["credentialSourceIds"]),
         (

@@ -61,28 +61,18 @@ fn namespace() -> NamespaceSpec {
 }
 
 fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
+    let (agent, revision) = (unique("itagent"), unique("itrev"));
     RevisionSpec {
         installation_id: namespace.installation_id.clone(),
-        namespace_id: namespace.namespace_id.clone(),
-        agent_id: unique("itagent"),
-        revision_id: unique("itrev"),
-        revision: 1,
         service_principal_id: "sp".into(),
-        harness_id: "h".into(),
         harness_version: "1".into(),
-        harness_mode: "dedicated".into(),
         execution_mode: "service".into(),
-        document: serde_json::json!({}),
-        harness_auth: None,
-        secret_bindings: serde_json::json!({}),
-        secrets: vec![],
-        harness_secret: None,
-        managed_account: None,
-        backend_id: None,
-        plugin_ids: vec![],
-        execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
-        sandbox_facets: Vec::new(),
-        credential_sources: Vec::new(),
+        ..crate::support::bare_revision(
+            &namespace.namespace_id,
+            &agent,
+            (&revision, 1),
+            ("h", "dedicated"),
+        )
     }
 }
 

@@ -5,10 +5,7 @@ use crate::docker::{docker_available, run_container};
 use crate::docker_proxy::DockerProxy;
 use crate::support::{context_with, TestDb};
 use occ_worker::compute::docker::DockerDriver;
-use occ_worker::queue::{Operation, QueueOptions};
-use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::Registry;
-use occ_worker::runtime::{RuntimeOptions, Worker};
+use occ_worker::queue::QueueOptions;
 use postgres::Client;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
@@ -251,32 +248,12 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
             .queue(QueueOptions::new(Duration::from_secs(10), 3))
             .convergence(Duration::from_secs(60))
             .build();
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: None,
-                db_timeout: Duration::from_secs(5),
-            },
-        );
+        let worker = crate::support::namespace_worker(ctx, None);
         let stop = worker.stop_handle();
         let handle = std::thread::spawn(move || worker.run());
         let mut c = db.client();
         wait_until(Duration::from_secs(30), key, || {
-            let state: String = c
-                .query_one(
-                    "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
-                    &[&key],
-                )
-                .unwrap()
-                .get(0);
+            let state = crate::support::work_state(&mut c, key).0;
             state == "succeeded" || state == "failed_permanent"
         });
         stop.stop();

@@ -130,28 +130,7 @@ fn connect(url: &str, limit: Duration) -> Client {
     .unwrap_or_else(|| panic!("connect {url}: {}", last.expect("a connect error")))
 }
 
-fn enqueue_namespace(c: &mut Client, id: &str) {
-    c.execute(
-        "INSERT INTO occ.namespaces_all (id, name, status, created_by) VALUES ($1, $1, 'provisioning', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-    c.execute(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-}
-
-fn state(c: &mut Client, id: &str) -> String {
-    c.query_one(
-        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
-}
+use crate::support::{enqueue_ensure as enqueue_namespace, ensure_state as state};
 
 // W5: while PostgreSQL is down the worker stays alive, reports WORKER_UNAVAILABLE and
 // answers /readyz with 503; when the server comes back on the same port it completes new

@@ -279,12 +279,7 @@ fn s2_an_adopted_namespace_without_the_restricted_label_refuses_a_pinned_revisio
     fake.clear_requests();
     let code = refusal(driver.prepare_revision(&pinned(&["pod-security-restricted"]), &cancel));
     assert_eq!(code, "SANDBOX_FACET_UNAVAILABLE");
-    let writes: Vec<String> = fake
-        .requests()
-        .iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let writes = fake.writes();
     assert_eq!(writes, Vec::<String>::new());
     assert!(fake.objects("deployments").is_empty());
     // A revision pinned to nothing the namespace lacks runs there.
@@ -399,13 +394,7 @@ fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() 
         row.get::<_, Value>(1),
         json!(["read-only-root", "default-deny-egress"])
     );
-    let audit: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let audit = crate::support::audit_details(&mut c, "openclaw.agents.deploy.admit");
     assert_eq!(
         audit["sandboxFacets"],
         json!(["read-only-root", "default-deny-egress"])

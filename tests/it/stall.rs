@@ -5,7 +5,6 @@
 //! on failure detection, never performance claims.
 
 use crate::support::{free_port, wait_for, worker_env, TestDb, WorkerProcess};
-use postgres::Client;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -144,24 +143,7 @@ fn http(port: u16, path: &str) -> Option<(u16, Duration)> {
     Some((status, started.elapsed()))
 }
 
-fn enqueue(c: &mut Client, id: &str) {
-    crate::support::insert_namespace(c, id, "provisioning");
-    c.execute(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-}
-
-fn state(c: &mut Client, id: &str) -> String {
-    c.query_one(
-        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
-}
+use crate::support::{enqueue_ensure as enqueue, ensure_state as state};
 
 /// The test database behind a proxy, and a probe worker on the proxy's URL.
 fn worker_behind(

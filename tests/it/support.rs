@@ -158,6 +158,34 @@ pub fn insert_namespace(client: &mut Client, id: &str, status: &str) {
         .expect("insert namespace");
 }
 
+/// Inserts the Namespace `id` (provisioning) and its ensure work directly.
+pub fn enqueue_ensure(client: &mut Client, id: &str) {
+    insert_namespace(client, id, "provisioning");
+    client
+        .execute(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+             VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
+            &[&id],
+        )
+        .expect("insert ensure work");
+}
+
+/// The state of the Namespace `id`'s ensure work.
+pub fn ensure_state(client: &mut Client, id: &str) -> String {
+    work_state(client, &format!("namespace:{id}:ensure")).0
+}
+
+/// The details of the audit event `action` (the only one).
+pub fn audit_details(client: &mut Client, action: &str) -> Value {
+    client
+        .query_one(
+            "SELECT details FROM occ.audit_events WHERE action = $1",
+            &[&action],
+        )
+        .expect("one audit event")
+        .get(0)
+}
+
 /// Inserts a Namespace, an Agent with its service principal, and `revisions` revisions
 /// (`<agent>-r<n>`) in one transaction: the principal and the Agent name each other through
 /// deferred foreign keys.
@@ -753,10 +781,6 @@ pub struct NamespaceWorkerOptions<'a> {
 impl NamespaceWorker {
     pub fn start(db: &TestDb, o: NamespaceWorkerOptions<'_>) -> NamespaceWorker {
         use occ_worker::compute::docker::{DockerDriver, SubnetPool};
-        use occ_worker::queue::Operation;
-        use occ_worker::reconcile::namespace::NamespaceReconciler;
-        use occ_worker::reconcile::Registry;
-        use occ_worker::runtime::Worker;
         let pool: SubnetPool = o.pool.parse().expect("pool");
         let driver = DockerDriver::new(o.docker_host).expect("driver");
         let ctx = context_with(db.pool(8), Arc::new(driver.with_subnet_pool(pool)))
@@ -765,27 +789,36 @@ impl NamespaceWorker {
             .convergence(Duration::from_secs(120))
             .events(o.events)
             .build();
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: Some(db.url.clone()),
-                db_timeout: Duration::from_secs(5),
-            },
-        );
+        let worker = namespace_worker(ctx, Some(db.url.clone()));
         let stop = worker.stop_handle();
         NamespaceWorker {
             stop,
             running: Some(std::thread::spawn(move || worker.run())),
         }
     }
+}
+
+/// A worker with only the Namespace reconciler, concurrency 2, polling every 50 ms and
+/// listening on `listen_url` when given.
+pub fn namespace_worker(
+    ctx: Arc<Context>,
+    listen_url: Option<String>,
+) -> occ_worker::runtime::Worker {
+    use occ_worker::queue::Operation;
+    use occ_worker::reconcile::namespace::NamespaceReconciler;
+    use occ_worker::reconcile::Registry;
+    let r = Arc::new(NamespaceReconciler);
+    let registry = Registry::new()
+        .with(Operation::NamespaceEnsure, r.clone())
+        .with(Operation::NamespaceDelete, r);
+    let options = RuntimeOptions {
+        concurrency: 2,
+        poll_interval: Duration::from_millis(50),
+        shutdown_grace: Duration::from_secs(5),
+        listen_url,
+        db_timeout: Duration::from_secs(5),
+    };
+    occ_worker::runtime::Worker::new(ctx, registry, options)
 }
 
 impl Drop for NamespaceWorker {

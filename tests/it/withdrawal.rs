@@ -162,13 +162,7 @@ fn opts() -> Opts {
 fn run(rig: &Rig, driver: &Arc<ScriptedDriver>, opts: Opts, key: &str) -> Captured {
     let rev = rig.rev.clone();
     run_captured(&rig.f.db, driver.clone(), opts, |c| {
-        let state: String = c
-            .query_one(
-                "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
-                &[&key],
-            )
-            .unwrap()
-            .get(0);
+        let state = crate::support::work_state(c, key).0;
         let due: i64 = c
             .query_one(
                 "SELECT count(*) FROM occ.work_status WHERE revision_id = $1

@@ -352,6 +352,15 @@ impl KubeFake {
         self.shared.state.lock().log.clone()
     }
 
+    /// Every request but the GETs, as `METHOD path`.
+    pub fn writes(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.method != "GET")
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
+    }
+
     pub fn clear_requests(&self) {
         self.shared.state.lock().log.clear();
     }
