@@ -44,13 +44,11 @@ fn z1_every_revision_is_admitted_as_version_5_standard_and_the_shape_is_checked(
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
-    let stored: Value = c
-        .query_one(
-            "SELECT execution_admission FROM occ.agent_revisions WHERE id = $1",
-            &[&rev],
-        )
-        .unwrap()
-        .get(0);
+    let stored: Value = crate::support::one(
+        &mut c,
+        "SELECT execution_admission FROM occ.agent_revisions WHERE id = $1",
+        &[&rev],
+    );
     assert_eq!(stored, json!({"version": 5, "mode": "standard"}));
     for bad in [
         json!({"version": 0, "mode": "standard"}),

@@ -73,14 +73,8 @@ fn deploy_with_binding(c: &mut Client, f: &Fixture) -> String {
         &[&f.principal],
     )
     .unwrap();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
-               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')", &[&f.agent]);
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -90,13 +84,11 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     // when that driver owns it, and a revision frozen with another driver is a mismatch.
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.secret_create('ns1', 'tok', 'ns1/tok/value', 'admin', 'vault', 'uid-1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.secret_create('ns1', 'tok', 'ns1/tok/value', 'admin', 'vault', 'uid-1')",
+        &[],
+    );
     assert_eq!(
         v,
         json!({"namespaceId": "ns1", "id": "tok", "backendRef": "ns1/tok/value",
@@ -164,14 +156,8 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
 }
 
 fn deploy_with_binding_again(c: &mut Client, f: &Fixture) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
-               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')", &[&f.agent]);
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -630,13 +616,7 @@ fn z10_a_failed_namespace_ensure_says_the_drivers_printable_reason_on_completed_
         assert_eq!(completed.len(), 1);
         reasons.push(completed[0].get("reason").cloned());
         // The audit keeps the class, never the driver's words.
-        let details: Value = c
-            .query_one(
-                "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1",
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
+        let details: Value = crate::support::one(&mut c, "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1", &[&id]);
         assert_eq!(details["failure"], "permanent", "{details}");
         assert!(!details.to_string().contains("quota"), "{details}");
     }
@@ -687,10 +667,11 @@ fn z11_deleting_an_agent_on_a_compute_that_cannot_delete_its_credentials_fails_b
             f.agent.clone()
         )]
     );
-    let agents: i64 = c
-        .query_one("SELECT count(*) FROM occ.agents WHERE id = $1", &[&f.agent])
-        .unwrap()
-        .get(0);
+    let agents: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    );
     assert_eq!(agents, 1);
 }
 
@@ -945,13 +926,11 @@ fn w7x_worker_completed_names_the_operation_as_the_seed_does() {
     let events = run_captured(&f.db, driver, Opts::default(), quiet);
     let stopped = about(&events, "worker.completed", &stop_key);
     assert_eq!(stopped.last().unwrap()["operation"], "agent.stop");
-    let column: String = c
-        .query_one(
-            "SELECT operation FROM occ.work WHERE idempotency_key = $1",
-            &[&stop_key],
-        )
-        .unwrap()
-        .get(0);
+    let column: String = crate::support::one(
+        &mut c,
+        "SELECT operation FROM occ.work WHERE idempotency_key = $1",
+        &[&stop_key],
+    );
     assert_eq!(column, "agent_stop");
 }
 

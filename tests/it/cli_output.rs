@@ -249,10 +249,11 @@ fn shows_say_what_work_waits_for_in_one_time_form() {
     insert_namespace(&mut c, "team-b", "ready");
     insert_agent(&mut c, "team-b", "helper", 1);
     let (a, _) = two_namespaces(&db);
-    let work: i64 = c
-        .query_one("SELECT id FROM occ.work WHERE namespace_id = $1", &[&a])
-        .unwrap()
-        .get(0);
+    let work: i64 = crate::support::one(
+        &mut c,
+        "SELECT id FROM occ.work WHERE namespace_id = $1",
+        &[&a],
+    );
     c.execute(
         "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, at) VALUES
              ($1, 1, 'COMPUTE_UNAVAILABLE', 'retry', '2026-01-31T12:00:00Z'),

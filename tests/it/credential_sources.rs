@@ -503,10 +503,11 @@ fn e_admission_cli_creates_lists_shows_and_disables() {
 fn deployable() -> (TestDb, String) {
     let db = team_b();
     let mut c = db.client();
-    let agent: Value = c
-        .query_one("SELECT occ.agent_create('team-b', 'bot', 'admin')", &[])
-        .unwrap()
-        .get(0);
+    let agent: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_create('team-b', 'bot', 'admin')",
+        &[],
+    );
     c.execute(
         "SELECT occ.configuration_put('team-b', 'cfg', '{\"model\": \"m\"}', 'admin')",
         &[],

@@ -230,13 +230,11 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
         &[],
     )
     .expect("grant bob");
-    let ns: Value = c
-        .query_one(
-            "SELECT occ.namespace_create('bob', $1)",
-            &[&format!("rv-{}", std::process::id())],
-        )
-        .expect("admit")
-        .get(0);
+    let ns: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('bob', $1)",
+        &[&format!("rv-{}", std::process::id())],
+    );
     let revoked_ns = ns["id"].as_str().unwrap().to_string();
     c.execute("SELECT occ.identity_revoke('admin', 'bob')", &[])
         .expect("revoke bob");
@@ -269,14 +267,12 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "failed_permanent");
     assert_eq!(row.get::<_, String>(1), "ACTOR_REVOKED");
-    let denials: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE namespace_id = $1
+    let denials: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE namespace_id = $1
              AND kind = 'authorization_denial' AND reason_code = 'ACTOR_REVOKED'",
-            &[&revoked_ns],
-        )
-        .unwrap()
-        .get(0);
+        &[&revoked_ns],
+    );
     assert_eq!(denials, 1);
     assert_eq!(
         proxy.requests(),
@@ -285,13 +281,11 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
     );
 
     // Control: the same proxy does see a permitted Namespace's requests.
-    let ok: Value = c
-        .query_one(
-            "SELECT occ.namespace_create('admin', $1)",
-            &[&format!("ok-{}", std::process::id())],
-        )
-        .expect("admit")
-        .get(0);
+    let ok: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', $1)",
+        &[&format!("ok-{}", std::process::id())],
+    );
     let ok_ns = ok["id"].as_str().unwrap().to_string();
     run_worker(&proxy, &format!("namespace:{ok_ns}:ensure"));
     assert!(

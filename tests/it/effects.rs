@@ -32,10 +32,7 @@ fn installation(db: &TestDb, prefix: &str) -> (Client, String) {
 }
 
 fn admit(c: &mut Client, name: &str) -> String {
-    let ns: Value = c
-        .query_one("SELECT occ.namespace_create('admin', $1)", &[&name])
-        .expect("admit")
-        .get(0);
+    let ns: Value = crate::support::one(c, "SELECT occ.namespace_create('admin', $1)", &[&name]);
     ns["id"].as_str().expect("namespace id").to_string()
 }
 

@@ -599,10 +599,11 @@ fn h4_on_docker_a_namespace_stays_provisioning_then_deleting_while_its_hooks_ref
     env.push(("OCC_WORKER_POLL_INTERVAL_MS", "100".into()));
     let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
     let mut c = db.client();
-    let created: Value = c
-        .query_one("SELECT occ.namespace_create('admin', 'hooked')", &[])
-        .unwrap()
-        .get(0);
+    let created: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', 'hooked')",
+        &[],
+    );
     let ns = created["id"].as_str().unwrap().to_string();
     wait_for("the hook refused twice", Duration::from_secs(60), || {
         server.sequence().len() >= 2

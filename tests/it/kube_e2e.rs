@@ -73,13 +73,11 @@ pub fn k8s_namespace(id: &str) -> String {
 pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<String> {
     let ids: Vec<String> = (0..count)
         .map(|i| {
-            let v: Value = c
-                .query_one(
-                    "SELECT occ.namespace_create('admin', $1)",
-                    &[&format!("team-{i}")],
-                )
-                .unwrap()
-                .get(0);
+            let v: Value = crate::support::one(
+                c,
+                "SELECT occ.namespace_create('admin', $1)",
+                &[&format!("team-{i}")],
+            );
             v["id"].as_str().unwrap().to_string()
         })
         .collect();
@@ -122,13 +120,7 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
 pub fn deploy(c: &mut Client, ns: &str, agent: &str, harness: &str, mode: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
-            &[&ns, &agent, &harness, &mode],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')", &[&ns, &agent, &harness, &mode]);
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -158,13 +150,7 @@ pub fn leftovers(fake: &KubeFake) -> Vec<String> {
 }
 
 fn all_done(c: &mut Client, prefix: &str) -> bool {
-    let open: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
-            &[&format!("{prefix}%")],
-        )
-        .unwrap()
-        .get(0);
+    let open: i64 = crate::support::one(c, "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')", &[&format!("{prefix}%")]);
     open == 0
 }
 
@@ -220,13 +206,11 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
         all_done(&mut c, "agent_revision:")
     });
     for rev in &second {
-        let active: i64 = c
-            .query_one(
-                "SELECT count(*) FROM occ.agents WHERE active_revision_id = $1",
-                &[rev],
-            )
-            .unwrap()
-            .get(0);
+        let active: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE active_revision_id = $1",
+            &[rev],
+        );
         assert_eq!(active, 1, "revision {rev} replaced its predecessor");
     }
     // Exactly one activation audit per activated revision.
@@ -400,13 +384,11 @@ fn n3_namespace_show_names_the_kubernetes_namespace_and_the_missing_rolebinding(
     let db = TestDb::bootstrapped();
     let env = kube_env(&db, &fake, &dir, 2);
     let mut c = db.client();
-    let id: String = c
-        .query_one(
-            "SELECT occ.namespace_create('admin', 'team-x') ->> 'id'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let id: String = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', 'team-x') ->> 'id'",
+        &[],
+    );
     let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn"));
     wait_for("the RoleBinding wait", Duration::from_secs(60), || {
         scalar::<i64>(

@@ -207,13 +207,11 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
     operator(&mut c, "op-1", &ns, &agent);
     operator(&mut c, "op-2", &ns, &agent);
     let mut tx = c.transaction().unwrap();
-    let requested: Value = tx
-        .query_one(
-            "SELECT occ.credential_withdrawal_request('op-1', $1, $2, 'search')",
-            &[&ns, &agent],
-        )
-        .unwrap()
-        .get(0);
+    let requested: Value = crate::support::one(
+        &mut tx,
+        "SELECT occ.credential_withdrawal_request('op-1', $1, $2, 'search')",
+        &[&ns, &agent],
+    );
     tx.execute(
         "DELETE FROM occ.iam_bindings WHERE principal_id = 'op-1'",
         &[],
@@ -260,13 +258,11 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         !pods.is_empty() && pods.iter().all(|p| *p == kept),
         "{pods:?}"
     );
-    let active: Option<String> = c
-        .query_one(
-            "SELECT active_revision_id FROM occ.agents WHERE id = $1",
-            &[&agent],
-        )
-        .unwrap()
-        .get(0);
+    let active: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT active_revision_id FROM occ.agents WHERE id = $1",
+        &[&agent],
+    );
     assert_eq!(active.as_deref(), Some(first.as_str()));
     let listed = admin(&env, &["withdrawal", "list", &ns, "helper"]);
     let row = listed
@@ -353,13 +349,7 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         wait_ended(&mut c, &retirement),
         ("succeeded".into(), Some("CREDENTIALS_WITHDRAWN".into()))
     );
-    let state: String = c
-        .query_one(
-            "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'",
-            &[&first],
-        )
-        .unwrap()
-        .get(0);
+    let state: String = crate::support::one(&mut c, "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'", &[&first]);
     assert_eq!(state, "revoked");
     let (template, pods) = references(&fake, &k8s, &second);
     let now = vec![

@@ -144,13 +144,11 @@ fn labels(object: &Value) -> &Value {
 
 /// Admits a Namespace as `actor`; returns its id.
 fn admit_namespace(c: &mut Sql, actor: &str, name: &str, existing: Option<&str>) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.namespace_create($1, $2, $3)",
-            &[&actor, &name, &existing],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.namespace_create($1, $2, $3)",
+        &[&actor, &name, &existing],
+    );
     v["id"].as_str().unwrap().to_string()
 }
 
@@ -518,14 +516,12 @@ fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
 fn deploy_kube(c: &mut Sql, agent: &str, harness: &str, mode: &str, actor: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
                '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&agent, &actor, &harness, &mode],
-        )
-        .unwrap()
-        .get(0);
+        &[&agent, &actor, &harness, &mode],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -733,14 +729,12 @@ fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_r
          SELECT occ.service_account_bind('ns1', 'acct', 'b1', 'chatgpt-driver', 'ws-1', 'admin');",
     )
     .unwrap();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
                'kubernetes', 'kubernetes', p_service_account => 'acct')",
-            &[&w.agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&w.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     run_until(&w.db, w.kube.driver.clone(), quiet);
     let (state, code, _, _) = work(&mut c, &rkey(&rev));
@@ -858,13 +852,11 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
         2
     );
     assert_eq!(work(&mut c, &rkey(&r2)).3, 1, "deferrals refund attempts");
-    let retired: bool = c
-        .query_one(
-            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
-            &[&r1],
-        )
-        .unwrap()
-        .get(0);
+    let retired: bool = crate::support::one(
+        &mut c,
+        "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+        &[&r1],
+    );
     assert!(retired);
 }
 
@@ -907,13 +899,7 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
         evidence.contains(&"deferred:REVISION_ACTIVATION_PENDING".to_string()),
         "{evidence:?}"
     );
-    let activations: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
-            &[&r2],
-        )
-        .unwrap()
-        .get(0);
+    let activations: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1", &[&r2]);
     assert_eq!(activations, 1);
     // The same gateway now runs the second revision; retiring the first kept it.
     let d = deployment(&w, &gateway).expect("gateway kept");
@@ -1055,13 +1041,7 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
         work(&mut c, &rkey(&r2)).1.as_deref(),
         Some("REVISION_ALREADY_ACTIVE")
     );
-    let activations: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
-            &[&r2],
-        )
-        .unwrap()
-        .get(0);
+    let activations: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1", &[&r2]);
     assert_eq!(activations, 1);
     assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
     c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])

@@ -218,10 +218,11 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     let h = Harness::new();
     let mut c = h.sql();
     let mut tx = c.transaction().unwrap();
-    let v: Value = tx
-        .query_one("SELECT occ.namespace_create('admin', 'team-a')", &[])
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut tx,
+        "SELECT occ.namespace_create('admin', 'team-a')",
+        &[],
+    );
     let ns = v["id"].as_str().unwrap().to_string();
     assert!(ns.starts_with("ns-") && ns.len() == 11, "generated id {ns}");
     tx.rollback().unwrap();

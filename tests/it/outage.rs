@@ -234,10 +234,7 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
     wait_for("/readyz 200 again", Duration::from_secs(20), || {
         http_status(port, "/readyz") == Some(200)
     });
-    let done: i64 = c
-        .query_one("SELECT count(*) FROM public.occ_probe_done", &[])
-        .unwrap()
-        .get(0);
+    let done: i64 = crate::support::one(&mut c, "SELECT count(*) FROM public.occ_probe_done", &[]);
     assert_eq!(done, 2);
 
     worker.signal("TERM");

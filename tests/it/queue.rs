@@ -347,14 +347,12 @@ fn claim_takes_the_oldest_available_and_skips_future_rows() {
         work_claim(&mut c, &opts(5)).unwrap().is_none(),
         "a row available in an hour is not claimable"
     );
-    let lease_ok: bool = c
-        .query_one(
-            "SELECT lease_expires_at > clock_timestamp() + interval '20 s' AND claim_token IS NOT NULL
+    let lease_ok: bool = crate::support::one(
+        &mut c,
+        "SELECT lease_expires_at > clock_timestamp() + interval '20 s' AND claim_token IS NOT NULL
              FROM occ.work_status WHERE id = $1",
-            &[&first.id],
-        )
-        .unwrap()
-        .get(0);
+        &[&first.id],
+    );
     assert!(
         lease_ok,
         "the claim sets a token and a lease by the database clock"

@@ -629,13 +629,11 @@ fn a_publication_claims_in_its_own_transaction_and_a_refused_claim_loses_no_publ
         "lane a moved on inside the transaction; b has nothing more"
     );
     for cl in &second {
-        let token: String = c
-            .query_one(
-                "SELECT claim_token::text FROM occ.work_lanes WHERE claim_id = $1",
-                &[&cl.id],
-            )
-            .unwrap()
-            .get(0);
+        let token: String = crate::support::one(
+            &mut c,
+            "SELECT claim_token::text FROM occ.work_lanes WHERE claim_id = $1",
+            &[&cl.id],
+        );
         assert_eq!(token, cl.token, "{}", cl.key);
     }
 

@@ -338,13 +338,11 @@ fn namespace_ensure_passes_prepare_each_statement_once_per_connection() {
     let driver = Arc::new(ScriptedDriver::new());
     run_on(&proxy.url(&db.url), driver.clone(), one_at_a_time(), quiet);
     assert_eq!(driver.calls_of("ensure_namespace").len(), PASSES as usize);
-    let ready: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let ready: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
+        &[],
+    );
     assert_eq!(ready, PASSES as i64);
     let f = figures(&proxy);
     report("Namespace ensure", PASSES, &f);

@@ -371,10 +371,8 @@ fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() 
         stderr,
         "occ-worker: agent deploy refused: SANDBOX_FACET_UNAVAILABLE: configuration strict requires sandbox facets runtime-class that Sandbox Driver sandbox-1 does not offer\n"
     );
-    let revisions: i64 = c
-        .query_one("SELECT count(*) FROM occ.agent_revisions", &[])
-        .unwrap()
-        .get(0);
+    let revisions: i64 =
+        crate::support::one(&mut c, "SELECT count(*) FROM occ.agent_revisions", &[]);
     assert_eq!(revisions, 0);
     let (code, stdout, stderr) = cli_deploy(&f.db, &file, "modest");
     assert_eq!(code, Some(0), "{stderr}");
@@ -477,13 +475,7 @@ fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuse
         .map(|r| r.get(0))
         .collect();
     assert_eq!(operations, ["agent_sandbox_policy", "agent_sandbox_policy"]);
-    let admits: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let admits: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1", &[&f.agent]);
     assert_eq!(admits, 2);
     // Beyond the ceiling: a wider network, a port it does not list, no ceiling at all.
     for (egress, ceiling) in [
@@ -583,13 +575,7 @@ fn s4_stale_recovery_fails_the_work_and_its_policy_in_one_statement() {
         policy_state(&mut c, &f.agent),
         ("failed".into(), Some("ATTEMPTS_EXHAUSTED".into()), 2)
     );
-    let audit: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let audit: Value = crate::support::one(&mut c, "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'", &[]);
     assert_eq!(
         audit,
         json!({"generation": 2, "policyState": "failed", "recovery": true})
@@ -745,10 +731,11 @@ fn s3_the_networkpolicy_matches_the_allowlist_an_older_generation_makes_no_call_
         fake.get(&path).is_none(),
         "the egress policy is gone with its Agent"
     );
-    let left: i64 = c
-        .query_one("SELECT count(*) FROM occ.agent_sandbox_policies", &[])
-        .unwrap()
-        .get(0);
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agent_sandbox_policies",
+        &[],
+    );
     assert_eq!(left, 0);
     drop(worker);
     let _ = std::fs::remove_dir_all(dir);
@@ -1025,14 +1012,8 @@ fn s2_the_worker_fails_a_deployment_pinned_to_a_facet_it_cannot_enforce_before_a
     let ns = crate::kube_e2e::ready_namespaces(&mut c, &fake, 1).remove(0);
     let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
     // Admitted while the Installation's driver still offered `runtime-class`.
-    let admitted: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
-                 p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')",
-            &[&ns, &agent],
-        )
-        .unwrap()
-        .get(0);
+    let admitted: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
+                 p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')", &[&ns, &agent]);
     let key = admitted["work"].as_str().unwrap().to_string();
     wait_for("failed", Duration::from_secs(60), || {
         work_of(&mut c, &key).0 == "failed_permanent"

@@ -203,15 +203,9 @@ impl LaneRecorder {
     fn enter(url: &str, agent: &str, method: &str) {
         let pid = std::process::id() as i32;
         LaneRecorder::with(url, |c| {
-            let n: i32 = c
-                .query_one(
-                    "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
+            let n: i32 = crate::support::one(c, "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
                      INSERT INTO public.occ_driver_inflight AS i (agent, n) VALUES ($2, 1)
-                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n",
-                    &[&pid, &agent, &method],
-                )
-                .expect("lane enter")
-                .get(0);
+                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n", &[&pid, &agent, &method]);
             if n > 1 {
                 c.execute(
                     "INSERT INTO public.occ_driver_overlaps (pid, agent, method) VALUES ($1, $2, $3)",
@@ -745,13 +739,11 @@ fn assert_reached(ok: bool, timeout: Duration) {
 
 /// Whether no work is queued or claimed.
 pub fn quiet(client: &mut postgres::Client) -> bool {
-    let n: i64 = client
-        .query_one(
-            "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let n: i64 = crate::support::one(
+        client,
+        "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
+        &[],
+    );
     n == 0
 }
 

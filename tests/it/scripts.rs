@@ -46,13 +46,11 @@ fn a_stopped_cluster_restarts_with_its_data_until_reset() {
     let (ok, url, err) = script("pg-start", &[&dir]);
     assert!(ok, "pg-start again: {err}");
     let mut c = Client::connect(&url, NoTls).unwrap();
-    let kept: i64 = c
-        .query_one(
-            "SELECT count(*) FROM pg_database WHERE datname = 'kept'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM pg_database WHERE datname = 'kept'",
+        &[],
+    );
     assert_eq!(kept, 1, "the data survived the restart");
     drop(c);
     let (_, where_, _) = script("pg-dir", &[&dir]);
@@ -269,10 +267,11 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
         "the same port"
     );
     let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
-    let kept: i64 = c
-        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.identities WHERE id = 'bob'",
+        &[],
+    );
     assert_eq!(kept, 1, "the dev database kept its data");
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
@@ -288,10 +287,11 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
         "{said}"
     );
     let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
-    let kept: i64 = c
-        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.identities WHERE id = 'bob'",
+        &[],
+    );
     assert_eq!(kept, 0, "afresh");
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));

@@ -606,6 +606,15 @@ pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(client: &mut Client, sql:
     client.query_one(sql, &[]).expect(sql).get(0)
 }
 
+/// The first column of the one row `sql` answers for `params`.
+pub fn one<T: for<'a> postgres::types::FromSql<'a>>(
+    client: &mut impl postgres::GenericClient,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> T {
+    client.query_one(sql, params).expect(sql).get(0)
+}
+
 /// A loopback port nobody listens on (bound, then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
