@@ -25,17 +25,7 @@ use std::time::{Duration, Instant};
 const QPS: u32 = 1000;
 const BURST: u32 = 1000;
 
-const DRIVER_FILE: &str = r#"{
-  "tenantRoleBinding": "occ-tenant",
-  "tokenAudience": "occ-agent",
-  "qps": 1000,
-  "burst": 1000,
-  "harnesses": [
-    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
-    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ],
-  "gatewayImage": "registry.test/gateway:1.0.0"
-}"#;
+use kube_fake::DRIVER_FILE;
 
 struct Run {
     agents: usize,

@@ -319,10 +319,7 @@ fn shows_say_what_work_waits_for_in_one_time_form() {
 // points at the audit trail instead of a bare "no work".
 #[test]
 fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
-    let db = TestDb::bootstrapped();
-    let mut c = db.client();
-    insert_namespace(&mut c, "team-b", "ready");
-    insert_agent(&mut c, "team-b", "gone", 0);
+    let (db, mut c) = TestDb::with_agent("team-b", "gone");
     let cfg = std::env::temp_dir().join(format!("occ-cli-gone-{}", db.name));
     std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
     ok(
@@ -361,12 +358,12 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
             "gone",
             "cfg",
             &[
-                "--actor",
-                "admin",
-                "--harness-secret",
-                "key",
                 "--compute-id",
                 "docker",
+                "--harness-secret",
+                "key",
+                "--actor",
+                "admin",
             ],
         ),
     );

@@ -20,17 +20,7 @@ use std::time::Duration;
 /// The client-side rate limit is far above the default 20/40 here, so the tests wait on the
 /// worker and the fake, not on the limit (`kubernetes::c3_the_client_side_rate_limit_spaces_requests`
 /// checks the limit itself).
-pub const DRIVER_FILE: &str = r#"{
-  "tenantRoleBinding": "occ-tenant",
-  "tokenAudience": "occ-agent",
-  "qps": 1000,
-  "burst": 1000,
-  "harnesses": [
-    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
-    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ],
-  "gatewayImage": "registry.test/gateway:1.0.0"
-}"#;
+pub use crate::kube_fake::DRIVER_FILE;
 
 /// A fresh directory for one test's kubeconfig and driver file.
 pub fn scratch(name: &str) -> PathBuf {

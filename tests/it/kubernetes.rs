@@ -12,7 +12,7 @@ use crate::kube_fake::{
 };
 use crate::scripted::{quiet, run_until, run_with, Opts};
 use crate::support::{cancel_after, insert_namespace, wait_for, TestDb};
-use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
+use occ_worker::cancel::{CancelToken, LossCause};
 use occ_worker::compute::kubernetes::client::Client;
 use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
@@ -1665,15 +1665,7 @@ fn c3_a_create_whose_answer_was_lost_is_adopted_through_409() {
         .unwrap_err();
     let returned = Instant::now();
     let refused = refuser.join().unwrap();
-    assert_eq!(
-        e.kind(),
-        &ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
-    );
-    assert!(
-        returned.duration_since(refused) < Duration::from_secs(5),
-        "aborted {:?} after the refusal",
-        returned.duration_since(refused)
-    );
+    crate::support::assert_aborted_on_refusal(&e, (refused, returned), Duration::from_secs(5));
     assert!(kube
         .fake
         .get(&format!("{policies}/occ-default-deny"))

@@ -85,38 +85,40 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> TestDb {
-        let template = template();
+        // Nothing stays connected to the template, so clones may run in parallel.
+        TestDb::create(&format!(" TEMPLATE {}", template()))
+    }
+
+    /// A fresh empty database (no schema, not migrated), dropped when this value drops.
+    pub fn empty() -> TestDb {
+        TestDb::create("")
+    }
+
+    /// `CREATE DATABASE` of a fresh name, with `options`.
+    fn create(options: &str) -> TestDb {
         let name = format!(
             "occ_t_{}_{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
         let mut admin = Client::connect(&admin_url(), NoTls).expect("connect to test server");
-        // Nothing stays connected to the template, so clones may run in parallel.
         admin
-            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
-            .expect("clone template database");
+            .batch_execute(&format!("CREATE DATABASE {name}{options}"))
+            .expect("create test database");
         TestDb {
             url: with_db(&admin_url(), &name),
             name,
         }
     }
 
-    /// A fresh empty database (no schema, not migrated), dropped when this value drops.
-    pub fn empty() -> TestDb {
-        let name = format!(
-            "occ_t_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let mut admin = Client::connect(&admin_url(), NoTls).expect("connect to test server");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create empty database");
-        TestDb {
-            url: with_db(&admin_url(), &name),
-            name,
-        }
+    /// A bootstrapped database with the ready Namespace `ns` holding the Agent `agent`
+    /// (no revisions), and a client on it.
+    pub fn with_agent(ns: &str, agent: &str) -> (TestDb, Client) {
+        let db = TestDb::bootstrapped();
+        let mut c = db.client();
+        insert_namespace(&mut c, ns, "ready");
+        insert_agent(&mut c, ns, agent, 0);
+        (db, c)
     }
 
     /// A fresh database with the Installation `inst` and administrator `admin` bootstrapped.
@@ -481,6 +483,24 @@ pub fn holds_for(what: &str, period: Duration, mut holds: impl FnMut() -> bool) 
     assert!(broke.is_none(), "{what} stopped holding within {period:?}");
 }
 
+/// Asserts `e` is the cancellation of a refused renewal, returned within `within` of `refused`.
+pub fn assert_aborted_on_refusal(
+    e: &ComputeError,
+    (refused, returned): (Instant, Instant),
+    within: Duration,
+) {
+    use occ_worker::cancel::{Cancelled, LossCause};
+    assert_eq!(
+        e.kind(),
+        &occ_worker::compute::ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
+    );
+    assert!(
+        returned.duration_since(refused) < within,
+        "aborted {:?} after the refusal",
+        returned.duration_since(refused)
+    );
+}
+
 /// Cancels `token` with `cause` after `delay`, on a thread that answers when it did.
 pub fn cancel_after(
     token: &CancelToken,
@@ -613,6 +633,18 @@ pub fn one<T: for<'a> postgres::types::FromSql<'a>>(
     params: &[&(dyn postgres::types::ToSql + Sync)],
 ) -> T {
     client.query_one(sql, params).expect(sql).get(0)
+}
+
+/// A fresh Unix socket path under the temporary directory, named `occ-<what>-<pid>-<n>.sock`
+/// (nothing there).
+pub fn socket_path(what: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "occ-{what}-{}-{}.sock",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_file(&path);
+    path
 }
 
 /// A loopback port nobody listens on (bound, then released).
