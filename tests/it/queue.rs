@@ -34,13 +34,11 @@ fn expire_leases(client: &mut Client) {
 }
 
 fn row_state(client: &mut Client, id: i64) -> (String, i32, Option<String>) {
-    let row = client
-        .query_one(
-            "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE id = $1",
-            &[&id],
-        )
-        .unwrap();
-    (row.get(0), row.get(1), row.get(2))
+    crate::support::row3(
+        client,
+        "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE id = $1",
+        &[&id],
+    )
 }
 
 fn evidence(client: &mut Client, id: i64) -> Vec<(i32, String, String)> {

@@ -19,13 +19,11 @@ pub(crate) fn key(rev: &str) -> String {
 }
 
 fn status(c: &mut Client, rev: &str) -> (String, Option<String>, Value) {
-    let r = c
-        .query_one(
-            "SELECT state, error, warnings FROM occ.revision_status WHERE revision_id = $1",
-            &[&rev],
-        )
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
+    crate::support::row3(
+        c,
+        "SELECT state, error, warnings FROM occ.revision_status WHERE revision_id = $1",
+        &[&rev],
+    )
 }
 
 pub(crate) fn run(f: &Fixture, driver: &Arc<ScriptedDriver>) {

@@ -2,8 +2,8 @@
 //! the Kubernetes driver, and an Agent's sandbox policy. End-to-end tests run `occ-worker` with
 //! `OCC_INSTALLATION_CONFIG` against the API server fake and assert the exact objects it holds.
 
-use crate::kube_e2e::{k8s_namespace, kube_env, scratch, DRIVER_FILE};
-use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::kube_e2e::{k8s_namespace, kube_env, scratch};
+use crate::kube_fake::{FakeOptions, KubeFake};
 use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::KubernetesDriver;
@@ -124,13 +124,7 @@ fn s1_worker_started_carries_the_sandbox_driver_id() {
 /// The Kubernetes driver on `fake` with a Sandbox Driver offering `facets` (RuntimeClass
 /// `gvisor` with `runtime-class`), as start-up builds it.
 fn sandboxed_driver(fake: &KubeFake, dir: &Path, facets: &[&str]) -> KubernetesDriver {
-    use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
-    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
-    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
-    let driver = KubernetesDriver::new(
-        Client::new(conn).expect("client"),
-        Settings::parse(DRIVER_FILE).expect("settings"),
-    );
+    let driver = crate::kube_e2e::driver_for(fake, dir);
     let sandbox = Sandbox {
         id: "sandbox-1".into(),
         facets: facets.iter().map(|f| f.to_string()).collect(),
@@ -435,13 +429,11 @@ fn put_policy(
 
 /// (state, reason code, generation) of an Agent's policy.
 fn policy_state(c: &mut postgres::Client, agent: &str) -> (String, Option<String>, i32) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code, generation FROM occ.agent_sandbox_policies WHERE agent_id = $1",
-            &[&agent],
-        )
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
+    crate::support::row3(
+        c,
+        "SELECT state, reason_code, generation FROM occ.agent_sandbox_policies WHERE agent_id = $1",
+        &[&agent],
+    )
 }
 
 #[test]

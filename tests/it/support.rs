@@ -581,6 +581,21 @@ where
     (row.get(0), row.get(1))
 }
 
+/// The first three columns of the one row `sql` answers for `params`.
+pub fn row3<A, B, C>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> (A, B, C)
+where
+    A: for<'a> postgres::types::FromSql<'a>,
+    B: for<'a> postgres::types::FromSql<'a>,
+    C: for<'a> postgres::types::FromSql<'a>,
+{
+    let row = client.query_one(sql, params).expect(sql);
+    (row.get(0), row.get(1), row.get(2))
+}
+
 /// The `(state, reason_code)` of the work `key` (SPEC Q1).
 pub fn work_state(client: &mut Client, key: &str) -> (String, Option<String>) {
     row2(
