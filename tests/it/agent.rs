@@ -234,11 +234,7 @@ fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
     c.execute("DELETE FROM occ.identities WHERE id = 'bob'", &[])
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("ACTOR_REVOKED"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("ACTOR_REVOKED");
     assert!(driver.calls().is_empty());
     // Changed: the denial is `openclaw.agents.stop`, no lifecycle event (seed 004 3156-3186).
     assert!(audits(&mut c, "openclaw.agents.lifecycle.stop").is_empty());
@@ -352,11 +348,7 @@ fn a1_stop_refuses_a_revision_of_another_owner() {
     break_revision_owner(&mut c, &rev, &other_principal);
     let key = stop(&mut c, &f.agent, "admin");
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("INVALID_REVISION_OWNER");
     assert!(driver.calls().is_empty());
 }
 
@@ -375,11 +367,8 @@ fn a2_delete_of_an_agent_no_longer_deleting_is_an_invalid_state() {
     )
     .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_AGENT_STATE"))
-    );
+    crate::support::expect_work(&mut c, &format!("agent:{}:delete", f.agent))
+        .failed_with("INVALID_AGENT_STATE");
     assert!(driver.calls().is_empty());
 }
 
@@ -395,11 +384,8 @@ fn a2_delete_refuses_a_revision_of_another_owner() {
     c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
-    );
+    crate::support::expect_work(&mut c, &format!("agent:{}:delete", f.agent))
+        .failed_with("INVALID_REVISION_OWNER");
     assert!(driver.calls().is_empty());
 }
 
@@ -529,11 +515,7 @@ fn a2_failed_cleanup_leaves_every_row_and_an_explicit_retry_finishes() {
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
     let key = format!("agent:{}:delete", f.agent);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("CREDENTIALS_REFUSED"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("CREDENTIALS_REFUSED");
     assert_eq!(
         count(
             &mut c,

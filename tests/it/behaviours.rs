@@ -133,22 +133,14 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     )
     .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&second));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("SECRET_DRIVER_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&second)).failed_with("SECRET_DRIVER_MISMATCH");
     // No selection at all: a revision without bindings but with `secret` harness auth is a
     // mismatch too.
     c.execute("UPDATE occ.installation SET secret_driver_id = NULL", &[])
         .unwrap();
     let third = crate::agent::deploy(&mut c, &f.agent);
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&third));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("SECRET_DRIVER_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&third)).failed_with("SECRET_DRIVER_MISMATCH");
     assert!(driver.calls().is_empty(), "{:?}", driver.calls());
     // Refusals other than denials are not audited (seed 004 5916-5922).
     assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
@@ -607,11 +599,7 @@ fn z10_a_failed_namespace_ensure_says_the_drivers_printable_reason_on_completed_
         };
         assert_eq!(status, "failed");
         let key = format!("namespace:{id}:ensure");
-        let (state, code, _, _) = work(&mut c, &key);
-        assert_eq!(
-            (state.as_str(), code.as_deref()),
-            ("failed_permanent", Some("NAMESPACE_INCOMPLETE"))
-        );
+        crate::support::expect_work(&mut c, &key).failed_with("NAMESPACE_INCOMPLETE");
         let completed = about(&events, "worker.completed", &key);
         assert_eq!(completed.len(), 1);
         reasons.push(completed[0].get("reason").cloned());
@@ -873,11 +861,7 @@ fn z5_a_failing_deployment_waits_for_its_yielded_predecessors_drain() {
     driver.fail("stop_revision", &first, draining());
     driver.fail("stop_revision", &first, draining());
     let events = run_captured(&f.db, driver.clone(), Opts::default(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&second));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&second)).failed_with("HARNESS_DESCRIPTOR_MISMATCH");
     assert_eq!(driver.log(), vec![format!("stop_revision:{first}"); 3]);
     let completed = about(&events, "worker.completed", &key(&second));
     assert_eq!(completed.len(), 1, "{completed:?}");

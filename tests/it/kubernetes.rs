@@ -217,11 +217,7 @@ fn n3_ensure_creates_a_restricted_namespace_and_waits_for_the_tenant_rolebinding
 
     kube.seed_rolebinding(&name);
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     assert_eq!(namespace_status(&mut c, &id), "ready");
     // Exactly one namespace and one policy were ever created.
     let creates: Vec<String> = methods(&kube.writes());
@@ -263,11 +259,7 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
     let id = admit_namespace(&mut c, "admin", "adopted", Some("legacy"));
     let key = format!("namespace:{id}:ensure");
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     let writes = kube.writes();
     assert_eq!(writes[0].method, "PATCH");
     assert_eq!(writes[0].path, format!("{CORE}/namespaces/legacy"));
@@ -296,11 +288,8 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
         .unwrap();
     kube.fake.clear_requests();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:delete"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{id}:delete"))
+        .completed_with("NAMESPACE_RECONCILED");
     assert!(tombstoned(&mut c, &id));
     let deletes: Vec<String> = kube
         .writes()
@@ -328,11 +317,8 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
     // Adopted again by a new Namespace, as the first time.
     let again = admit_namespace(&mut c, "admin", "adopted-again", Some("legacy"));
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{again}:ensure"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{again}:ensure"))
+        .completed_with("NAMESPACE_RECONCILED");
     let namespace = kube.fake.get(&format!("{CORE}/namespaces/legacy")).unwrap();
     assert_eq!(labels(&namespace)["occ.namespace"], again.as_str());
 }
@@ -350,11 +336,8 @@ fn c3_a_namespace_owned_by_someone_else_is_a_name_conflict_and_untouched() {
     );
     let before = kube.fake.get(&format!("{CORE}/namespaces/{name}")).unwrap();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:ensure"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("NAMESPACE_NAME_CONFLICT"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{id}:ensure"))
+        .failed_with("NAMESPACE_NAME_CONFLICT");
     assert_eq!(namespace_status(&mut c, &id), "failed");
     let e = kube
         .driver
@@ -390,11 +373,7 @@ fn n4_delete_is_pending_while_the_namespace_terminates_and_complete_at_404() {
     let key = format!("namespace:{id}:delete");
     kube.fake.clear_requests();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     assert!(audited_pending(&mut c, &key, "NAMESPACE_TERMINATING"));
     assert!(evidence(&mut c, &key).contains(&"deferred:NAMESPACE_INCOMPLETE".to_string()));
     assert!(tombstoned(&mut c, &id));
@@ -561,11 +540,7 @@ fn deployed(w: &AgentWorld) -> String {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
     rev
 }
 
@@ -737,11 +712,7 @@ fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_r
     );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("revision Deployment");
     let container = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
@@ -782,11 +753,7 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
     w.kube.fake.clear_requests();
     let r2 = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&r2));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&r2)).completed_with("REVISION_ACTIVATED");
     assert_eq!(active(&mut c, &w.agent), Some(r2.clone()));
     // The stop waited for the first revision's Pods: a draining stop yields without spending
     // an attempt and records no evidence (SPEC Z5); the Pods were listed again until gone.
@@ -929,11 +896,7 @@ fn a1_stop_scales_to_zero_and_completes_once_the_pods_are_gone() {
     w.kube.fake.clear_requests();
     let key = crate::agent::stop(&mut c, &w.agent, "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("AGENT_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("AGENT_STOPPED");
     // Draining yields (SPEC Z5): no attempt spent, no evidence, the Pods listed until gone.
     assert_eq!(work(&mut c, &key).3, 1, "attempt refunded");
     assert_eq!(
@@ -1280,11 +1243,7 @@ fn r5_an_unbound_harness_claim_keeps_the_revision_unschedulable() {
         ..Opts::default()
     };
     run_with(&w.db, w.kube.driver.clone(), opts, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("CONVERGENCE_DEADLINE_EXCEEDED");
     assert!(
         evidence(&mut c, &rkey(&rev))
             .iter()
@@ -1312,11 +1271,7 @@ fn r2_production_runs_dedicated_codex_and_embedded_openclaw_only() {
     let rev = deploy_kube(&mut c, &w.agent, "codex", "embedded", "admin");
     w.kube.fake.clear_requests();
     run_until(&w.db, production.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("HARNESS_DESCRIPTOR_MISMATCH");
     assert!(
         w.kube.writes().is_empty(),
         "{:?}",
@@ -1324,11 +1279,7 @@ fn r2_production_runs_dedicated_codex_and_embedded_openclaw_only() {
     );
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, production, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
 }
 
 #[test]
@@ -1343,11 +1294,7 @@ fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     assert_eq!(active(&mut c, &w.agent), None);
     // Kept for diagnosis: never scaled down or deleted.
     assert_eq!(deployment(&w, &name).unwrap()["spec"]["replicas"], 1);
@@ -1506,11 +1453,7 @@ fn r5_a_stalled_pod_proxy_read_ends_within_the_request_timeout_and_the_pass_stay
         "{:?}",
         started.elapsed()
     );
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     let statuses: Vec<u16> = readyz_reads(&w).iter().map(|r| r.status).collect();
     assert_eq!(
         statuses.first(),
@@ -1531,11 +1474,7 @@ fn r5_a_harness_without_an_image_is_harness_image_unavailable() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("HARNESS_IMAGE_UNAVAILABLE");
     assert!(agent_objects(&w, "deployments").is_empty());
 }
 
@@ -1952,11 +1891,7 @@ fn r10_a_422_is_permanent() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("KUBERNETES_INVALID_REQUEST"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("KUBERNETES_INVALID_REQUEST");
     assert_eq!(
         w.kube
             .fake
@@ -2249,11 +2184,7 @@ fn r2_a_revoked_actors_dedicated_candidate_reaches_no_api_server() {
         vec![rkey(&deploy_kube(c, &w.agent, "codex", "dedicated", "ops"))]
     });
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &keys[0]);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("ACTOR_REVOKED"))
-    );
+    crate::support::expect_work(&mut c, &keys[0]).failed_with("ACTOR_REVOKED");
     assert!(
         w.kube.fake.requests().is_empty(),
         "{:?}",
@@ -2429,11 +2360,7 @@ fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a
     crate::revision::requeue(&mut c, &k);
     w.kube.fake.clear_requests();
     run_until(&w.db, refusing.clone(), |c| crate::revision::ended(c, &k));
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_WITHDRAWN"))
-    );
+    crate::support::expect_work(&mut c, &k).failed_with("EXECUTION_ADMISSION_WITHDRAWN");
     let ev = evidence(&mut c, &k);
     assert!(
         ev.contains(&"deferred:EXECUTION_ADMISSION_WITHDRAWAL_PENDING".to_string()),
@@ -2453,11 +2380,7 @@ fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     w.kube.fake.clear_requests();
     run_until(&w.db, refusing, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     assert!(
         w.kube.writes().is_empty(),
         "{:?}",

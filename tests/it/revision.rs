@@ -481,11 +481,7 @@ fn r5_a_held_runtime_failure_ends_at_once_and_keeps_the_runtime() {
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(&rev, vec![Prepare::RuntimeFailure("AUTHENTICATION_FAILED")]);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(status(&mut c, &rev).0, "failed");
@@ -533,11 +529,7 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
         ComputeError::retryable("scripted", Some(500)),
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("INVALID_DRIVER_OBSERVATION");
     assert_eq!(
         driver.calls_of("stop_revision"),
         vec![rev.clone(), rev.clone()]
@@ -589,11 +581,7 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
     });
     run(&f, &driver);
     let k = key(&rev);
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
-    );
+    crate::support::expect_work(&mut c, &k).failed_with("INVALID_DRIVER_OBSERVATION");
     assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
     assert_eq!(driver.calls_of("stop_revision").len(), 3);
     assert_eq!(
@@ -957,11 +945,7 @@ fn r6_r7_a_claim_lost_after_activation_ends_with_exactly_one_activation_audit() 
         }
     });
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ALREADY_ACTIVE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_ALREADY_ACTIVE");
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     assert_eq!(
         driver.calls_of("activate_revision"),
@@ -1145,11 +1129,7 @@ fn r9_authorization_revoked_mid_deployment_stops_the_candidate_before_failing() 
         }
     });
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("AUTHORIZATION_DENIED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("AUTHORIZATION_DENIED");
     assert_eq!(
         driver.calls(),
         vec![
@@ -1219,11 +1199,7 @@ fn r11_maintenance_never_reactivates_a_failed_deployment() {
     driver.calls.lock().clear();
     let m = maintenance_work(&mut c, &f.agent, &rev);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("REVISION_SUPERSEDED");
     assert!(driver.calls().is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
 }
@@ -1281,11 +1257,7 @@ fn r9_a_driver_refusal_during_prepare_stops_the_candidate_before_failing() {
         ))],
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_BINDING_REFUSED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("HARNESS_BINDING_REFUSED");
     assert_eq!(
         driver.calls(),
         vec![
@@ -1504,11 +1476,7 @@ fn r9_a_refused_embedded_candidate_beside_an_active_revision_is_left_alone() {
         ))],
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&r2));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&r2)).failed_with("HARNESS_IMAGE_UNAVAILABLE");
     assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), Some(r1));
 }
@@ -1730,11 +1698,7 @@ fn z2_z4_an_active_revision_whose_harness_secret_is_gone_fails_its_maintenance_c
     let first = m.clone();
     run_until(&f.db, driver.clone(), move |c| ended(c, &first));
     assert!(buckets(&mut c) >= 2, "the next bucket is enqueued");
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_AUTH_SOURCE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("HARNESS_AUTH_SOURCE_UNAVAILABLE");
     let next: Vec<String> = c
         .query(
             "SELECT idempotency_key FROM occ.work
@@ -1801,11 +1765,7 @@ fn r3_r9_a_stopped_agent_wins_over_a_stored_refusal() {
         &f.db.url,
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_STOPPED");
     assert_eq!(
         evidence(&mut c, &key(&rev)),
         vec![
@@ -1856,11 +1816,7 @@ fn r4_r9_a_successor_supersedes_a_stored_refusal_once_the_candidate_is_stopped()
     );
     let k = key(&r1);
     run_until(&f.db, driver.clone(), |c| ended(c, &k));
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &k).completed_with("REVISION_SUPERSEDED");
     assert_eq!(
         evidence(&mut c, &k),
         vec![
@@ -1912,11 +1868,7 @@ fn r11_maintenance_of_a_failed_deployment_ends_before_authorization() {
     driver.clear_calls();
     let m = maintenance_work(&mut c, &f.agent, &rev);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("REVISION_SUPERSEDED");
     assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
     assert!(driver.calls().is_empty(), "{:?}", driver.calls());
     assert_eq!(active(&mut c, &f.agent), None);
@@ -1933,11 +1885,7 @@ fn r3_z4_a_stopped_agent_wins_over_a_candidates_unresolved_secret_context() {
     stop(&mut c, &f.agent, "admin");
     let driver = Arc::new(ScriptedDriver::new());
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_STOPPED");
     assert!(driver.calls_of("prepare_revision").is_empty());
     assert!(driver.calls_of("stop_revision").contains(&rev));
     assert_eq!(active(&mut c, &f.agent), None);
