@@ -57,6 +57,24 @@ fn evidence(client: &mut Client, id: i64) -> Vec<(i32, String, String)> {
 // column, is refused by PostgreSQL itself, with the constraint that says why.
 #[test]
 fn postgres_rejects_every_malformed_work_row() {
+    let (_db, mut c) = malformed_rows_world();
+    let cases = malformed_work_rows();
+    assert!(cases.len() >= 10);
+    for (what, sql, state, constraint) in &cases {
+        let (got, name) = refused(&mut c, sql);
+        assert_eq!(&got, state, "{what}: wrong SQLSTATE ({name:?})");
+        // PostgreSQL reports the first failing CHECK by name; a row may break several.
+        assert!(
+            constraint.split('|').any(|c| name.as_deref() == Some(c)),
+            "{what}: refused by {name:?}, expected {constraint}"
+        );
+    }
+    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
+    assert_eq!(rows, 1, "only the well-formed row exists");
+}
+
+/// Two ready Namespaces with three Agents and one well-formed claimed work in `ns2`.
+fn malformed_rows_world() -> (TestDb, Client) {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
     insert_namespace(&mut c, "ns1", "ready");
@@ -75,11 +93,15 @@ fn postgres_rejects_every_malformed_work_row() {
          WHERE lane = 'namespace:ns2'",
     )
     .expect("a well-formed claim is accepted");
+    (db, c)
+}
 
+/// (what, statement, SQLSTATE, constraint[|alternative]) of every malformed row (Q1, Q4).
+fn malformed_work_rows() -> Vec<(&'static str, &'static str, SqlState, &'static str)> {
     let check = SqlState::CHECK_VIOLATION;
     let fk = SqlState::FOREIGN_KEY_VIOLATION;
     // (what, statement, SQLSTATE, constraint[|alternative]).
-    let cases: &[(&str, &str, SqlState, &str)] = &[
+    vec![
         (
             "namespace target with an agent",
             "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, namespace_target, actor_id)
@@ -267,19 +289,7 @@ fn postgres_rejects_every_malformed_work_row() {
             SqlState::UNIQUE_VIOLATION,
             "work_lanes_pkey",
         ),
-    ];
-    assert!(cases.len() >= 10);
-    for (what, sql, state, constraint) in cases {
-        let (got, name) = refused(&mut c, sql);
-        assert_eq!(&got, state, "{what}: wrong SQLSTATE ({name:?})");
-        // PostgreSQL reports the first failing CHECK by name; a row may break several.
-        assert!(
-            constraint.split('|').any(|c| name.as_deref() == Some(c)),
-            "{what}: refused by {name:?}, expected {constraint}"
-        );
-    }
-    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
-    assert_eq!(rows, 1, "only the well-formed row exists");
+    ]
 }
 
 // Q3: enqueueing an existing key changes nothing, whatever state the row is in.
