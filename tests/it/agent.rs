@@ -54,7 +54,11 @@ pub fn create_agent(c: &mut Client, ns: &str, name: &str) -> (String, String) {
 
 /// Admits a deployment as `actor` on the scripted Compute; returns the revision id.
 pub fn deploy_as(c: &mut Client, agent: &str, actor: &str) -> String {
-    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')", &[&agent, &actor]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
+        &[&agent, &actor],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -278,7 +282,11 @@ fn a1_stop_refuses_an_active_revision_of_another_compute() {
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
     let mut c = f.db.client();
-    let v: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'other', 'docker')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'other', 'docker')",
+        &[&f.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     c.execute("DELETE FROM occ.work", &[]).unwrap();
     c.execute(
@@ -742,7 +750,11 @@ fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes(
                 &[],
             )
             .unwrap();
-            let n: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.agents WHERE id = $1", &[&agent]);
+            let n: i64 = crate::support::one(
+                &mut c,
+                "SELECT count(*) FROM occ.agents WHERE id = $1",
+                &[&agent],
+            );
             *seen_in_hook.lock() = Some(n);
         }
     });
@@ -959,7 +971,11 @@ fn wait_until_blocked(c: &mut Client) {
         "a session blocked on a lock",
         std::time::Duration::from_secs(10),
         || {
-            let n: i64 = crate::support::one(c, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", &[]);
+            let n: i64 = crate::support::one(
+                c,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            );
             n > 0
         },
     );

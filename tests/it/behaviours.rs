@@ -73,8 +73,12 @@ fn deploy_with_binding(c: &mut Client, f: &Fixture) -> String {
         &[&f.principal],
     )
     .unwrap();
-    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
-               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
+        &[&f.agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -148,8 +152,12 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
 }
 
 fn deploy_with_binding_again(c: &mut Client, f: &Fixture) -> String {
-    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
-               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
+        &[&f.agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -604,7 +612,11 @@ fn z10_a_failed_namespace_ensure_says_the_drivers_printable_reason_on_completed_
         assert_eq!(completed.len(), 1);
         reasons.push(completed[0].get("reason").cloned());
         // The audit keeps the class, never the driver's words.
-        let details: Value = crate::support::one(&mut c, "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1", &[&id]);
+        let details: Value = crate::support::one(
+            &mut c,
+            "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1",
+            &[&id],
+        );
         assert_eq!(details["failure"], "permanent", "{details}");
         assert!(!details.to_string().contains("quota"), "{details}");
     }

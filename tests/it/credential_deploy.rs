@@ -417,8 +417,12 @@ fn next_maintenance(f: &Fixture, c: &mut Client, rev: &str) -> String {
 }
 
 fn next_buckets(c: &mut Client, rev: &str) -> i64 {
-    let n: i64 = crate::support::one(c, "SELECT count(*) FROM occ.work WHERE revision_id = $1 AND operation = 'revision_maintenance'
-               AND idempotency_key <> $2", &[&rev, &format!("agent_revision:{rev}:maintenance:1")]);
+    let n: i64 = crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work WHERE revision_id = $1 AND operation = 'revision_maintenance'
+               AND idempotency_key <> $2",
+        &[&rev, &format!("agent_revision:{rev}:maintenance:1")],
+    );
     n
 }
 

@@ -110,7 +110,11 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
 pub fn deploy(c: &mut Client, ns: &str, agent: &str, harness: &str, mode: &str) -> String {
-    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')", &[&ns, &agent, &harness, &mode]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
+        &[&ns, &agent, &harness, &mode],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -140,7 +144,11 @@ pub fn leftovers(fake: &KubeFake) -> Vec<String> {
 }
 
 fn all_done(c: &mut Client, prefix: &str) -> bool {
-    let open: i64 = crate::support::one(c, "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')", &[&format!("{prefix}%")]);
+    let open: i64 = crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
+        &[&format!("{prefix}%")],
+    );
     open == 0
 }
 

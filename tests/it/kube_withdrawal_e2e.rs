@@ -365,7 +365,11 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         wait_ended(&mut c, &retirement),
         ("succeeded".into(), Some("CREDENTIALS_WITHDRAWN".into()))
     );
-    let state: String = crate::support::one(&mut c, "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'", &[&first]);
+    let state: String = crate::support::one(
+        &mut c,
+        "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'",
+        &[&first],
+    );
     assert_eq!(state, "revoked");
     let (template, pods) = references(&w.fake, &w.k8s, &second);
     let now = vec![

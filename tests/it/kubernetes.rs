@@ -866,7 +866,11 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
         evidence.contains(&"deferred:REVISION_ACTIVATION_PENDING".to_string()),
         "{evidence:?}"
     );
-    let activations: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1", &[&r2]);
+    let activations: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+        &[&r2],
+    );
     assert_eq!(activations, 1);
     // The same gateway now runs the second revision; retiring the first kept it.
     let d = deployment(&w, &gateway).expect("gateway kept");
@@ -1004,7 +1008,11 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
         work(&mut c, &rkey(&r2)).1.as_deref(),
         Some("REVISION_ALREADY_ACTIVE")
     );
-    let activations: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1", &[&r2]);
+    let activations: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+        &[&r2],
+    );
     assert_eq!(activations, 1);
     assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
     c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])

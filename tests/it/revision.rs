@@ -81,7 +81,11 @@ fn insert_revision(c: &mut Client, agent: &str, auth: Value) -> String {
 fn r6_a_ready_revision_activates_with_one_audit_and_reports_warnings() {
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted', '{}', '[{\"id\": \"web\"}]')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted', '{}', '[{\"id\": \"web\"}]')",
+        &[&f.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(
@@ -236,7 +240,11 @@ fn r2_only_installation_administrators_approve_harness_versions() {
 fn r2_compute_driver_mismatch() {
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kube-1', 'kubernetes')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kube-1', 'kubernetes')",
+        &[&f.agent],
+    );
     assert_refused(
         &f,
         v["revisionId"].as_str().unwrap(),
@@ -374,8 +382,12 @@ fn r2_a_missing_bound_secret_is_unavailable() {
         &[&f.principal],
     )
     .unwrap();
-    let v: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
-               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"missing\"}}')", &[&f.agent]);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+               '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"missing\"}}')",
+        &[&f.agent],
+    );
     assert_refused(
         &f,
         v["revisionId"].as_str().unwrap(),
@@ -977,7 +989,11 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
         ],
     );
     run_until(&f.db, driver.clone(), |c| {
-        let failed: i64 = crate::support::one(c, "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'", &[]);
+        let failed: i64 = crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+            &[],
+        );
         failed == 1
     });
     let rows = c
@@ -1077,8 +1093,12 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
         &[],
     );
     assert_eq!(wrong, 0);
-    let dup: i64 = crate::support::one(&mut c, "SELECT count(*) FROM (SELECT resource_id FROM occ.audit_events
-               WHERE action = 'openclaw.agents.lifecycle.activate' GROUP BY resource_id HAVING count(*) <> 1) d", &[]);
+    let dup: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM (SELECT resource_id FROM occ.audit_events
+               WHERE action = 'openclaw.agents.lifecycle.activate' GROUP BY resource_id HAVING count(*) <> 1) d",
+        &[],
+    );
     assert_eq!(dup, 0);
     let (activated, audited): (i64, i64) = {
         let r = c
@@ -1452,7 +1472,11 @@ fn w_a_worker_killed_after_the_pointer_cas_is_finished_as_already_active_with_on
 }
 
 fn deploy_embedded(c: &mut Client, agent: &str) -> String {
-    let v: Value = crate::support::one(c, "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted')", &[&agent]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted')",
+        &[&agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 

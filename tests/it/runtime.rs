@@ -126,7 +126,11 @@ fn refused_renewal_cancels_the_pass_and_publishes_nothing() {
     let id = entered
         .recv_timeout(Duration::from_secs(10))
         .expect("claimed");
-    let thief: String = crate::support::one(&mut c, "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1 RETURNING claim_token::text", &[&id]);
+    let thief: String = crate::support::one(
+        &mut c,
+        "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1 RETURNING claim_token::text",
+        &[&id],
+    );
     go.send(()).unwrap();
     wait_for("the pass to end", Duration::from_secs(10), || {
         !events.named("worker.error").is_empty()

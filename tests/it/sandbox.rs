@@ -467,7 +467,11 @@ fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuse
         .map(|r| r.get(0))
         .collect();
     assert_eq!(operations, ["agent_sandbox_policy", "agent_sandbox_policy"]);
-    let admits: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1", &[&f.agent]);
+    let admits: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1",
+        &[&f.agent],
+    );
     assert_eq!(admits, 2);
     // Beyond the ceiling: a wider network, a port it does not list, no ceiling at all.
     for (egress, ceiling) in [
@@ -567,7 +571,11 @@ fn s4_stale_recovery_fails_the_work_and_its_policy_in_one_statement() {
         policy_state(&mut c, &f.agent),
         ("failed".into(), Some("ATTEMPTS_EXHAUSTED".into()), 2)
     );
-    let audit: Value = crate::support::one(&mut c, "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'", &[]);
+    let audit: Value = crate::support::one(
+        &mut c,
+        "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+        &[],
+    );
     assert_eq!(
         audit,
         json!({"generation": 2, "policyState": "failed", "recovery": true})
@@ -1004,8 +1012,12 @@ fn s2_the_worker_fails_a_deployment_pinned_to_a_facet_it_cannot_enforce_before_a
     let ns = crate::kube_e2e::ready_namespaces(&mut c, &fake, 1).remove(0);
     let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
     // Admitted while the Installation's driver still offered `runtime-class`.
-    let admitted: Value = crate::support::one(&mut c, "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
-                 p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')", &[&ns, &agent]);
+    let admitted: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
+                 p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')",
+        &[&ns, &agent],
+    );
     let key = admitted["work"].as_str().unwrap().to_string();
     wait_for("failed", Duration::from_secs(60), || {
         work_of(&mut c, &key).0 == "failed_permanent"

@@ -203,9 +203,13 @@ impl LaneRecorder {
     fn enter(url: &str, agent: &str, method: &str) {
         let pid = std::process::id() as i32;
         LaneRecorder::with(url, |c| {
-            let n: i32 = crate::support::one(c, "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
+            let n: i32 = crate::support::one(
+                c,
+                "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
                      INSERT INTO public.occ_driver_inflight AS i (agent, n) VALUES ($2, 1)
-                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n", &[&pid, &agent, &method]);
+                     ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n",
+                &[&pid, &agent, &method],
+            );
             if n > 1 {
                 c.execute(
                     "INSERT INTO public.occ_driver_overlaps (pid, agent, method) VALUES ($1, $2, $3)",

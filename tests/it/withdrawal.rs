@@ -163,9 +163,13 @@ fn run(rig: &Rig, driver: &Arc<ScriptedDriver>, opts: Opts, key: &str) -> Captur
     let rev = rig.rev.clone();
     run_captured(&rig.f.db, driver.clone(), opts, |c| {
         let state = crate::support::work_state(c, key).0;
-        let due: i64 = crate::support::one(c, "SELECT count(*) FROM occ.work_status WHERE revision_id = $1
-                   AND agent_target = 'credential_withdrawal'
-                   AND (state = 'claimed' OR (state = 'queued' AND available_at <= clock_timestamp()))", &[&rev]);
+        let due: i64 = crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE revision_id = $1
+               AND agent_target = 'credential_withdrawal'
+               AND (state = 'claimed' OR (state = 'queued' AND available_at <= clock_timestamp()))",
+            &[&rev],
+        );
         (state == "succeeded" || state == "failed_permanent") && due == 0
     })
 }
