@@ -10,6 +10,8 @@
 
 #[path = "it/kube_fake/mod.rs"]
 mod kube_fake;
+#[path = "it/support.rs"]
+mod support;
 
 use kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use occ_worker::compute::kubernetes::names;
@@ -23,17 +25,7 @@ use std::time::{Duration, Instant};
 const QPS: u32 = 1000;
 const BURST: u32 = 1000;
 
-const DRIVER_FILE: &str = r#"{
-  "tenantRoleBinding": "occ-tenant",
-  "tokenAudience": "occ-agent",
-  "qps": 1000,
-  "burst": 1000,
-  "harnesses": [
-    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
-    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ],
-  "gatewayImage": "registry.test/gateway:1.0.0"
-}"#;
+use kube_fake::DRIVER_FILE;
 
 struct Run {
     agents: usize,
@@ -53,12 +45,8 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
-fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait(what: &str, limit: Duration, done: impl FnMut() -> bool) {
+    support::wait_for(what, limit, done)
 }
 
 fn count(c: &mut Client, sql: &str) -> i64 {

@@ -44,13 +44,11 @@ fn z1_every_revision_is_admitted_as_version_5_standard_and_the_shape_is_checked(
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
-    let stored: Value = c
-        .query_one(
-            "SELECT execution_admission FROM occ.agent_revisions WHERE id = $1",
-            &[&rev],
-        )
-        .unwrap()
-        .get(0);
+    let stored: Value = crate::support::one(
+        &mut c,
+        "SELECT execution_admission FROM occ.agent_revisions WHERE id = $1",
+        &[&rev],
+    );
     assert_eq!(stored, json!({"version": 5, "mode": "standard"}));
     for bad in [
         json!({"version": 0, "mode": "standard"}),
@@ -88,11 +86,7 @@ fn z1_a_refused_admission_ends_a_fresh_candidate_before_any_compute_call() {
     let driver = Arc::new(ScriptedDriver::new());
     driver.run_admissions(vec![protected()]);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     assert!(calls(&driver).is_empty(), "{:?}", calls(&driver));
     assert_eq!(active(&mut c, &f.agent), None);
 
@@ -100,11 +94,7 @@ fn z1_a_refused_admission_ends_a_fresh_candidate_before_any_compute_call() {
     store_admission(&mut c, &rev, json!({"version": 4, "mode": "standard"})).unwrap();
     let driver = Arc::new(ScriptedDriver::new());
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     assert!(calls(&driver).is_empty(), "{:?}", calls(&driver));
 
     // A driver that runs the stored pair deploys it.
@@ -135,11 +125,7 @@ fn z1_an_admission_refused_before_preparation_is_that_calls_error_and_stops_the_
         }
     });
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     assert!(driver.calls_of("prepare_revision").is_empty());
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
     assert_eq!(active(&mut c, &f.agent), None);
@@ -168,11 +154,7 @@ fn z1_a_withdrawal_that_works_ends_the_active_revision_withdrawn_without_a_refus
     let mut c = f.db.client();
     let (rev, driver) = refused_active(&f, true);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_WITHDRAWN"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("EXECUTION_ADMISSION_WITHDRAWN");
     // The withdrawal is the only call: no binding, no refused-candidate stop.
     assert_eq!(
         calls(&driver),
@@ -247,11 +229,7 @@ fn z1_a_driver_without_a_withdrawal_fails_a_maintenance_claim_and_keeps_the_chai
     driver.run_admissions(vec![]);
     let first = m.clone();
     run_until(&f.db, driver.clone(), move |c| ended(c, &first));
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     let buckets: i64 = scalar(
         &mut c,
         "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance'",
@@ -275,11 +253,7 @@ fn z1_a_withdrawal_on_a_maintenance_key_ends_the_chain() {
     });
     driver.run_admissions(vec![]);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_WITHDRAWN"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("EXECUTION_ADMISSION_WITHDRAWN");
     let buckets: i64 = scalar(
         &mut c,
         "SELECT count(*) FROM occ.work WHERE operation = 'revision_maintenance'",
@@ -472,11 +446,7 @@ fn z3_a_dependency_failing_at_the_deadline_stops_a_candidate_whose_newest_readin
 ) {
     let (f, rev, driver) = pending_then_unavailable(BOOTSTRAP);
     let mut c = f.db.client();
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("DEPENDENCY_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("DEPENDENCY_UNAVAILABLE");
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
 
     let (f, rev, driver) = pending_then_unavailable("WORKLOAD_UNSCHEDULABLE");

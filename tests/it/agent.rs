@@ -40,10 +40,8 @@ pub fn fixture() -> Fixture {
 
 /// Creates an Agent whose service principal may operate the Namespace's Secret `key`.
 pub fn create_agent(c: &mut Client, ns: &str, name: &str) -> (String, String) {
-    let v: Value = c
-        .query_one("SELECT occ.agent_create($1, $2, 'admin')", &[&ns, &name])
-        .unwrap()
-        .get(0);
+    let v: Value =
+        crate::support::one(c, "SELECT occ.agent_create($1, $2, 'admin')", &[&ns, &name]);
     let principal = v["servicePrincipalId"].as_str().unwrap().to_string();
     c.execute(
         "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
@@ -56,13 +54,11 @@ pub fn create_agent(c: &mut Client, ns: &str, name: &str) -> (String, String) {
 
 /// Admits a deployment as `actor` on the scripted Compute; returns the revision id.
 pub fn deploy_as(c: &mut Client, agent: &str, actor: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
-            &[&agent, &actor],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted')",
+        &[&agent, &actor],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -116,10 +112,8 @@ pub fn active(c: &mut Client, agent: &str) -> Option<String> {
 }
 
 pub fn stop(c: &mut Client, agent: &str, actor: &str) -> String {
-    let v: Value = c
-        .query_one("SELECT occ.agent_stop('ns1', $1, $2)", &[&agent, &actor])
-        .unwrap()
-        .get(0);
+    let v: Value =
+        crate::support::one(c, "SELECT occ.agent_stop('ns1', $1, $2)", &[&agent, &actor]);
     v["work"].as_str().unwrap().to_string()
 }
 
@@ -169,13 +163,11 @@ fn a1_stop_stops_the_active_revision_and_clears_the_pointer() {
     assert_eq!(a[0].1, "success");
     assert_eq!(a[0].2.as_deref(), Some("AGENT_STOPPED"));
     // History remains.
-    let n: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let n: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agent_revisions WHERE agent_id = $1",
+        &[&f.agent],
+    );
     assert_eq!(n, 1);
 }
 
@@ -246,11 +238,7 @@ fn a1_stop_by_a_revoked_actor_fails_without_compute_calls() {
     c.execute("DELETE FROM occ.identities WHERE id = 'bob'", &[])
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("ACTOR_REVOKED"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("ACTOR_REVOKED");
     assert!(driver.calls().is_empty());
     // Changed: the denial is `openclaw.agents.stop`, no lifecycle event (seed 004 3156-3186).
     assert!(audits(&mut c, "openclaw.agents.lifecycle.stop").is_empty());
@@ -294,13 +282,11 @@ fn a1_stop_refuses_an_active_revision_of_another_compute() {
     let f = fixture();
     let driver = Arc::new(ScriptedDriver::new());
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'other', 'docker')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'other', 'docker')",
+        &[&f.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     c.execute("DELETE FROM occ.work", &[]).unwrap();
     c.execute(
@@ -370,11 +356,7 @@ fn a1_stop_refuses_a_revision_of_another_owner() {
     break_revision_owner(&mut c, &rev, &other_principal);
     let key = stop(&mut c, &f.agent, "admin");
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("INVALID_REVISION_OWNER");
     assert!(driver.calls().is_empty());
 }
 
@@ -393,11 +375,8 @@ fn a2_delete_of_an_agent_no_longer_deleting_is_an_invalid_state() {
     )
     .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_AGENT_STATE"))
-    );
+    crate::support::expect_work(&mut c, &format!("agent:{}:delete", f.agent))
+        .failed_with("INVALID_AGENT_STATE");
     assert!(driver.calls().is_empty());
 }
 
@@ -413,11 +392,8 @@ fn a2_delete_refuses_a_revision_of_another_owner() {
     c.execute("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("agent:{}:delete", f.agent));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_REVISION_OWNER"))
-    );
+    crate::support::expect_work(&mut c, &format!("agent:{}:delete", f.agent))
+        .failed_with("INVALID_REVISION_OWNER");
     assert!(driver.calls().is_empty());
 }
 
@@ -450,10 +426,11 @@ fn a2_delete_retires_everything_and_removes_every_row_naming_the_agent() {
         &[&f.agent],
     )
     .unwrap();
-    let v: Value = c
-        .query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_delete('ns1', $1, 'admin')",
+        &[&f.agent],
+    );
     assert_eq!(v["work"], json!(format!("agent:{}:delete", f.agent)));
     // A deleting Agent refuses every synchronous mutation.
     assert!(c
@@ -546,11 +523,7 @@ fn a2_failed_cleanup_leaves_every_row_and_an_explicit_retry_finishes() {
         .unwrap();
     run_until(&f.db, driver.clone(), quiet);
     let key = format!("agent:{}:delete", f.agent);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("CREDENTIALS_REFUSED"))
-    );
+    crate::support::expect_work(&mut c, &key).failed_with("CREDENTIALS_REFUSED");
     assert_eq!(
         count(
             &mut c,
@@ -567,10 +540,11 @@ fn a2_failed_cleanup_leaves_every_row_and_an_explicit_retry_finishes() {
         ),
         1
     );
-    let v: Value = c
-        .query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&f.agent])
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_delete('ns1', $1, 'admin')",
+        &[&f.agent],
+    );
     assert_eq!(v["work"], json!(format!("agent:{}:delete:1", f.agent)));
     run_until(&f.db, driver.clone(), |c| {
         count(c, "SELECT count(*) FROM occ.agents WHERE id = $1", &f.agent) == 0
@@ -650,28 +624,18 @@ fn r1_admission_refuses_unauthorized_actors_and_unready_namespaces() {
         .message()
         .contains("revision number"));
     // Configuration puts make new generations; revisions pin theirs.
-    let v: Value = c
-        .query_one(
-            "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"n\"}', 'admin')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"n\"}', 'admin')",
+        &[],
+    );
     assert_eq!(v["generation"], json!(2));
 }
 
 pub fn cli(db: &TestDb, args: &[&str]) -> Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
-        .args(["--json", "--database-url", &db.url])
-        .args(args)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"));
+    cmd.args(["--json", "--database-url", &db.url]).args(args);
+    crate::support::json_ok(&mut cmd, &format!("occ-worker {args:?}"))
 }
 
 #[test]
@@ -717,27 +681,21 @@ fn o_cli_admits_an_agent_deployment_and_shows_its_revision_status() {
     );
     let deployed = cli(
         &db,
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "ns1",
             "bot",
-            "--actor",
-            "admin",
-            "--configuration",
             "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "scripted",
-            "--compute-implementation",
-            "scripted",
-        ],
+            &[
+                "--actor",
+                "admin",
+                "--harness-secret",
+                "key",
+                "--compute-id",
+                "scripted",
+                "--compute-implementation",
+                "scripted",
+            ],
+        ),
     );
     assert_eq!(deployed["revision"], json!(1));
     let shown = cli(&db, &["admin", "agent", "show", "ns1", "bot"]);
@@ -792,10 +750,11 @@ fn a2_a_claim_lost_before_the_finalizer_leaves_every_row_and_the_retry_finishes(
                 &[],
             )
             .unwrap();
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM occ.agents WHERE id = $1", &[&agent])
-                .unwrap()
-                .get(0);
+            let n: i64 = crate::support::one(
+                &mut c,
+                "SELECT count(*) FROM occ.agents WHERE id = $1",
+                &[&agent],
+            );
             *seen_in_hook.lock() = Some(n);
         }
     });
@@ -1012,13 +971,11 @@ fn wait_until_blocked(c: &mut Client) {
         "a session blocked on a lock",
         std::time::Duration::from_secs(10),
         || {
-            let n: i64 = c
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
+            let n: i64 = crate::support::one(
+                c,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            );
             n > 0
         },
     );
@@ -1074,9 +1031,10 @@ fn r1_a_namespace_delete_admission_waits_for_an_agent_create_and_is_then_refused
     tx.commit().unwrap();
     let refused = delete.join().unwrap().unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
-    let status: String = c
-        .query_one("SELECT status FROM occ.namespaces WHERE id = 'ns2'", &[])
-        .unwrap()
-        .get(0);
+    let status: String = crate::support::one(
+        &mut c,
+        "SELECT status FROM occ.namespaces WHERE id = 'ns2'",
+        &[],
+    );
     assert_eq!(status, "ready");
 }

@@ -73,14 +73,12 @@ fn deploy_with_binding(c: &mut Client, f: &Fixture) -> String {
         &[&f.principal],
     )
     .unwrap();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
                '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&f.agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -90,13 +88,11 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     // when that driver owns it, and a revision frozen with another driver is a mismatch.
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.secret_create('ns1', 'tok', 'ns1/tok/value', 'admin', 'vault', 'uid-1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.secret_create('ns1', 'tok', 'ns1/tok/value', 'admin', 'vault', 'uid-1')",
+        &[],
+    );
     assert_eq!(
         v,
         json!({"namespaceId": "ns1", "id": "tok", "backendRef": "ns1/tok/value",
@@ -104,13 +100,11 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     );
     let frozen: (Option<String>, Value) = {
         let rev = deploy_with_binding(&mut c, &f);
-        let r = c
-            .query_one(
-                "SELECT secret_driver_id, harness_auth FROM occ.agent_revisions WHERE id = $1",
-                &[&rev],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
+        crate::support::row2(
+            &mut c,
+            "SELECT secret_driver_id, harness_auth FROM occ.agent_revisions WHERE id = $1",
+            &[&rev],
+        )
     };
     assert_eq!(frozen.0.as_deref(), Some("occ-secrets"));
     assert_eq!(frozen.1["secretDriverId"], "occ-secrets");
@@ -143,22 +137,14 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
     )
     .unwrap();
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&second));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("SECRET_DRIVER_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&second)).failed_with("SECRET_DRIVER_MISMATCH");
     // No selection at all: a revision without bindings but with `secret` harness auth is a
     // mismatch too.
     c.execute("UPDATE occ.installation SET secret_driver_id = NULL", &[])
         .unwrap();
     let third = crate::agent::deploy(&mut c, &f.agent);
     run_until(&f.db, driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&third));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("SECRET_DRIVER_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&third)).failed_with("SECRET_DRIVER_MISMATCH");
     assert!(driver.calls().is_empty(), "{:?}", driver.calls());
     // Refusals other than denials are not audited (seed 004 5916-5922).
     assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
@@ -166,14 +152,12 @@ fn z4_secrets_of_another_secret_driver_and_a_changed_selection_are_refused_befor
 }
 
 fn deploy_with_binding_again(c: &mut Client, f: &Fixture) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
                '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&f.agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -623,22 +607,16 @@ fn z10_a_failed_namespace_ensure_says_the_drivers_printable_reason_on_completed_
         };
         assert_eq!(status, "failed");
         let key = format!("namespace:{id}:ensure");
-        let (state, code, _, _) = work(&mut c, &key);
-        assert_eq!(
-            (state.as_str(), code.as_deref()),
-            ("failed_permanent", Some("NAMESPACE_INCOMPLETE"))
-        );
+        crate::support::expect_work(&mut c, &key).failed_with("NAMESPACE_INCOMPLETE");
         let completed = about(&events, "worker.completed", &key);
         assert_eq!(completed.len(), 1);
         reasons.push(completed[0].get("reason").cloned());
         // The audit keeps the class, never the driver's words.
-        let details: Value = c
-            .query_one(
-                "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1",
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
+        let details: Value = crate::support::one(
+            &mut c,
+            "SELECT details FROM occ.audit_events WHERE namespace_id = $1 AND action LIKE '%lifecycle%' ORDER BY id DESC LIMIT 1",
+            &[&id],
+        );
         assert_eq!(details["failure"], "permanent", "{details}");
         assert!(!details.to_string().contains("quota"), "{details}");
     }
@@ -689,10 +667,11 @@ fn z11_deleting_an_agent_on_a_compute_that_cannot_delete_its_credentials_fails_b
             f.agent.clone()
         )]
     );
-    let agents: i64 = c
-        .query_one("SELECT count(*) FROM occ.agents WHERE id = $1", &[&f.agent])
-        .unwrap()
-        .get(0);
+    let agents: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    );
     assert_eq!(agents, 1);
 }
 
@@ -894,11 +873,7 @@ fn z5_a_failing_deployment_waits_for_its_yielded_predecessors_drain() {
     driver.fail("stop_revision", &first, draining());
     driver.fail("stop_revision", &first, draining());
     let events = run_captured(&f.db, driver.clone(), Opts::default(), quiet);
-    let (state, code, _, _) = work(&mut c, &key(&second));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &key(&second)).failed_with("HARNESS_DESCRIPTOR_MISMATCH");
     assert_eq!(driver.log(), vec![format!("stop_revision:{first}"); 3]);
     let completed = about(&events, "worker.completed", &key(&second));
     assert_eq!(completed.len(), 1, "{completed:?}");
@@ -947,13 +922,11 @@ fn w7x_worker_completed_names_the_operation_as_the_seed_does() {
     let events = run_captured(&f.db, driver, Opts::default(), quiet);
     let stopped = about(&events, "worker.completed", &stop_key);
     assert_eq!(stopped.last().unwrap()["operation"], "agent.stop");
-    let column: String = c
-        .query_one(
-            "SELECT operation FROM occ.work WHERE idempotency_key = $1",
-            &[&stop_key],
-        )
-        .unwrap()
-        .get(0);
+    let column: String = crate::support::one(
+        &mut c,
+        "SELECT operation FROM occ.work WHERE idempotency_key = $1",
+        &[&stop_key],
+    );
     assert_eq!(column, "agent_stop");
 }
 

@@ -591,151 +591,20 @@ fn a_concurrency_max_connections_cannot_carry_is_refused_naming_both_numbers() {
 fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
     let db = team_b();
     let url = Some(db.url.as_str());
-    let added = ok(
-        &db,
-        &[
-            "admin", "backend", "add", "b1", "--type", "chatgpt", "--actor", "admin",
-        ],
-    );
-    assert_eq!(
-        added,
-        json!({"id": "b1", "type": "chatgpt", "created": true})
-    );
-    let backends = ok(&db, &["admin", "backend", "list"]);
-    assert_eq!(
-        (
-            backends.as_array().unwrap().len(),
-            &backends[0]["id"],
-            &backends[0]["type"]
-        ),
-        (1, &json!("b1"), &json!("chatgpt"))
-    );
-    refused(
-        url,
-        &["admin", "service-account", "create", "team-b", "acct", "--access-token", "token", "--actor", "admin"],
-        2,
-        "service-account create refused: invalid --access-token token: must be SECRET_NAME/KEY (a Kubernetes Secret name in the Agent's namespace, then its key)",
-    );
-    let created = ok(
-        &db,
-        &[
-            "admin",
-            "service-account",
-            "create",
-            "team-b",
-            "acct",
-            "--access-token",
-            "chatgpt/token",
-            "--actor",
-            "admin",
-        ],
-    );
-    assert_eq!(
-        created["credential"],
-        json!({"kind": "access_token", "secretRef": {"name": "chatgpt", "key": "token"}})
-    );
-    assert_eq!(created["backendBinding"], Value::Null);
-    refused(
-        url,
-        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b2", "--driver", "d1", "--workspace", "ws-1", "--actor", "admin"],
-        1,
-        "service-account bind refused: backend b2 is not a configured chatgpt backend (admin backend list)",
-    );
-    refused(
-        url,
-        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b1", "--driver", "d1", "--workspace", "ws 1", "--actor", "admin"],
-        2,
-        "service-account bind refused: --workspace must be 1 to 128 letters, digits, ., _, : and -, starting with a letter or digit, got \"ws 1\"",
-    );
-    ok(
-        &db,
-        &[
-            "admin",
-            "service-account",
-            "bind",
-            "team-b",
-            "acct",
-            "--backend",
-            "b1",
-            "--driver",
-            "d1",
-            "--workspace",
-            "ws-1",
-            "--actor",
-            "admin",
-        ],
-    );
-    let shown = ok(&db, &["admin", "service-account", "show", "team-b", "acct"]);
-    assert_eq!(
-        shown["backendBinding"],
-        json!({"backendId": "b1", "driverId": "d1", "workspaceId": "ws-1", "credentialIssued": true})
-    );
-    assert_eq!(
-        ok(&db, &["admin", "service-account", "list", "team-b"])[0]["id"],
-        json!("acct")
-    );
+    let (created, shown) = managed_account_through_the_cli(&db);
 
     // An operator who may deploy the Agent and read the Configuration, but not the account.
-    let cfg = std::env::temp_dir().join(format!("occ-cli-managed-{}", db.name));
-    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
-    ok(
-        &db,
-        &[
-            "admin",
-            "configuration",
-            "put",
-            "team-b",
-            "cfg",
-            "--file",
-            cfg.to_str().unwrap(),
-            "--actor",
-            "admin",
-        ],
-    );
-    std::fs::remove_file(&cfg).unwrap();
-    ok(
-        &db,
-        &[
-            "admin", "agent", "create", "team-b", "helper", "--actor", "admin",
-        ],
-    );
-    ok(
-        &db,
-        &["admin", "identity", "create", "bob", "--actor", "admin"],
-    );
-    ok(
-        &db,
-        &[
-            "admin",
-            "grant",
-            "bob",
-            "agent-operator",
-            "--scope",
-            "namespace:team-b",
-            "--actor",
-            "admin",
-        ],
-    );
+    managed_deployment_operator(&db);
     let deploy = |actor: &'static str| -> Vec<&'static str> {
-        vec![
-            "admin",
-            "agent",
-            "deploy",
-            "team-b",
-            "helper",
+        let more = [
             "--actor",
             actor,
-            "--configuration",
-            "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
             "--service-account",
             "acct",
             "--compute-id",
             "docker",
-        ]
+        ];
+        crate::support::deploy_args("team-b", "helper", "cfg", &more)
     };
     refused(
         url,
@@ -788,6 +657,142 @@ fn managed_accounts_are_configured_bound_and_deployed_from_the_cli() {
         &both,
         2,
         "--harness-secret and --service-account are mutually exclusive: give one of them",
+    );
+}
+
+/// M1: the chatgpt backend `b1` and the service account `team-b/acct` bound to it, through the
+/// CLI, with its refusals on the way; the account as created and as shown.
+fn managed_account_through_the_cli(db: &TestDb) -> (Value, Value) {
+    let url = Some(db.url.as_str());
+    let added = ok(
+        db,
+        &[
+            "admin", "backend", "add", "b1", "--type", "chatgpt", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        added,
+        json!({"id": "b1", "type": "chatgpt", "created": true})
+    );
+    let backends = ok(db, &["admin", "backend", "list"]);
+    assert_eq!(
+        (
+            backends.as_array().unwrap().len(),
+            &backends[0]["id"],
+            &backends[0]["type"]
+        ),
+        (1, &json!("b1"), &json!("chatgpt"))
+    );
+    refused(
+        url,
+        &["admin", "service-account", "create", "team-b", "acct", "--access-token", "token", "--actor", "admin"],
+        2,
+        "service-account create refused: invalid --access-token token: must be SECRET_NAME/KEY (a Kubernetes Secret name in the Agent's namespace, then its key)",
+    );
+    let created = ok(
+        db,
+        &[
+            "admin",
+            "service-account",
+            "create",
+            "team-b",
+            "acct",
+            "--access-token",
+            "chatgpt/token",
+            "--actor",
+            "admin",
+        ],
+    );
+    assert_eq!(
+        created["credential"],
+        json!({"kind": "access_token", "secretRef": {"name": "chatgpt", "key": "token"}})
+    );
+    assert_eq!(created["backendBinding"], Value::Null);
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b2", "--driver", "d1", "--workspace", "ws-1", "--actor", "admin"],
+        1,
+        "service-account bind refused: backend b2 is not a configured chatgpt backend (admin backend list)",
+    );
+    refused(
+        url,
+        &["admin", "service-account", "bind", "team-b", "acct", "--backend", "b1", "--driver", "d1", "--workspace", "ws 1", "--actor", "admin"],
+        2,
+        "service-account bind refused: --workspace must be 1 to 128 letters, digits, ., _, : and -, starting with a letter or digit, got \"ws 1\"",
+    );
+    ok(
+        db,
+        &[
+            "admin",
+            "service-account",
+            "bind",
+            "team-b",
+            "acct",
+            "--backend",
+            "b1",
+            "--driver",
+            "d1",
+            "--workspace",
+            "ws-1",
+            "--actor",
+            "admin",
+        ],
+    );
+    let shown = ok(db, &["admin", "service-account", "show", "team-b", "acct"]);
+    assert_eq!(
+        shown["backendBinding"],
+        json!({"backendId": "b1", "driverId": "d1", "workspaceId": "ws-1", "credentialIssued": true})
+    );
+    assert_eq!(
+        ok(db, &["admin", "service-account", "list", "team-b"])[0]["id"],
+        json!("acct")
+    );
+
+    (created, shown)
+}
+
+/// The Configuration `cfg` and the Agent `helper` in `team-b`, and the operator `bob`, who may
+/// deploy the Agent and read the Configuration, but not the account.
+fn managed_deployment_operator(db: &TestDb) {
+    let cfg = std::env::temp_dir().join(format!("occ-cli-managed-{}", db.name));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-b",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    ok(
+        db,
+        &[
+            "admin", "agent", "create", "team-b", "helper", "--actor", "admin",
+        ],
+    );
+    ok(
+        db,
+        &["admin", "identity", "create", "bob", "--actor", "admin"],
+    );
+    ok(
+        db,
+        &[
+            "admin",
+            "grant",
+            "bob",
+            "agent-operator",
+            "--scope",
+            "namespace:team-b",
+            "--actor",
+            "admin",
+        ],
     );
 }
 
@@ -907,21 +912,7 @@ fn refusals_are_in_the_users_words() {
         2,
         &format!("agent create refused: NAME must be 1 to 63 lowercase letters, digits, - and _, starting with a letter or digit, got \"{head}…\" (100000 bytes)"),
     );
-    let deploy = [
-        "admin",
-        "agent",
-        "deploy",
-        "team-c",
-        "helper",
-        "--actor",
-        "admin",
-        "--configuration",
-        "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
-    ];
+    let deploy = crate::support::deploy_args("team-c", "helper", "cfg", &["--actor", "admin"]);
     let mut both = deploy.to_vec();
     both.extend(["--harness-secret", "key", "--service-account", "acct"]);
     refused(

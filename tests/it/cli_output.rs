@@ -249,10 +249,11 @@ fn shows_say_what_work_waits_for_in_one_time_form() {
     insert_namespace(&mut c, "team-b", "ready");
     insert_agent(&mut c, "team-b", "helper", 1);
     let (a, _) = two_namespaces(&db);
-    let work: i64 = c
-        .query_one("SELECT id FROM occ.work WHERE namespace_id = $1", &[&a])
-        .unwrap()
-        .get(0);
+    let work: i64 = crate::support::one(
+        &mut c,
+        "SELECT id FROM occ.work WHERE namespace_id = $1",
+        &[&a],
+    );
     c.execute(
         "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, at) VALUES
              ($1, 1, 'COMPUTE_UNAVAILABLE', 'retry', '2026-01-31T12:00:00Z'),
@@ -318,10 +319,7 @@ fn shows_say_what_work_waits_for_in_one_time_form() {
 // points at the audit trail instead of a bare "no work".
 #[test]
 fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
-    let db = TestDb::bootstrapped();
-    let mut c = db.client();
-    insert_namespace(&mut c, "team-b", "ready");
-    insert_agent(&mut c, "team-b", "gone", 0);
+    let (db, mut c) = TestDb::with_agent("team-b", "gone");
     let cfg = std::env::temp_dir().join(format!("occ-cli-gone-{}", db.name));
     std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
     ok(
@@ -355,25 +353,19 @@ fn work_show_of_a_deleted_agent_points_at_the_audit_trail() {
     );
     let deployed = ok(
         &db,
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "team-b",
             "gone",
-            "--actor",
-            "admin",
-            "--configuration",
             "cfg",
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "docker",
-        ],
+            &[
+                "--compute-id",
+                "docker",
+                "--harness-secret",
+                "key",
+                "--actor",
+                "admin",
+            ],
+        ),
     );
     let reconcile = deployed["work"].as_str().unwrap().to_string();
     let admitted = ok(

@@ -4,7 +4,7 @@
 //! no worker seems to run. The worker is played by the test: it writes the attempts and the
 //! outcome a pass would, between the lines it reads.
 
-use crate::support::{insert_agent, insert_namespace, TestDb};
+use crate::support::TestDb;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Command, Stdio};
 
@@ -175,10 +175,7 @@ fn wait_exits_three_when_the_work_failed_for_good() {
 // O, A2: an Agent's deletion removes its work with the Agent; --wait counts that as success.
 #[test]
 fn wait_on_an_agent_deletion_succeeds_when_its_rows_are_gone() {
-    let db = TestDb::bootstrapped();
-    let mut c = db.client();
-    insert_namespace(&mut c, "team-b", "ready");
-    insert_agent(&mut c, "team-b", "gone", 0);
+    let (db, mut c) = TestDb::with_agent("team-b", "gone");
     let (child, mut stderr) = spawn(
         &db,
         &[

@@ -413,16 +413,14 @@ fn every_function_and_view_has_one_file() {
         .map(|r| r.get(0))
         .collect();
     schema.sort();
-    let others: i64 = c
-        .query_one(
-            "SELECT (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    let others: i64 = crate::support::one(
+        &mut c,
+        "SELECT (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                      WHERE n.nspname NOT IN ('occ', 'pg_catalog', 'information_schema'))
                   + (SELECT count(*) FROM pg_views
                      WHERE schemaname NOT IN ('occ', 'pg_catalog', 'information_schema'))",
-            &[],
-        )
-        .expect("count others")
-        .get(0);
+        &[],
+    );
     assert_eq!(others, 0, "functions and views live in schema occ");
     // One definition per overload, all in the file of their name.
     let mut defined = Vec::new();

@@ -417,14 +417,12 @@ fn next_maintenance(f: &Fixture, c: &mut Client, rev: &str) -> String {
 }
 
 fn next_buckets(c: &mut Client, rev: &str) -> i64 {
-    let n: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.work WHERE revision_id = $1 AND operation = 'revision_maintenance'
+    let n: i64 = crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work WHERE revision_id = $1 AND operation = 'revision_maintenance'
                AND idempotency_key <> $2",
-            &[&rev, &format!("agent_revision:{rev}:maintenance:1")],
-        )
-        .unwrap()
-        .get(0);
+        &[&rev, &format!("agent_revision:{rev}:maintenance:1")],
+    );
     n
 }
 
@@ -627,15 +625,13 @@ fn o_agent_show_names_each_revisions_auth_method_sources_and_withdrawals() {
     let mut c = f.db.client();
     source(&f, &mut c, "model", "model_key");
     source(&f, &mut c, "search", "tool");
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
                  'scripted', 'scripted', p_credential_source => 'model',
                  p_tool_sources => ARRAY['search'], p_credential_gateway_id => $2)",
-            &[&f.agent, &GATEWAY],
-        )
-        .unwrap()
-        .get(0);
+        &[&f.agent, &GATEWAY],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     run(&f, &Arc::new(ScriptedDriver::new()));
     ends_with(&mut c, &key(&rev), "succeeded", "REVISION_ACTIVATED");
@@ -644,10 +640,7 @@ fn o_agent_show_names_each_revisions_auth_method_sources_and_withdrawals() {
         &[&f.agent],
     )
     .unwrap();
-    let shown: Value = c
-        .query_one("SELECT occ.agent_show('ns1', $1)", &[&f.agent])
-        .unwrap()
-        .get(0);
+    let shown: Value = crate::support::one(&mut c, "SELECT occ.agent_show('ns1', $1)", &[&f.agent]);
     let revision = &shown["revisions"][0];
     assert_eq!(revision["harnessAuthMethod"], "credential_source");
     assert_eq!(

@@ -503,10 +503,11 @@ fn e_admission_cli_creates_lists_shows_and_disables() {
 fn deployable() -> (TestDb, String) {
     let db = team_b();
     let mut c = db.client();
-    let agent: Value = c
-        .query_one("SELECT occ.agent_create('team-b', 'bot', 'admin')", &[])
-        .unwrap()
-        .get(0);
+    let agent: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_create('team-b', 'bot', 'admin')",
+        &[],
+    );
     c.execute(
         "SELECT occ.configuration_put('team-b', 'cfg', '{\"model\": \"m\"}', 'admin')",
         &[],
@@ -615,14 +616,7 @@ fn e19_deploy_with_sources_snapshots_them_and_the_harness_auth() {
     ]);
     assert_eq!(sources, expected);
     assert_eq!(admitted["credentialSources"], expected);
-    let details: Value = db
-        .client()
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let details = crate::support::audit_details(&mut db.client(), "openclaw.agents.deploy.admit");
     assert_eq!(
         (&details["harnessAuth"], &details["credentialSourceIds"]),
         (
@@ -1298,28 +1292,22 @@ fn e15_cli_deploys_with_sources_withdraws_and_lists_withdrawals() {
         .to_string(),
     )
     .unwrap();
-    let deploy_args = [
-        "admin",
-        "agent",
-        "deploy",
+    let deploy_args = crate::support::deploy_args(
         "team-b",
         "bot",
-        "--configuration",
         "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
-        "--credential-source",
-        "openai",
-        "--tool-source",
-        "github",
-        "--compute-id",
-        "kubernetes",
-        "--actor",
-        "admin",
-        "--json",
-    ];
+        &[
+            "--credential-source",
+            "openai",
+            "--tool-source",
+            "github",
+            "--compute-id",
+            "kubernetes",
+            "--actor",
+            "admin",
+            "--json",
+        ],
+    );
     assert_eq!(
         run_with(&db, None, &deploy_args),
         (2, String::new(), "occ-worker: agent deploy refused: credential sources need a selected Credential Gateway, and none is selected (credentialGateway in the OCC_INSTALLATION_CONFIG file)\n".into())

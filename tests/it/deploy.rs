@@ -8,9 +8,6 @@ use crate::support::{http_get as get, TestDb};
 use occ_worker::compute::kubernetes::driver::ACCESS;
 use occ_worker::compute::kubernetes::settings::Settings;
 use occ_worker::config::{Config, Mode};
-use occ_worker::events::Events;
-use occ_worker::health::{HealthOptions, HealthServer};
-use occ_worker::metrics::Metrics;
 use occ_worker::runtime::Progress;
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -208,18 +205,7 @@ fn deploy_probes_ask_paths_the_health_server_answers() {
     let db = TestDb::bootstrapped();
     let progress = Arc::new(Progress::default());
     progress.tick();
-    let server = HealthServer::start(
-        "127.0.0.1:0".parse().unwrap(),
-        db.pool(2),
-        Metrics::new(),
-        progress,
-        HealthOptions {
-            stale_after: Duration::from_secs(600),
-            db_timeout: Duration::from_secs(5),
-        },
-        Events::to(Box::new(std::io::sink())),
-    )
-    .expect("health server");
+    let server = crate::health::health_server(&db, 2, progress);
     for probe in ["livenessProbe", "readinessProbe"] {
         let spec = &container(deployment)[probe]["httpGet"];
         assert_eq!(spec["port"], container(deployment)["ports"][0]["name"]);

@@ -61,28 +61,18 @@ fn namespace() -> NamespaceSpec {
 }
 
 fn revision(namespace: &NamespaceSpec) -> RevisionSpec {
+    let (agent, revision) = (unique("itagent"), unique("itrev"));
     RevisionSpec {
         installation_id: namespace.installation_id.clone(),
-        namespace_id: namespace.namespace_id.clone(),
-        agent_id: unique("itagent"),
-        revision_id: unique("itrev"),
-        revision: 1,
         service_principal_id: "sp".into(),
-        harness_id: "h".into(),
         harness_version: "1".into(),
-        harness_mode: occ_worker::compute::HarnessMode::Dedicated,
         execution_mode: "service".into(),
-        document: serde_json::json!({}),
-        harness_auth: None,
-        secret_bindings: serde_json::json!({}),
-        secrets: vec![],
-        harness_secret: None,
-        managed_account: None,
-        backend_id: None,
-        plugin_ids: vec![],
-        execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
-        sandbox_facets: Vec::new(),
-        credential_sources: Vec::new(),
+        ..crate::support::bare_revision(
+            &namespace.namespace_id,
+            &agent,
+            (&revision, 1),
+            ("h", "dedicated"),
+        )
     }
 }
 
@@ -99,14 +89,9 @@ fn permanent_code(e: &ComputeError) -> &str {
 
 /// Runs the `docker` CLI; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run the docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::output_ok(
+        Command::new("docker").args(args),
+        &format!("docker {args:?}"),
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -186,21 +171,22 @@ fn cleanup(namespace: &NamespaceSpec) {
 /// Deletes until complete (bounded).
 fn delete_until_complete(driver: &DockerDriver, namespace: &NamespaceSpec) {
     let cancel = CancelToken::unbounded();
-    for _ in 0..30 {
+    let every = Duration::from_millis(200);
+    let complete = crate::support::poll(Duration::from_secs(60), every, || {
         let observed = driver.delete_namespace(namespace, &cancel).expect("delete");
         assert_eq!(observed.namespace_id, namespace.namespace_id);
         if observed.complete {
             assert_eq!(observed.pending_reason, None);
-            return;
+            return Some(());
         }
         let reason = observed.pending_reason.expect("a pending reason");
         assert!(
             reason == "CONTAINER_REMOVAL_PENDING" || reason == "NETWORK_REMOVAL_PENDING",
             "{reason}"
         );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("delete_namespace did not complete");
+        None
+    });
+    assert!(complete.is_some(), "delete_namespace did not complete");
 }
 
 #[test]

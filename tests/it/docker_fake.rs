@@ -5,7 +5,7 @@
 //! The fake answers one request per connection (`Connection: close`) on one thread, which it
 //! joins on drop; it never reaches a real daemon.
 
-use crate::support::heartbeat;
+use crate::support::{cancel_after, heartbeat};
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::docker::{DockerDriver, SubnetPool};
 use occ_worker::compute::{ComputeDriver, ComputeError, ComputeErrorKind, NamespaceSpec};
@@ -14,12 +14,10 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// One expected request and its scripted answer.
 struct Step {
@@ -80,12 +78,7 @@ struct FakeDocker {
 
 impl FakeDocker {
     fn start(steps: Vec<Step>) -> FakeDocker {
-        let path = std::env::temp_dir().join(format!(
-            "occ-fake-docker-{}-{}.sock",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_file(&path);
+        let path = crate::support::socket_path("fake-docker");
         let listener = UnixListener::bind(&path).expect("bind fake docker socket");
         let script = Arc::new(Script {
             steps: Mutex::new(steps.into()),
@@ -366,28 +359,17 @@ fn a_claim_lost_mid_request_aborts_it_at_once() {
     let lease = Duration::from_secs(3);
     let cancel = CancelToken::new(Instant::now() + lease);
     let (stop, renewals) = heartbeat(&cancel, lease / 3, lease);
-    let refuser = {
-        let token = cancel.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            token.cancel(LossCause::RenewalRefused);
-            Instant::now()
-        })
-    };
+    let refuser = cancel_after(
+        &cancel,
+        Duration::from_millis(200),
+        LossCause::RenewalRefused,
+    );
     let e = driver.ensure_namespace(&namespace(), &cancel).unwrap_err();
     let returned = Instant::now();
     let refused = refuser.join().unwrap();
     stop.store(true, Ordering::SeqCst);
     renewals.join().unwrap();
-    assert_eq!(
-        e.kind(),
-        &ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
-    );
-    assert!(
-        returned.duration_since(refused) < Duration::from_secs(1),
-        "aborted {:?} after the refusal",
-        returned.duration_since(refused)
-    );
+    crate::support::assert_aborted_on_refusal(&e, (refused, returned), Duration::from_secs(1));
     fake.finish();
 }
 

@@ -72,12 +72,7 @@ impl DockerProxy {
 
     /// Starts a proxy forwarding to `upstream`.
     pub fn start_to(upstream: &Path) -> DockerProxy {
-        let path = std::env::temp_dir().join(format!(
-            "occ-docker-proxy-{}-{}.sock",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_file(&path);
+        let path = crate::support::socket_path("docker-proxy");
         let listener = UnixListener::bind(&path).expect("bind proxy socket");
         let shared = Arc::new(Shared::default());
         let upstream = upstream.to_path_buf();

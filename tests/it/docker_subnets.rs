@@ -29,14 +29,9 @@ const DEFAULT_NAMESPACES: usize = 600;
 
 /// Runs the `docker` CLI; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run the docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::output_ok(
+        Command::new("docker").args(args),
+        &format!("docker {args:?}"),
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -110,10 +105,7 @@ fn reservations(c: &mut Client) -> HashMap<String, String> {
 }
 
 fn admit(c: &mut impl postgres::GenericClient, name: &str) -> String {
-    let ns: Value = c
-        .query_one("SELECT occ.namespace_create('admin', $1)", &[&name])
-        .expect("admit")
-        .get(0);
+    let ns: Value = crate::support::one(c, "SELECT occ.namespace_create('admin', $1)", &[&name]);
     ns["id"].as_str().expect("namespace id").to_string()
 }
 
@@ -402,15 +394,13 @@ fn c2_a_reservation_left_by_a_dead_pass_is_reused_and_released() {
         reservations(&mut c).is_empty(),
         "the reservation is released"
     );
-    let released: Value = c
-        .query_one(
-            "SELECT details->'releasedSubnets' FROM occ.audit_events
+    let released: Value = crate::support::one(
+        &mut c,
+        "SELECT details->'releasedSubnets' FROM occ.audit_events
              WHERE namespace_id = $1 AND action = 'openclaw.namespaces.lifecycle.delete'
                AND reason_code = 'NAMESPACE_RECONCILED'",
-            &[&id],
-        )
-        .expect("delete audit")
-        .get(0);
+        &[&id],
+    );
     assert_eq!(released, serde_json::json!(["10.216.0.128/26"]));
 }
 

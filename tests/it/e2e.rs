@@ -3,35 +3,23 @@
 
 use crate::docker::{docker_available, run_container};
 use crate::docker_proxy::DockerProxy;
-use crate::support::TestDb;
+use crate::support::{context_with, TestDb};
 use occ_worker::compute::docker::DockerDriver;
-use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
-use occ_worker::queue::{Operation, QueueOptions};
-use occ_worker::reconcile::namespace::NamespaceReconciler;
-use occ_worker::reconcile::{Context, Registry};
-use occ_worker::runtime::{RuntimeOptions, Worker};
+use occ_worker::queue::QueueOptions;
 use postgres::Client;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_occ-worker");
 
 fn cli(db: &TestDb, args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .arg("--json")
-        .env("OCC_DATABASE_URL", &db.url)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "occ-worker {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+        .env("OCC_DATABASE_URL", &db.url);
+    crate::support::json_ok(&mut cmd, &format!("occ-worker {args:?}"))
 }
 
 fn network_exists(name: &str) -> bool {
@@ -59,12 +47,8 @@ fn network_label(name: &str, label: &str) -> String {
 }
 
 /// Polls `done` until it holds, failing after `limit`.
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_until(limit: Duration, what: &str, done: impl FnMut() -> bool) {
+    crate::support::wait_for(what, limit, done)
 }
 
 fn count(c: &mut Client, sql: &str, ids: &[String]) -> i64 {
@@ -246,56 +230,28 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
         &[],
     )
     .expect("grant bob");
-    let ns: Value = c
-        .query_one(
-            "SELECT occ.namespace_create('bob', $1)",
-            &[&format!("rv-{}", std::process::id())],
-        )
-        .expect("admit")
-        .get(0);
+    let ns: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('bob', $1)",
+        &[&format!("rv-{}", std::process::id())],
+    );
     let revoked_ns = ns["id"].as_str().unwrap().to_string();
     c.execute("SELECT occ.identity_revoke('admin', 'bob')", &[])
         .expect("revoke bob");
 
     let proxy = DockerProxy::start();
     let run_worker = |proxy: &DockerProxy, key: &str| {
-        let ctx = Arc::new(Context {
-            pool: db.pool(6),
-            compute: Arc::new(DockerDriver::new(&proxy.docker_host()).expect("driver")),
-            installation_id: "inst".into(),
-            queue: QueueOptions::new(Duration::from_secs(10), 3),
-            convergence_timeout: Duration::from_secs(60),
-            events: Events::discard(),
-            metrics: Metrics::new(),
-            sandbox: Default::default(),
-            credential_gateway: None,
-        });
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: None,
-                db_timeout: Duration::from_secs(5),
-            },
-        );
+        let driver = DockerDriver::new(&proxy.docker_host()).expect("driver");
+        let ctx = context_with(db.pool(6), Arc::new(driver))
+            .queue(QueueOptions::new(Duration::from_secs(10), 3))
+            .convergence(Duration::from_secs(60))
+            .build();
+        let worker = crate::support::namespace_worker(ctx, None);
         let stop = worker.stop_handle();
         let handle = std::thread::spawn(move || worker.run());
         let mut c = db.client();
         wait_until(Duration::from_secs(30), key, || {
-            let state: String = c
-                .query_one(
-                    "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
-                    &[&key],
-                )
-                .unwrap()
-                .get(0);
+            let state = crate::support::work_state(&mut c, key).0;
             state == "succeeded" || state == "failed_permanent"
         });
         stop.stop();
@@ -311,14 +267,12 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "failed_permanent");
     assert_eq!(row.get::<_, String>(1), "ACTOR_REVOKED");
-    let denials: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE namespace_id = $1
+    let denials: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE namespace_id = $1
              AND kind = 'authorization_denial' AND reason_code = 'ACTOR_REVOKED'",
-            &[&revoked_ns],
-        )
-        .unwrap()
-        .get(0);
+        &[&revoked_ns],
+    );
     assert_eq!(denials, 1);
     assert_eq!(
         proxy.requests(),
@@ -327,13 +281,11 @@ fn n5_revoked_actor_sends_the_docker_daemon_no_request() {
     );
 
     // Control: the same proxy does see a permitted Namespace's requests.
-    let ok: Value = c
-        .query_one(
-            "SELECT occ.namespace_create('admin', $1)",
-            &[&format!("ok-{}", std::process::id())],
-        )
-        .expect("admit")
-        .get(0);
+    let ok: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', $1)",
+        &[&format!("ok-{}", std::process::id())],
+    );
     let ok_ns = ok["id"].as_str().unwrap().to_string();
     run_worker(&proxy, &format!("namespace:{ok_ns}:ensure"));
     assert!(

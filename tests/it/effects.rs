@@ -32,10 +32,7 @@ fn installation(db: &TestDb, prefix: &str) -> (Client, String) {
 }
 
 fn admit(c: &mut Client, name: &str) -> String {
-    let ns: Value = c
-        .query_one("SELECT occ.namespace_create('admin', $1)", &[&name])
-        .expect("admit")
-        .get(0);
+    let ns: Value = crate::support::one(c, "SELECT occ.namespace_create('admin', $1)", &[&name]);
     ns["id"].as_str().expect("namespace id").to_string()
 }
 
@@ -257,7 +254,9 @@ fn c2_a_worker_killed_after_its_create_leaves_one_network() {
     );
     assert_eq!(status(&mut c, &id), "ready");
     // Whatever was still on its way to the daemon has landed by now.
-    std::thread::sleep(Duration::from_secs(2));
+    crate::support::holds_for("at most one network", Duration::from_secs(2), || {
+        networks(&label).len() <= 1
+    });
     assert_eq!(networks(&label).len(), 1, "one network for the Namespace");
     let (state, attempts, _) = ensure_work(&mut c, &id);
     assert_eq!(state, "succeeded");

@@ -52,18 +52,7 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
     let db = TestDb::bootstrapped();
     let progress = Arc::new(Progress::default());
     progress.tick();
-    let server = HealthServer::start(
-        "127.0.0.1:0".parse().unwrap(),
-        db.pool(4),
-        Metrics::new(),
-        progress.clone(),
-        HealthOptions {
-            stale_after: Duration::from_secs(600),
-            db_timeout: Duration::from_secs(5),
-        },
-        Events::to(Box::new(std::io::sink())),
-    )
-    .expect("start");
+    let server = health_server(&db, 4, progress.clone());
     let addr = server.addr;
     wait_for("the first readiness probe", Duration::from_secs(10), || {
         exchange(addr, b"GET /readyz HTTP/1.1\r\n\r\n") == Some(200)
@@ -76,7 +65,34 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
         );
     }
 
-    // Routing and methods.
+    routes_and_methods(addr);
+    refuses_bodies(addr);
+    refuses_oversized_heads(addr);
+    answers_random_bytes_with_errors(addr);
+    holds_half_open_connections_briefly(addr);
+    survives_a_flood(addr);
+    drop(server);
+}
+
+/// A health server on a free loopback port over `db` (a pool of `pool`), reporting `progress`,
+/// stale after 600 s, its events discarded.
+pub fn health_server(db: &TestDb, pool: u32, progress: Arc<Progress>) -> HealthServer {
+    HealthServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        db.pool(pool),
+        Metrics::new(),
+        progress,
+        HealthOptions {
+            stale_after: Duration::from_secs(600),
+            db_timeout: Duration::from_secs(5),
+        },
+        Events::to(Box::new(std::io::sink())),
+    )
+    .expect("health server")
+}
+
+/// Routing and methods: the known paths answer GET and HEAD; others 404, other methods 405.
+fn routes_and_methods(addr: std::net::SocketAddr) {
     assert_eq!(exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n"), Some(200));
     assert_eq!(
         exchange(addr, b"GET /livez?x=1 HTTP/1.0\r\n\r\n"),
@@ -85,8 +101,10 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
     assert_eq!(exchange(addr, b"HEAD /livez HTTP/1.1\r\n\r\n"), Some(200));
     assert_eq!(exchange(addr, b"GET /nope HTTP/1.1\r\n\r\n"), Some(404));
     assert_eq!(exchange(addr, b"DELETE /livez HTTP/1.1\r\n\r\n"), Some(405));
+}
 
-    // Bodies are refused, whatever length they claim.
+/// Bodies are refused, whatever length they claim.
+fn refuses_bodies(addr: std::net::SocketAddr) {
     for length in ["99999999999", "18446744073709551616", "-1", "1", "abc"] {
         let request = format!("GET /metrics HTTP/1.1\r\nContent-Length: {length}\r\n\r\n");
         assert_eq!(exchange(addr, request.as_bytes()), Some(413), "{length}");
@@ -106,9 +124,11 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
         Some(413)
     );
     assert_healthy(addr, "bodies");
+}
 
-    // A megabyte of headers: refused after MAX_HEAD bytes (or the connection is reset while
-    // the client is still writing).
+/// A megabyte of headers: refused after MAX_HEAD bytes (or the connection is reset while
+/// the client is still writing).
+fn refuses_oversized_heads(addr: std::net::SocketAddr) {
     let mut big = b"GET /livez HTTP/1.1\r\nX-Big: ".to_vec();
     big.extend(std::iter::repeat_n(b'a', 1 << 20));
     big.extend_from_slice(b"\r\n\r\n");
@@ -121,8 +141,10 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
     many.extend_from_slice(b"\r\n");
     assert!(matches!(exchange(addr, &many), Some(431) | None));
     assert_healthy(addr, "oversized heads");
+}
 
-    // Random bytes.
+/// Random bytes.
+fn answers_random_bytes_with_errors(addr: std::net::SocketAddr) {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..200 {
         let len = (xorshift(&mut seed) % 600) as usize + 1;
@@ -134,9 +156,11 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
         );
     }
     assert_healthy(addr, "random bytes");
+}
 
-    // Half-open connections: some silent, some with half a head. They hold connection slots
-    // for at most HEAD_DEADLINE, and never the answer to anybody else.
+/// Half-open connections: some silent, some with half a head. They hold connection slots
+/// for at most HEAD_DEADLINE, and never the answer to anybody else.
+fn holds_half_open_connections_briefly(addr: std::net::SocketAddr) {
     let mut idle = Vec::new();
     for i in 0..40 {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -147,8 +171,10 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
     }
     assert_healthy(addr, "half-open connections");
     drop(idle);
+}
 
-    // A flood: many connections at once from several threads.
+/// A flood: many connections at once from several threads.
+fn survives_a_flood(addr: std::net::SocketAddr) {
     let flood: Vec<_> = (0..8)
         .map(|_| {
             std::thread::spawn(move || {
@@ -167,5 +193,4 @@ fn health_server_survives_hostile_requests_and_keeps_answering() {
         exchange(addr, b"GET /livez HTTP/1.1\r\n\r\n") == Some(200)
     });
     assert_healthy(addr, "a flood");
-    drop(server);
 }

@@ -280,13 +280,11 @@ fn h4_a_cancelled_pass_ends_a_slow_hook_call() {
         Answer::Slow(Duration::from_secs(20)),
     );
     let cancel = CancelToken::unbounded();
-    let canceller = {
-        let cancel = cancel.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            cancel.cancel(occ_worker::cancel::LossCause::WorkerStopping);
-        })
-    };
+    let canceller = crate::support::cancel_after(
+        &cancel,
+        Duration::from_millis(300),
+        occ_worker::cancel::LossCause::WorkerStopping,
+    );
     let started = Instant::now();
     let (kind, _) = kind_of(r.driver.prepare_revision(&revision(), &cancel));
     canceller.join().unwrap();
@@ -601,10 +599,11 @@ fn h4_on_docker_a_namespace_stays_provisioning_then_deleting_while_its_hooks_ref
     env.push(("OCC_WORKER_POLL_INTERVAL_MS", "100".into()));
     let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
     let mut c = db.client();
-    let created: Value = c
-        .query_one("SELECT occ.namespace_create('admin', 'hooked')", &[])
-        .unwrap()
-        .get(0);
+    let created: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', 'hooked')",
+        &[],
+    );
     let ns = created["id"].as_str().unwrap().to_string();
     wait_for("the hook refused twice", Duration::from_secs(60), || {
         server.sequence().len() >= 2
@@ -677,13 +676,11 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
     let mut c = db.client();
     let ns = ready_namespaces(&mut c, &fake, 1).remove(0);
     let state = |c: &mut postgres::Client, rev: &str| -> (String, Option<String>) {
-        let row = c
-            .query_one(
-                "SELECT state, reason_code FROM occ.revision_status WHERE revision_id = $1",
-                &[&rev],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
+        crate::support::row2(
+            c,
+            "SELECT state, reason_code FROM occ.revision_status WHERE revision_id = $1",
+            &[&rev],
+        )
     };
     // A refusal with the hook's code: the deployment fails for good, nothing is written.
     server.answer(

@@ -153,13 +153,11 @@ fn decisions_carry_binding_role_and_restriction_evidence() {
     assert_eq!(d.evidence.role_ids, vec!["namespace-admin".to_string()]);
     assert_eq!(d.evidence.binding_ids.len(), 1);
     assert_eq!(d.evidence.restriction_ids.len(), 1);
-    let sql: serde_json::Value = c
-        .query_one(
-            "SELECT occ.authorize('alice', 'delete', 'agent', 'a2', 'n1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let sql: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.authorize('alice', 'delete', 'agent', 'a2', 'n1')",
+        &[],
+    );
     assert_eq!(
         sql["evidence"]["bindingIds"],
         serde_json::json!(d.evidence.binding_ids)
@@ -173,10 +171,8 @@ fn decisions_carry_binding_role_and_restriction_evidence() {
 #[test]
 fn a_revoked_identity_has_no_access_and_its_bindings_are_gone() {
     let (_db, mut c) = world();
-    let v: serde_json::Value = c
-        .query_one("SELECT occ.identity_revoke('admin', 'alice')", &[])
-        .unwrap()
-        .get(0);
+    let v: serde_json::Value =
+        crate::support::one(&mut c, "SELECT occ.identity_revoke('admin', 'alice')", &[]);
     assert_eq!(v["revoked"], true);
     let policy = iam::load(&mut c).unwrap();
     assert!(!policy.identity_exists("alice"));
@@ -190,14 +186,12 @@ fn a_revoked_identity_has_no_access_and_its_bindings_are_gone() {
         sql_decision(&mut c, "alice", Action::Delete, &Resource::namespace("n1")),
         (false, "NO_IDENTITY".to_string())
     );
-    let left: i64 = c
-        .query_one(
-            "SELECT (SELECT count(*) FROM occ.iam_bindings WHERE principal_id = 'alice')
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT (SELECT count(*) FROM occ.iam_bindings WHERE principal_id = 'alice')
                   + (SELECT count(*) FROM occ.iam_restrictions WHERE principal_id = 'alice')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+        &[],
+    );
     assert_eq!(left, 0);
 }
 
@@ -222,21 +216,17 @@ fn identity_and_grant_administration_needs_installation_administer() {
         e.code(),
         Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
     );
-    let v: serde_json::Value = c
-        .query_one(
-            "SELECT occ.binding_grant('admin', 'bob', 'viewer', 'namespace:n1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let v: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.binding_grant('admin', 'bob', 'viewer', 'namespace:n1')",
+        &[],
+    );
     assert_eq!(v["created"], true);
-    let again: serde_json::Value = c
-        .query_one(
-            "SELECT occ.binding_grant('admin', 'bob', 'viewer', 'namespace:n1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let again: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.binding_grant('admin', 'bob', 'viewer', 'namespace:n1')",
+        &[],
+    );
     assert_eq!(
         (again["created"].clone(), again["bindingId"].clone()),
         (false.into(), v["bindingId"].clone())
@@ -314,19 +304,17 @@ fn group_world() -> (TestDb, Client) {
 fn decide_both(c: &mut Client, principal: &str, action: Action, r: Resource) -> iam::Decision {
     let policy = iam::load(c).unwrap();
     let d = policy.authorize(&Request::new(principal, action, r.clone()));
-    let sql: serde_json::Value = c
-        .query_one(
-            "SELECT occ.authorize($1, $2, $3, $4, $5)",
-            &[
-                &principal,
-                &action.as_str(),
-                &r.kind.as_str(),
-                &r.id,
-                &r.namespace_id,
-            ],
-        )
-        .unwrap()
-        .get(0);
+    let sql: serde_json::Value = crate::support::one(
+        c,
+        "SELECT occ.authorize($1, $2, $3, $4, $5)",
+        &[
+            &principal,
+            &action.as_str(),
+            &r.kind.as_str(),
+            &r.id,
+            &r.namespace_id,
+        ],
+    );
     let what = format!("{principal} {} {r:?}", action.as_str());
     assert_eq!(sql["allowed"], d.allowed, "sql allowed: {what}");
     assert_eq!(sql["reason"], d.reason, "sql reason: {what}");
@@ -374,10 +362,11 @@ fn a_group_binding_allows_its_members_and_the_evidence_names_the_group() {
     let d = decide_both(&mut c, "bob", Action::Operate, agent("n1", "a2"));
     assert_eq!((d.allowed, d.reason), (false, "NO_MATCHING_BINDING"));
     // Admission (SQL) honours the group binding too.
-    let v: serde_json::Value = c
-        .query_one("SELECT to_jsonb(occ.namespace_delete('carol', 'n1'))", &[])
-        .unwrap()
-        .get(0);
+    let v: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT to_jsonb(occ.namespace_delete('carol', 'n1'))",
+        &[],
+    );
     assert_eq!(v["status"], "deleting");
 }
 
@@ -420,13 +409,11 @@ fn removing_a_member_or_the_identity_revokes_what_the_group_granted() {
     // Revoking an identity removes its memberships with it.
     c.query_one("SELECT occ.identity_revoke('admin', 'dave')", &[])
         .unwrap();
-    let members: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.iam_group_members WHERE identity_id = 'dave'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let members: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.iam_group_members WHERE identity_id = 'dave'",
+        &[],
+    );
     assert_eq!(members, 0);
     let d = decide_both(&mut c, "dave", Action::Deploy, agent("n1", "a1"));
     assert_eq!(d.reason, "NO_IDENTITY");
@@ -465,13 +452,11 @@ fn group_administration_needs_installation_administer_and_is_audited() {
         )
         .unwrap_err();
     assert!(e.as_db_error().unwrap().message().contains("no group nope"));
-    let again: serde_json::Value = c
-        .query_one(
-            "SELECT occ.binding_grant('admin', 'group:ops', 'namespace-admin', 'namespace:n1')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let again: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.binding_grant('admin', 'group:ops', 'namespace-admin', 'namespace:n1')",
+        &[],
+    );
     assert_eq!(again["created"], false);
     assert_eq!(again["groupId"], "ops");
     let actions: Vec<String> = c
@@ -555,10 +540,11 @@ fn revoking_the_last_administrator_through_a_group_is_refused() {
         .unwrap()
         .message()
         .contains("last installation administrator"));
-    let still: i64 = c
-        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'dave'", &[])
-        .unwrap()
-        .get(0);
+    let still: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.identities WHERE id = 'dave'",
+        &[],
+    );
     assert_eq!(still, 1, "the refused revocation was rolled back");
 }
 
@@ -602,13 +588,11 @@ fn the_admin_cli_manages_groups_and_grants_to_them() {
         "--scope",
         "namespace:n2",
     ]);
-    let left: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.iam_bindings WHERE group_id = 'ops'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.iam_bindings WHERE group_id = 'ops'",
+        &[],
+    );
     assert_eq!(left, 0);
 }
 

@@ -7,13 +7,11 @@
 //! side (which sources reach the spec, when a detach is asked) is tested with the scripted
 //! driver elsewhere.
 
-use crate::kube_e2e::{k8s_namespace, scratch, DRIVER_FILE};
-use crate::kube_fake::{Action, FakeOptions, Inject, KubeFake, KubeconfigAuth};
+use crate::kube_e2e::{k8s_namespace, scratch};
+use crate::kube_fake::{Action, FakeOptions, Inject, KubeFake};
 use crate::support::{bare_revision, wait_for};
 use occ_worker::cancel::CancelToken;
-use occ_worker::compute::kubernetes::{
-    client::Client, connection, manifests, names, settings::Settings, KubernetesDriver,
-};
+use occ_worker::compute::kubernetes::{manifests, names, KubernetesDriver};
 use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeError, ComputeErrorKind, CredentialAttachment,
     CredentialDetach, CredentialGateway, NamespaceSpec, RevisionSpec,
@@ -53,12 +51,7 @@ fn world(name: &str) -> World {
         ..FakeOptions::default()
     });
     let dir = scratch(name);
-    let kubeconfig = fake.write_kubeconfig(&dir, KubeconfigAuth::Token);
-    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
-    let driver = KubernetesDriver::new(
-        Client::new(conn).expect("client"),
-        Settings::parse(DRIVER_FILE).expect("settings"),
-    );
+    let driver = crate::kube_e2e::driver_for(&fake, &dir);
     let spec = NamespaceSpec {
         installation_id: "inst".into(),
         namespace_id: "ns-1".into(),

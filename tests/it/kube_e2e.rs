@@ -20,17 +20,7 @@ use std::time::Duration;
 /// The client-side rate limit is far above the default 20/40 here, so the tests wait on the
 /// worker and the fake, not on the limit (`kubernetes::c3_the_client_side_rate_limit_spaces_requests`
 /// checks the limit itself).
-pub const DRIVER_FILE: &str = r#"{
-  "tenantRoleBinding": "occ-tenant",
-  "tokenAudience": "occ-agent",
-  "qps": 1000,
-  "burst": 1000,
-  "harnesses": [
-    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
-    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
-  ],
-  "gatewayImage": "registry.test/gateway:1.0.0"
-}"#;
+pub use crate::kube_fake::DRIVER_FILE;
 
 /// A fresh directory for one test's kubeconfig and driver file.
 pub fn scratch(name: &str) -> PathBuf {
@@ -73,13 +63,11 @@ pub fn k8s_namespace(id: &str) -> String {
 pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<String> {
     let ids: Vec<String> = (0..count)
         .map(|i| {
-            let v: Value = c
-                .query_one(
-                    "SELECT occ.namespace_create('admin', $1)",
-                    &[&format!("team-{i}")],
-                )
-                .unwrap()
-                .get(0);
+            let v: Value = crate::support::one(
+                c,
+                "SELECT occ.namespace_create('admin', $1)",
+                &[&format!("team-{i}")],
+            );
             v["id"].as_str().unwrap().to_string()
         })
         .collect();
@@ -122,13 +110,11 @@ pub fn ready_namespaces(c: &mut Client, fake: &KubeFake, count: usize) -> Vec<St
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
 pub fn deploy(c: &mut Client, ns: &str, agent: &str, harness: &str, mode: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
-            &[&ns, &agent, &harness, &mode],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
+        &[&ns, &agent, &harness, &mode],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -158,13 +144,11 @@ pub fn leftovers(fake: &KubeFake) -> Vec<String> {
 }
 
 fn all_done(c: &mut Client, prefix: &str) -> bool {
-    let open: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
-            &[&format!("{prefix}%")],
-        )
-        .unwrap()
-        .get(0);
+    let open: i64 = crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state IN ('queued', 'claimed')",
+        &[&format!("{prefix}%")],
+    );
     open == 0
 }
 
@@ -220,13 +204,11 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
         all_done(&mut c, "agent_revision:")
     });
     for rev in &second {
-        let active: i64 = c
-            .query_one(
-                "SELECT count(*) FROM occ.agents WHERE active_revision_id = $1",
-                &[rev],
-            )
-            .unwrap()
-            .get(0);
+        let active: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE active_revision_id = $1",
+            &[rev],
+        );
         assert_eq!(active, 1, "revision {rev} replaced its predecessor");
     }
     // Exactly one activation audit per activated revision.
@@ -400,13 +382,11 @@ fn n3_namespace_show_names_the_kubernetes_namespace_and_the_missing_rolebinding(
     let db = TestDb::bootstrapped();
     let env = kube_env(&db, &fake, &dir, 2);
     let mut c = db.client();
-    let id: String = c
-        .query_one(
-            "SELECT occ.namespace_create('admin', 'team-x') ->> 'id'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let id: String = crate::support::one(
+        &mut c,
+        "SELECT occ.namespace_create('admin', 'team-x') ->> 'id'",
+        &[],
+    );
     let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn"));
     wait_for("the RoleBinding wait", Duration::from_secs(60), || {
         scalar::<i64>(
@@ -417,15 +397,10 @@ fn n3_namespace_show_names_the_kubernetes_namespace_and_the_missing_rolebinding(
             ),
         ) > 0
     });
-    let out = worker_command(&["admin", "namespace", "show", "team-x", "--json"], &env)
-        .output()
-        .expect("namespace show");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let shown = crate::support::json_ok(
+        &mut worker_command(&["admin", "namespace", "show", "team-x", "--json"], &env),
+        "namespace show",
     );
-    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let k8s = k8s_namespace(&id);
     assert_eq!(shown["status"], "provisioning");
     assert_eq!(shown["pendingReason"], "NAMESPACE_ROLEBINDING_PENDING");
@@ -644,12 +619,7 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
 
     fake.clear_requests();
     assert!(driver.prepare_revision(&r2, &cancel).unwrap().ready);
-    let writes: Vec<String> = fake
-        .requests()
-        .iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let writes = fake.writes();
     assert!(writes.is_empty(), "{writes:?}");
     assert_eq!(
         runs(&fake),

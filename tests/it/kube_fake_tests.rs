@@ -103,15 +103,8 @@ impl Client {
 }
 
 /// Polls `probe` until it returns Some or `within` passes.
-fn wait_for<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn wait_for<T>(within: Duration, what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    crate::support::wait_value(what, within, probe)
 }
 
 fn namespace(client: &Client, name: &str) {

@@ -22,31 +22,16 @@ const GATEWAY: &str = "gateway-1";
 
 /// `occ-worker --json admin …` with `env`; its JSON answer.
 fn admin(env: &Env, args: &[&str]) -> Value {
-    let out = worker_command(&[&["--json", "admin"], args].concat(), env)
-        .output()
-        .expect("run occ-worker");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    crate::support::json_ok(
+        &mut worker_command(&[&["--json", "admin"], args].concat(), env),
+        &format!("occ-worker admin {args:?}"),
+    )
 }
 
 /// `admin agent deploy` of the Agent `helper` (dedicated Codex) with the harness source
 /// `model` and the tool sources `tools`; the revision id.
 fn deploy(env: &Env, ns: &str, model: &str, tools: &[&str]) -> String {
-    let mut args = vec![
-        "agent",
-        "deploy",
-        ns,
-        "helper",
-        "--configuration",
-        "cfg",
-        "--harness",
-        "codex",
-        "--mode",
-        "dedicated",
+    let more = [
         "--credential-source",
         model,
         "--compute-id",
@@ -54,6 +39,8 @@ fn deploy(env: &Env, ns: &str, model: &str, tools: &[&str]) -> String {
         "--actor",
         "admin",
     ];
+    // `admin` is prepended by `admin` itself.
+    let mut args = crate::support::deploy_args(ns, "helper", "cfg", &more).split_off(1);
     for tool in tools {
         args.extend(["--tool-source", tool]);
     }
@@ -109,15 +96,7 @@ fn references(fake: &KubeFake, ns: &str, rev: &str) -> (Vec<String>, Vec<Vec<Str
     (deployment, pods)
 }
 
-fn work_state(c: &mut Client, key: &str) -> (String, Option<String>) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap();
-    (r.get(0), r.get(1))
-}
+use crate::support::work_state;
 
 fn wait_ended(c: &mut Client, key: &str) -> (String, Option<String>) {
     let mut last = (String::new(), None);
@@ -146,8 +125,19 @@ fn operator(c: &mut Client, id: &str, ns: &str, agent: &str) {
     grant(c, id, ns, "agent", agent);
 }
 
-#[test]
-fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
+/// An Agent `helper` serving on two worker processes behind the Kubernetes fake, with the
+/// model sources `model` and `model-2` and the tool sources `search` and `mail` granted.
+struct Serving {
+    _workers: Vec<WorkerProcess>,
+    db: TestDb,
+    fake: KubeFake,
+    env: Env,
+    ns: String,
+    k8s: String,
+    agent: String,
+}
+
+fn serving_agent() -> Serving {
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(50),
@@ -203,38 +193,75 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         );
         grant(&mut c, &principal, &ns, "credential_source", id);
     }
+    Serving {
+        _workers,
+        db,
+        fake,
+        env,
+        ns,
+        k8s,
+        agent,
+    }
+}
+
+/// Asserts the workload of `rev` and each of its Pods (at least one) refer to `expected`.
+fn assert_refers(w: &Serving, rev: &str, expected: &[&str]) {
+    let expected: Vec<String> = expected.iter().map(|e| e.to_string()).collect();
+    let (template, pods) = references(&w.fake, &w.k8s, rev);
+    assert_eq!(template, expected);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == expected),
+        "{pods:?}"
+    );
+}
+
+/// `agent withdraw-credential` of `source` from `helper` as `actor`: the work's key.
+fn withdraw(w: &Serving, source: &str, actor: &str) -> String {
+    let args = [
+        "agent",
+        "withdraw-credential",
+        &w.ns,
+        "helper",
+        source,
+        "--actor",
+        actor,
+    ];
+    admin(&w.env, &args)["works"][0]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
+    let w = serving_agent();
+    let (env, ns, agent) = (&w.env, w.ns.as_str(), w.agent.as_str());
+    let mut c = w.db.client();
 
     // Deployed with a model source and two tool sources, attached by reference.
-    let first = deploy(&env, &ns, "model", &["search", "mail"]);
+    let first = deploy(env, ns, "model", &["search", "mail"]);
     let reconcile = format!("agent_revision:{first}:reconcile");
     assert_eq!(
         wait_ended(&mut c, &reconcile),
         ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
     );
-    let all = vec![
-        "OCC_CREDENTIAL_MAIL=mail-secret/token".to_string(),
-        "OCC_CREDENTIAL_SEARCH=search-secret/token".to_string(),
-        "OCC_HARNESS_API_KEY=model-secret/token".to_string(),
+    let all = [
+        "OCC_CREDENTIAL_MAIL=mail-secret/token",
+        "OCC_CREDENTIAL_SEARCH=search-secret/token",
+        "OCC_HARNESS_API_KEY=model-secret/token",
     ];
-    let (template, pods) = references(&fake, &k8s, &first);
-    assert_eq!(template, all);
-    assert!(
-        !pods.is_empty() && pods.iter().all(|p| *p == all),
-        "{pods:?}"
-    );
+    assert_refers(&w, &first, &all);
 
     // The first request's operator loses the grant before the work runs: denied for that
     // requester, awaiting replay.
-    operator(&mut c, "op-1", &ns, &agent);
-    operator(&mut c, "op-2", &ns, &agent);
+    operator(&mut c, "op-1", ns, agent);
+    operator(&mut c, "op-2", ns, agent);
     let mut tx = c.transaction().unwrap();
-    let requested: Value = tx
-        .query_one(
-            "SELECT occ.credential_withdrawal_request('op-1', $1, $2, 'search')",
-            &[&ns, &agent],
-        )
-        .unwrap()
-        .get(0);
+    let requested: Value = crate::support::one(
+        &mut tx,
+        "SELECT occ.credential_withdrawal_request('op-1', $1, $2, 'search')",
+        &[&ns, &agent],
+    );
     tx.execute(
         "DELETE FROM occ.iam_bindings WHERE principal_id = 'op-1'",
         &[],
@@ -249,47 +276,28 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
             Some("AUTHORIZATION_DENIED".into())
         )
     );
-    let shown = admin(&env, &["work", "show", &denied_key]);
+    let shown = admin(env, &["work", "show", &denied_key]);
     assert_eq!(shown["hintCode"], "GRANT_AND_REPLAY", "{shown}");
 
     // A second operator replays it: the Pods roll and none refers to the Secret any more, the
     // Agent staying active throughout.
-    let replay = admin(
-        &env,
-        &[
-            "agent",
-            "withdraw-credential",
-            &ns,
-            "helper",
-            "search",
-            "--actor",
-            "op-2",
-        ],
-    );
-    let replay_key = replay["works"][0].as_str().unwrap().to_string();
+    let replay_key = withdraw(&w, "search", "op-2");
     assert_eq!(
         wait_ended(&mut c, &replay_key),
         ("succeeded".into(), Some("CREDENTIALS_WITHDRAWN".into()))
     );
-    let kept = vec![
-        "OCC_CREDENTIAL_MAIL=mail-secret/token".to_string(),
-        "OCC_HARNESS_API_KEY=model-secret/token".to_string(),
+    let kept = [
+        "OCC_CREDENTIAL_MAIL=mail-secret/token",
+        "OCC_HARNESS_API_KEY=model-secret/token",
     ];
-    let (template, pods) = references(&fake, &k8s, &first);
-    assert_eq!(template, kept);
-    assert!(
-        !pods.is_empty() && pods.iter().all(|p| *p == kept),
-        "{pods:?}"
+    assert_refers(&w, &first, &kept);
+    let active: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT active_revision_id FROM occ.agents WHERE id = $1",
+        &[&agent],
     );
-    let active: Option<String> = c
-        .query_one(
-            "SELECT active_revision_id FROM occ.agents WHERE id = $1",
-            &[&agent],
-        )
-        .unwrap()
-        .get(0);
     assert_eq!(active.as_deref(), Some(first.as_str()));
-    let listed = admin(&env, &["withdrawal", "list", &ns, "helper"]);
+    let listed = admin(env, &["withdrawal", "list", ns, "helper"]);
     let row = listed
         .as_array()
         .unwrap()
@@ -331,27 +339,10 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         wait_ended(&mut c, &reconcile),
         ("succeeded".into(), Some("REVISION_ALREADY_ACTIVE".into()))
     );
-    let (template, pods) = references(&fake, &k8s, &first);
-    assert_eq!(template, kept);
-    assert!(
-        !pods.is_empty() && pods.iter().all(|p| *p == kept),
-        "{pods:?}"
-    );
+    assert_refers(&w, &first, &kept);
 
     // The harness source: refused while its runtime runs ...
-    let harness = admin(
-        &env,
-        &[
-            "agent",
-            "withdraw-credential",
-            &ns,
-            "helper",
-            "model",
-            "--actor",
-            "op-2",
-        ],
-    );
-    let harness_key = harness["works"][0].as_str().unwrap().to_string();
+    let harness_key = withdraw(&w, "model", "op-2");
     assert_eq!(
         wait_ended(&mut c, &harness_key),
         (
@@ -360,11 +351,11 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         )
     );
     assert_eq!(
-        admin(&env, &["work", "show", &harness_key])["hintCode"],
+        admin(env, &["work", "show", &harness_key])["hintCode"],
         "DEPLOY_NEW_REVISION"
     );
     // ... until a new revision activates without it; the retired revision's attempt revokes it.
-    let second = deploy(&env, &ns, "model-2", &["mail"]);
+    let second = deploy(env, ns, "model-2", &["mail"]);
     assert_eq!(
         wait_ended(&mut c, &format!("agent_revision:{second}:reconcile")),
         ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
@@ -374,15 +365,13 @@ fn e_a_leaked_key_is_withdrawn_from_a_serving_agent_on_two_worker_processes() {
         wait_ended(&mut c, &retirement),
         ("succeeded".into(), Some("CREDENTIALS_WITHDRAWN".into()))
     );
-    let state: String = c
-        .query_one(
-            "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'",
-            &[&first],
-        )
-        .unwrap()
-        .get(0);
+    let state: String = crate::support::one(
+        &mut c,
+        "SELECT state FROM occ.credential_withdrawals WHERE revision_id = $1 AND source_id = 'model'",
+        &[&first],
+    );
     assert_eq!(state, "revoked");
-    let (template, pods) = references(&fake, &k8s, &second);
+    let (template, pods) = references(&w.fake, &w.k8s, &second);
     let now = vec![
         "OCC_CREDENTIAL_MAIL=mail-secret/token".to_string(),
         "OCC_HARNESS_API_KEY=model-2-secret/token".to_string(),

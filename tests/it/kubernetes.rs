@@ -11,8 +11,8 @@ use crate::kube_fake::{
     Action, FakeOptions, Inject, KubeFake, KubeconfigAuth, PodBehaviour, Recorded,
 };
 use crate::scripted::{quiet, run_until, run_with, Opts};
-use crate::support::{insert_namespace, wait_for, TestDb};
-use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
+use crate::support::{cancel_after, insert_namespace, wait_for, TestDb};
+use occ_worker::cancel::{CancelToken, LossCause};
 use occ_worker::compute::kubernetes::client::Client;
 use occ_worker::compute::kubernetes::connection;
 use occ_worker::compute::kubernetes::settings::Settings;
@@ -144,13 +144,11 @@ fn labels(object: &Value) -> &Value {
 
 /// Admits a Namespace as `actor`; returns its id.
 fn admit_namespace(c: &mut Sql, actor: &str, name: &str, existing: Option<&str>) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.namespace_create($1, $2, $3)",
-            &[&actor, &name, &existing],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.namespace_create($1, $2, $3)",
+        &[&actor, &name, &existing],
+    );
     v["id"].as_str().unwrap().to_string()
 }
 
@@ -219,11 +217,7 @@ fn n3_ensure_creates_a_restricted_namespace_and_waits_for_the_tenant_rolebinding
 
     kube.seed_rolebinding(&name);
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     assert_eq!(namespace_status(&mut c, &id), "ready");
     // Exactly one namespace and one policy were ever created.
     let creates: Vec<String> = methods(&kube.writes());
@@ -265,11 +259,7 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
     let id = admit_namespace(&mut c, "admin", "adopted", Some("legacy"));
     let key = format!("namespace:{id}:ensure");
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     let writes = kube.writes();
     assert_eq!(writes[0].method, "PATCH");
     assert_eq!(writes[0].path, format!("{CORE}/namespaces/legacy"));
@@ -298,11 +288,8 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
         .unwrap();
     kube.fake.clear_requests();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:delete"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{id}:delete"))
+        .completed_with("NAMESPACE_RECONCILED");
     assert!(tombstoned(&mut c, &id));
     let deletes: Vec<String> = kube
         .writes()
@@ -330,11 +317,8 @@ fn c3_an_adopted_namespace_gets_labels_only_is_never_deleted_and_can_be_adopted_
     // Adopted again by a new Namespace, as the first time.
     let again = admit_namespace(&mut c, "admin", "adopted-again", Some("legacy"));
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{again}:ensure"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{again}:ensure"))
+        .completed_with("NAMESPACE_RECONCILED");
     let namespace = kube.fake.get(&format!("{CORE}/namespaces/legacy")).unwrap();
     assert_eq!(labels(&namespace)["occ.namespace"], again.as_str());
 }
@@ -352,11 +336,8 @@ fn c3_a_namespace_owned_by_someone_else_is_a_name_conflict_and_untouched() {
     );
     let before = kube.fake.get(&format!("{CORE}/namespaces/{name}")).unwrap();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &format!("namespace:{id}:ensure"));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("NAMESPACE_NAME_CONFLICT"))
-    );
+    crate::support::expect_work(&mut c, &format!("namespace:{id}:ensure"))
+        .failed_with("NAMESPACE_NAME_CONFLICT");
     assert_eq!(namespace_status(&mut c, &id), "failed");
     let e = kube
         .driver
@@ -392,11 +373,7 @@ fn n4_delete_is_pending_while_the_namespace_terminates_and_complete_at_404() {
     let key = format!("namespace:{id}:delete");
     kube.fake.clear_requests();
     run_until(&db, kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("NAMESPACE_RECONCILED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("NAMESPACE_RECONCILED");
     assert!(audited_pending(&mut c, &key, "NAMESPACE_TERMINATING"));
     assert!(evidence(&mut c, &key).contains(&"deferred:NAMESPACE_INCOMPLETE".to_string()));
     assert!(tombstoned(&mut c, &id));
@@ -518,14 +495,12 @@ fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
 fn deploy_kube(c: &mut Sql, agent: &str, harness: &str, mode: &str, actor: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
                '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"tok\"}}')",
-            &[&agent, &actor, &harness, &mode],
-        )
-        .unwrap()
-        .get(0);
+        &[&agent, &actor, &harness, &mode],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -565,11 +540,7 @@ fn deployed(w: &AgentWorld) -> String {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
     rev
 }
 
@@ -733,21 +704,15 @@ fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_r
          SELECT occ.service_account_bind('ns1', 'acct', 'b1', 'chatgpt-driver', 'ws-1', 'admin');",
     )
     .unwrap();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
                'kubernetes', 'kubernetes', p_service_account => 'acct')",
-            &[&w.agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&w.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
     let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("revision Deployment");
     let container = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
@@ -788,11 +753,7 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
     w.kube.fake.clear_requests();
     let r2 = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&r2));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&r2)).completed_with("REVISION_ACTIVATED");
     assert_eq!(active(&mut c, &w.agent), Some(r2.clone()));
     // The stop waited for the first revision's Pods: a draining stop yields without spending
     // an attempt and records no evidence (SPEC Z5); the Pods were listed again until gone.
@@ -858,13 +819,11 @@ fn r8_a_second_dedicated_revision_stops_the_first_activates_then_retires_it() {
         2
     );
     assert_eq!(work(&mut c, &rkey(&r2)).3, 1, "deferrals refund attempts");
-    let retired: bool = c
-        .query_one(
-            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
-            &[&r1],
-        )
-        .unwrap()
-        .get(0);
+    let retired: bool = crate::support::one(
+        &mut c,
+        "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+        &[&r1],
+    );
     assert!(retired);
 }
 
@@ -907,13 +866,11 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
         evidence.contains(&"deferred:REVISION_ACTIVATION_PENDING".to_string()),
         "{evidence:?}"
     );
-    let activations: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
-            &[&r2],
-        )
-        .unwrap()
-        .get(0);
+    let activations: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+        &[&r2],
+    );
     assert_eq!(activations, 1);
     // The same gateway now runs the second revision; retiring the first kept it.
     let d = deployment(&w, &gateway).expect("gateway kept");
@@ -943,11 +900,7 @@ fn a1_stop_scales_to_zero_and_completes_once_the_pods_are_gone() {
     w.kube.fake.clear_requests();
     let key = crate::agent::stop(&mut c, &w.agent, "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &key);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("AGENT_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key).completed_with("AGENT_STOPPED");
     // Draining yields (SPEC Z5): no attempt spent, no evidence, the Pods listed until gone.
     assert_eq!(work(&mut c, &key).3, 1, "attempt refunded");
     assert_eq!(
@@ -1055,13 +1008,11 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
         work(&mut c, &rkey(&r2)).1.as_deref(),
         Some("REVISION_ALREADY_ACTIVE")
     );
-    let activations: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
-            &[&r2],
-        )
-        .unwrap()
-        .get(0);
+    let activations: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+        &[&r2],
+    );
     assert_eq!(activations, 1);
     assert!(deployment(&w, &format!("agent-{}-gateway", w.agent)).is_some());
     c.query_one("SELECT occ.agent_delete('ns1', $1, 'admin')", &[&w.agent])
@@ -1300,11 +1251,7 @@ fn r5_an_unbound_harness_claim_keeps_the_revision_unschedulable() {
         ..Opts::default()
     };
     run_with(&w.db, w.kube.driver.clone(), opts, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("CONVERGENCE_DEADLINE_EXCEEDED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("CONVERGENCE_DEADLINE_EXCEEDED");
     assert!(
         evidence(&mut c, &rkey(&rev))
             .iter()
@@ -1332,11 +1279,7 @@ fn r2_production_runs_dedicated_codex_and_embedded_openclaw_only() {
     let rev = deploy_kube(&mut c, &w.agent, "codex", "embedded", "admin");
     w.kube.fake.clear_requests();
     run_until(&w.db, production.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_DESCRIPTOR_MISMATCH"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("HARNESS_DESCRIPTOR_MISMATCH");
     assert!(
         w.kube.writes().is_empty(),
         "{:?}",
@@ -1344,11 +1287,7 @@ fn r2_production_runs_dedicated_codex_and_embedded_openclaw_only() {
     );
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, production, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ACTIVATED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).completed_with("REVISION_ACTIVATED");
 }
 
 #[test]
@@ -1363,11 +1302,7 @@ fn r5_a_held_authentication_failure_fails_at_once_and_keeps_the_runtime() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     assert_eq!(active(&mut c, &w.agent), None);
     // Kept for diagnosis: never scaled down or deleted.
     assert_eq!(deployment(&w, &name).unwrap()["spec"]["replicas"], 1);
@@ -1526,11 +1461,7 @@ fn r5_a_stalled_pod_proxy_read_ends_within_the_request_timeout_and_the_pass_stay
         "{:?}",
         started.elapsed()
     );
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     let statuses: Vec<u16> = readyz_reads(&w).iter().map(|r| r.status).collect();
     assert_eq!(
         statuses.first(),
@@ -1551,11 +1482,7 @@ fn r5_a_harness_without_an_image_is_harness_image_unavailable() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("HARNESS_IMAGE_UNAVAILABLE");
     assert!(agent_objects(&w, "deployments").is_empty());
 }
 
@@ -1674,29 +1601,18 @@ fn c3_a_create_whose_answer_was_lost_is_adopted_through_409() {
         action: Action::ApplyThenStall,
     });
     let token = cancel();
-    let refuser = {
-        let token = token.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(500));
-            token.cancel(LossCause::RenewalRefused);
-            Instant::now()
-        })
-    };
+    let refuser = cancel_after(
+        &token,
+        Duration::from_millis(500),
+        LossCause::RenewalRefused,
+    );
     let e = kube
         .driver
         .ensure_namespace(&ns_spec("ns1", None), &token)
         .unwrap_err();
     let returned = Instant::now();
     let refused = refuser.join().unwrap();
-    assert_eq!(
-        e.kind(),
-        &ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
-    );
-    assert!(
-        returned.duration_since(refused) < Duration::from_secs(5),
-        "aborted {:?} after the refusal",
-        returned.duration_since(refused)
-    );
+    crate::support::assert_aborted_on_refusal(&e, (refused, returned), Duration::from_secs(5));
     assert!(kube
         .fake
         .get(&format!("{policies}/occ-default-deny"))
@@ -1983,11 +1899,7 @@ fn r10_a_422_is_permanent() {
     let mut c = w.db.client();
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("KUBERNETES_INVALID_REQUEST"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("KUBERNETES_INVALID_REQUEST");
     assert_eq!(
         w.kube
             .fake
@@ -2280,11 +2192,7 @@ fn r2_a_revoked_actors_dedicated_candidate_reaches_no_api_server() {
         vec![rkey(&deploy_kube(c, &w.agent, "codex", "dedicated", "ops"))]
     });
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    let (state, code, _, _) = work(&mut c, &keys[0]);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("ACTOR_REVOKED"))
-    );
+    crate::support::expect_work(&mut c, &keys[0]).failed_with("ACTOR_REVOKED");
     assert!(
         w.kube.fake.requests().is_empty(),
         "{:?}",
@@ -2460,11 +2368,7 @@ fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a
     crate::revision::requeue(&mut c, &k);
     w.kube.fake.clear_requests();
     run_until(&w.db, refusing.clone(), |c| crate::revision::ended(c, &k));
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_WITHDRAWN"))
-    );
+    crate::support::expect_work(&mut c, &k).failed_with("EXECUTION_ADMISSION_WITHDRAWN");
     let ev = evidence(&mut c, &k);
     assert!(
         ev.contains(&"deferred:EXECUTION_ADMISSION_WITHDRAWAL_PENDING".to_string()),
@@ -2484,11 +2388,7 @@ fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a
     let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
     w.kube.fake.clear_requests();
     run_until(&w.db, refusing, quiet);
-    let (state, code, _, _) = work(&mut c, &rkey(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("EXECUTION_ADMISSION_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("EXECUTION_ADMISSION_UNAVAILABLE");
     assert!(
         w.kube.writes().is_empty(),
         "{:?}",

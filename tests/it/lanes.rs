@@ -169,13 +169,11 @@ fn two_worker_processes_never_run_a_lane_twice_at_once() {
         "every work published exactly once"
     );
     for pid in pids {
-        let mine: i64 = c
-            .query_one(
-                "SELECT count(*) FROM public.occ_probe_done WHERE pid = $1",
-                &[&pid],
-            )
-            .unwrap()
-            .get(0);
+        let mine: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM public.occ_probe_done WHERE pid = $1",
+            &[&pid],
+        );
         assert!(mine > 0, "process {pid} did no work");
     }
 }

@@ -128,21 +128,17 @@ fn m1_admission_freezes_the_exact_harness_auth_and_backend_whatever_happens_to_t
          SELECT occ.service_account_bind('ns1', 'acct', 'b2', 'd2', 'ws-2', 'admin');",
     )
     .unwrap();
-    let after: Value = c
-        .query_one(
-            "SELECT harness_auth FROM occ.agent_revisions WHERE id = $1",
-            &[&rev],
-        )
-        .unwrap()
-        .get(0);
+    let after: Value = crate::support::one(
+        &mut c,
+        "SELECT harness_auth FROM occ.agent_revisions WHERE id = $1",
+        &[&rev],
+    );
     assert_eq!(after, frozen());
-    let admitted: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let admitted: Value = crate::support::one(
+        &mut c,
+        "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
+        &[],
+    );
     assert_eq!(admitted["harnessAuth"], "service_account");
 }
 
@@ -214,10 +210,7 @@ fn m1_admission_refuses_without_read_an_unissued_account_and_an_invalid_binding(
         .unwrap_err();
     assert_eq!(sqlstate(&e).0, "22023");
     // One admitted revision (the `op` one) and no other.
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM occ.agent_revisions", &[])
-        .unwrap()
-        .get(0);
+    let n: i64 = crate::support::one(&mut c, "SELECT count(*) FROM occ.agent_revisions", &[]);
     assert_eq!(n, 1);
 }
 
@@ -298,13 +291,11 @@ fn m2_step_1_an_account_of_another_namespace_is_invalid_and_a_withdrawn_read_is_
     let rev = deploy_managed(&mut c, &f.agent, "admin").unwrap();
     deny_read(&mut c, "admin");
     assert_refused(&f, &rev, "AUTHORIZATION_DENIED");
-    let details: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let details: Value = crate::support::one(
+        &mut c,
+        "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy'",
+        &[],
+    );
     assert_eq!(
         details["denial"]["request"]["resource"],
         json!({"kind": "service_account", "id": "acct", "namespaceId": "ns1"}),
@@ -491,14 +482,12 @@ fn m2_a_read_granted_again_lifts_a_stored_refused_candidate_wait() {
             "succeeded:REVISION_ACTIVATED"
         ]
     );
-    let refusal: Option<String> = c
-        .query_one(
-            "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+    let refusal: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT a.refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.code = 'REFUSED_CANDIDATE_STOP_PENDING'",
-            &[&key(&rev)],
-        )
-        .unwrap()
-        .get(0);
+        &[&key(&rev)],
+    );
     assert_eq!(refusal.as_deref(), Some("AUTHORIZATION_DENIED"));
     assert_eq!(
         driver.log(),

@@ -147,27 +147,25 @@ fn v14_moves_live_claims_from_work_rows_to_their_lanes() {
         .len();
     assert_eq!(completed, 1);
     let (state, attempts): (String, i32) = {
-        let r = c
-            .query_one(
-                "SELECT state, attempt_count FROM occ.work WHERE id = $1",
-                &[&id],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
+        crate::support::row2(
+            &mut c,
+            "SELECT state, attempt_count FROM occ.work WHERE id = $1",
+            &[&id],
+        )
     };
     assert_eq!((state.as_str(), attempts), ("succeeded", 2));
 }
 
 /// Runs `occ-worker migrate` on the database at `url`.
 fn migrate_command(url: &str) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
-        .args(["--database-url", url, "--json", "migrate"])
-        .output()
-        .expect("run occ-worker migrate");
-    assert!(
-        out.status.success(),
-        "occ-worker migrate: {}",
-        String::from_utf8_lossy(&out.stderr)
+    crate::support::output_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker")).args([
+            "--database-url",
+            url,
+            "--json",
+            "migrate",
+        ]),
+        "occ-worker migrate",
     );
 }
 

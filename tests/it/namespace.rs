@@ -2,10 +2,8 @@
 //! against a real PostgreSQL and the scripted Compute Driver.
 
 use crate::scripted::{ns_observation, ScriptedDriver};
-use crate::support::TestDb;
+use crate::support::{context_with, TestDb};
 use occ_worker::compute::{ComputeError, FailureClass};
-use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
 use occ_worker::queue::{self, Operation, QueueOptions};
 use occ_worker::reconcile::namespace::NamespaceReconciler;
 use occ_worker::reconcile::{self, Context, LeaseState, Pass, PassError, Registry};
@@ -41,17 +39,10 @@ impl Harness {
         let driver = Arc::new(ScriptedDriver::named("scripted-1"));
         let mut queue = QueueOptions::new(Duration::from_secs(30), max_attempts);
         queue.retry_base = Duration::ZERO;
-        let ctx = Arc::new(Context {
-            pool: db.pool(4),
-            compute: driver.clone(),
-            installation_id: "inst".into(),
-            queue,
-            convergence_timeout,
-            events: Events::discard(),
-            metrics: Metrics::new(),
-            sandbox: Default::default(),
-            credential_gateway: None,
-        });
+        let ctx = context_with(db.pool(4), driver.clone())
+            .queue(queue)
+            .convergence(convergence_timeout)
+            .build();
         Harness {
             db,
             driver,
@@ -227,10 +218,11 @@ fn n1_create_stores_provisioning_and_enqueues_ensure_in_one_transaction() {
     let h = Harness::new();
     let mut c = h.sql();
     let mut tx = c.transaction().unwrap();
-    let v: Value = tx
-        .query_one("SELECT occ.namespace_create('admin', 'team-a')", &[])
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut tx,
+        "SELECT occ.namespace_create('admin', 'team-a')",
+        &[],
+    );
     let ns = v["id"].as_str().unwrap().to_string();
     assert!(ns.starts_with("ns-") && ns.len() == 11, "generated id {ns}");
     tx.rollback().unwrap();
@@ -1092,8 +1084,7 @@ fn w1_a_running_worker_drives_create_and_delete_to_completion() {
     let stop = worker.stop_handle();
     let thread = std::thread::spawn(move || worker.run());
     let wait_for = |key: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        crate::support::wait_value(&format!("{key} to finish"), Duration::from_secs(20), || {
             let row = h
                 .sql()
                 .query_opt(
@@ -1101,14 +1092,9 @@ fn w1_a_running_worker_drives_create_and_delete_to_completion() {
                     &[&key],
                 )
                 .unwrap();
-            if let Some(state) = row.map(|r| r.get::<_, String>(0)) {
-                if state == "succeeded" || state == "failed_permanent" {
-                    return state;
-                }
-            }
-            assert!(Instant::now() < deadline, "{key} did not finish");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            row.map(|r| r.get::<_, String>(0))
+                .filter(|state| state == "succeeded" || state == "failed_permanent")
+        })
     };
     let ns = h.create("admin", "team-a");
     assert_eq!(wait_for(&ensure_key(&ns)), "succeeded");

@@ -31,14 +31,9 @@ impl Cluster {
 
     /// Starts (or reuses) the cluster under `dir`, relative to the worktree.
     pub fn start_in(dir: &str) -> Cluster {
-        let out = Command::new(root().join("scripts/pg-start"))
-            .arg(dir)
-            .output()
-            .expect("run scripts/pg-start");
-        assert!(
-            out.status.success(),
-            "pg-start: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::support::output_ok(
+            Command::new(root().join("scripts/pg-start")).arg(dir),
+            "scripts/pg-start",
         );
         // Where pg-start put it (as root, under the system temp directory).
         let dir = Command::new(root().join("scripts/pg-dir"))
@@ -123,38 +118,19 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
 
 /// Connects, retrying for up to `limit` (the server may still be starting).
 fn connect(url: &str, limit: Duration) -> Client {
-    let deadline = Instant::now() + limit;
-    loop {
-        match Client::connect(url, NoTls) {
-            Ok(c) => return c,
-            Err(e) if Instant::now() >= deadline => panic!("connect {url}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+    let mut last = None;
+    let every = Duration::from_millis(100);
+    crate::support::poll(limit, every, || match Client::connect(url, NoTls) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            last = Some(e);
+            None
         }
-    }
+    })
+    .unwrap_or_else(|| panic!("connect {url}: {}", last.expect("a connect error")))
 }
 
-fn enqueue_namespace(c: &mut Client, id: &str) {
-    c.execute(
-        "INSERT INTO occ.namespaces_all (id, name, status, created_by) VALUES ($1, $1, 'provisioning', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-    c.execute(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-}
-
-fn state(c: &mut Client, id: &str) -> String {
-    c.query_one(
-        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
-}
+use crate::support::{enqueue_ensure as enqueue_namespace, ensure_state as state};
 
 // W5: while PostgreSQL is down the worker stays alive, reports WORKER_UNAVAILABLE and
 // answers /readyz with 503; when the server comes back on the same port it completes new
@@ -240,10 +216,10 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
         );
     }
     // Several database timeouts later the process is still running.
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(
-        worker.child.try_wait().unwrap().is_none(),
-        "the worker exited during the outage"
+    crate::support::holds_for(
+        "the worker running during the outage",
+        Duration::from_secs(3),
+        || worker.child.try_wait().unwrap().is_none(),
     );
     assert!(!worker.has_event("worker.stopped"));
 
@@ -258,10 +234,7 @@ fn w5_worker_survives_a_database_outage_and_resumes_by_itself() {
     wait_for("/readyz 200 again", Duration::from_secs(20), || {
         http_status(port, "/readyz") == Some(200)
     });
-    let done: i64 = c
-        .query_one("SELECT count(*) FROM public.occ_probe_done", &[])
-        .unwrap()
-        .get(0);
+    let done: i64 = crate::support::one(&mut c, "SELECT count(*) FROM public.occ_probe_done", &[]);
     assert_eq!(done, 2);
 
     worker.signal("TERM");

@@ -34,13 +34,11 @@ fn expire_leases(client: &mut Client) {
 }
 
 fn row_state(client: &mut Client, id: i64) -> (String, i32, Option<String>) {
-    let row = client
-        .query_one(
-            "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE id = $1",
-            &[&id],
-        )
-        .unwrap();
-    (row.get(0), row.get(1), row.get(2))
+    crate::support::row3(
+        client,
+        "SELECT state, attempt_count, reason_code FROM occ.work_status WHERE id = $1",
+        &[&id],
+    )
 }
 
 fn evidence(client: &mut Client, id: i64) -> Vec<(i32, String, String)> {
@@ -59,6 +57,24 @@ fn evidence(client: &mut Client, id: i64) -> Vec<(i32, String, String)> {
 // column, is refused by PostgreSQL itself, with the constraint that says why.
 #[test]
 fn postgres_rejects_every_malformed_work_row() {
+    let (_db, mut c) = malformed_rows_world();
+    let cases = malformed_work_rows();
+    assert!(cases.len() >= 10);
+    for (what, sql, state, constraint) in &cases {
+        let (got, name) = refused(&mut c, sql);
+        assert_eq!(&got, state, "{what}: wrong SQLSTATE ({name:?})");
+        // PostgreSQL reports the first failing CHECK by name; a row may break several.
+        assert!(
+            constraint.split('|').any(|c| name.as_deref() == Some(c)),
+            "{what}: refused by {name:?}, expected {constraint}"
+        );
+    }
+    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
+    assert_eq!(rows, 1, "only the well-formed row exists");
+}
+
+/// Two ready Namespaces with three Agents and one well-formed claimed work in `ns2`.
+fn malformed_rows_world() -> (TestDb, Client) {
     let db = TestDb::bootstrapped();
     let mut c = db.client();
     insert_namespace(&mut c, "ns1", "ready");
@@ -77,11 +93,15 @@ fn postgres_rejects_every_malformed_work_row() {
          WHERE lane = 'namespace:ns2'",
     )
     .expect("a well-formed claim is accepted");
+    (db, c)
+}
 
+/// (what, statement, SQLSTATE, constraint[|alternative]) of every malformed row (Q1, Q4).
+fn malformed_work_rows() -> Vec<(&'static str, &'static str, SqlState, &'static str)> {
     let check = SqlState::CHECK_VIOLATION;
     let fk = SqlState::FOREIGN_KEY_VIOLATION;
     // (what, statement, SQLSTATE, constraint[|alternative]).
-    let cases: &[(&str, &str, SqlState, &str)] = &[
+    vec![
         (
             "namespace target with an agent",
             "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, namespace_target, actor_id)
@@ -269,19 +289,7 @@ fn postgres_rejects_every_malformed_work_row() {
             SqlState::UNIQUE_VIOLATION,
             "work_lanes_pkey",
         ),
-    ];
-    assert!(cases.len() >= 10);
-    for (what, sql, state, constraint) in cases {
-        let (got, name) = refused(&mut c, sql);
-        assert_eq!(&got, state, "{what}: wrong SQLSTATE ({name:?})");
-        // PostgreSQL reports the first failing CHECK by name; a row may break several.
-        assert!(
-            constraint.split('|').any(|c| name.as_deref() == Some(c)),
-            "{what}: refused by {name:?}, expected {constraint}"
-        );
-    }
-    let rows: i64 = scalar(&mut c, "SELECT count(*) FROM occ.work");
-    assert_eq!(rows, 1, "only the well-formed row exists");
+    ]
 }
 
 // Q3: enqueueing an existing key changes nothing, whatever state the row is in.
@@ -347,14 +355,12 @@ fn claim_takes_the_oldest_available_and_skips_future_rows() {
         work_claim(&mut c, &opts(5)).unwrap().is_none(),
         "a row available in an hour is not claimable"
     );
-    let lease_ok: bool = c
-        .query_one(
-            "SELECT lease_expires_at > clock_timestamp() + interval '20 s' AND claim_token IS NOT NULL
+    let lease_ok: bool = crate::support::one(
+        &mut c,
+        "SELECT lease_expires_at > clock_timestamp() + interval '20 s' AND claim_token IS NOT NULL
              FROM occ.work_status WHERE id = $1",
-            &[&first.id],
-        )
-        .unwrap()
-        .get(0);
+        &[&first.id],
+    );
     assert!(
         lease_ok,
         "the claim sets a token and a lease by the database clock"

@@ -629,13 +629,11 @@ fn a_publication_claims_in_its_own_transaction_and_a_refused_claim_loses_no_publ
         "lane a moved on inside the transaction; b has nothing more"
     );
     for cl in &second {
-        let token: String = c
-            .query_one(
-                "SELECT claim_token::text FROM occ.work_lanes WHERE claim_id = $1",
-                &[&cl.id],
-            )
-            .unwrap()
-            .get(0);
+        let token: String = crate::support::one(
+            &mut c,
+            "SELECT claim_token::text FROM occ.work_lanes WHERE claim_id = $1",
+            &[&cl.id],
+        );
         assert_eq!(token, cl.token, "{}", cl.key);
     }
 
@@ -803,13 +801,11 @@ fn lane_heads_stay_exact_under_concurrent_transitions() {
 
 /// The `(head_id, claim_id)` of Namespace `ns`'s lane.
 fn lane_row(c: &mut Client, ns: &str) -> (Option<i64>, Option<i64>) {
-    let row = c
-        .query_one(
-            "SELECT head_id, claim_id FROM occ.work_lanes WHERE lane = 'namespace:' || $1",
-            &[&ns],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
+    crate::support::row2(
+        c,
+        "SELECT head_id, claim_id FROM occ.work_lanes WHERE lane = 'namespace:' || $1",
+        &[&ns],
+    )
 }
 
 // Q4 (V15): the lanes are kept once per statement. One statement that

@@ -197,19 +197,13 @@ fn the_readme_walk_throughs_run_as_written() {
     }
     let mut child = cmd.spawn().expect("bash");
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > Duration::from_secs(300) {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = crate::support::child_exit(&mut child, Duration::from_secs(300));
+    if status.is_none() {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status();
+        let _ = child.wait();
+    }
     let output = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         status.is_some_and(|s| s.success()),

@@ -19,13 +19,11 @@ pub(crate) fn key(rev: &str) -> String {
 }
 
 fn status(c: &mut Client, rev: &str) -> (String, Option<String>, Value) {
-    let r = c
-        .query_one(
-            "SELECT state, error, warnings FROM occ.revision_status WHERE revision_id = $1",
-            &[&rev],
-        )
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
+    crate::support::row3(
+        c,
+        "SELECT state, error, warnings FROM occ.revision_status WHERE revision_id = $1",
+        &[&rev],
+    )
 }
 
 pub(crate) fn run(f: &Fixture, driver: &Arc<ScriptedDriver>) {
@@ -83,13 +81,11 @@ fn insert_revision(c: &mut Client, agent: &str, auth: Value) -> String {
 fn r6_a_ready_revision_activates_with_one_audit_and_reports_warnings() {
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted', '{}', '[{\"id\": \"web\"}]')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted', '{}', '[{\"id\": \"web\"}]')",
+        &[&f.agent],
+    );
     let rev = v["revisionId"].as_str().unwrap().to_string();
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(
@@ -136,13 +132,11 @@ fn r6_a_newer_revision_retires_its_predecessor() {
         .contains(&("retire_revision".to_string(), r1.clone())));
     assert_eq!(status(&mut c, &r1).0, "superseded");
     assert_eq!(status(&mut c, &r2).0, "active");
-    let retired: bool = c
-        .query_one(
-            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
-            &[&r1],
-        )
-        .unwrap()
-        .get(0);
+    let retired: bool = crate::support::one(
+        &mut c,
+        "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+        &[&r1],
+    );
     assert!(retired);
     assert_eq!(
         audits(&mut c, "openclaw.agents.lifecycle.activate").len(),
@@ -246,13 +240,11 @@ fn r2_only_installation_administrators_approve_harness_versions() {
 fn r2_compute_driver_mismatch() {
     let f = fixture();
     let mut c = f.db.client();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kube-1', 'kubernetes')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kube-1', 'kubernetes')",
+        &[&f.agent],
+    );
     assert_refused(
         &f,
         v["revisionId"].as_str().unwrap(),
@@ -299,21 +291,20 @@ fn r2_a_revoked_service_principal_is_invalid_agent_principal() {
     )
     .unwrap();
     // Removing an identity revokes it (SPEC §1), a service principal included.
-    let v: Value = c
-        .query_one("SELECT occ.identity_revoke('admin', $1)", &[&f.principal])
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.identity_revoke('admin', $1)",
+        &[&f.principal],
+    );
     assert_eq!(v["revoked"], json!(true));
     assert_eq!(v["removed"]["apiKeyIds"], json!(["k1"]));
     let keys: i64 = scalar(&mut c, "SELECT count(*) FROM occ.api_keys");
     assert_eq!(keys, 0, "the principal's API keys go with it");
-    let kept: String = c
-        .query_one(
-            "SELECT service_principal_id FROM occ.agents WHERE id = $1",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let kept: String = crate::support::one(
+        &mut c,
+        "SELECT service_principal_id FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    );
     assert_eq!(kept, f.principal, "the Agent keeps its principal id");
     assert_eq!(audits(&mut c, "openclaw.identities.revoke").len(), 1);
     assert_refused(&f, &rev, "INVALID_AGENT_PRINCIPAL");
@@ -391,14 +382,12 @@ fn r2_a_missing_bound_secret_is_unavailable() {
         &[&f.principal],
     )
     .unwrap();
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'scripted', 'scripted',
                '{\"TOKEN\": {\"namespaceId\": \"ns1\", \"id\": \"missing\"}}')",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&f.agent],
+    );
     assert_refused(
         &f,
         v["revisionId"].as_str().unwrap(),
@@ -504,11 +493,7 @@ fn r5_a_held_runtime_failure_ends_at_once_and_keeps_the_runtime() {
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(&rev, vec![Prepare::RuntimeFailure("AUTHENTICATION_FAILED")]);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("RUNTIME_AUTHENTICATION_FAILED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
     assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(status(&mut c, &rev).0, "failed");
@@ -556,11 +541,7 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
         ComputeError::retryable("scripted", Some(500)),
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("INVALID_DRIVER_OBSERVATION");
     assert_eq!(
         driver.calls_of("stop_revision"),
         vec![rev.clone(), rev.clone()]
@@ -572,14 +553,12 @@ fn r5_r9_an_invalid_observation_stops_the_candidate_before_failing() {
             "failed:INVALID_DRIVER_OBSERVATION"
         ]
     );
-    let refusal: Option<String> = c
-        .query_one(
-            "SELECT refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+    let refusal: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT refusal FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
              WHERE w.idempotency_key = $1 AND a.outcome = 'failed'",
-            &[&key(&rev)],
-        )
-        .unwrap()
-        .get(0);
+        &[&key(&rev)],
+    );
     assert_eq!(refusal.as_deref(), Some("INVALID_DRIVER_OBSERVATION"));
 }
 
@@ -614,11 +593,7 @@ fn r9_a_refused_candidate_wait_survives_a_lost_claim_and_the_recovered_pass_resu
     });
     run(&f, &driver);
     let k = key(&rev);
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
-    );
+    crate::support::expect_work(&mut c, &k).failed_with("INVALID_DRIVER_OBSERVATION");
     assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
     assert_eq!(driver.calls_of("stop_revision").len(), 3);
     assert_eq!(
@@ -772,13 +747,11 @@ fn r3_a_stopped_agents_candidate_retires_earlier_revisions() {
         Some("REVISION_STOPPED")
     );
     assert_eq!(driver.calls_of("retire_revision"), vec![r1.clone()]);
-    let retired: bool = c
-        .query_one(
-            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
-            &[&r1],
-        )
-        .unwrap()
-        .get(0);
+    let retired: bool = crate::support::one(
+        &mut c,
+        "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+        &[&r1],
+    );
     assert!(retired);
     assert_eq!(active(&mut c, &f.agent), None);
 }
@@ -806,14 +779,12 @@ fn r9_a_long_refused_stop_waits_at_least_four_times_as_long_as_it_took() {
     run_with(&f.db, driver.clone(), Opts::default(), |c| {
         evidence(c, &k).len() == 1
     });
-    let wait: f64 = c
-        .query_one(
-            "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work_status
+    let wait: f64 = crate::support::one(
+        &mut c,
+        "SELECT extract(epoch FROM available_at - updated_at)::float8 FROM occ.work_status
              WHERE idempotency_key = $1",
-            &[&k],
-        )
-        .unwrap()
-        .get(0);
+        &[&k],
+    );
     assert!(wait >= 4.0, "rechecked after {wait} s");
     assert_eq!(
         evidence(&mut c, &k),
@@ -986,11 +957,7 @@ fn r6_r7_a_claim_lost_after_activation_ends_with_exactly_one_activation_audit() 
         }
     });
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_ALREADY_ACTIVE"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_ALREADY_ACTIVE");
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     assert_eq!(
         driver.calls_of("activate_revision"),
@@ -1022,13 +989,11 @@ fn r11_maintenance_reobserves_and_a_failed_observation_never_retires_the_running
         ],
     );
     run_until(&f.db, driver.clone(), |c| {
-        let failed: i64 = c
-            .query_one(
-                "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
-                &[],
-            )
-            .unwrap()
-            .get(0);
+        let failed: i64 = crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE operation = 'revision_maintenance' AND state = 'failed_permanent'",
+            &[],
+        );
         failed == 1
     });
     let rows = c
@@ -1120,24 +1085,20 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
         overlaps, 0,
         "no Agent had two Compute calls in flight across processes"
     );
-    let wrong: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.agents a JOIN occ.agent_revisions r ON r.agent_id = a.id
+    let wrong: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agents a JOIN occ.agent_revisions r ON r.agent_id = a.id
              WHERE (r.revision = 3 AND a.active_revision_id IS DISTINCT FROM r.id)
                 OR (r.revision < 3 AND r.retired_at IS NULL)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+        &[],
+    );
     assert_eq!(wrong, 0);
-    let dup: i64 = c
-        .query_one(
-            "SELECT count(*) FROM (SELECT resource_id FROM occ.audit_events
+    let dup: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM (SELECT resource_id FROM occ.audit_events
                WHERE action = 'openclaw.agents.lifecycle.activate' GROUP BY resource_id HAVING count(*) <> 1) d",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+        &[],
+    );
     assert_eq!(dup, 0);
     let (activated, audited): (i64, i64) = {
         let r = c
@@ -1154,13 +1115,11 @@ fn concurrency_200_agents_three_revisions_on_two_worker_processes_end_with_the_n
         "one activation audit per activated revision"
     );
     assert!(activated >= 200);
-    let failed: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.work_status WHERE state <> 'succeeded'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let failed: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work_status WHERE state <> 'succeeded'",
+        &[],
+    );
     assert_eq!(failed, 0);
     assert_eq!(
         driver.overlaps.load(std::sync::atomic::Ordering::SeqCst),
@@ -1190,11 +1149,7 @@ fn r9_authorization_revoked_mid_deployment_stops_the_candidate_before_failing() 
         }
     });
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("AUTHORIZATION_DENIED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("AUTHORIZATION_DENIED");
     assert_eq!(
         driver.calls(),
         vec![
@@ -1264,11 +1219,7 @@ fn r11_maintenance_never_reactivates_a_failed_deployment() {
     driver.calls.lock().clear();
     let m = maintenance_work(&mut c, &f.agent, &rev);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("REVISION_SUPERSEDED");
     assert!(driver.calls().is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
 }
@@ -1326,11 +1277,7 @@ fn r9_a_driver_refusal_during_prepare_stops_the_candidate_before_failing() {
         ))],
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_BINDING_REFUSED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("HARNESS_BINDING_REFUSED");
     assert_eq!(
         driver.calls(),
         vec![
@@ -1458,13 +1405,11 @@ fn finish_after_the_lease(f: &Fixture, r1: &str, r2: &str, code: &str) {
     let driver = Arc::new(ScriptedDriver::new());
     let work_key = key(r2);
     run_until(&f.db, driver.clone(), move |c| {
-        let state: String = c
-            .query_one(
-                "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
-                &[&work_key],
-            )
-            .unwrap()
-            .get(0);
+        let state: String = crate::support::one(
+            c,
+            "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
+            &[&work_key],
+        );
         state == "succeeded"
     });
     let mut c = f.db.client();
@@ -1484,13 +1429,11 @@ fn finish_after_the_lease(f: &Fixture, r1: &str, r2: &str, code: &str) {
         .map(|a| a.3)
         .collect();
     assert_eq!(activations, vec![r1.to_string(), r2.to_string()]);
-    let retired: bool = c
-        .query_one(
-            "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
-            &[&r1],
-        )
-        .unwrap()
-        .get(0);
+    let retired: bool = crate::support::one(
+        &mut c,
+        "SELECT retired_at IS NOT NULL FROM occ.agent_revisions WHERE id = $1",
+        &[&r1],
+    );
     assert!(retired, "the earlier revision is retired");
     assert_eq!(driver.calls_of("retire_revision"), vec![r1.to_string()]);
     assert_eq!(driver.calls_of("activate_revision"), vec![r2.to_string()]);
@@ -1529,13 +1472,11 @@ fn w_a_worker_killed_after_the_pointer_cas_is_finished_as_already_active_with_on
 }
 
 fn deploy_embedded(c: &mut Client, agent: &str) -> String {
-    let v: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted')",
-            &[&agent],
-        )
-        .unwrap()
-        .get(0);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'openclaw', 'embedded', 'key', 'scripted', 'scripted')",
+        &[&agent],
+    );
     v["revisionId"].as_str().unwrap().to_string()
 }
 
@@ -1559,11 +1500,7 @@ fn r9_a_refused_embedded_candidate_beside_an_active_revision_is_left_alone() {
         ))],
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&r2));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_IMAGE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &key(&r2)).failed_with("HARNESS_IMAGE_UNAVAILABLE");
     assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), Some(r1));
 }
@@ -1785,11 +1722,7 @@ fn z2_z4_an_active_revision_whose_harness_secret_is_gone_fails_its_maintenance_c
     let first = m.clone();
     run_until(&f.db, driver.clone(), move |c| ended(c, &first));
     assert!(buckets(&mut c) >= 2, "the next bucket is enqueued");
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("HARNESS_AUTH_SOURCE_UNAVAILABLE"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("HARNESS_AUTH_SOURCE_UNAVAILABLE");
     let next: Vec<String> = c
         .query(
             "SELECT idempotency_key FROM occ.work
@@ -1856,11 +1789,7 @@ fn r3_r9_a_stopped_agent_wins_over_a_stored_refusal() {
         &f.db.url,
     );
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_STOPPED");
     assert_eq!(
         evidence(&mut c, &key(&rev)),
         vec![
@@ -1911,11 +1840,7 @@ fn r4_r9_a_successor_supersedes_a_stored_refusal_once_the_candidate_is_stopped()
     );
     let k = key(&r1);
     run_until(&f.db, driver.clone(), |c| ended(c, &k));
-    let (state, code, _, _) = work(&mut c, &k);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &k).completed_with("REVISION_SUPERSEDED");
     assert_eq!(
         evidence(&mut c, &k),
         vec![
@@ -1967,11 +1892,7 @@ fn r11_maintenance_of_a_failed_deployment_ends_before_authorization() {
     driver.clear_calls();
     let m = maintenance_work(&mut c, &f.agent, &rev);
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &m);
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("failed_permanent", Some("REVISION_SUPERSEDED"))
-    );
+    crate::support::expect_work(&mut c, &m).failed_with("REVISION_SUPERSEDED");
     assert!(audits(&mut c, "openclaw.agents.deploy").is_empty());
     assert!(driver.calls().is_empty(), "{:?}", driver.calls());
     assert_eq!(active(&mut c, &f.agent), None);
@@ -1988,11 +1909,7 @@ fn r3_z4_a_stopped_agent_wins_over_a_candidates_unresolved_secret_context() {
     stop(&mut c, &f.agent, "admin");
     let driver = Arc::new(ScriptedDriver::new());
     run(&f, &driver);
-    let (state, code, _, _) = work(&mut c, &key(&rev));
-    assert_eq!(
-        (state.as_str(), code.as_deref()),
-        ("succeeded", Some("REVISION_STOPPED"))
-    );
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_STOPPED");
     assert!(driver.calls_of("prepare_revision").is_empty());
     assert!(driver.calls_of("stop_revision").contains(&rev));
     assert_eq!(active(&mut c, &f.agent), None);

@@ -52,11 +52,7 @@ impl CountingProxy {
         let acceptor = {
             let (stop, conns, threads) = (stop.clone(), conns.clone(), threads.clone());
             std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    let Ok((client, _)) = listener.accept() else {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    };
+                while let Some(client) = crate::support::accept_until(&listener, &stop) {
                     let _ = client.set_nonblocking(false);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                         continue;
@@ -342,13 +338,11 @@ fn namespace_ensure_passes_prepare_each_statement_once_per_connection() {
     let driver = Arc::new(ScriptedDriver::new());
     run_on(&proxy.url(&db.url), driver.clone(), one_at_a_time(), quiet);
     assert_eq!(driver.calls_of("ensure_namespace").len(), PASSES as usize);
-    let ready: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let ready: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
+        &[],
+    );
     assert_eq!(ready, PASSES as i64);
     let f = figures(&proxy);
     report("Namespace ensure", PASSES, &f);

@@ -4,7 +4,7 @@
 
 use crate::support::{
     context, free_port, insert_namespace, runtime_options, scalar, wait_for, worker_command,
-    worker_env, Env, TestDb, WorkerProcess,
+    worker_env, ContextBuilder, Env, TestDb, WorkerProcess,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use occ_worker::queue::{work_enqueue, NewWork, Operation};
@@ -23,13 +23,11 @@ fn all_operations(reconciler: Arc<dyn DynReconciler>) -> Registry {
 }
 
 fn state_of(c: &mut Client, key: &str) -> (String, i32) {
-    let row = c
-        .query_one(
-            "SELECT state, attempt_count FROM occ.work_status WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap();
-    (row.get(0), row.get(1))
+    crate::support::row2(
+        c,
+        "SELECT state, attempt_count FROM occ.work_status WHERE idempotency_key = $1",
+        &[&key],
+    )
 }
 
 fn evidence(c: &mut Client, key: &str) -> Vec<(i32, String, String)> {
@@ -128,13 +126,11 @@ fn refused_renewal_cancels_the_pass_and_publishes_nothing() {
     let id = entered
         .recv_timeout(Duration::from_secs(10))
         .expect("claimed");
-    let thief: String = c
-        .query_one(
-            "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1 RETURNING claim_token::text",
-            &[&id],
-        )
-        .unwrap()
-        .get(0);
+    let thief: String = crate::support::one(
+        &mut c,
+        "UPDATE occ.work_lanes SET claim_token = gen_random_uuid() WHERE claim_id = $1 RETURNING claim_token::text",
+        &[&id],
+    );
     go.send(()).unwrap();
     wait_for("the pass to end", Duration::from_secs(10), || {
         !events.named("worker.error").is_empty()
@@ -763,7 +759,10 @@ fn an_operation_without_a_reconciler_fails_permanently_and_never_succeeds() {
             && state_of(&mut c, "namespace:ns1:ensure").0 != "claimed"
     });
     // Give a wrong retry the chance to show up before stopping.
-    std::thread::sleep(Duration::from_millis(500));
+    crate::support::holds_for("the work ended", Duration::from_millis(500), || {
+        let state = state_of(&mut c, "namespace:ns1:ensure").0;
+        state != "queued" && state != "claimed"
+    });
     stop.stop();
     running.join().unwrap();
 
@@ -873,7 +872,9 @@ fn a_stop_cancels_a_second_claim_of_the_same_work_after_the_first_pass_ended() {
     wait_for("the first pass to end", Duration::from_secs(15), || {
         first_ended.load(Ordering::SeqCst)
     });
-    std::thread::sleep(Duration::from_millis(200));
+    crate::support::holds_for("the second claim", Duration::from_millis(200), || {
+        state_of(&mut c, "namespace:ns1:ensure") == ("claimed".into(), 2)
+    });
     let stopped = Instant::now();
     stop.stop();
     running.join().unwrap();
@@ -914,17 +915,9 @@ impl Write for PanicOnStopping {
 fn a_panic_on_the_scheduling_thread_makes_the_worker_fail() {
     let db = TestDb::bootstrapped();
     let (ctx, _) = context(&db, Duration::from_secs(5), 5);
-    let ctx = Arc::new(occ_worker::reconcile::Context {
-        pool: ctx.pool.clone(),
-        compute: ctx.compute.clone(),
-        installation_id: ctx.installation_id.clone(),
-        queue: ctx.queue,
-        convergence_timeout: ctx.convergence_timeout,
-        events: occ_worker::events::Events::to(Box::new(PanicOnStopping)),
-        metrics: ctx.metrics.clone(),
-        sandbox: ctx.sandbox.clone(),
-        credential_gateway: ctx.credential_gateway.clone(),
-    });
+    let ctx = ContextBuilder::like(&ctx)
+        .events(occ_worker::events::Events::to(Box::new(PanicOnStopping)))
+        .build();
     let worker = Worker::new(ctx, Registry::new(), runtime_options(&db, 2));
     let stop = worker.stop_handle();
     let running = std::thread::spawn(move || worker.run());
@@ -1169,10 +1162,9 @@ impl Reconciler for HeldPublication {
         _report: &Report,
     ) -> Result<(), PassError> {
         if self.first.swap(false, Ordering::SeqCst) {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while self.others.load(Ordering::SeqCst) < self.hold_for && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            let _ = crate::support::poll(Duration::from_secs(30), Duration::from_millis(2), || {
+                (self.others.load(Ordering::SeqCst) >= self.hold_for).then_some(())
+            });
             self.held_through
                 .store(self.others.load(Ordering::SeqCst), Ordering::SeqCst);
         } else {

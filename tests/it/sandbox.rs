@@ -2,8 +2,8 @@
 //! the Kubernetes driver, and an Agent's sandbox policy. End-to-end tests run `occ-worker` with
 //! `OCC_INSTALLATION_CONFIG` against the API server fake and assert the exact objects it holds.
 
-use crate::kube_e2e::{k8s_namespace, kube_env, scratch, DRIVER_FILE};
-use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::kube_e2e::{k8s_namespace, kube_env, scratch};
+use crate::kube_fake::{FakeOptions, KubeFake};
 use crate::support::{bare_revision, wait_for, worker_command, TestDb, WorkerProcess};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::kubernetes::KubernetesDriver;
@@ -125,13 +125,7 @@ fn s1_worker_started_carries_the_sandbox_driver_id() {
 /// The Kubernetes driver on `fake` with a Sandbox Driver offering `facets` (RuntimeClass
 /// `gvisor` with `runtime-class`), as start-up builds it.
 fn sandboxed_driver(fake: &KubeFake, dir: &Path, facets: &[&str]) -> KubernetesDriver {
-    use occ_worker::compute::kubernetes::{client::Client, connection, settings::Settings};
-    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
-    let conn = connection::from_kubeconfig(&kubeconfig, None).expect("kubeconfig");
-    let driver = KubernetesDriver::new(
-        Client::new(conn).expect("client"),
-        Settings::parse(DRIVER_FILE).expect("settings"),
-    );
+    let driver = crate::kube_e2e::driver_for(fake, dir);
     let sandbox = Sandbox {
         id: "sandbox-1".into(),
         facets: facets
@@ -286,12 +280,7 @@ fn s2_an_adopted_namespace_without_the_restricted_label_refuses_a_pinned_revisio
     fake.clear_requests();
     let code = refusal(driver.prepare_revision(&pinned(&["pod-security-restricted"]), &cancel));
     assert_eq!(code, "SANDBOX_FACET_UNAVAILABLE");
-    let writes: Vec<String> = fake
-        .requests()
-        .iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let writes = fake.writes();
     assert_eq!(writes, Vec::<String>::new());
     assert!(fake.objects("deployments").is_empty());
     // A revision pinned to nothing the namespace lacks runs there.
@@ -333,26 +322,20 @@ fn s2_a_pinned_facet_the_driver_no_longer_offers_refuses_with_no_request() {
 /// `admin agent deploy` as the CLI runs it, with `OCC_INSTALLATION_CONFIG` at `file`.
 fn cli_deploy(db: &TestDb, file: &str, configuration: &str) -> (Option<i32>, String, String) {
     let out = worker_command(
-        &[
-            "admin",
-            "agent",
-            "deploy",
+        &crate::support::deploy_args(
             "ns1",
             "bot",
-            "--actor",
-            "admin",
-            "--configuration",
             configuration,
-            "--harness",
-            "codex",
-            "--mode",
-            "dedicated",
-            "--harness-secret",
-            "key",
-            "--compute-id",
-            "kubernetes",
-            "--json",
-        ],
+            &[
+                "--actor",
+                "admin",
+                "--harness-secret",
+                "key",
+                "--compute-id",
+                "kubernetes",
+                "--json",
+            ],
+        ),
         &[
             ("OCC_DATABASE_URL", db.url.clone()),
             ("OCC_INSTALLATION_CONFIG", file.to_string()),
@@ -389,10 +372,8 @@ fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() 
         stderr,
         "occ-worker: agent deploy refused: SANDBOX_FACET_UNAVAILABLE: configuration strict requires sandbox facets runtime-class that Sandbox Driver sandbox-1 does not offer\n"
     );
-    let revisions: i64 = c
-        .query_one("SELECT count(*) FROM occ.agent_revisions", &[])
-        .unwrap()
-        .get(0);
+    let revisions: i64 =
+        crate::support::one(&mut c, "SELECT count(*) FROM occ.agent_revisions", &[]);
     assert_eq!(revisions, 0);
     let (code, stdout, stderr) = cli_deploy(&f.db, &file, "modest");
     assert_eq!(code, Some(0), "{stderr}");
@@ -412,13 +393,7 @@ fn s2_admission_pins_the_drivers_facets_and_refuses_a_required_facet_it_lacks() 
         row.get::<_, Value>(1),
         json!(["read-only-root", "default-deny-egress"])
     );
-    let audit: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.deploy.admit'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let audit = crate::support::audit_details(&mut c, "openclaw.agents.deploy.admit");
     assert_eq!(
         audit["sandboxFacets"],
         json!(["read-only-root", "default-deny-egress"])
@@ -461,13 +436,11 @@ fn put_policy(
 
 /// (state, reason code, generation) of an Agent's policy.
 fn policy_state(c: &mut postgres::Client, agent: &str) -> (String, Option<String>, i32) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code, generation FROM occ.agent_sandbox_policies WHERE agent_id = $1",
-            &[&agent],
-        )
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
+    crate::support::row3(
+        c,
+        "SELECT state, reason_code, generation FROM occ.agent_sandbox_policies WHERE agent_id = $1",
+        &[&agent],
+    )
 }
 
 #[test]
@@ -501,13 +474,11 @@ fn s3_admission_stores_the_next_generation_pending_within_the_ceiling_and_refuse
         .map(|r| r.get(0))
         .collect();
     assert_eq!(operations, ["agent_sandbox_policy", "agent_sandbox_policy"]);
-    let admits: i64 = c
-        .query_one(
-            "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1",
-            &[&f.agent],
-        )
-        .unwrap()
-        .get(0);
+    let admits: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events WHERE action = 'openclaw.agents.sandbox_policy.admit' AND resource_id = $1",
+        &[&f.agent],
+    );
     assert_eq!(admits, 2);
     // Beyond the ceiling: a wider network, a port it does not list, no ceiling at all.
     for (egress, ceiling) in [
@@ -607,13 +578,11 @@ fn s4_stale_recovery_fails_the_work_and_its_policy_in_one_statement() {
         policy_state(&mut c, &f.agent),
         ("failed".into(), Some("ATTEMPTS_EXHAUSTED".into()), 2)
     );
-    let audit: Value = c
-        .query_one(
-            "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let audit: Value = crate::support::one(
+        &mut c,
+        "SELECT details FROM occ.audit_events WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+        &[],
+    );
     assert_eq!(
         audit,
         json!({"generation": 2, "policyState": "failed", "recovery": true})
@@ -642,13 +611,7 @@ fn policy_rig(
 }
 
 fn work_of(c: &mut postgres::Client, key: &str) -> (String, Option<String>) {
-    let r = c
-        .query_one(
-            "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap();
-    (r.get(0), r.get(1))
+    crate::support::work_state(c, key)
 }
 
 #[test]
@@ -775,10 +738,11 @@ fn s3_the_networkpolicy_matches_the_allowlist_an_older_generation_makes_no_call_
         fake.get(&path).is_none(),
         "the egress policy is gone with its Agent"
     );
-    let left: i64 = c
-        .query_one("SELECT count(*) FROM occ.agent_sandbox_policies", &[])
-        .unwrap()
-        .get(0);
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agent_sandbox_policies",
+        &[],
+    );
     assert_eq!(left, 0);
     drop(worker);
     let _ = std::fs::remove_dir_all(dir);
@@ -1055,14 +1019,12 @@ fn s2_the_worker_fails_a_deployment_pinned_to_a_facet_it_cannot_enforce_before_a
     let ns = crate::kube_e2e::ready_namespaces(&mut c, &fake, 1).remove(0);
     let (agent, _) = crate::agent::create_agent(&mut c, &ns, "bot");
     // Admitted while the Installation's driver still offered `runtime-class`.
-    let admitted: Value = c
-        .query_one(
-            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
+    let admitted: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', 'codex', 'dedicated', 'key', 'kubernetes', 'kubernetes',
                  p_sandbox_driver_id => 'sandbox-1', p_sandbox_facets => '[\"runtime-class\"]')",
-            &[&ns, &agent],
-        )
-        .unwrap()
-        .get(0);
+        &[&ns, &agent],
+    );
     let key = admitted["work"].as_str().unwrap().to_string();
     wait_for("failed", Duration::from_secs(60), || {
         work_of(&mut c, &key).0 == "failed_permanent"

@@ -11,13 +11,12 @@
 
 #![allow(dead_code)] // Shared by test modules that each use a subset.
 
-use crate::support::TestDb;
+use crate::support::{context_with, poll, TestDb};
 use occ_worker::cancel::CancelToken;
 use occ_worker::compute::*;
 use occ_worker::events::Events;
-use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
-use occ_worker::reconcile::{registry, Context};
+use occ_worker::reconcile::registry;
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -204,15 +203,13 @@ impl LaneRecorder {
     fn enter(url: &str, agent: &str, method: &str) {
         let pid = std::process::id() as i32;
         LaneRecorder::with(url, |c| {
-            let n: i32 = c
-                .query_one(
-                    "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
+            let n: i32 = crate::support::one(
+                c,
+                "WITH call AS (INSERT INTO public.occ_driver_calls (pid, agent, method) VALUES ($1, $2, $3))
                      INSERT INTO public.occ_driver_inflight AS i (agent, n) VALUES ($2, 1)
                      ON CONFLICT (agent) DO UPDATE SET n = i.n + 1 RETURNING n",
-                    &[&pid, &agent, &method],
-                )
-                .expect("lane enter")
-                .get(0);
+                &[&pid, &agent, &method],
+            );
             if n > 1 {
                 c.execute(
                     "INSERT INTO public.occ_driver_overlaps (pid, agent, method) VALUES ($1, $2, $3)",
@@ -688,22 +685,18 @@ fn run_events(
     for _ in 0..workers {
         let mut queue = QueueOptions::new(lease, 5);
         queue.retry_base = Duration::from_millis(50);
-        let ctx = Arc::new(Context {
-            pool: occ_worker::db::pool(
-                url,
-                Duration::from_secs(10),
-                occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
-            )
-            .expect("worker pool"),
-            compute: driver.clone(),
-            installation_id: "inst".into(),
-            queue,
-            convergence_timeout: convergence,
-            events: events(),
-            metrics: Metrics::new(),
-            sandbox: Default::default(),
-            credential_gateway: credential_gateway.map(String::from),
-        });
+        let pool = occ_worker::db::pool(
+            url,
+            Duration::from_secs(10),
+            occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
+        )
+        .expect("worker pool");
+        let ctx = context_with(pool, driver.clone())
+            .queue(queue)
+            .convergence(convergence)
+            .events(events())
+            .credential_gateway(credential_gateway.map(String::from))
+            .build();
         let worker = Worker::new(
             ctx,
             registry::production(),
@@ -719,15 +712,10 @@ fn run_events(
         running.push((stop, std::thread::spawn(move || worker.run())));
     }
     let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
-    let start = Instant::now();
-    let mut ok = false;
-    while start.elapsed() < timeout {
-        if done(&mut client) {
-            ok = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let ok = poll(timeout, Duration::from_millis(20), || {
+        done(&mut client).then_some(())
+    })
+    .is_some();
     for (stop, _) in &running {
         stop.stop();
     }
@@ -755,13 +743,11 @@ fn assert_reached(ok: bool, timeout: Duration) {
 
 /// Whether no work is queued or claimed.
 pub fn quiet(client: &mut postgres::Client) -> bool {
-    let n: i64 = client
-        .query_one(
-            "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let n: i64 = crate::support::one(
+        client,
+        "SELECT count(*) FROM occ.work_status WHERE state IN ('queued', 'claimed')",
+        &[],
+    );
     n == 0
 }
 

@@ -46,13 +46,11 @@ fn a_stopped_cluster_restarts_with_its_data_until_reset() {
     let (ok, url, err) = script("pg-start", &[&dir]);
     assert!(ok, "pg-start again: {err}");
     let mut c = Client::connect(&url, NoTls).unwrap();
-    let kept: i64 = c
-        .query_one(
-            "SELECT count(*) FROM pg_database WHERE datname = 'kept'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM pg_database WHERE datname = 'kept'",
+        &[],
+    );
     assert_eq!(kept, 1, "the data survived the restart");
     drop(c);
     let (_, where_, _) = script("pg-dir", &[&dir]);
@@ -199,17 +197,9 @@ fn start_dev(
 fn stop_dev(mut child: std::process::Child, signal: i32) -> Option<i32> {
     // SAFETY: kill(2) on a child this test spawned and has not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "scripts/dev did not stop"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    crate::support::child_exit(&mut child, std::time::Duration::from_secs(60))
+        .expect("scripts/dev did not stop")
+        .code()
 }
 
 fn dev_env(scratch: &crate::readme::Scratch, name: &str) -> String {
@@ -277,10 +267,11 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
         "the same port"
     );
     let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
-    let kept: i64 = c
-        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.identities WHERE id = 'bob'",
+        &[],
+    );
     assert_eq!(kept, 1, "the dev database kept its data");
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
@@ -296,10 +287,11 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
         "{said}"
     );
     let mut c = Client::connect(&dev_env(&scratch, "OCC_DATABASE_URL"), NoTls).unwrap();
-    let kept: i64 = c
-        .query_one("SELECT count(*) FROM occ.identities WHERE id = 'bob'", &[])
-        .unwrap()
-        .get(0);
+    let kept: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.identities WHERE id = 'bob'",
+        &[],
+    );
     assert_eq!(kept, 0, "afresh");
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));

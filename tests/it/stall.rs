@@ -5,7 +5,6 @@
 //! on failure detection, never performance claims.
 
 use crate::support::{free_port, wait_for, worker_env, TestDb, WorkerProcess};
-use postgres::Client;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -37,11 +36,7 @@ impl StallProxy {
         let acceptor = {
             let (mode, stop, threads) = (mode.clone(), stop.clone(), threads.clone());
             std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    let Ok((client, _)) = listener.accept() else {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    };
+                while let Some(client) = crate::support::accept_until(&listener, &stop) {
                     let _ = client.set_nonblocking(false);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                         continue;
@@ -102,13 +97,16 @@ fn pump(
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16 * 1024];
     while !stop.load(Ordering::SeqCst) {
-        let holed = match mode.load(Ordering::SeqCst) {
+        let holed = || match mode.load(Ordering::SeqCst) {
             HOLE_ALL => true,
             HOLE_LISTEN => listen.load(Ordering::SeqCst),
             _ => false,
         };
-        if holed {
-            std::thread::sleep(Duration::from_millis(10));
+        if holed() {
+            let every = Duration::from_millis(10);
+            let _ = crate::support::poll(Duration::MAX, every, || {
+                (stop.load(Ordering::SeqCst) || !holed()).then_some(())
+            });
             continue;
         }
         match from.read(&mut buf) {
@@ -145,24 +143,7 @@ fn http(port: u16, path: &str) -> Option<(u16, Duration)> {
     Some((status, started.elapsed()))
 }
 
-fn enqueue(c: &mut Client, id: &str) {
-    crate::support::insert_namespace(c, id, "provisioning");
-    c.execute(
-        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
-         VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
-        &[&id],
-    )
-    .unwrap();
-}
-
-fn state(c: &mut Client, id: &str) -> String {
-    c.query_one(
-        "SELECT state FROM occ.work_status WHERE idempotency_key = 'namespace:' || $1 || ':ensure'",
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
-}
+use crate::support::{enqueue_ensure as enqueue, ensure_state as state};
 
 /// The test database behind a proxy, and a probe worker on the proxy's URL.
 fn worker_behind(
@@ -403,7 +384,11 @@ fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off(
         Duration::from_secs(20),
         || http(port, "/readyz").is_some_and(|(s, _)| s == 503),
     );
-    std::thread::sleep(Duration::from_secs(6));
+    crate::support::holds_for(
+        "the work queued while claims fail",
+        Duration::from_secs(6),
+        || state(&mut c, "ns0") == "queued",
+    );
     let failures = metric(
         port,
         "occ_worker_claim_failures_total{cause=\"DatabaseError:P0001\"}",

@@ -85,38 +85,40 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> TestDb {
-        let template = template();
+        // Nothing stays connected to the template, so clones may run in parallel.
+        TestDb::create(&format!(" TEMPLATE {}", template()))
+    }
+
+    /// A fresh empty database (no schema, not migrated), dropped when this value drops.
+    pub fn empty() -> TestDb {
+        TestDb::create("")
+    }
+
+    /// `CREATE DATABASE` of a fresh name, with `options`.
+    fn create(options: &str) -> TestDb {
         let name = format!(
             "occ_t_{}_{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
         let mut admin = Client::connect(&admin_url(), NoTls).expect("connect to test server");
-        // Nothing stays connected to the template, so clones may run in parallel.
         admin
-            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
-            .expect("clone template database");
+            .batch_execute(&format!("CREATE DATABASE {name}{options}"))
+            .expect("create test database");
         TestDb {
             url: with_db(&admin_url(), &name),
             name,
         }
     }
 
-    /// A fresh empty database (no schema, not migrated), dropped when this value drops.
-    pub fn empty() -> TestDb {
-        let name = format!(
-            "occ_t_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let mut admin = Client::connect(&admin_url(), NoTls).expect("connect to test server");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create empty database");
-        TestDb {
-            url: with_db(&admin_url(), &name),
-            name,
-        }
+    /// A bootstrapped database with the ready Namespace `ns` holding the Agent `agent`
+    /// (no revisions), and a client on it.
+    pub fn with_agent(ns: &str, agent: &str) -> (TestDb, Client) {
+        let db = TestDb::bootstrapped();
+        let mut c = db.client();
+        insert_namespace(&mut c, ns, "ready");
+        insert_agent(&mut c, ns, agent, 0);
+        (db, c)
     }
 
     /// A fresh database with the Installation `inst` and administrator `admin` bootstrapped.
@@ -156,6 +158,34 @@ pub fn insert_namespace(client: &mut Client, id: &str, status: &str) {
             &[&id, &status],
         )
         .expect("insert namespace");
+}
+
+/// Inserts the Namespace `id` (provisioning) and its ensure work directly.
+pub fn enqueue_ensure(client: &mut Client, id: &str) {
+    insert_namespace(client, id, "provisioning");
+    client
+        .execute(
+            "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+             VALUES ('namespace:' || $1 || ':ensure', $1, 'ready', 'admin')",
+            &[&id],
+        )
+        .expect("insert ensure work");
+}
+
+/// The state of the Namespace `id`'s ensure work.
+pub fn ensure_state(client: &mut Client, id: &str) -> String {
+    work_state(client, &format!("namespace:{id}:ensure")).0
+}
+
+/// The details of the audit event `action` (the only one).
+pub fn audit_details(client: &mut Client, action: &str) -> Value {
+    client
+        .query_one(
+            "SELECT details FROM occ.audit_events WHERE action = $1",
+            &[&action],
+        )
+        .expect("one audit event")
+        .get(0)
 }
 
 /// Inserts a Namespace, an Agent with its service principal, and `revisions` revisions
@@ -293,21 +323,74 @@ impl Captured {
     }
 }
 
-/// A hand-built `Context` over `db` with the inert driver; events go to the returned capture.
-pub fn context(db: &TestDb, lease: Duration, max_attempts: i32) -> (Arc<Context>, Captured) {
-    let captured = Captured::default();
-    let ctx = Context {
-        pool: db.pool(40),
-        compute: Arc::new(InertCompute),
+/// A `Context` for the tests, with the defaults they share: Installation `inst`, a lease of
+/// 30 s and 3 attempts, a convergence timeout of 900 s, events discarded, no sandbox choice
+/// and no Credential Gateway. Every test builds its `Context` here.
+pub struct ContextBuilder(Context);
+
+/// Starts a `Context` over `pool` with the Compute Driver `compute`.
+pub fn context_with(pool: db::Pool, compute: Arc<dyn ComputeDriver>) -> ContextBuilder {
+    ContextBuilder(Context {
+        pool,
+        compute,
         installation_id: "inst".into(),
-        queue: QueueOptions::new(lease, max_attempts),
+        queue: QueueOptions::new(Duration::from_secs(30), 3),
         convergence_timeout: Duration::from_secs(900),
-        events: Events::to(Box::new(captured.clone())),
+        events: Events::discard(),
         metrics: Metrics::new(),
         sandbox: Default::default(),
         credential_gateway: None,
-    };
-    (Arc::new(ctx), captured)
+    })
+}
+
+impl ContextBuilder {
+    /// The same `Context` as `ctx` but for its events.
+    pub fn like(ctx: &Context) -> ContextBuilder {
+        ContextBuilder(Context {
+            pool: ctx.pool.clone(),
+            compute: ctx.compute.clone(),
+            installation_id: ctx.installation_id.clone(),
+            queue: ctx.queue,
+            convergence_timeout: ctx.convergence_timeout,
+            events: Events::discard(),
+            metrics: ctx.metrics.clone(),
+            sandbox: ctx.sandbox.clone(),
+            credential_gateway: ctx.credential_gateway.clone(),
+        })
+    }
+    pub fn installation(mut self, id: &str) -> Self {
+        self.0.installation_id = id.into();
+        self
+    }
+    pub fn queue(mut self, queue: QueueOptions) -> Self {
+        self.0.queue = queue;
+        self
+    }
+    pub fn convergence(mut self, timeout: Duration) -> Self {
+        self.0.convergence_timeout = timeout;
+        self
+    }
+    pub fn events(mut self, events: Events) -> Self {
+        self.0.events = events;
+        self
+    }
+    pub fn credential_gateway(mut self, gateway: Option<String>) -> Self {
+        self.0.credential_gateway = gateway;
+        self
+    }
+    pub fn build(self) -> Arc<Context> {
+        Arc::new(self.0)
+    }
+}
+
+/// A `Context` over `db` with the inert driver; events go to the returned capture.
+pub fn context(db: &TestDb, lease: Duration, max_attempts: i32) -> (Arc<Context>, Captured) {
+    let captured = Captured::default();
+    let ctx = context_with(db.pool(40), Arc::new(InertCompute))
+        .queue(QueueOptions::new(lease, max_attempts))
+        .events(Events::to(Box::new(captured.clone())))
+        .build();
+    (ctx, captured)
 }
 
 /// Runtime options for an in-process worker listening on `db`.
@@ -360,21 +443,223 @@ impl Drop for DockerLeftovers {
     }
 }
 
+/// Polls `probe` every `every` until it answers `Some` or `limit` passes (then `None`): the
+/// one place the tests wait for time to pass.
+pub fn poll<T>(
+    limit: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now().checked_add(limit);
+    loop {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return None;
+        }
+        let left = deadline.map_or(every, |d| d - now);
+        std::thread::sleep(every.min(left));
+    }
+}
+
+/// Polls `probe` every 20 ms until it answers `Some`; panics with `what` after `limit`.
+pub fn wait_value<T>(what: &str, limit: Duration, probe: impl FnMut() -> Option<T>) -> T {
+    poll(limit, Duration::from_millis(20), probe)
+        .unwrap_or_else(|| panic!("timed out after {limit:?} waiting for {what}"))
+}
+
 /// Polls `done` every 20 ms until it holds or `limit` passes; panics with `what` on timeout.
 pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
+    wait_value(what, limit, || done().then_some(()))
+}
+
+/// Checks `holds` every 20 ms for `period`; panics with `what` the first time it fails.
+pub fn holds_for(what: &str, period: Duration, mut holds: impl FnMut() -> bool) {
+    let broke = poll(period, Duration::from_millis(20), || {
+        (!holds()).then_some(())
+    });
+    assert!(broke.is_none(), "{what} stopped holding within {period:?}");
+}
+
+/// Asserts `e` is the cancellation of a refused renewal, returned within `within` of `refused`.
+pub fn assert_aborted_on_refusal(
+    e: &ComputeError,
+    (refused, returned): (Instant, Instant),
+    within: Duration,
+) {
+    use occ_worker::cancel::{Cancelled, LossCause};
+    assert_eq!(
+        e.kind(),
+        &occ_worker::compute::ComputeErrorKind::Cancelled(Cancelled(LossCause::RenewalRefused))
+    );
+    assert!(
+        returned.duration_since(refused) < within,
+        "aborted {:?} after the refusal",
+        returned.duration_since(refused)
+    );
+}
+
+/// Cancels `token` with `cause` after `delay`, on a thread that answers when it did.
+pub fn cancel_after(
+    token: &CancelToken,
+    delay: Duration,
+    cause: occ_worker::cancel::LossCause,
+) -> JoinHandle<Instant> {
+    let token = token.clone();
+    std::thread::spawn(move || {
+        let _ = poll(delay, delay, || None::<()>);
+        token.cancel(cause);
+        Instant::now()
+    })
+}
+
+/// The next connection on the non-blocking `listener`, polled every 5 ms; `None` once `stop`
+/// is set.
+pub fn accept_until(
+    listener: &std::net::TcpListener,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<std::net::TcpStream> {
+    poll(Duration::MAX, Duration::from_millis(5), || {
+        if stop.load(Ordering::SeqCst) {
+            return Some(None);
+        }
+        listener.accept().ok().map(|(client, _)| Some(client))
+    })
+    .flatten()
+}
+
+/// Waits up to `limit` for `child` to exit; `None` when it is still running then.
+pub fn child_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    poll(limit, Duration::from_millis(20), || {
+        child.try_wait().expect("try_wait")
+    })
+}
+
+/// `admin agent deploy NS AGENT` of the dedicated Codex harness with `configuration`, then
+/// `more` (the CLI's arguments, without the global flags).
+pub fn deploy_args<'a>(
+    ns: &'a str,
+    agent: &'a str,
+    configuration: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["admin", "agent", "deploy", ns, agent, "--configuration"];
+    args.extend([configuration, "--harness", "codex", "--mode", "dedicated"]);
+    args.extend_from_slice(more);
+    args
+}
+
+/// Runs `cmd`; panics with `what` and its stderr unless it exits successfully.
+pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The JSON that `cmd` prints on success (see `output_ok`).
+pub fn json_ok(cmd: &mut Command, what: &str) -> Value {
+    serde_json::from_slice(&output_ok(cmd, what).stdout).expect("JSON output")
+}
+
+/// The first two columns of the one row `sql` answers for `params`.
+pub fn row2<A, B>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> (A, B)
+where
+    A: for<'a> postgres::types::FromSql<'a>,
+    B: for<'a> postgres::types::FromSql<'a>,
+{
+    let row = client.query_one(sql, params).expect(sql);
+    (row.get(0), row.get(1))
+}
+
+/// The first three columns of the one row `sql` answers for `params`.
+pub fn row3<A, B, C>(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> (A, B, C)
+where
+    A: for<'a> postgres::types::FromSql<'a>,
+    B: for<'a> postgres::types::FromSql<'a>,
+    C: for<'a> postgres::types::FromSql<'a>,
+{
+    let row = client.query_one(sql, params).expect(sql);
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// The `(state, reason_code)` of the work `key` (SPEC Q1).
+pub fn work_state(client: &mut Client, key: &str) -> (String, Option<String>) {
+    row2(
+        client,
+        "SELECT state, reason_code FROM occ.work_status WHERE idempotency_key = $1",
+        &[&key],
+    )
+}
+
+/// The work `key`, for assertions on how it ended: `expect_work(&mut c, key).completed_with("CODE")`.
+pub fn expect_work<'c>(client: &'c mut Client, key: &'c str) -> ExpectWork<'c> {
+    ExpectWork { client, key }
+}
+
+pub struct ExpectWork<'c> {
+    client: &'c mut Client,
+    key: &'c str,
+}
+
+impl ExpectWork<'_> {
+    /// Asserts the work ended `state` with `code`.
+    pub fn ended(self, state: &str, code: &str) {
+        let (s, c) = work_state(self.client, self.key);
+        assert_eq!(
+            (s.as_str(), c.as_deref()),
+            (state, Some(code)),
+            "work {}",
+            self.key
         );
-        std::thread::sleep(Duration::from_millis(20));
+    }
+    /// Asserts the work succeeded with `code`.
+    pub fn completed_with(self, code: &str) {
+        self.ended("succeeded", code)
+    }
+    /// Asserts the work failed for good with `code`.
+    pub fn failed_with(self, code: &str) {
+        self.ended("failed_permanent", code)
     }
 }
 
 /// One value from a one-row, one-column query.
 pub fn scalar<T: for<'a> postgres::types::FromSql<'a>>(client: &mut Client, sql: &str) -> T {
     client.query_one(sql, &[]).expect(sql).get(0)
+}
+
+/// The first column of the one row `sql` answers for `params`.
+pub fn one<T: for<'a> postgres::types::FromSql<'a>>(
+    client: &mut impl postgres::GenericClient,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> T {
+    client.query_one(sql, params).expect(sql).get(0)
+}
+
+/// A fresh Unix socket path under the temporary directory, named `occ-<what>-<pid>-<n>.sock`
+/// (nothing there).
+pub fn socket_path(what: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "occ-{what}-{}-{}.sock",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_file(&path);
+    path
 }
 
 /// A loopback port nobody listens on (bound, then released).
@@ -489,19 +774,12 @@ impl WorkerProcess {
 
     /// Waits for exit up to `limit`; returns the status and stderr (readers joined).
     pub fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "occ-worker did not exit within {limit:?}; stderr: {}",
-                    self.stderr.lock().unwrap()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = child_exit(&mut self.child, limit) else {
+            let _ = self.child.kill();
+            panic!(
+                "occ-worker did not exit within {limit:?}; stderr: {}",
+                self.stderr.lock().unwrap()
+            );
         };
         for r in std::mem::take(&mut self.readers) {
             let _ = r.join();
@@ -529,10 +807,13 @@ pub fn heartbeat(
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (token, stopping) = (cancel.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
-        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        let _ = poll(Duration::MAX, every, || {
+            if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return Some(());
+            }
             token.confirm_lease(Instant::now() + lease);
-            std::thread::sleep(every);
-        }
+            None
+        });
     });
     (stop, thread)
 }
@@ -556,47 +837,44 @@ pub struct NamespaceWorkerOptions<'a> {
 impl NamespaceWorker {
     pub fn start(db: &TestDb, o: NamespaceWorkerOptions<'_>) -> NamespaceWorker {
         use occ_worker::compute::docker::{DockerDriver, SubnetPool};
-        use occ_worker::queue::Operation;
-        use occ_worker::reconcile::namespace::NamespaceReconciler;
-        use occ_worker::reconcile::Registry;
-        use occ_worker::runtime::Worker;
         let pool: SubnetPool = o.pool.parse().expect("pool");
-        let ctx = Arc::new(Context {
-            pool: db.pool(8),
-            compute: Arc::new(
-                DockerDriver::new(o.docker_host)
-                    .expect("driver")
-                    .with_subnet_pool(pool),
-            ),
-            installation_id: o.installation.into(),
-            queue: QueueOptions::new(o.lease, 5),
-            convergence_timeout: Duration::from_secs(120),
-            events: o.events,
-            metrics: Metrics::new(),
-            sandbox: Default::default(),
-            credential_gateway: None,
-        });
-        let r = Arc::new(NamespaceReconciler);
-        let registry = Registry::new()
-            .with(Operation::NamespaceEnsure, r.clone())
-            .with(Operation::NamespaceDelete, r);
-        let worker = Worker::new(
-            ctx,
-            registry,
-            RuntimeOptions {
-                concurrency: 2,
-                poll_interval: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                listen_url: Some(db.url.clone()),
-                db_timeout: Duration::from_secs(5),
-            },
-        );
+        let driver = DockerDriver::new(o.docker_host).expect("driver");
+        let ctx = context_with(db.pool(8), Arc::new(driver.with_subnet_pool(pool)))
+            .installation(o.installation)
+            .queue(QueueOptions::new(o.lease, 5))
+            .convergence(Duration::from_secs(120))
+            .events(o.events)
+            .build();
+        let worker = namespace_worker(ctx, Some(db.url.clone()));
         let stop = worker.stop_handle();
         NamespaceWorker {
             stop,
             running: Some(std::thread::spawn(move || worker.run())),
         }
     }
+}
+
+/// A worker with only the Namespace reconciler, concurrency 2, polling every 50 ms and
+/// listening on `listen_url` when given.
+pub fn namespace_worker(
+    ctx: Arc<Context>,
+    listen_url: Option<String>,
+) -> occ_worker::runtime::Worker {
+    use occ_worker::queue::Operation;
+    use occ_worker::reconcile::namespace::NamespaceReconciler;
+    use occ_worker::reconcile::Registry;
+    let r = Arc::new(NamespaceReconciler);
+    let registry = Registry::new()
+        .with(Operation::NamespaceEnsure, r.clone())
+        .with(Operation::NamespaceDelete, r);
+    let options = RuntimeOptions {
+        concurrency: 2,
+        poll_interval: Duration::from_millis(50),
+        shutdown_grace: Duration::from_secs(5),
+        listen_url,
+        db_timeout: Duration::from_secs(5),
+    };
+    occ_worker::runtime::Worker::new(ctx, registry, options)
 }
 
 impl Drop for NamespaceWorker {

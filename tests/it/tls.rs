@@ -80,7 +80,10 @@ fn w5_tls_to_postgres_follows_sslmode_and_sslrootcert() {
             admin.batch_execute(&sql).unwrap();
         }
     }
-    std::thread::sleep(Duration::from_millis(500));
+    crate::support::wait_for("ssl on after the reload", Duration::from_secs(10), || {
+        let mut c = postgres::Client::connect(&cluster.url, postgres::NoTls).unwrap();
+        crate::support::scalar::<String>(&mut c, "SHOW ssl") == "on"
+    });
     let by_ip = cluster.url.clone();
     let by_name = by_ip.replace("127.0.0.1", "localhost");
     let with = |url: &str, params: &str| format!("{url}?{params}");

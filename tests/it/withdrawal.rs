@@ -162,22 +162,14 @@ fn opts() -> Opts {
 fn run(rig: &Rig, driver: &Arc<ScriptedDriver>, opts: Opts, key: &str) -> Captured {
     let rev = rig.rev.clone();
     run_captured(&rig.f.db, driver.clone(), opts, |c| {
-        let state: String = c
-            .query_one(
-                "SELECT state FROM occ.work_status WHERE idempotency_key = $1",
-                &[&key],
-            )
-            .unwrap()
-            .get(0);
-        let due: i64 = c
-            .query_one(
-                "SELECT count(*) FROM occ.work_status WHERE revision_id = $1
-                   AND agent_target = 'credential_withdrawal'
-                   AND (state = 'claimed' OR (state = 'queued' AND available_at <= clock_timestamp()))",
-                &[&rev],
-            )
-            .unwrap()
-            .get(0);
+        let state = crate::support::work_state(c, key).0;
+        let due: i64 = crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE revision_id = $1
+               AND agent_target = 'credential_withdrawal'
+               AND (state = 'claimed' OR (state = 'queued' AND available_at <= clock_timestamp()))",
+            &[&rev],
+        );
         (state == "succeeded" || state == "failed_permanent") && due == 0
     })
 }
@@ -1025,13 +1017,11 @@ fn e13_a_series_that_cannot_be_queued_is_said_as_worker_unavailable_and_the_othe
         &[&key],
     )
     .unwrap();
-    let id: i64 = c
-        .query_one(
-            "SELECT id FROM occ.work WHERE idempotency_key = $1",
-            &[&key],
-        )
-        .unwrap()
-        .get(0);
+    let id: i64 = crate::support::one(
+        &mut c,
+        "SELECT id FROM occ.work WHERE idempotency_key = $1",
+        &[&key],
+    );
     let (ctx, events) = crate::support::context(&rig.f.db, Duration::from_secs(30), 5);
     let failed = |key: &str| occ_worker::queue::FailedWork {
         operation: occ_worker::queue::Operation::CredentialWithdrawal,
@@ -1116,13 +1106,11 @@ fn e15_a_row_requested_while_a_pass_runs_gets_its_own_work_once_that_pass_ends()
     let works = rig.works();
     assert_eq!(works.len(), 2, "{works:?}");
     let follow = &works[1].0;
-    let actor: String = c
-        .query_one(
-            "SELECT actor_id FROM occ.work WHERE idempotency_key = $1",
-            &[follow],
-        )
-        .unwrap()
-        .get(0);
+    let actor: String = crate::support::one(
+        &mut c,
+        "SELECT actor_id FROM occ.work WHERE idempotency_key = $1",
+        &[follow],
+    );
     assert_eq!(actor, "carol");
     assert_eq!(
         rig.row("tool-b"),

@@ -24,6 +24,20 @@
 #![allow(dead_code)] // The public API is shared by test modules that each use a subset.
 
 mod controller;
+/// The driver file the Kubernetes tests and the rollout benchmark use: docs/kubernetes.md's
+/// example with test images, its client-side rate limit far above the default 20/40.
+pub const DRIVER_FILE: &str = r#"{
+  "tenantRoleBinding": "occ-tenant",
+  "tokenAudience": "occ-agent",
+  "qps": 1000,
+  "burst": 1000,
+  "harnesses": [
+    {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
+    {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
+  ],
+  "gatewayImage": "registry.test/gateway:1.0.0"
+}"#;
+
 #[allow(unused_imports)] // The rollout bench shares this module and binds every claim.
 pub use controller::UNBOUND_STORAGE_CLASS;
 mod proxy;
@@ -350,6 +364,15 @@ impl KubeFake {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.state.lock().log.clone()
+    }
+
+    /// Every request but the GETs, as `METHOD path`.
+    pub fn writes(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.method != "GET")
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
     }
 
     pub fn clear_requests(&self) {
