@@ -70,6 +70,20 @@ impl Events {
 
     /// Writes `{"event": name, "at": <epoch ms>, ...fields}` as one line.
     pub fn emit(&self, name: &str, fields: Value) {
+        self.write(name, fields, Repeat::Always)
+    }
+
+    /// `worker.health` with the queue depth (SPEC Z7): every beat as JSON; as text, only when
+    /// it says something new, so a terminal is not flooded by an idle worker.
+    pub fn health(&self, pending: i64) {
+        self.write(
+            "worker.health",
+            serde_json::json!({"status": "ready", "pending": pending}),
+            Repeat::WhenChangedAsText,
+        )
+    }
+
+    fn write(&self, name: &str, fields: Value, repeat: Repeat) {
         let mut object = Map::new();
         object.insert("event".into(), Value::from(name));
         let at = SystemTime::now()
@@ -88,7 +102,7 @@ impl Events {
         let line = match sink.format {
             Format::Json => Value::Object(object).to_string() + "\n",
             Format::Text => {
-                if name == "worker.health" {
+                if repeat == Repeat::WhenChangedAsText {
                     let mut said = object.clone();
                     said.remove("at");
                     said.remove("event");
@@ -104,6 +118,13 @@ impl Events {
         let _ = sink.out.write_all(line.as_bytes());
         let _ = sink.out.flush();
     }
+}
+
+/// Whether a line that repeats the last one of its kind is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    Always,
+    WhenChangedAsText,
 }
 
 /// `HH:MM:SS.mmm event key=value …` (UTC): strings bare unless they hold a space or a quote,
@@ -169,10 +190,7 @@ mod tests {
         let out = Captured::default();
         let events = Events::formatted(Box::new(out.clone()), Format::Text);
         for pending in [0, 0, 1, 1, 0] {
-            events.emit(
-                "worker.health",
-                json!({"status": "ready", "pending": pending}),
-            );
+            events.health(pending);
         }
         events.emit("worker.stopped", json!({}));
         let text = String::from_utf8(out.0.lock().clone()).unwrap();
@@ -189,7 +207,7 @@ mod tests {
         let json = Captured::default();
         let events = Events::formatted(Box::new(json.clone()), Format::Json);
         for _ in 0..2 {
-            events.emit("worker.health", json!({"status": "ready", "pending": 0}));
+            events.health(0);
         }
         let text = String::from_utf8(json.0.lock().clone()).unwrap();
         assert_eq!(text.lines().count(), 2, "JSON keeps every beat (SPEC Z7)");

@@ -212,10 +212,7 @@ impl HealthBeat {
             *last = Some(Instant::now());
         }
         match self.pending(ctx) {
-            Some(pending) => ctx.events.emit(
-                "worker.health",
-                json!({"status": "ready", "pending": pending}),
-            ),
+            Some(pending) => ctx.events.health(pending),
             None => ctx
                 .events
                 .emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"})),
