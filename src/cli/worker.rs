@@ -29,16 +29,22 @@ pub struct RunArgs {
     /// Test tooling: replace every reconciler (noop | probe). Only in builds with the
     /// `test-tooling` feature, never in the shipped binary.
     #[cfg(feature = "test-tooling")]
-    #[arg(long, hide = true)]
-    test_reconciler: Option<String>,
+    #[arg(long, hide = true, value_enum)]
+    test_reconciler: Option<TestReconciler>,
+}
+
+/// The test reconcilers `run --test-reconciler` selects (test tooling).
+#[cfg(feature = "test-tooling")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TestReconciler {
+    Noop,
+    Probe,
 }
 
 impl RunArgs {
-    fn test_reconciler(&self) -> Option<&str> {
-        #[cfg(feature = "test-tooling")]
-        return self.test_reconciler.as_deref();
-        #[cfg(not(feature = "test-tooling"))]
-        None
+    #[cfg(feature = "test-tooling")]
+    fn test_reconciler(&self) -> Option<TestReconciler> {
+        self.test_reconciler
     }
 }
 
@@ -286,21 +292,17 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn registry(test_reconciler: Option<&str>) -> Result<Registry, CliError> {
-    match test_reconciler {
-        None => Ok(occ_worker::reconcile::registry::production()),
-        #[cfg(feature = "test-tooling")]
-        Some(name) => test_registry(name),
-        #[cfg(not(feature = "test-tooling"))]
-        Some(other) => Err(CliError::config(format!(
-            "unknown --test-reconciler {other:?}"
-        ))),
-    }
+/// The worker's reconcilers: every production one, or under test tooling one test reconciler
+/// for every operation.
+#[cfg(not(feature = "test-tooling"))]
+fn registry(_args: &RunArgs) -> Registry {
+    occ_worker::reconcile::registry::production()
 }
 
-/// Test tooling: every operation on one test reconciler (`noop` or `probe`).
+/// The worker's reconcilers: every production one, or under test tooling one test reconciler
+/// for every operation.
 #[cfg(feature = "test-tooling")]
-fn test_registry(name: &str) -> Result<Registry, CliError> {
+fn registry(args: &RunArgs) -> Registry {
     use occ_worker::queue::Operation;
     use occ_worker::reconcile::{probe, DynReconciler};
     let all = |r: Arc<dyn DynReconciler>| {
@@ -308,20 +310,18 @@ fn test_registry(name: &str) -> Result<Registry, CliError> {
             .into_iter()
             .fold(Registry::new(), |reg, op| reg.with(op, r.clone()))
     };
-    match name {
-        "noop" => Ok(all(Arc::new(probe::Noop))),
-        "probe" => {
+    match args.test_reconciler() {
+        None => occ_worker::reconcile::registry::production(),
+        Some(TestReconciler::Noop) => all(Arc::new(probe::Noop)),
+        Some(TestReconciler::Probe) => {
             let hold = std::env::var("OCC_TEST_PROBE_HOLD_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(5);
-            Ok(all(Arc::new(probe::Probe {
+            all(Arc::new(probe::Probe {
                 hold: std::time::Duration::from_millis(hold),
-            })))
+            }))
         }
-        other => Err(CliError::config(format!(
-            "unknown --test-reconciler {other:?}"
-        ))),
     }
 }
 
@@ -344,9 +344,9 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
         signal_hook::consts::SIGINT,
     ])?;
     let s = start(globals)?;
-    let registry = registry(args.test_reconciler())?;
+    let registry = registry(&args);
     #[cfg(feature = "test-tooling")]
-    if args.test_reconciler() == Some("probe") {
+    if args.test_reconciler() == Some(TestReconciler::Probe) {
         let mut client = s.pool.get()?;
         occ_worker::reconcile::probe::Probe::setup(&mut client)?;
     }

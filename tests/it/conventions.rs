@@ -504,7 +504,7 @@ fn test_tooling_stays_out_of_the_shipped_binary() {
     assert_eq!(bench_command.status.code(), Some(2), "occ-worker bench");
     let worker = std::fs::read_to_string(root().join("src/cli/worker.rs")).expect("read worker");
     assert!(worker.contains(
-        "#[cfg(feature = \"test-tooling\")]\n    #[arg(long, hide = true)]\n    test_reconciler"
+        "#[cfg(feature = \"test-tooling\")]\n    #[arg(long, hide = true, value_enum)]\n    test_reconciler"
     ));
 }
 

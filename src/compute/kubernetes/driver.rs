@@ -146,15 +146,16 @@ const KNOWN_LIMIT: usize = 50_000;
 /// resource (retried within the budget: a grant may still be propagating), everything else
 /// follows `KubeError::into_compute`.
 fn fail(e: KubeError, resource: &str) -> ComputeError {
+    fail_within_quota(e, resource, "NAMESPACE_QUOTA_EXCEEDED")
+}
+
+/// `fail`, where a used-up quota waits with `quota_code` (the Pods' own code when Pods are
+/// refused).
+fn fail_within_quota(e: KubeError, resource: &str, quota_code: &'static str) -> ComputeError {
     if *e.kind() == KubeErrorKind::QuotaExceeded {
         // Only an authorization refusal is the operator's to fix for good: a used-up quota
-        // waits, with the Pods' own code when Pods are refused.
-        let code = if resource == "pods" {
-            "NAMESPACE_POD_QUOTA_EXCEEDED"
-        } else {
-            "NAMESPACE_QUOTA_EXCEEDED"
-        };
-        return ComputeError::pending(code, "kubernetes", e.status())
+        // waits.
+        return ComputeError::pending(quota_code, "kubernetes", e.status())
             .with_reason("Forbidden")
             .with_request(e.diagnostic());
     }

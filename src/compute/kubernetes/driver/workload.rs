@@ -21,7 +21,7 @@ impl KubernetesDriver {
                 Some(labels),
                 cancel,
             )
-            .map_err(|e| fail(e, "pods"))
+            .map_err(|e| fail_within_quota(e, "pods", "NAMESPACE_POD_QUOTA_EXCEEDED"))
     }
 
     /// The revision's namespace and the workload it should run (its image must be configured),
