@@ -72,7 +72,7 @@ pub struct RevisionObservation {
     pub revision_id: String,
     pub ready: bool,
     /// The driver's pending reason (`WORKLOAD_UNSCHEDULABLE`, …), mapped by
-    /// `revision_pending_code`; anything else is `REVISION_INCOMPLETE`.
+    /// `revision_pending`; anything else is `REVISION_INCOMPLETE`.
     pub pending_reason: Option<String>,
     /// A runtime failure the driver observed; held ones end the deployment at once.
     pub runtime_failure: Option<RuntimeFailure>,
@@ -125,11 +125,6 @@ pub const PLUGIN_WARNING_CODES: &[&str] = &["PLUGIN_INSTALL_FAILED", "PLUGIN_AUT
 /// The pending reason of a harness whose credentials are still being bootstrapped (SPEC Z3):
 /// at the convergence deadline its candidate is stopped before the failure is published.
 pub const BOOTSTRAP_PENDING: &str = "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING";
-
-/// The deployment code of an unready observation's pending reason.
-pub fn revision_pending_code(reason: Option<&str>) -> &'static str {
-    revision_pending(reason).code
-}
 
 /// What an unready observation's pending reason means for the deployment (SPEC R5, Z3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -915,10 +915,19 @@ pub enum WorkState {
 }
 
 impl WorkState {
+    pub const ALL: [WorkState; 4] = [
+        WorkState::Queued,
+        WorkState::Claimed,
+        WorkState::Succeeded,
+        WorkState::FailedPermanent,
+    ];
+
     /// Parses the stored text; a value outside the view's states is corrupt data.
     pub fn parse(text: &str) -> Result<WorkState, QueueError> {
-        serde_json::from_value(Value::String(text.into()))
-            .map_err(|_| malformed(format!("work state {text:?}")))
+        WorkState::ALL
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            .ok_or_else(|| malformed(format!("work state {text:?}")))
     }
 
     pub fn as_str(self) -> &'static str {

@@ -57,19 +57,13 @@ pub trait Reconciler: Send + Sync + 'static {
 pub trait DynReconciler: Send + Sync {
     fn reconcile(&self, pass: &Pass<'_>) -> Result<AnyReport, PassError>;
 
-    fn settle(
+    /// `settle`, then `publish` of the settled report, with the facts restored once.
+    fn settle_and_publish(
         &self,
         tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: AnyReport,
     ) -> Result<AnyReport, PassError>;
-
-    fn publish(
-        &self,
-        tx: &mut crate::db::Tx<'_>,
-        pass: &Pass<'_>,
-        report: &AnyReport,
-    ) -> Result<(), PassError>;
 
     fn after_stale_recovery(&self, ctx: &Context, failed: &[FailedWork]);
 }
@@ -79,22 +73,15 @@ impl<R: Reconciler> DynReconciler for R {
         Reconciler::reconcile(self, pass).map(Report::erase)
     }
 
-    fn settle(
+    fn settle_and_publish(
         &self,
         tx: &mut crate::db::Tx<'_>,
         pass: &Pass<'_>,
         report: AnyReport,
     ) -> Result<AnyReport, PassError> {
-        Reconciler::settle(self, tx, pass, typed::<R>(report)?).map(Report::erase)
-    }
-
-    fn publish(
-        &self,
-        tx: &mut crate::db::Tx<'_>,
-        pass: &Pass<'_>,
-        report: &AnyReport,
-    ) -> Result<(), PassError> {
-        Reconciler::publish(self, tx, pass, &typed::<R>(report.clone())?)
+        let settled = Reconciler::settle(self, tx, pass, typed::<R>(report)?)?;
+        Reconciler::publish(self, tx, pass, &settled)?;
+        Ok(settled.erase())
     }
 
     fn after_stale_recovery(&self, ctx: &Context, failed: &[FailedWork]) {
@@ -213,9 +200,7 @@ pub fn settle_and_publish(
     reconciler: &dyn DynReconciler,
     resolved: AnyReport,
 ) -> Result<AnyReport, PassError> {
-    let resolved = reconciler.settle(tx, pass, resolved)?;
-    reconciler.publish(tx, pass, &resolved)?;
-    Ok(resolved)
+    reconciler.settle_and_publish(tx, pass, resolved)
 }
 
 /// Under the locked live claim: the queue transition of a settled report.

@@ -46,8 +46,8 @@ use super::steps::{
     try_effect, Audit,
 };
 use crate::compute::{
-    held_runtime_failure, revision_pending, revision_pending_code, valid_revision_observation,
-    AdmissionUse, BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
+    held_runtime_failure, revision_pending, valid_revision_observation, AdmissionUse,
+    BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
     ManagedAccountAuth, RevisionSpec, SecretProjection, BOOTSTRAP_PENDING, REVISION_PENDING_CODES,
 };
 use crate::compute::{HarnessAuthMethod, HarnessMode};
@@ -1254,7 +1254,7 @@ impl RevisionReconciler {
 /// The readiness codes of SPEC Z3's newest readiness evidence: every code an unready
 /// observation waits with (R5).
 fn readiness_codes() -> Vec<&'static str> {
-    let mut codes = vec![revision_pending_code(None)];
+    let mut codes = vec![revision_pending(None).code];
     codes.extend(REVISION_PENDING_CODES.iter().map(|(_, code)| *code));
     codes
 }

@@ -68,7 +68,7 @@ pub struct WorkListArgs {
     limit: i64,
 }
 
-/// A work row's state (`admin work list --state`).
+/// A work row's state (`admin work list --state`), as the flag spells it.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum WorkState {
     Queued,
@@ -79,12 +79,13 @@ pub enum WorkState {
 }
 
 impl WorkState {
-    pub fn as_str(self) -> &'static str {
+    /// The queue's own state, whose text the listing filters on.
+    fn state(self) -> queue::WorkState {
         match self {
-            WorkState::Queued => "queued",
-            WorkState::Claimed => "claimed",
-            WorkState::Succeeded => "succeeded",
-            WorkState::FailedPermanent => "failed_permanent",
+            WorkState::Queued => queue::WorkState::Queued,
+            WorkState::Claimed => queue::WorkState::Claimed,
+            WorkState::Succeeded => queue::WorkState::Succeeded,
+            WorkState::FailedPermanent => queue::WorkState::FailedPermanent,
         }
     }
 }
@@ -171,7 +172,7 @@ fn work_list(
         .transpose()?
         .unwrap_or_default();
     let filter = queue::WorkFilter {
-        state: state.map(WorkState::as_str),
+        state: state.map(|s| s.state().as_str()),
         namespace_id: namespace.as_deref(),
         operation: operation.map(|o| o.operation().as_str()),
         agent: agent.as_deref(),
