@@ -74,6 +74,10 @@ struct State {
     /// The aborts of the effects blocked right now, by registration number.
     aborts: Vec<(u64, Abort)>,
     next_abort: u64,
+    /// Until when the pass may wait on infrastructure it does not control (a client-side rate
+    /// limit, a 429's `Retry-After`); a wait that would end later ends the pass pending
+    /// instead (SPEC Q10). `None` for a token that may wait as long as its lease holds.
+    patience: Option<Instant>,
 }
 
 impl fmt::Debug for State {
@@ -153,8 +157,22 @@ impl CancelToken {
                 lease_deadline,
                 aborts: Vec::new(),
                 next_abort: 0,
+                patience: None,
             })),
         }
+    }
+
+    /// The same token, whose waits on infrastructure end within `bound` from now (a pass's:
+    /// SPEC Q10, a pass that holds its claim for seconds turns a crash into a spent attempt).
+    pub fn with_patience(self, bound: Duration) -> CancelToken {
+        self.state.lock().patience = Some(Instant::now() + bound);
+        self
+    }
+
+    /// How long the token may still wait on infrastructure; `None` when it has no bound.
+    pub fn patience(&self) -> Option<Duration> {
+        let until = self.state.lock().patience?;
+        Some(until.saturating_duration_since(Instant::now()))
     }
 
     /// A token that never lapses: for commands outside a claim (preflight, `check`).
@@ -255,6 +273,17 @@ impl CancelToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patience_runs_out_with_time_and_is_shared() {
+        assert_eq!(CancelToken::unbounded().patience(), None);
+        let token = CancelToken::unbounded().with_patience(Duration::from_millis(300));
+        let shared = token.clone();
+        let left = shared.patience().expect("a bounded token");
+        assert!(left <= Duration::from_millis(300) && left > Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(token.patience(), Some(Duration::ZERO));
+    }
 
     #[test]
     fn first_cause_wins() {

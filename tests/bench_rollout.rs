@@ -8,16 +8,16 @@
 //! the full sizes; under `cargo test` (no `--bench` argument) a small smoke run that fails if
 //! any deployment does not activate. It never asserts a timing.
 
+#[path = "fleet.rs"]
+mod fleet;
 #[path = "it/kube_fake/mod.rs"]
 mod kube_fake;
-#[path = "it/support.rs"]
-mod support;
 
-use kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
-use occ_worker::compute::kubernetes::names;
+use fleet::{count, WorkerRun};
+use kube_fake::{FakeOptions, KubeFake};
 use postgres::{Client, NoTls};
-use serde_json::{json, Value};
-use std::process::{Child, Command, Stdio};
+use serde_json::json;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The client-side rate limit the benchmark runs with (the driver file's `qps` and `burst`),
@@ -40,66 +40,6 @@ struct Measured {
     requests: usize,
 }
 
-fn with_db(url: &str, db: &str) -> String {
-    let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
-    format!("{base}/{db}")
-}
-
-fn wait(what: &str, limit: Duration, done: impl FnMut() -> bool) {
-    support::wait_for(what, limit, done)
-}
-
-fn count(c: &mut Client, sql: &str) -> i64 {
-    c.query_one(sql, &[]).unwrap().get(0)
-}
-
-/// A fresh migrated and bootstrapped database on the server at `admin`.
-fn database(admin: &str, name: &str) -> String {
-    let mut a = Client::connect(admin, NoTls).expect("connect to the benchmark server");
-    a.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .unwrap();
-    a.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-    let url = with_db(admin, name);
-    let mut c = Client::connect(&url, NoTls).unwrap();
-    occ_worker::migrate::run(&mut c).expect("migrate");
-    c.execute("SELECT occ.bootstrap('inst', 'admin')", &[])
-        .unwrap();
-    url
-}
-
-fn worker(url: &str, fake: &KubeFake, dir: &std::path::Path, concurrency: usize) -> Child {
-    let kubeconfig = fake.write_kubeconfig(dir, KubeconfigAuth::Token);
-    let driver = dir.join("driver.json");
-    std::fs::write(&driver, DRIVER_FILE).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_occ-worker"))
-        .arg("run")
-        .env_clear()
-        .env("OCC_DATABASE_URL", url)
-        .env("OCC_COMPUTE_DRIVER", "kubernetes")
-        .env("OCC_KUBERNETES_CONFIG", &driver)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0")
-        .env("OCC_WORKER_CONCURRENCY", concurrency.to_string())
-        .env("OCC_WORKER_LEASE_MS", "10000")
-        .stdin(Stdio::null())
-        .stdout(match std::env::var_os("OCC_BENCH_WORKER_EVENTS") {
-            // The worker's event lines, to see where a run spends its time.
-            Some(path) => Stdio::from(std::fs::File::create(path).expect("worker events file")),
-            None => Stdio::null(),
-        })
-        .stderr(match std::env::var_os("OCC_BENCH_WORKER_LOG") {
-            // The worker's log (RUST_LOG is passed on), e.g. trace for request timings.
-            Some(path) => Stdio::from(std::fs::File::create(path).expect("worker log file")),
-            None => Stdio::null(),
-        })
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .spawn()
-        .expect("spawn occ-worker")
-}
-
 fn run(admin: &str, spec: &Run) -> Measured {
     let fake = KubeFake::start(FakeOptions {
         latency: spec.latency,
@@ -113,98 +53,36 @@ fn run(admin: &str, spec: &Run) -> Measured {
         spec.concurrency
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let url = database(admin, &format!("occ_bench_rollout_{}", spec.concurrency));
-    let mut child = worker(&url, &fake, &dir, spec.concurrency);
+    let db = format!("occ_bench_rollout_{}", spec.concurrency);
+    let url = fleet::database(admin, &db);
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_occ-worker"));
+    let mut child = fleet::worker(
+        &fake,
+        &WorkerRun {
+            binary: &binary,
+            url: &url,
+            dir: &dir,
+            driver_file: DRIVER_FILE,
+            concurrency: spec.concurrency,
+            lease_ms: 10_000,
+            // The worker's event lines, to see where a run spends its time.
+            events: std::env::var_os("OCC_BENCH_WORKER_EVENTS").map(PathBuf::from),
+            // The worker's log (RUST_LOG is passed on), e.g. trace for request timings.
+            log: std::env::var_os("OCC_BENCH_WORKER_LOG").map(PathBuf::from),
+        },
+    );
     let mut c = Client::connect(&url, NoTls).unwrap();
 
     // Namespaces and Agents first; only the deployments are measured.
-    let namespaces: Vec<String> = (0..spec.namespaces)
-        .map(|i| {
-            let v: Value = c
-                .query_one(
-                    "SELECT occ.namespace_create('admin', $1)",
-                    &[&format!("team-{i}")],
-                )
-                .unwrap()
-                .get(0);
-            v["id"].as_str().unwrap().to_string()
-        })
-        .collect();
-    let mut bound = vec![false; namespaces.len()];
-    wait("namespaces created", Duration::from_secs(600), || {
-        for (i, id) in namespaces.iter().enumerate() {
-            let name = names::namespace_name("occ-", id);
-            if !bound[i] && fake.get(&format!("/api/v1/namespaces/{name}")).is_some() {
-                fake.put_object(
-                    &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings"),
-                    json!({"metadata": {"name": "occ-tenant", "namespace": name},
-                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                           "subjects": []}),
-                );
-                bound[i] = true;
-            }
-        }
-        bound.iter().all(|b| *b)
-    });
-    wait("namespaces ready", Duration::from_secs(600), || {
-        count(
-            &mut c,
-            "SELECT count(*) FROM occ.namespaces WHERE status = 'ready'",
-        ) == namespaces.len() as i64
-    });
-    let mut agents = Vec::new();
-    for (i, ns) in namespaces.iter().enumerate() {
-        let k8s = names::namespace_name("occ-", ns);
-        c.execute(
-            "SELECT occ.configuration_put($1, 'cfg', '{\"model\": \"m\"}', 'admin')",
-            &[ns],
-        )
-        .unwrap();
-        c.execute(
-            "SELECT occ.secret_create($1, 'key', $2, 'admin')",
-            &[ns, &format!("{k8s}/keys/api")],
-        )
-        .unwrap();
-        for j in (i..spec.agents).step_by(spec.namespaces) {
-            let v: Value = c
-                .query_one(
-                    "SELECT occ.agent_create($1, $2, 'admin')",
-                    &[ns, &format!("a{j}")],
-                )
-                .unwrap()
-                .get(0);
-            let principal = v["servicePrincipalId"].as_str().unwrap().to_string();
-            c.execute(
-                "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
-                 VALUES ($1, 'agent-operator', 'resource', $2, 'secret', 'key')",
-                &[&principal, ns],
-            )
-            .unwrap();
-            agents.push((ns.clone(), v["id"].as_str().unwrap().to_string(), j));
-        }
-    }
+    let namespaces = fleet::namespaces(&mut c, &fake, spec.namespaces, "team");
+    let agents = fleet::agents(&mut c, &namespaces, spec.agents);
 
     fake.clear_requests();
-    // A fleet rollout: every deployment admitted in one transaction, so the works become
-    // claimable together and the wall time is the worker's, not the admitting client's.
     let admitting = Instant::now();
-    let mut tx = c.transaction().unwrap();
-    for (ns, agent, j) in &agents {
-        let (harness, mode) = if j % 2 == 0 {
-            ("codex", "dedicated")
-        } else {
-            ("openclaw", "embedded")
-        };
-        tx.execute(
-            "SELECT occ.agent_deploy($1, $2, 'admin', 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes')",
-            &[ns, agent, &harness, &mode],
-        )
-        .unwrap();
-    }
-    tx.commit().unwrap();
+    fleet::admit_deployments(&mut c, &agents);
     let admission = admitting.elapsed();
     let started = Instant::now();
-    wait("rollout", Duration::from_secs(3600), || {
+    fleet::wait("rollout", Duration::from_secs(3600), || {
         count(
             &mut c,
             "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE 'agent_revision:%' AND state IN ('queued', 'claimed')",
@@ -220,11 +98,7 @@ fn run(admin: &str, spec: &Run) -> Measured {
     let _ = child.kill();
     let _ = child.wait();
     drop(c);
-    let mut a = Client::connect(admin, NoTls).unwrap();
-    let _ = a.batch_execute(&format!(
-        "DROP DATABASE IF EXISTS occ_bench_rollout_{} WITH (FORCE)",
-        spec.concurrency
-    ));
+    fleet::drop_database(admin, &db);
     let _ = std::fs::remove_dir_all(&dir);
     Measured {
         wall,

@@ -28,6 +28,14 @@ pub enum ComputeErrorKind {
     /// used up): the work waits with this pending code, refunding the attempt, within the
     /// convergence deadline (revision work), or retries within its budget (other work).
     Pending(&'static str),
+    /// The pass has waited on infrastructure as long as it may (its patience, SPEC Q10) and
+    /// the next request would wait `after` more (a client-side rate limit, a 429's
+    /// `Retry-After`): the pass ends pending with `code`, refunding the attempt, and comes back
+    /// after at least `after`. Nothing is refused; only the wait moves out of the claim.
+    Deferred {
+        code: &'static str,
+        after: std::time::Duration,
+    },
     /// The pass was cancelled at an HTTP boundary.
     Cancelled(Cancelled),
 }
@@ -148,6 +156,18 @@ impl ComputeError {
         ComputeError {
             kind: ComputeErrorKind::Pending(code),
             ..ComputeError::transient(class, status)
+        }
+    }
+
+    /// A wait the pass leaves to a later pass (`ComputeErrorKind::Deferred`).
+    pub fn deferred(
+        code: &'static str,
+        class: &'static str,
+        after: std::time::Duration,
+    ) -> ComputeError {
+        ComputeError {
+            kind: ComputeErrorKind::Deferred { code, after },
+            ..ComputeError::transient(class, None)
         }
     }
 
@@ -350,6 +370,9 @@ impl fmt::Display for ComputeError {
             ComputeErrorKind::Permanent(code) => write!(f, "compute refused: {code}")?,
             ComputeErrorKind::Denied(code) => write!(f, "compute denied: {code}")?,
             ComputeErrorKind::Pending(code) => write!(f, "compute pending: {code}")?,
+            ComputeErrorKind::Deferred { code, after } => {
+                write!(f, "compute deferred: {code} for {} ms", after.as_millis())?
+            }
             ComputeErrorKind::Cancelled(c) => write!(f, "{c}")?,
         }
         write!(f, " (class {}", self.class)?;

@@ -129,4 +129,12 @@ pub trait ComputeDriver: Send + Sync {
     fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
         None
     }
+
+    /// How many more passes the driver can serve now without making them wait on a resource
+    /// it rations (SPEC Q10): the worker claims no more than this, so that claims are not held
+    /// while their passes queue for, say, a client-side rate limit, where a crash would spend
+    /// their attempts. `None`: no bound.
+    fn claim_capacity(&self) -> Option<usize> {
+        None
+    }
 }

@@ -313,7 +313,8 @@ impl NamespaceReconciler {
         // Namespace work has no convergence deadline to bound a wait on a failing dependency:
         // it keeps its attempt budget.
         let report = match e.kind() {
-            ComputeErrorKind::Pending(code) => {
+            // A wait left to a later pass (SPEC Q10) is pending like any other.
+            ComputeErrorKind::Pending(code) | ComputeErrorKind::Deferred { code, .. } => {
                 return Ok(Ok(compute::NamespaceObservation {
                     namespace_id: namespace.id.clone(),
                     complete: false,

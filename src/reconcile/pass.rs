@@ -17,6 +17,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long from its claim a pass may still wait on infrastructure it does not control
+/// (the Kubernetes client's rate limit, a 429's `Retry-After`): SPEC Q10 counts a crash as
+/// an attempt, so a pass that holds its claim for seconds turns restarts into failures. A
+/// wait past it ends the pass pending with the driver's code, refunding the attempt.
+pub const WAIT_BOUND: Duration = Duration::from_secs(1);
+
 /// Everything a pass may use, shared by every worker thread.
 pub struct Context {
     pub pool: Pool,
@@ -156,7 +162,7 @@ pub struct LeaseState {
 impl LeaseState {
     pub fn new(claim: &Claim, claimed_sent_at: Instant, lease: Duration) -> LeaseState {
         LeaseState {
-            cancel: CancelToken::new(claimed_sent_at + lease),
+            cancel: CancelToken::new(claimed_sent_at + lease).with_patience(WAIT_BOUND),
             age_anchor: Mutex::new((Instant::now(), claim.age_ms)),
             trusted_until: Mutex::new(claimed_sent_at + lease),
             failed_renewals: std::sync::atomic::AtomicU32::new(0),

@@ -194,7 +194,7 @@ pub fn redetach(
 /// `DEPENDENCY_UNAVAILABLE` for a failing dependency, else `REVISION_FINALIZATION_INCOMPLETE`.
 pub fn redetach_wait_code(e: &ComputeError) -> &'static str {
     match e.kind() {
-        ComputeErrorKind::Pending(code) => code,
+        ComputeErrorKind::Pending(code) | ComputeErrorKind::Deferred { code, .. } => code,
         ComputeErrorKind::TransientDependency | ComputeErrorKind::Retryable => {
             "DEPENDENCY_UNAVAILABLE"
         }

@@ -176,6 +176,18 @@ pub fn compute_report<F>(e: &ComputeError, pass: &Pass<'_>) -> Report<F> {
         ComputeErrorKind::Pending(code) if revision_work => {
             Report::pending(code, readiness_recheck(pass.age()))
         }
+        // A wait the pass may not take under its claim (SPEC Q10): pending with the driver's
+        // code, refunding the attempt; revision work within the convergence deadline as a
+        // failing dependency (R10), other work unbounded, since the wait always ends.
+        ComputeErrorKind::Deferred { code, after } => Report::waiting(
+            code,
+            (*after).max(readiness_recheck(pass.age())),
+            if revision_work {
+                Wait::Dependency
+            } else {
+                Wait::Unbounded
+            },
+        ),
         ComputeErrorKind::Permanent(code) => Report::permanent(code),
         // A refusal on permissions may be a grant still propagating (SPEC R10): retried within
         // the budget, then failed with the refusal's own code.

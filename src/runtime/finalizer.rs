@@ -256,6 +256,11 @@ impl Publication {
                 claim = 0;
             }
         }
+        // No more claims than the driver serves without a wait (SPEC Q10): a claim held while
+        // its pass queues is an attempt a crash would spend.
+        if let Some(capacity) = ctx.compute.claim_capacity() {
+            claim = claim.min(capacity);
+        }
         let (answers, claimed) = publish(ctx, self.batch, claim, &|| progress.tick());
         if idle && matches!(&claimed, Some(Ok((claims, _))) if claims.is_empty()) {
             // Idle: `worker.health` at most once per its interval (SPEC Z7).

@@ -91,9 +91,15 @@ impl RateLimiter {
             .expect("every wait fits an unbounded budget")
     }
 
+    /// The tokens available at `now` (negative while waits are reserved past them).
+    fn available(&self, now: Instant) -> f64 {
+        let (tokens, counted) = *self.state.lock();
+        (tokens + now.saturating_duration_since(counted).as_secs_f64() * self.qps).min(self.burst)
+    }
+
     /// Takes a token at `now` when the wait for it is shorter than `budget`, and returns that
-    /// wait; `None`, taking nothing, when it is not.
-    fn reserve_within(&self, now: Instant, budget: Duration) -> Option<Duration> {
+    /// wait; `Err` with the wait it would have been, taking nothing, when it is not.
+    fn reserve_within(&self, now: Instant, budget: Duration) -> Result<Duration, Duration> {
         let mut state = self.state.lock();
         let (tokens, counted) = *state;
         let refilled = (tokens + now.saturating_duration_since(counted).as_secs_f64() * self.qps)
@@ -105,10 +111,10 @@ impl RateLimiter {
             Duration::from_secs_f64(-left / self.qps)
         };
         if !wait.is_zero() && wait >= budget {
-            return None;
+            return Err(wait);
         }
         *state = (left, now.max(counted));
-        Some(wait)
+        Ok(wait)
     }
 }
 
@@ -380,6 +386,13 @@ impl Client {
     }
 
     /// How many requests were sent (retries included).
+    /// How many passes of about `per_pass` requests the rate limit can serve now without a
+    /// wait: the tokens available, in whole passes.
+    pub fn passes_within_rate_limit(&self, per_pass: u32) -> usize {
+        let tokens = self.limiter.available(Instant::now());
+        (tokens.max(0.0) / f64::from(per_pass.max(1))) as usize
+    }
+
     pub fn request_count(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
@@ -543,6 +556,14 @@ impl Client {
                     let wait = reply
                         .retry_after
                         .map_or(Duration::from_secs(1), Duration::from_secs);
+                    if cancel.patience().is_some_and(|p| wait > p) {
+                        log::debug!(
+                            "kubernetes {} {}: 429, Retry-After past the pass's patience",
+                            request.method.as_str(),
+                            path_template(request.path)
+                        );
+                        return Err(KubeError::throttled(request.method, request.path, wait));
+                    }
                     if wait >= budget.left() {
                         log::debug!(
                             "kubernetes {} {}: 429, Retry-After past the request timeout",
@@ -583,11 +604,20 @@ impl Client {
         let timed_out = || KubeError::timed_out(method, path, &self.server);
         cancel.check().map_err(cancelled)?;
         // The client-side rate limit, like client-go's: a large fleet or a restart never floods
-        // a shared API server. A lost claim ends the wait; a wait past the budget is not taken.
-        let wait = self
+        // a shared API server. A lost claim ends the wait; a wait past the budget is not taken,
+        // nor one past the pass's patience (SPEC Q10: the pass ends pending instead).
+        let left = budget.left();
+        let patience = cancel.patience().filter(|p| *p < left);
+        let wait = match self
             .limiter
-            .reserve_within(Instant::now(), budget.left())
-            .ok_or_else(timed_out)?;
+            .reserve_within(Instant::now(), patience.unwrap_or(left))
+        {
+            Ok(wait) => wait,
+            Err(wait) if patience.is_some() => {
+                return Err(KubeError::throttled(method, path, wait));
+            }
+            Err(_) => return Err(timed_out()),
+        };
         if !wait.is_zero() {
             cancel.sleep(wait).map_err(cancelled)?;
         }

@@ -33,6 +33,9 @@ pub enum KubeErrorKind {
     NotFound,
     /// 429 after `MAX_THROTTLE_RETRIES` retries.
     TooManyRequests,
+    /// Not sent: the pass's patience for waits is spent and the client-side rate limit (or a
+    /// 429's `Retry-After`) would hold the request this much longer (SPEC Q10).
+    Throttled(std::time::Duration),
     /// 5xx.
     Unavailable,
     /// No answer: connect, TLS, read or timeout failure.
@@ -58,6 +61,7 @@ impl KubeErrorKind {
             KubeErrorKind::BadRequest => "bad request",
             KubeErrorKind::NotFound => "not found",
             KubeErrorKind::TooManyRequests => "too many requests",
+            KubeErrorKind::Throttled(_) => "throttled",
             KubeErrorKind::Unavailable => "unavailable",
             KubeErrorKind::Transport => "transport failure",
             KubeErrorKind::Decode => "undecodable answer",
@@ -66,6 +70,10 @@ impl KubeErrorKind {
         }
     }
 }
+
+/// The pending code of a pass that left a wait on the client's rate limit (or a 429's
+/// `Retry-After`) to a later pass (SPEC Q10).
+pub const THROTTLED: &str = "KUBERNETES_CLIENT_THROTTLED";
 
 /// A Kubernetes request error: kind, HTTP status, Status reason, method and path template.
 /// It never carries the API's message text, so it is always safe to log.
@@ -99,6 +107,11 @@ impl KubeError {
         e.reason = Some("Timeout".to_string());
         e.endpoint = Some(endpoint_of(server));
         e
+    }
+
+    /// A request the pass's patience does not let wait `wait` for (SPEC Q10).
+    pub(super) fn throttled(method: Method, path: &str, wait: std::time::Duration) -> KubeError {
+        KubeError::new(KubeErrorKind::Throttled(wait), method, path)
     }
 
     pub(super) fn cancelled(method: Method, path: &str, cancelled: Cancelled) -> KubeError {
@@ -196,6 +209,9 @@ impl KubeError {
                 ComputeError::permanent("KUBERNETES_INVALID_REQUEST", CLASS, status)
             }
             KubeErrorKind::BadRequest => ComputeError::permanent(permanent_code, CLASS, status),
+            KubeErrorKind::Throttled(after) => {
+                ComputeError::deferred(THROTTLED, CLASS, after).with_reason("ClientThrottled")
+            }
             KubeErrorKind::Decode => ComputeError::retryable("kubernetes_decode", status),
             KubeErrorKind::Cancelled(cancelled) => return ComputeError::cancelled(cancelled),
         };

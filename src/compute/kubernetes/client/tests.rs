@@ -345,11 +345,66 @@ fn the_rate_limiter_takes_no_token_for_a_wait_past_the_budget() {
     let limiter = RateLimiter::new(1.0, 1);
     let now = Instant::now();
     let short = Duration::from_millis(500);
-    assert_eq!(limiter.reserve_within(now, short), Some(Duration::ZERO));
-    assert_eq!(limiter.reserve_within(now, short), None);
+    assert_eq!(limiter.reserve_within(now, short), Ok(Duration::ZERO));
+    // Refused with the wait it would have been.
+    assert_eq!(
+        limiter.reserve_within(now, short),
+        Err(Duration::from_secs(1))
+    );
     // Nothing was taken: the next token is still one second away.
     assert_eq!(
         limiter.reserve_within(now, Duration::from_secs(2)),
-        Some(Duration::from_secs(1))
+        Ok(Duration::from_secs(1))
     );
+}
+
+#[test]
+fn a_pass_out_of_patience_is_throttled_before_it_sends_and_takes_no_token() {
+    // SPEC Q10: one token a second, spent by the first request (refused by the closed port);
+    // a pass with half a second of patience left is not kept waiting for the next one.
+    let client = Client::new(connection("https://127.0.0.1:1", Auth::None))
+        .unwrap()
+        .with_rate_limit(1.0, 1);
+    let first = client
+        .get("/api/v1/namespaces/x", &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(first.kind(), &KubeErrorKind::Transport);
+    let patient = CancelToken::unbounded().with_patience(Duration::from_millis(500));
+    let e = client.get("/api/v1/namespaces/x", &patient).unwrap_err();
+    let KubeErrorKind::Throttled(after) = e.kind() else {
+        panic!("throttled, got {e}");
+    };
+    assert!(*after > Duration::from_millis(500), "{after:?}");
+    assert_eq!(client.request_count(), 1, "nothing sent");
+    // Deferred with the driver's code, the wait it would have been as its recheck.
+    let c = e.into_compute("X");
+    assert!(matches!(
+        c.kind(),
+        crate::compute::ComputeErrorKind::Deferred {
+            code: "KUBERNETES_CLIENT_THROTTLED",
+            ..
+        }
+    ));
+    // A caller without a bound waits for the next token and sends.
+    let e = client
+        .get("/api/v1/namespaces/x", &CancelToken::unbounded())
+        .unwrap_err();
+    assert_eq!(e.kind(), &KubeErrorKind::Transport);
+    assert_eq!(client.request_count(), 2);
+}
+
+#[test]
+fn the_rate_limit_serves_whole_passes() {
+    let client = Client::new(connection("https://127.0.0.1:1", Auth::None))
+        .unwrap()
+        .with_rate_limit(20.0, 40);
+    assert_eq!(client.passes_within_rate_limit(10), 4);
+    assert_eq!(client.passes_within_rate_limit(0), 40);
+    let limiter = RateLimiter::new(1.0, 3);
+    let now = Instant::now();
+    for _ in 0..5 {
+        let _ = limiter.reserve(now);
+    }
+    // Waits reserved past the tokens count as none available.
+    assert!(limiter.available(now) < 0.0);
 }
