@@ -13,7 +13,8 @@
 //!
 //! Under `cargo bench --bench chaos_kube -- [options]` it runs the drill as asked (defaults: 3
 //! workers × 8 threads, lease 3 s, 40 Agents, a kill every 2 s, restart 0.5 s later, 20 ms
-//! per request, Pods ready after 1 s); under `cargo test` a small run that fails on any
+//! per request, Pods ready after 1 s, the driver file's default client limit of 20 requests a
+//! second with a burst of 40); under `cargo test` a small run that fails on any
 //! violation. The database server comes from `OCC_BENCH_DATABASE_URL` (scripts/chaos) or
 //! `OCC_TEST_DATABASE_URL` (scripts/test). It never asserts a timing.
 
@@ -94,8 +95,8 @@ fn parse(bench: bool) -> Result<Options, String> {
             kill: true,
             latency: Duration::from_millis(20),
             pod_start: Duration::from_secs(1),
-            qps: 1000,
-            burst: 1000,
+            qps: 20,
+            burst: 40,
             timeout: Duration::from_secs(900),
             out: PathBuf::from("target/chaos-kube"),
         }
@@ -107,13 +108,13 @@ fn parse(bench: bool) -> Result<Options, String> {
             lease_ms: 3000,
             agents: 6,
             namespaces: 3,
-            kill_every: Duration::from_secs(3),
+            kill_every: Duration::from_secs(2),
             restart_after: Duration::from_millis(500),
             kill: true,
             latency: Duration::from_millis(5),
             pod_start: Duration::from_millis(300),
-            qps: 1000,
-            burst: 1000,
+            qps: 20,
+            burst: 40,
             timeout: Duration::from_secs(300),
             out: std::env::temp_dir().join(format!("occ-chaos-kube-{}", std::process::id())),
         }

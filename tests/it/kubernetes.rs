@@ -2395,3 +2395,45 @@ fn z1_kubernetes_runs_the_execution_admissions_its_settings_list_and_withdraws_a
         methods(&w.kube.writes())
     );
 }
+
+// SPEC Q10: a pass does not wait on infrastructure past its bound while it holds its claim. An
+// API server that answers a revision's first write with 429 and `Retry-After: 2` (longer than
+// the pass may still wait) ends the pass pending `KUBERNETES_CLIENT_THROTTLED`, the attempt
+// refunded, instead of sleeping under the claim; the next pass writes and activates.
+#[test]
+fn q10_a_wait_past_the_pass_bound_defers_the_pass_with_its_attempt_refunded() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    w.kube.fake.inject(Inject {
+        method: Some("POST"),
+        path_prefix: format!("{CORE}/namespaces/{NS1}/persistentvolumeclaims"),
+        times: 1,
+        action: Action::TooMany {
+            retry_after_secs: 2,
+        },
+    });
+    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    let (state, code, _, attempts) = work(&mut c, &rkey(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    let evidence = evidence(&mut c, &rkey(&rev));
+    assert_eq!(
+        evidence.first().map(String::as_str),
+        Some("deferred:KUBERNETES_CLIENT_THROTTLED"),
+        "{evidence:?}"
+    );
+    // The deferred pass spent no attempt: only the pass that activated did.
+    assert_eq!(attempts, 1, "{evidence:?}");
+    // The 429 was answered once and not retried under the claim.
+    let throttled = w
+        .kube
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.status == 429)
+        .count();
+    assert_eq!(throttled, 1);
+}

@@ -62,6 +62,10 @@ pub struct Client {
     requests: AtomicU64,
 }
 
+/// About the requests one Agent pass makes (a deployment's prepare and activate, a deletion's
+/// retirement): what `passes_within_rate_limit` counts a pass at.
+pub const PASS_REQUESTS: u32 = 10;
+
 /// A token bucket shared by every thread of the process (client-go's `tokenBucketRateLimiter`):
 /// `burst` tokens at most, refilled at `qps` a second. A request takes a token, waiting for it
 /// when there is none; the wait is reserved at once, so concurrent callers queue in order and
@@ -386,11 +390,19 @@ impl Client {
     }
 
     /// How many requests were sent (retries included).
-    /// How many passes of about `per_pass` requests the rate limit can serve now without a
-    /// wait: the tokens available, in whole passes.
-    pub fn passes_within_rate_limit(&self, per_pass: u32) -> usize {
-        let tokens = self.limiter.available(Instant::now());
-        (tokens.max(0.0) / f64::from(per_pass.max(1))) as usize
+    /// How many passes of about `PASS_REQUESTS` requests (at most the burst) the rate limit
+    /// serves now without a wait: the tokens available, in whole passes.
+    pub fn passes_within_rate_limit(&self) -> usize {
+        let per_pass = f64::from(PASS_REQUESTS).min(self.limiter.burst);
+        (self.limiter.available(Instant::now()).max(0.0) / per_pass) as usize
+    }
+
+    /// Whether a pass that would wait past its patience for the rate limit defers (SPEC Q10):
+    /// only where the limit serves a whole pass within a second, so a deferred pass can
+    /// succeed later; under a lower limit the waits stay in the pass, bounded by the request
+    /// timeout, as before.
+    fn defers_waits(&self) -> bool {
+        self.limiter.qps >= f64::from(PASS_REQUESTS)
     }
 
     pub fn request_count(&self) -> u64 {
@@ -556,7 +568,7 @@ impl Client {
                     let wait = reply
                         .retry_after
                         .map_or(Duration::from_secs(1), Duration::from_secs);
-                    if cancel.patience().is_some_and(|p| wait > p) {
+                    if self.defers_waits() && cancel.patience().is_some_and(|p| wait > p) {
                         log::debug!(
                             "kubernetes {} {}: 429, Retry-After past the pass's patience",
                             request.method.as_str(),
@@ -607,7 +619,9 @@ impl Client {
         // a shared API server. A lost claim ends the wait; a wait past the budget is not taken,
         // nor one past the pass's patience (SPEC Q10: the pass ends pending instead).
         let left = budget.left();
-        let patience = cancel.patience().filter(|p| *p < left);
+        let patience = cancel
+            .patience()
+            .filter(|p| *p < left && self.defers_waits());
         let wait = match self
             .limiter
             .reserve_within(Instant::now(), patience.unwrap_or(left))

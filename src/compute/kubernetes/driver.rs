@@ -145,10 +145,6 @@ const KNOWN_LIMIT: usize = 50_000;
 /// A request failure as a Compute error: an RBAC 403 is a refusal on permissions naming the
 /// resource (retried within the budget: a grant may still be propagating), everything else
 /// follows `KubeError::into_compute`.
-/// About the requests one Agent pass makes (a deployment's prepare and activate, a deletion's
-/// retirement): what `claim_capacity` counts a claimed pass at.
-const REQUESTS_PER_PASS: u32 = 10;
-
 fn fail(e: KubeError, resource: &str) -> ComputeError {
     fail_within_quota(e, resource, "NAMESPACE_QUOTA_EXCEEDED")
 }

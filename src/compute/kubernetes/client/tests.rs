@@ -360,21 +360,21 @@ fn the_rate_limiter_takes_no_token_for_a_wait_past_the_budget() {
 
 #[test]
 fn a_pass_out_of_patience_is_throttled_before_it_sends_and_takes_no_token() {
-    // SPEC Q10: one token a second, spent by the first request (refused by the closed port);
-    // a pass with half a second of patience left is not kept waiting for the next one.
+    // SPEC Q10: ten tokens a second, one at a time, the one spent by the first request
+    // (refused by the closed port); a pass out of patience is not kept waiting for the next.
     let client = Client::new(connection("https://127.0.0.1:1", Auth::None))
         .unwrap()
-        .with_rate_limit(1.0, 1);
+        .with_rate_limit(10.0, 1);
     let first = client
         .get("/api/v1/namespaces/x", &CancelToken::unbounded())
         .unwrap_err();
     assert_eq!(first.kind(), &KubeErrorKind::Transport);
-    let patient = CancelToken::unbounded().with_patience(Duration::from_millis(500));
-    let e = client.get("/api/v1/namespaces/x", &patient).unwrap_err();
+    let spent = CancelToken::unbounded().with_patience(Duration::ZERO);
+    let e = client.get("/api/v1/namespaces/x", &spent).unwrap_err();
     let KubeErrorKind::Throttled(after) = e.kind() else {
         panic!("throttled, got {e}");
     };
-    assert!(*after > Duration::from_millis(500), "{after:?}");
+    assert!(*after > Duration::ZERO, "{after:?}");
     assert_eq!(client.request_count(), 1, "nothing sent");
     // Deferred with the driver's code, the wait it would have been as its recheck.
     let c = e.into_compute("X");
@@ -398,8 +398,12 @@ fn the_rate_limit_serves_whole_passes() {
     let client = Client::new(connection("https://127.0.0.1:1", Auth::None))
         .unwrap()
         .with_rate_limit(20.0, 40);
-    assert_eq!(client.passes_within_rate_limit(10), 4);
-    assert_eq!(client.passes_within_rate_limit(0), 40);
+    assert_eq!(client.passes_within_rate_limit(), 4);
+    // A burst under a pass counts a pass at the burst.
+    let small = Client::new(connection("https://127.0.0.1:1", Auth::None))
+        .unwrap()
+        .with_rate_limit(1.0, 3);
+    assert_eq!(small.passes_within_rate_limit(), 1);
     let limiter = RateLimiter::new(1.0, 3);
     let now = Instant::now();
     for _ in 0..5 {
@@ -407,4 +411,17 @@ fn the_rate_limit_serves_whole_passes() {
     }
     // Waits reserved past the tokens count as none available.
     assert!(limiter.available(now) < 0.0);
+}
+
+#[test]
+fn a_limit_too_low_to_serve_a_pass_within_a_second_keeps_its_waits() {
+    // Deferring would never end under 2 qps: the pass waits, within its request timeout.
+    let client = Client::new(connection("https://127.0.0.1:1", Auth::None))
+        .unwrap()
+        .with_rate_limit(2.0, 1);
+    let _ = client.get("/api/v1/namespaces/x", &CancelToken::unbounded());
+    let spent = CancelToken::unbounded().with_patience(Duration::ZERO);
+    let e = client.get("/api/v1/namespaces/x", &spent).unwrap_err();
+    assert_eq!(e.kind(), &KubeErrorKind::Transport, "{e}");
+    assert_eq!(client.request_count(), 2);
 }

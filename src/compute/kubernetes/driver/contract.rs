@@ -477,11 +477,10 @@ impl ComputeDriver for KubernetesDriver {
         self
     }
 
-    /// The passes the client's rate limit serves now without a wait, each counted at
-    /// `REQUESTS_PER_PASS` (SPEC Q10): under the shipped limit a fleet rollout claims as many
+    /// The passes the client's rate limit serves now without a wait (SPEC Q10): under the shipped limit a fleet rollout claims as many
     /// works as the limit serves instead of holding claims while their requests queue.
     fn claim_capacity(&self) -> Option<usize> {
-        Some(self.client.passes_within_rate_limit(REQUESTS_PER_PASS))
+        Some(self.client.passes_within_rate_limit())
     }
 
     /// The egress NetworkPolicies of the built-in `kubernetes-sandbox` (SPEC S3): offered
