@@ -226,7 +226,10 @@ fn the_readme_walk_throughs_run_as_written() {
     ] {
         assert!(output.contains(expected), "{expected} in:\n{output}");
     }
-    assert!(Path::new(&scratch.checkout.join("target/dev.env")).exists());
+    assert!(
+        !Path::new(&scratch.checkout.join("target/dev.env")).exists(),
+        "dev.env is removed when its worker stops"
+    );
     eprintln!(
         "README walk-throughs ran in {:?} from {}",
         started.elapsed(),
