@@ -55,6 +55,95 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{}/{db}", url.rsplit_once('/').unwrap().0)
 }
 
+/// A bootstrapped database with the Namespace `team-c` created through the CLI (so its id is
+/// generated, unlike its name) and marked ready: (database, Namespace id).
+fn team_c() -> (TestDb, String) {
+    let db = TestDb::bootstrapped();
+    let ns = ok(
+        &db,
+        &["admin", "namespace", "create", "team-c", "--actor", "admin"],
+    );
+    let ns = ns["id"].as_str().unwrap().to_string();
+    db.client()
+        .execute(
+            "UPDATE occ.namespaces_all SET status = 'ready' WHERE id = $1",
+            &[&ns],
+        )
+        .unwrap();
+    (db, ns)
+}
+
+// A deployment naming a Configuration or a Secret that does not exist names that one, never
+// the Agent: it used to print "configuration writer (nope)".
+#[test]
+fn a_missing_configuration_or_secret_is_named_not_the_agent() {
+    let (db, ns) = team_c();
+    let url = Some(db.url.as_str());
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-c", "writer", "--actor", "admin",
+        ],
+    );
+    let deploy = crate::support::deploy_args(
+        "team-c",
+        "writer",
+        "nope",
+        &[
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "docker",
+            "--actor",
+            "admin",
+        ],
+    );
+    refused(
+        url,
+        &deploy,
+        1,
+        &format!(
+            "agent deploy refused: configuration nope in Namespace team-c ({ns}) does not exist"
+        ),
+    );
+    let cfg = std::env::temp_dir().join(format!("occ-cfg-{}.json", std::process::id()));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-c",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    let deploy = crate::support::deploy_args(
+        "team-c",
+        "writer",
+        "cfg",
+        &[
+            "--harness-secret",
+            "nokey",
+            "--compute-id",
+            "docker",
+            "--actor",
+            "admin",
+        ],
+    );
+    refused(
+        url,
+        &deploy,
+        1,
+        &format!("agent deploy refused: secret nokey in Namespace team-c ({ns}) does not exist"),
+    );
+}
+
 // O: constraint violations name the argument and its rule (exit 2); duplicates name the
 // thing and where it lives (exit 1). No constraint name or server text reaches the user.
 #[test]
