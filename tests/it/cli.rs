@@ -144,6 +144,95 @@ fn a_missing_configuration_or_secret_is_named_not_the_agent() {
     );
 }
 
+/// `run` with `env` set as well: (exit, stdout, stderr).
+fn run_with(url: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("OCC_COMPUTE_DRIVER")
+        .env_remove("OCC_KUBERNETES_CONFIG")
+        .env("OCC_DATABASE_URL", url)
+        .env("OCC_WORKER_DB_TIMEOUT_MS", "3000")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run occ-worker");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// What the driver can never do is refused at admission, not in the background: adopting a
+// Kubernetes namespace on Docker (it used to leave a failed Namespace to delete), and on
+// Kubernetes a Secret backend reference outside the Namespace's secretBackendRefPrefix (its
+// deployment used to fail much later with SECRET_REFERENCE_OUTSIDE_NAMESPACE).
+#[test]
+fn what_the_driver_can_never_do_is_refused_at_admission() {
+    let (db, ns) = team_c();
+    let docker = [("OCC_COMPUTE_DRIVER", "docker")];
+    let adopt = [
+        "admin",
+        "namespace",
+        "create",
+        "team-d",
+        "--existing-namespace",
+        "legacy",
+        "--actor",
+        "admin",
+    ];
+    assert_eq!(
+        run_with(&db.url, &adopt, &docker),
+        (
+            2,
+            String::new(),
+            "occ-worker: namespace create refused: --existing-namespace legacy adopts a Kubernetes namespace, which the Docker Compute Driver (OCC_COMPUTE_DRIVER=docker) cannot (EXISTING_NAMESPACE_UNSUPPORTED): leave it out\n".into()
+        )
+    );
+    let admitted: i64 = crate::support::scalar(
+        &mut db.client(),
+        "SELECT count(*) FROM occ.namespaces_all WHERE name = 'team-d'",
+    );
+    assert_eq!(admitted, 0, "nothing admitted");
+
+    let dir = crate::kube_e2e::scratch("cli-secret-prefix");
+    let driver = dir.join("driver.json");
+    std::fs::write(&driver, crate::kube_e2e::DRIVER_FILE).unwrap();
+    let kubernetes = [
+        ("OCC_COMPUTE_DRIVER", "kubernetes"),
+        ("OCC_KUBERNETES_CONFIG", driver.to_str().unwrap()),
+    ];
+    let k8s = crate::kube_e2e::k8s_namespace(&ns);
+    let create = |backend_ref: &str| {
+        run_with(
+            &db.url,
+            &[
+                "admin",
+                "secret",
+                "create",
+                "team-c",
+                "key",
+                "--backend-ref",
+                backend_ref,
+                "--actor",
+                "admin",
+            ],
+            &kubernetes,
+        )
+    };
+    assert_eq!(
+        create("team-c/openai/api-key"),
+        (
+            2,
+            String::new(),
+            format!("occ-worker: secret create refused: --backend-ref team-c/openai/api-key is outside the Namespace's Kubernetes namespace: it must start with {k8s}/ (secretBackendRefPrefix in admin namespace show; SECRET_REFERENCE_OUTSIDE_NAMESPACE)\n")
+        )
+    );
+    let inside = format!("{k8s}/openai/api-key");
+    let (code, _, stderr) = create(&inside);
+    assert_eq!(code, 0, "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // O: constraint violations name the argument and its rule (exit 2); duplicates name the
 // thing and where it lives (exit 1). No constraint name or server text reaches the user.
 #[test]
