@@ -233,6 +233,109 @@ fn what_the_driver_can_never_do_is_refused_at_admission() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+// Siblings agree: `audit --since 15m` takes an age as `work list --since` does (it was
+// refused); an unknown `--agent` is an error like an unknown Namespace (it was silently
+// empty); `--file -` reads standard input (it was "No such file"), and a UTF-8 byte order mark
+// is skipped (it read "expected value at line 1 column 1").
+#[test]
+fn sibling_commands_agree_on_ages_unknown_agents_stdin_and_a_byte_order_mark() {
+    let (db, _) = team_c();
+    let url = Some(db.url.as_str());
+    let recent = ok(&db, &["admin", "audit", "--since", "15m"]);
+    assert!(
+        recent.as_array().is_some_and(|events| events
+            .iter()
+            .any(|e| e["action"] == "openclaw.namespaces.create")),
+        "{recent}"
+    );
+    // An hour ago (the trail is append-only: its trigger is bypassed for this one session).
+    db.client()
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE occ.audit_events SET occurred_at = occurred_at - interval '1 hour'",
+        )
+        .unwrap();
+    assert_eq!(ok(&db, &["admin", "audit", "--since", "15m"]), json!([]));
+    refused(
+        url,
+        &["admin", "audit", "--since", "15 minutes"],
+        2,
+        "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z or an age such as 90s, 15m, 2h or 7d, got \"15 minutes\"",
+    );
+
+    refused(
+        url,
+        &["admin", "work", "list", "--agent", "ghost"],
+        1,
+        "work list refused: no Agent ghost in any Namespace has that id or name (a deleted Agent's work went with it; admin agent list NAMESPACE)",
+    );
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-c", "writer", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        ok(&db, &["admin", "work", "list", "--agent", "writer"]),
+        json!([])
+    );
+    refused(
+        url,
+        &["admin", "work", "list", "--namespace", "team-c", "--agent", "ghost"],
+        1,
+        "work list refused: no Agent ghost in that Namespace has that id or name (a deleted Agent's work went with it; admin agent list NAMESPACE)",
+    );
+
+    let put = |id: &str, input: &[u8]| {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .args([
+                "admin",
+                "configuration",
+                "put",
+                "team-c",
+                id,
+                "--file",
+                "-",
+                "--actor",
+                "admin",
+                "--json",
+            ])
+            .env("OCC_DATABASE_URL", &db.url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        put("from-stdin", br#"{"model":"gpt"}"#),
+        (Some(0), String::new())
+    );
+    assert_eq!(
+        put("with-bom", b"\xEF\xBB\xBF{\"model\":\"gpt\"}"),
+        (Some(0), String::new())
+    );
+    assert_eq!(
+        put("not-json", b"model: gpt"),
+        (
+            Some(2),
+            "occ-worker: --file - (standard input) is not JSON: expected value at line 1 column 1 (a Configuration is one JSON object)\n".into()
+        )
+    );
+    let shown = ok(
+        &db,
+        &["admin", "configuration", "show", "team-c", "with-bom"],
+    );
+    assert_eq!(shown["document"], json!({"model": "gpt"}), "{shown}");
+}
+
 // O: constraint violations name the argument and its rule (exit 2); duplicates name the
 // thing and where it lives (exit 1). No constraint name or server text reaches the user.
 #[test]
