@@ -86,7 +86,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let pool = open_pool(globals, &config, budget)?;
     let installation_id = read_installation(&pool, &config)?;
     let (compute, installation) = build_compute(&config)?;
-    let preflight_warnings = preflight(&config, &*compute, &events)?;
+    let preflight_warnings = preflight(&config, &*compute, &installation, &events)?;
     Ok(Started {
         _watchdog: watchdog,
         config,
@@ -219,6 +219,7 @@ fn build_compute(config: &Config) -> Result<(Arc<dyn ComputeDriver>, Installatio
 fn preflight(
     config: &Config,
     compute: &dyn ComputeDriver,
+    installation: &Installation,
     events: &Events,
 ) -> Result<Vec<String>, CliError> {
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
@@ -226,7 +227,10 @@ fn preflight(
             DriverKind::Docker => format!(" (Docker Engine at DOCKER_HOST={})", config.docker_host),
             DriverKind::Kubernetes => String::new(),
         };
-        CliError::new(format!("compute preflight failed{target}: {e}"))
+        CliError::new(format!(
+            "compute preflight failed{target}: {e}{}",
+            what_is_missing(&e, installation)
+        ))
     })?;
     let codes: Vec<String> = warnings.into_iter().map(|w| w.code).collect();
     for code in &codes {
@@ -236,6 +240,27 @@ fn preflight(
         );
     }
     Ok(codes)
+}
+
+/// What a preflight refusal's code says is missing, named as the operator configured it: the
+/// RuntimeClass the Installation file asked for (SPEC S1).
+fn what_is_missing(e: &occ_worker::compute::ComputeError, installation: &Installation) -> String {
+    use occ_worker::compute::ComputeErrorKind;
+    let runtime_class = installation
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref());
+    match (e.kind(), runtime_class) {
+        (ComputeErrorKind::Permanent(code), Some(name))
+            if code == "SANDBOX_RUNTIME_CLASS_NOT_FOUND" =>
+        {
+            format!(
+                ": the RuntimeClass {name} (sandbox.runtimeClassName in OCC_INSTALLATION_CONFIG) \
+                 does not exist in the cluster (kubectl get runtimeclass)"
+            )
+        }
+        _ => String::new(),
+    }
 }
 
 /// A Compute Driver whose own settings are read, before the Installation's selections it is
