@@ -297,7 +297,7 @@ fn check(env: &Env) -> (Option<i32>, String, String) {
     )
 }
 
-fn production(mut env: Env) -> Env {
+pub fn production(mut env: Env) -> Env {
     env.push(("OCC_WORKER_MODE", "production".into()));
     env.push(("OCC_WORKER_LEASE_MS", "5000".into()));
     env.push(("OCC_WORKER_MAX_ATTEMPTS", "5".into()));
