@@ -262,7 +262,15 @@ impl Installation {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let raw: RawInstallation =
             serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-                let path = e.path().to_string();
+                let inner_category = e.inner().classify();
+                // A file cut short or not JSON at all has no key path to name (it would print
+                // as `?`): the line and column say where.
+                let path = match inner_category {
+                    serde_json::error::Category::Eof | serde_json::error::Category::Syntax => {
+                        String::new()
+                    }
+                    _ => e.path().to_string(),
+                };
                 let inner = e.into_inner();
                 InstallationError::new(vec![if path == "." || path.is_empty() {
                     inner.to_string()

@@ -138,6 +138,8 @@ pub struct AuditFilter<'a> {
     pub namespace_id: Option<&'a str>,
     /// At or after this RFC 3339 time.
     pub since: Option<&'a str>,
+    /// Within this PostgreSQL interval of the database clock (`15 minutes`).
+    pub age: Option<&'a str>,
     /// Only events with a smaller id: the cursor of the page before.
     pub before: Option<i64>,
     pub limit: i64,
@@ -148,7 +150,7 @@ pub fn audit_list(c: &mut Client, f: &AuditFilter) -> Result<Value, Error> {
     one(
         c,
         AUDIT_LIST,
-        &[&f.namespace_id, &f.since, &f.before, &f.limit],
+        &[&f.namespace_id, &f.since, &f.before, &f.limit, &f.age],
     )
 }
 

@@ -19,8 +19,13 @@ BEGIN
     SELECT * INTO ns FROM occ.namespaces_all WHERE id = failed.namespace_id FOR UPDATE;
     PERFORM occ.require_authorized(p_actor, 'delete', 'namespace', ns.id, ns.id,
                                    'retry the deletion of Namespace ' || ns.name);
-    IF ns.deleted_at IS NOT NULL OR ns.status <> 'deleting' THEN
-        RAISE EXCEPTION 'Namespace % is not being deleted', ns.name
+    IF ns.deleted_at IS NOT NULL THEN
+        RAISE EXCEPTION 'Namespace % was deleted at %: its deletion succeeded, there is nothing to retry',
+            ns.name, to_char(ns.deleted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF ns.status <> 'deleting' THEN
+        RAISE EXCEPTION 'Namespace % is %, not being deleted', ns.name, ns.status
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     SELECT * INTO latest FROM occ.work

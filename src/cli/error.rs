@@ -40,6 +40,14 @@ impl CliError {
         }
     }
 
+    /// Several problems as things stand, each one line of its own (exit 1).
+    pub fn lines(lines: impl IntoIterator<Item = String>) -> CliError {
+        CliError {
+            code: 1,
+            ..CliError::config_lines(lines)
+        }
+    }
+
     /// Invalid configuration with several problems, each one line of its own (exit 2).
     pub fn config_lines(lines: impl IntoIterator<Item = String>) -> CliError {
         CliError {

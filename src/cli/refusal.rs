@@ -85,9 +85,15 @@ fn in_users_words(message: &str, inputs: &Inputs) -> String {
             let core = word.trim_end_matches([',', ':', ';', ')', '.']);
             let tail = &word[core.len()..];
             let said = match core.split_once('/') {
+                // Only an Agent's id carries the Agent's typed name: a Configuration or
+                // Secret named here is the one the user typed already.
                 Some((ns, rest)) if ns.starts_with("ns-") => format!(
                     "{} in Namespace {}",
-                    named(rest, agent),
+                    if rest.starts_with("ag-") {
+                        named(rest, agent)
+                    } else {
+                        rest.to_string()
+                    },
                     named(ns, Some(namespace))
                 ),
                 _ if core.starts_with("ns-") => named(core, Some(namespace)),
@@ -315,6 +321,11 @@ mod tests {
         assert_eq!(
             in_users_words("agent ns-1a2b3c4d/nope does not exist", &by_id),
             "agent nope in Namespace ns-1a2b3c4d does not exist"
+        );
+        // Another kind's name is left as typed, never given the Agent's.
+        assert_eq!(
+            in_users_words("configuration ns-1a2b3c4d/nope does not exist", &inputs),
+            "configuration nope in Namespace team-b (ns-1a2b3c4d) does not exist"
         );
         // Without a Namespace argument a message is left as it is.
         let plain = Inputs {

@@ -4,7 +4,7 @@
 //! reported and the time waited, then how the work ended. On a terminal that is one line redrawn in place on stderr;
 //! otherwise a plain line each time the state or code changes. The exit code says how it
 //! ended: 0 succeeded, `FAILED` failed for good, `TIMED_OUT` still running when the timeout
-//! passed (the work goes on).
+//! passed (the work goes on), `INTERRUPTED` when Ctrl-C stopped the wait (the work goes on).
 //!
 //! It only reads. The schema notifies new work only (`occ_work`, for the workers' wake-up),
 //! not a row's progress, so the follower reads its one row a few times a second; and because
@@ -16,12 +16,16 @@ use super::globals::Globals;
 use occ_worker::operator;
 use occ_worker::queue::{self, WorkState};
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Exit code: the work failed for good (`failed_permanent`).
 pub const FAILED: u8 = 3;
 /// Exit code: the timeout passed while the work still ran.
 pub const TIMED_OUT: u8 = 4;
+/// Exit code: Ctrl-C (SIGINT) stopped the wait, not the work (128 + 2, as a shell reports it).
+pub const INTERRUPTED: u8 = 130;
 
 /// How long `--wait` without a value waits.
 const DEFAULT_TIMEOUT: &str = "10m";
@@ -193,6 +197,19 @@ pub fn follow(
     key: &str,
     timeout: Option<Duration>,
 ) -> Result<(), CliError> {
+    // Ctrl-C ends the wait, never the work: said once the current read is done, so the
+    // line can say where the work stands. A second Ctrl-C while that is under way exits at once.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for register in [
+        signal_hook::flag::register_conditional_shutdown(
+            signal_hook::consts::SIGINT,
+            i32::from(INTERRUPTED),
+            interrupted.clone(),
+        ),
+        signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone()),
+    ] {
+        register?;
+    }
     let mut client = globals.connect()?;
     let started = Instant::now();
     let mut display = Display::new();
@@ -215,6 +232,10 @@ pub fn follow(
             display.clear();
             return Err(timed_out(what, key, &seen, waited));
         }
+        if interrupted.load(Ordering::Relaxed) {
+            display.clear();
+            return Err(stopped_waiting(what, key, &seen, waited));
+        }
         if !warned && waited >= next_liveness {
             next_liveness += LIVENESS_AFTER;
             if let Some(why) = silent_worker(&mut client)? {
@@ -224,8 +245,28 @@ pub fn follow(
                 warned = true;
             }
         }
+        // A signal does not cut the sleep short (std retries it): Ctrl-C is seen within POLL.
         std::thread::sleep(POLL);
+        if interrupted.load(Ordering::Relaxed) {
+            display.clear();
+            return Err(stopped_waiting(what, key, &seen, started.elapsed()));
+        }
     }
+}
+
+/// Ctrl-C: where the work stands, that it goes on, and how to follow it again.
+fn stopped_waiting(what: &str, key: &str, seen: &Seen, waited: Duration) -> CliError {
+    let state = match &seen.code {
+        Some(code) => format!("{} ({code})", seen.state),
+        None => seen.state.clone(),
+    };
+    CliError::with_code(
+        format!(
+            "{what}: stopped waiting after {} s; {key} is still {state} and the work goes on (admin work watch {key} follows it again)",
+            waited.as_secs()
+        ),
+        INTERRUPTED,
+    )
 }
 
 /// The row `key` now; an Agent deletion's work that went with its Agent counts as succeeded.

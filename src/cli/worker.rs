@@ -86,7 +86,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let pool = open_pool(globals, &config, budget)?;
     let installation_id = read_installation(&pool, &config)?;
     let (compute, installation) = build_compute(&config)?;
-    let preflight_warnings = preflight(&config, &*compute, &events)?;
+    let preflight_warnings = preflight(&config, &*compute, &installation, &events)?;
     Ok(Started {
         _watchdog: watchdog,
         config,
@@ -219,6 +219,7 @@ fn build_compute(config: &Config) -> Result<(Arc<dyn ComputeDriver>, Installatio
 fn preflight(
     config: &Config,
     compute: &dyn ComputeDriver,
+    installation: &Installation,
     events: &Events,
 ) -> Result<Vec<String>, CliError> {
     let warnings = compute.preflight(&CancelToken::unbounded()).map_err(|e| {
@@ -226,7 +227,10 @@ fn preflight(
             DriverKind::Docker => format!(" (Docker Engine at DOCKER_HOST={})", config.docker_host),
             DriverKind::Kubernetes => String::new(),
         };
-        CliError::new(format!("compute preflight failed{target}: {e}"))
+        CliError::new(format!(
+            "compute preflight failed{target}: {e}{}",
+            what_is_missing(&e, installation)
+        ))
     })?;
     let codes: Vec<String> = warnings.into_iter().map(|w| w.code).collect();
     for code in &codes {
@@ -236,6 +240,27 @@ fn preflight(
         );
     }
     Ok(codes)
+}
+
+/// What a preflight refusal's code says is missing, named as the operator configured it: the
+/// RuntimeClass the Installation file asked for (SPEC S1).
+fn what_is_missing(e: &occ_worker::compute::ComputeError, installation: &Installation) -> String {
+    use occ_worker::compute::ComputeErrorKind;
+    let runtime_class = installation
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref());
+    match (e.kind(), runtime_class) {
+        (ComputeErrorKind::Permanent(code), Some(name))
+            if code == "SANDBOX_RUNTIME_CLASS_NOT_FOUND" =>
+        {
+            format!(
+                ": the RuntimeClass {name} (sandbox.runtimeClassName in OCC_INSTALLATION_CONFIG) \
+                 does not exist in the cluster (kubectl get runtimeclass)"
+            )
+        }
+        _ => String::new(),
+    }
 }
 
 /// A Compute Driver whose own settings are read, before the Installation's selections it is
@@ -266,30 +291,64 @@ fn kubernetes_driver(config: &Config) -> Result<KubernetesDriver, CliError> {
         .with_production(config.mode == Mode::Production))
 }
 
+/// `check`: start-up's checks, then one call to each configured lifecycle hook (SPEC H1): a
+/// line on stderr per hook without a valid answer, which fails `check` in production (in
+/// development it is a warning: the hook may come up after the worker).
 pub fn check(globals: &Globals) -> Result<(), CliError> {
     let s = start(globals)?;
-    let warned = !s.preflight_warnings.is_empty();
+    let hooks = s
+        .installation
+        .lifecycle_hooks()
+        .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?
+        .check(&s.installation_id, s.compute.id());
+    let unanswered: Vec<String> = hooks
+        .iter()
+        .filter_map(|h| {
+            h.problem.as_ref().map(|problem| {
+                format!(
+                    "lifecycle hook {} at {} {problem} (LIFECYCLE_HOOK_UNAVAILABLE)",
+                    h.driver.as_str(),
+                    h.url
+                )
+            })
+        })
+        .collect();
+    let warned = !s.preflight_warnings.is_empty() || !unanswered.is_empty();
     globals.print(&json!({
         "status": if warned { "warnings" } else { "ok" },
         "installation": s.installation_id,
         "computeDriver": s.compute.id(),
         "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
-        "lifecycleHooks": s.installation.lifecycle_hooks.iter()
-            .map(|h| json!({"driver": h.driver.as_str(), "url": h.url,
-                "phases": h.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>()}))
+        "lifecycleHooks": s.installation.lifecycle_hooks.iter().zip(&hooks)
+            .map(|(h, checked)| json!({"driver": h.driver.as_str(), "url": h.url,
+                "phases": h.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+                "answered": checked.problem.is_none()}))
             .collect::<Vec<_>>(),
         "sandboxDriverId": s.installation.sandbox.as_ref().map(|s| &s.id),
         "credentialGatewayId": s.installation.credential_gateway.as_ref().map(|g| &g.id),
         "preflightWarnings": s.preflight_warnings,
     }));
-    if warned {
-        return Err(CliError::new(format!(
+    let production = s.config.mode == Mode::Production;
+    if !production {
+        for line in &unanswered {
+            eprintln!("occ-worker: warning: {line}");
+        }
+    }
+    let mut failures = Vec::new();
+    if production {
+        failures.extend(unanswered);
+    }
+    if !s.preflight_warnings.is_empty() {
+        failures.push(format!(
             "compute preflight warnings: {} (`run` starts anyway and logs them)",
             s.preflight_warnings.join(", ")
-        )));
+        ));
     }
-    Ok(())
+    match failures.len() {
+        0 => Ok(()),
+        _ => Err(CliError::lines(failures)),
+    }
 }
 
 /// The worker's reconcilers: every production one, or under test tooling one test reconciler

@@ -268,19 +268,33 @@ impl Hook {
         let unavailable = |status: Option<u16>, class: &'static str| {
             unavailable(phase, self.driver, status, class)
         };
-        let sent = {
-            let _current = cancel.enter();
-            let request = ureq::http::Request::post(&self.url)
-                .header("content-type", "application/json")
-                .header("accept", "application/json")
-                .body(body.to_string())
-                .map_err(|_| unavailable(None, "lifecycle_hook_request"))?;
-            let request = self
-                .agent
-                .configure_request(request)
-                .timeout_global(Some(self.timeout))
-                .build();
-            self.agent.run(request).and_then(|mut response| {
+        let (status, body) = self.post(&body, cancel).map_err(|e| match e {
+            Sent::Cancelled(cancelled) => ComputeError::cancelled(cancelled),
+            Sent::NoAnswer(class) => unavailable(None, class),
+        })?;
+        if status != 200 {
+            return Err(unavailable(Some(status), "lifecycle_hook_status"));
+        }
+        serde_json::from_slice(&body).map_err(|_| unavailable(Some(200), "lifecycle_hook_answer"))
+    }
+
+    /// Sends `body`, bounded by the hook's timeout and interrupted when `cancel` is: the
+    /// answer's status and body (at most `ANSWER_LIMIT` bytes).
+    fn post(&self, body: &Value, cancel: &CancelToken) -> Result<(u16, Vec<u8>), Sent> {
+        let _current = cancel.enter();
+        let request = ureq::http::Request::post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(body.to_string())
+            .map_err(|_| Sent::NoAnswer("lifecycle_hook_request"))?;
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(Some(self.timeout))
+            .build();
+        self.agent
+            .run(request)
+            .and_then(|mut response| {
                 let status = response.status().as_u16();
                 let body = response
                     .body_mut()
@@ -289,17 +303,70 @@ impl Hook {
                     .read_to_vec()?;
                 Ok((status, body))
             })
-        };
-        let (status, body) = sent.map_err(|e| {
-            if let Err(cancelled) = cancel.check() {
-                return ComputeError::cancelled(cancelled);
-            }
-            unavailable(None, transport_class(&e))
-        })?;
-        if status != 200 {
-            return Err(unavailable(Some(status), "lifecycle_hook_status"));
-        }
-        serde_json::from_slice(&body).map_err(|_| unavailable(Some(200), "lifecycle_hook_answer"))
+            .map_err(|e| match cancel.check() {
+                Err(cancelled) => Sent::Cancelled(cancelled),
+                Ok(()) => Sent::NoAnswer(transport_class(&e)),
+            })
+    }
+}
+
+/// Why a request got no answer: the pass was cancelled, or a class of transport failure.
+enum Sent {
+    Cancelled(crate::cancel::Cancelled),
+    NoAnswer(&'static str),
+}
+
+/// What `occ-worker check` found of one hook: its driver and URL and, when it gave no valid
+/// answer, why, in an operator's words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookCheck {
+    pub driver: HookDriver,
+    pub url: String,
+    pub problem: Option<String>,
+}
+
+/// The phase of `check`'s call: none of H3's, so a hook guards nothing on it (the reference
+/// hook, like any that allows a phase it does not name, allows it).
+pub const CHECK_PHASE: &str = "check";
+
+impl LifecycleHooks {
+    /// Calls each hook once, in H2 order, with the phase `check` and no Namespace: whether it
+    /// answers `200` with an answer's shape over TLS its CA verifies, within its timeout. The
+    /// answer's `allowed` does not matter.
+    pub fn check(&self, installation_id: &str, compute_driver_id: &str) -> Vec<HookCheck> {
+        let body = json!({
+            "phase": CHECK_PHASE,
+            "installationId": installation_id,
+            "computeDriverId": compute_driver_id,
+        });
+        let cancel = CancelToken::unbounded();
+        self.hooks
+            .iter()
+            .map(|hook| {
+                let problem = match hook.post(&body, &cancel) {
+                    Ok((200, answer)) => serde_json::from_slice::<Answer>(&answer)
+                        .err()
+                        .map(|_| "answered 200 without an answer ({\"allowed\": bool, …})".into()),
+                    Ok((status, _)) => Some(format!("answered HTTP {status}, not 200")),
+                    Err(Sent::Cancelled(_)) => Some("was not called (cancelled)".into()),
+                    Err(Sent::NoAnswer(class)) => Some(match class {
+                        "lifecycle_hook_timeout" => format!(
+                            "did not answer within its timeout ({} s)",
+                            hook.timeout.as_secs()
+                        ),
+                        "lifecycle_hook_tls" => {
+                            "refused TLS: its certificate is not one caFile verifies".into()
+                        }
+                        _ => "could not be reached (the connection failed)".into(),
+                    }),
+                };
+                HookCheck {
+                    driver: hook.driver,
+                    url: hook.url.clone(),
+                    problem,
+                }
+            })
+            .collect()
     }
 }
 

@@ -313,3 +313,15 @@ fn s3_a_policy_is_within_a_ceiling_entry_holding_its_network_and_all_its_ports()
         &[rule("0.0.0.0/0", &[22])]
     ));
 }
+
+// A file cut short names no key path (it used to print a stray `?:`).
+#[test]
+fn a_truncated_file_names_where_it_ends_without_a_key_path() {
+    assert_eq!(
+        problems(
+            r#"{"lifecycleHooks": [{"driver": "iam""#,
+            DriverKind::Docker
+        ),
+        ["EOF while parsing an object at line 1 column 36"]
+    );
+}

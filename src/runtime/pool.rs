@@ -345,11 +345,12 @@ fn conclude(ctx: &Context, records: &Records, pass: &RanPass, result: PassResult
         .pass_duration
         .with_label_values(&[operation])
         .observe(elapsed.as_secs_f64());
-    // Every pass event names its work by its key.
+    // Every pass event names its work by its key, and its operation by the one name
+    // `worker.completed` gives it (SPEC W7x), so adjacent lines agree.
     let mut fields = json!({
         "workId": claim.key,
         "attempt": claim.attempt,
-        "operation": operation,
+        "operation": claim.operation.event_name(),
         "namespaceId": claim.namespace_id,
         "agentId": claim.agent_id,
         "revisionId": claim.revision_id,
@@ -428,7 +429,6 @@ fn completed(
             ctx.events
                 .emit("worker.pass-error", pass_error_fields(&fields, &report));
         }
-        fields["operation"] = json!(claim.operation.event_name());
         fields["result"] = json!(classified.as_str());
         fields["outcome"] = json!(outcome);
         fields["code"] = json!(report.code);

@@ -861,6 +861,10 @@ fn w7_completed_separates_classification_from_the_queue_decision_and_pass_errors
         .collect();
     assert_eq!(errors.len(), 5, "{errors:?}");
     for e in &errors {
+        // One operation, one name in adjacent lines (it used to be `agent_stop` here and
+        // `agent.stop` in worker.completed).
+        assert_eq!(e["operation"], completed[0]["operation"], "{e}");
+        assert_eq!(e["operation"], "agent.stop", "{e}");
         assert_eq!(
             (&e["step"], &e["class"], &e["status"], &e["reason"]),
             (

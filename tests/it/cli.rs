@@ -55,6 +55,287 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{}/{db}", url.rsplit_once('/').unwrap().0)
 }
 
+/// A bootstrapped database with the Namespace `team-c` created through the CLI (so its id is
+/// generated, unlike its name) and marked ready: (database, Namespace id).
+fn team_c() -> (TestDb, String) {
+    let db = TestDb::bootstrapped();
+    let ns = ok(
+        &db,
+        &["admin", "namespace", "create", "team-c", "--actor", "admin"],
+    );
+    let ns = ns["id"].as_str().unwrap().to_string();
+    db.client()
+        .execute(
+            "UPDATE occ.namespaces_all SET status = 'ready' WHERE id = $1",
+            &[&ns],
+        )
+        .unwrap();
+    (db, ns)
+}
+
+// A deployment naming a Configuration or a Secret that does not exist names that one, never
+// the Agent: it used to print "configuration writer (nope)".
+#[test]
+fn a_missing_configuration_or_secret_is_named_not_the_agent() {
+    let (db, ns) = team_c();
+    let url = Some(db.url.as_str());
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-c", "writer", "--actor", "admin",
+        ],
+    );
+    let deploy = crate::support::deploy_args(
+        "team-c",
+        "writer",
+        "nope",
+        &[
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "docker",
+            "--actor",
+            "admin",
+        ],
+    );
+    refused(
+        url,
+        &deploy,
+        1,
+        &format!(
+            "agent deploy refused: configuration nope in Namespace team-c ({ns}) does not exist"
+        ),
+    );
+    let cfg = std::env::temp_dir().join(format!("occ-cfg-{}.json", std::process::id()));
+    std::fs::write(&cfg, r#"{"model":"gpt"}"#).unwrap();
+    ok(
+        &db,
+        &[
+            "admin",
+            "configuration",
+            "put",
+            "team-c",
+            "cfg",
+            "--file",
+            cfg.to_str().unwrap(),
+            "--actor",
+            "admin",
+        ],
+    );
+    std::fs::remove_file(&cfg).unwrap();
+    let deploy = crate::support::deploy_args(
+        "team-c",
+        "writer",
+        "cfg",
+        &[
+            "--harness-secret",
+            "nokey",
+            "--compute-id",
+            "docker",
+            "--actor",
+            "admin",
+        ],
+    );
+    refused(
+        url,
+        &deploy,
+        1,
+        &format!("agent deploy refused: secret nokey in Namespace team-c ({ns}) does not exist"),
+    );
+}
+
+/// `run` with `env` set as well: (exit, stdout, stderr).
+fn run_with(url: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("OCC_COMPUTE_DRIVER")
+        .env_remove("OCC_KUBERNETES_CONFIG")
+        .env("OCC_DATABASE_URL", url)
+        .env("OCC_WORKER_DB_TIMEOUT_MS", "3000")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run occ-worker");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// What the driver can never do is refused at admission, not in the background: adopting a
+// Kubernetes namespace on Docker (it used to leave a failed Namespace to delete), and on
+// Kubernetes a Secret backend reference outside the Namespace's secretBackendRefPrefix (its
+// deployment used to fail much later with SECRET_REFERENCE_OUTSIDE_NAMESPACE).
+#[test]
+fn what_the_driver_can_never_do_is_refused_at_admission() {
+    let (db, ns) = team_c();
+    let docker = [("OCC_COMPUTE_DRIVER", "docker")];
+    let adopt = [
+        "admin",
+        "namespace",
+        "create",
+        "team-d",
+        "--existing-namespace",
+        "legacy",
+        "--actor",
+        "admin",
+    ];
+    assert_eq!(
+        run_with(&db.url, &adopt, &docker),
+        (
+            2,
+            String::new(),
+            "occ-worker: namespace create refused: --existing-namespace legacy adopts a Kubernetes namespace, which the Docker Compute Driver (OCC_COMPUTE_DRIVER=docker) cannot (EXISTING_NAMESPACE_UNSUPPORTED): leave it out\n".into()
+        )
+    );
+    let admitted: i64 = crate::support::scalar(
+        &mut db.client(),
+        "SELECT count(*) FROM occ.namespaces_all WHERE name = 'team-d'",
+    );
+    assert_eq!(admitted, 0, "nothing admitted");
+
+    let dir = crate::kube_e2e::scratch("cli-secret-prefix");
+    let driver = dir.join("driver.json");
+    std::fs::write(&driver, crate::kube_e2e::DRIVER_FILE).unwrap();
+    let kubernetes = [
+        ("OCC_COMPUTE_DRIVER", "kubernetes"),
+        ("OCC_KUBERNETES_CONFIG", driver.to_str().unwrap()),
+    ];
+    let k8s = crate::kube_e2e::k8s_namespace(&ns);
+    let create = |backend_ref: &str| {
+        run_with(
+            &db.url,
+            &[
+                "admin",
+                "secret",
+                "create",
+                "team-c",
+                "key",
+                "--backend-ref",
+                backend_ref,
+                "--actor",
+                "admin",
+            ],
+            &kubernetes,
+        )
+    };
+    assert_eq!(
+        create("team-c/openai/api-key"),
+        (
+            2,
+            String::new(),
+            format!("occ-worker: secret create refused: --backend-ref team-c/openai/api-key is outside the Namespace's Kubernetes namespace: it must start with {k8s}/ (secretBackendRefPrefix in admin namespace show; SECRET_REFERENCE_OUTSIDE_NAMESPACE)\n")
+        )
+    );
+    let inside = format!("{k8s}/openai/api-key");
+    let (code, _, stderr) = create(&inside);
+    assert_eq!(code, 0, "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// Siblings agree: `audit --since 15m` takes an age as `work list --since` does (it was
+// refused); an unknown `--agent` is an error like an unknown Namespace (it was silently
+// empty); `--file -` reads standard input (it was "No such file"), and a UTF-8 byte order mark
+// is skipped (it read "expected value at line 1 column 1").
+#[test]
+fn sibling_commands_agree_on_ages_unknown_agents_stdin_and_a_byte_order_mark() {
+    let (db, _) = team_c();
+    let url = Some(db.url.as_str());
+    let recent = ok(&db, &["admin", "audit", "--since", "15m"]);
+    assert!(
+        recent.as_array().is_some_and(|events| events
+            .iter()
+            .any(|e| e["action"] == "openclaw.namespaces.create")),
+        "{recent}"
+    );
+    // An hour ago (the trail is append-only: its trigger is bypassed for this one session).
+    db.client()
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE occ.audit_events SET occurred_at = occurred_at - interval '1 hour'",
+        )
+        .unwrap();
+    assert_eq!(ok(&db, &["admin", "audit", "--since", "15m"]), json!([]));
+    refused(
+        url,
+        &["admin", "audit", "--since", "15 minutes"],
+        2,
+        "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z or an age such as 90s, 15m, 2h or 7d, got \"15 minutes\"",
+    );
+
+    refused(
+        url,
+        &["admin", "work", "list", "--agent", "ghost"],
+        1,
+        "work list refused: no Agent ghost in any Namespace has that id or name (a deleted Agent's work went with it; admin agent list NAMESPACE)",
+    );
+    ok(
+        &db,
+        &[
+            "admin", "agent", "create", "team-c", "writer", "--actor", "admin",
+        ],
+    );
+    assert_eq!(
+        ok(&db, &["admin", "work", "list", "--agent", "writer"]),
+        json!([])
+    );
+    refused(
+        url,
+        &["admin", "work", "list", "--namespace", "team-c", "--agent", "ghost"],
+        1,
+        "work list refused: no Agent ghost in that Namespace has that id or name (a deleted Agent's work went with it; admin agent list NAMESPACE)",
+    );
+
+    let put = |id: &str, input: &[u8]| {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .args([
+                "admin",
+                "configuration",
+                "put",
+                "team-c",
+                id,
+                "--file",
+                "-",
+                "--actor",
+                "admin",
+                "--json",
+            ])
+            .env("OCC_DATABASE_URL", &db.url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        put("from-stdin", br#"{"model":"gpt"}"#),
+        (Some(0), String::new())
+    );
+    assert_eq!(
+        put("with-bom", b"\xEF\xBB\xBF{\"model\":\"gpt\"}"),
+        (Some(0), String::new())
+    );
+    assert_eq!(
+        put("not-json", b"model: gpt"),
+        (
+            Some(2),
+            "occ-worker: --file - (standard input) is not JSON: expected value at line 1 column 1 (a Configuration is one JSON object)\n".into()
+        )
+    );
+    let shown = ok(
+        &db,
+        &["admin", "configuration", "show", "team-c", "with-bom"],
+    );
+    assert_eq!(shown["document"], json!({"model": "gpt"}), "{shown}");
+}
+
 // O: constraint violations name the argument and its rule (exit 2); duplicates name the
 // thing and where it lives (exit 1). No constraint name or server text reaches the user.
 #[test]

@@ -388,3 +388,44 @@ fn work_retry_waits_for_the_retry_it_queued() {
         )
     );
 }
+
+// O: Ctrl-C during --wait stops the wait, not the work: one line says where the work stands,
+// that it goes on and how to follow it again, and the exit code is 130 (it used to print
+// nothing).
+#[test]
+fn ctrl_c_during_wait_says_the_work_goes_on_and_how_to_follow_it() {
+    let db = TestDb::bootstrapped();
+    let (child, mut stderr) = spawn(
+        &db,
+        &[
+            "admin",
+            "namespace",
+            "create",
+            "team-i",
+            "--actor",
+            "admin",
+            "--wait=60s",
+        ],
+    );
+    // Following: the handler is in place before the first line.
+    let first = line(&mut stderr);
+    let key = ensure_key(&db, "team-i");
+    assert_eq!(first, format!("{key}: provisioning · N s"));
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(
+        finish(child, stderr),
+        (
+            130,
+            vec![format!(
+                "occ-worker: namespace create: stopped waiting after N s; {key} is still provisioning and the work goes on (admin work watch {key} follows it again)"
+            )]
+        )
+    );
+    let state: String = crate::support::one(
+        &mut db.client(),
+        "SELECT state FROM occ.work WHERE idempotency_key = $1",
+        &[&key],
+    );
+    assert_eq!(state, "queued", "the work goes on");
+}

@@ -550,7 +550,7 @@ fn h1_start_up_refuses_each_bad_configuration_with_one_line_each() {
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["lifecycleHooks"],
-        json!([{"driver": "configuration", "url": server.url("configuration"), "phases": ["afterNamespacePrepared"]}])
+        json!([{"driver": "configuration", "url": server.url("configuration"), "phases": ["afterNamespacePrepared"], "answered": true}])
     );
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -839,4 +839,93 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+// H1, issue 43: `check` calls each configured hook once (phase `check`, no Namespace) and names
+// each that gives no valid answer on a line of its own: a warning in development (exit 0,
+// status `warnings`), a failure in production (exit 1). It used to answer `status: ok` for a
+// hook nobody answers.
+#[test]
+fn h1_check_calls_each_hook_once_and_names_each_that_does_not_answer() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("hooks-check");
+    let db = TestDb::bootstrapped();
+    let server = HookServer::start(&dir);
+    server.answer("iam", "check", Answer::Status(503));
+    // A port nothing listens on any more.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("https://{}/sandbox", closed.local_addr().unwrap());
+    drop(closed);
+    let mut gone = server.entry("configuration", &["afterNamespacePrepared"], 5);
+    gone["url"] = json!(dead);
+    let file = dir.join("installation.json");
+    std::fs::write(
+        &file,
+        json!({"lifecycleHooks": [gone, server.entry("iam", &["beforeNamespaceDelete"], 5)]})
+            .to_string(),
+    )
+    .unwrap();
+    let mut env = kube_env(&db, &fake, &dir, 1);
+    env.push(("OCC_INSTALLATION_CONFIG", file.display().to_string()));
+    let lines = [
+        format!("lifecycle hook configuration at {dead} could not be reached (the connection failed) (LIFECYCLE_HOOK_UNAVAILABLE)"),
+        format!("lifecycle hook iam at {} answered HTTP 503, not 200 (LIFECYCLE_HOOK_UNAVAILABLE)", server.url("iam")),
+    ];
+
+    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        lines
+            .iter()
+            .map(|l| format!("occ-worker: warning: {l}"))
+            .collect::<Vec<_>>()
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "warnings");
+    assert_eq!(
+        report["lifecycleHooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["answered"].clone())
+            .collect::<Vec<_>>(),
+        [json!(false), json!(false)]
+    );
+    let calls = server.calls();
+    assert_eq!(calls.len(), 1, "one call per reachable hook: {calls:?}");
+    assert_eq!(calls[0].body["phase"], "check");
+    assert!(calls[0].body.get("namespaceId").is_none(), "{:?}", calls[0]);
+
+    let out = worker_command(&["check"], &crate::kube_e2e::production(env.clone()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        lines
+            .iter()
+            .map(|l| format!("occ-worker: {l}"))
+            .collect::<Vec<_>>()
+    );
+
+    // Once it answers, `check` is ok.
+    server.answer("iam", "check", Answer::Allow);
+    std::fs::write(
+        &file,
+        json!({"lifecycleHooks": [server.entry("iam", &["beforeNamespaceDelete"], 5)]}).to_string(),
+    )
+    .unwrap();
+    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "ok");
+    let _ = std::fs::remove_dir_all(dir);
 }

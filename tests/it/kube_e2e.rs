@@ -297,7 +297,7 @@ fn check(env: &Env) -> (Option<i32>, String, String) {
     )
 }
 
-fn production(mut env: Env) -> Env {
+pub fn production(mut env: Env) -> Env {
     env.push(("OCC_WORKER_MODE", "production".into()));
     env.push(("OCC_WORKER_LEASE_MS", "5000".into()));
     env.push(("OCC_WORKER_MAX_ATTEMPTS", "5".into()));
@@ -642,5 +642,51 @@ fn c3_an_embedded_candidate_takes_the_shared_gateway_only_at_activation() {
         .get("/api/v1/namespaces/occ-ns-1/services/agent-ag-1")
         .unwrap();
     assert_eq!(service["spec"]["selector"]["occ.revision"], "rev-2");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// C3: an exec plugin that fails is named with the hint it wrote on stderr, as kubectl shows it
+// (it used to drop it), and one that is not installed is "not found on PATH" (it used to read
+// "cannot be started (entity not found)"); its stdout, where a token would be, never shows.
+#[test]
+fn c3_a_failing_exec_plugin_is_named_with_its_own_hint() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let dir = scratch("kube-exec-hint");
+    let db = TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 1);
+    let kubeconfig =
+        std::path::PathBuf::from(&env.iter().find(|(k, _)| *k == "KUBECONFIG").unwrap().1);
+    let token_config = std::fs::read_to_string(&kubeconfig).unwrap();
+    let with_exec = |command: &str, args: &str| {
+        let text = token_config.replace(
+            &format!("    token: {}", fake.token()),
+            &format!(
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {command}\n      args: {args}"
+            ),
+        );
+        assert!(text.contains("exec:"), "{text}");
+        std::fs::write(&kubeconfig, text).unwrap();
+    };
+    with_exec(
+        "sh",
+        r#"["-c", "echo token-on-stdout; echo 'ERROR: your credentials expired' >&2; echo 'run: gcloud auth login' >&2; exit 1"]"#,
+    );
+    let (code, _, stderr) = check(&env);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            Some(2),
+            "occ-worker: invalid configuration: exec plugin \"sh\" failed (exit status: 1): it said \"run: gcloud auth login\"\n"
+        )
+    );
+    with_exec("occ-no-such-plugin", "[]");
+    let (code, _, stderr) = check(&env);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            Some(2),
+            "occ-worker: invalid configuration: exec plugin \"occ-no-such-plugin\" is not found on PATH: install it, or give its full path as the kubeconfig's users[].user.exec.command\n"
+        )
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -400,8 +400,14 @@ fn q9_deletion_retry_only_after_a_permanent_failure_with_a_new_key() {
 
     assert_eq!(h.pass().unwrap().code, "NAMESPACE_RECONCILED");
     assert_eq!(h.work(&retry).0, "succeeded");
+    // Tombstoned: its deletion is done, which the refusal says (it used to say the Namespace
+    // "is not being deleted").
     let msg = h.refused("SELECT occ.namespace_delete_retry('admin', $1)", &[&retry]);
-    assert!(msg.contains("not being deleted"), "{msg}");
+    assert!(
+        msg.contains(" was deleted at ")
+            && msg.ends_with(": its deletion succeeded, there is nothing to retry"),
+        "{msg}"
+    );
 }
 
 // Ensure (N2, N3) ---------------------------------------------------------------------------

@@ -216,6 +216,8 @@ fn the_readme_walk_throughs_run_as_written() {
         "HARNESS_BINDING_UNSUPPORTED",
         "status: deleting",
         "\"phase\":\"beforeNamespaceDelete\"",
+        // `check` called the hook once, and it answered.
+        "\"phase\":\"check\"",
         // --wait followed the work to its end, a line per change (no terminal here).
         ":ensure: succeeded · ",
         ":delete: succeeded · ",
@@ -226,7 +228,10 @@ fn the_readme_walk_throughs_run_as_written() {
     ] {
         assert!(output.contains(expected), "{expected} in:\n{output}");
     }
-    assert!(Path::new(&scratch.checkout.join("target/dev.env")).exists());
+    assert!(
+        !Path::new(&scratch.checkout.join("target/dev.env")).exists(),
+        "dev.env is removed when its worker stops"
+    );
     eprintln!(
         "README walk-throughs ran in {:?} from {}",
         started.elapsed(),

@@ -69,10 +69,10 @@ fn s1_preflight_refuses_a_missing_runtime_class_in_one_line_and_check_names_the_
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr
-            .contains("compute preflight failed: compute refused: SANDBOX_RUNTIME_CLASS_NOT_FOUND"),
-        "{stderr}"
+    // The RuntimeClass the file asked for is named (it used to be the code and a 404 only).
+    assert_eq!(
+        stderr,
+        "occ-worker: compute preflight failed: compute refused: SANDBOX_RUNTIME_CLASS_NOT_FOUND (class kubernetes, status 404): the RuntimeClass gvisor (sandbox.runtimeClassName in OCC_INSTALLATION_CONFIG) does not exist in the cluster (kubectl get runtimeclass)\n"
     );
     assert!(fake
         .requests()

@@ -296,3 +296,152 @@ fn scripts_dev_is_per_checkout_and_stops_postgres_on_ctrl_c() {
     drop(c);
     assert_eq!(stop_dev(dev, libc::SIGTERM), Some(0));
 }
+
+/// `scripts/dev ARGS` in `dir` with PATH and nothing else: (exit code, stderr).
+fn dev_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new("scripts/dev")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("OCC_DEV_SKIP_BUILD", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("scripts/dev");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// A mistyped argument starts nothing: one line naming it and exit status 2 (`--bogus` used to
+// start a worker, `--wait` without a pid printed raw bash); `--wait` on a pid that never was a
+// scripts/dev of this checkout says so at once instead of "exited before it was ready".
+#[test]
+fn scripts_dev_refuses_unknown_arguments_and_a_pid_it_never_started() {
+    let scratch = crate::readme::scratch_checkout_for("devargs");
+    for (args, said) in [
+        (
+            vec!["--bogus"],
+            "dev: unknown argument --bogus (scripts/dev --help lists them)\n",
+        ),
+        (
+            vec!["--reset", "now"],
+            "dev: unknown argument now (scripts/dev --help lists them)\n",
+        ),
+        (
+            vec!["--wait"],
+            "dev: --wait needs the process id of a scripts/dev started in the background: scripts/dev & then scripts/dev --wait $!\n",
+        ),
+        (
+            vec!["--wait", "soon"],
+            "dev: --wait needs the process id of a scripts/dev started in the background: scripts/dev & then scripts/dev --wait $!\n",
+        ),
+    ] {
+        assert_eq!(
+            dev_in(&scratch.checkout, &args),
+            (Some(2), said.to_string()),
+            "{args:?}"
+        );
+    }
+    assert!(
+        !scratch.checkout.join("target/dev.lock").exists()
+            && !scratch.checkout.join("target/dev.started").exists(),
+        "a refused argument starts nothing"
+    );
+
+    // A pid that existed, but never as a scripts/dev here: it has exited by now.
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let pid = gone.id().to_string();
+    assert_eq!(
+        dev_in(&scratch.checkout, &["--wait", &pid]),
+        (
+            Some(1),
+            format!(
+                "dev: waiting for scripts/dev (pid {pid}) to answer /readyz (building and starting; at most 30 minutes)\n\
+                 dev: no scripts/dev with pid {pid} started in this checkout: give the pid of `scripts/dev &` ($!)\n"
+            )
+        )
+    );
+}
+
+// A second scripts/dev on the same checkout says which one runs (pid and address) and exits 1
+// without touching it: dev.env stays the first one's, its worker stays ready and its
+// PostgreSQL up (the second used to stop it on its way out). `--wait` on the refused one says
+// it exited; dev.env is removed when the first one's worker stops.
+#[test]
+fn a_second_scripts_dev_names_the_running_one_and_leaves_it_alone() {
+    if !crate::docker::docker_available() {
+        return;
+    }
+    let scratch = crate::readme::scratch_checkout_for("dev2");
+    let log = scratch.base.join("dev.log");
+    // A port of its own (the one scripts/dev keeps for the next start): the other dev test
+    // may hold the default one.
+    std::fs::write(
+        scratch.checkout.join("target/dev.port"),
+        crate::support::free_port().to_string(),
+    )
+    .unwrap();
+    let first = start_dev(&scratch, &log, &[]);
+    let env_path = scratch.checkout.join("target/dev.env");
+    let env_before = std::fs::read_to_string(&env_path).unwrap();
+    let addr = dev_env(&scratch, "OCC_WORKER_HTTP_ADDR");
+    let url = dev_env(&scratch, "OCC_DATABASE_URL");
+
+    for args in [&[][..], &["--reset"][..]] {
+        let second = Command::new("scripts/dev")
+            .args(args)
+            .current_dir(&scratch.checkout)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("OCC_DEV_SKIP_BUILD", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let second_pid = second.id().to_string();
+        let out = second.wait_with_output().unwrap();
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+            (
+                Some(1),
+                format!(
+                    "dev: scripts/dev already runs in this checkout (pid {}, http://{addr}): stop it first (kill {}), or source target/dev.env to use it\n",
+                    first.id(),
+                    first.id()
+                )
+                .as_str()
+            ),
+            "{args:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&env_path).unwrap(),
+            env_before,
+            "dev.env is still the first one's"
+        );
+        assert!(Client::connect(&url, NoTls).is_ok(), "PostgreSQL still up");
+        assert_eq!(
+            crate::support::http_exchange(&addr, b"GET /readyz HTTP/1.0\r\n\r\n"),
+            Some(200),
+            "the first worker is still ready"
+        );
+        let (code, said) = dev_in(&scratch.checkout, &["--wait", &second_pid]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(
+            said.ends_with(&format!(
+                "dev: scripts/dev (pid {second_pid}) exited before it was ready: its output above says why\n"
+            )),
+            "{said}"
+        );
+    }
+
+    assert_eq!(stop_dev(first, libc::SIGTERM), Some(0));
+    assert!(
+        !env_path.exists(),
+        "dev.env removed when its worker stopped"
+    );
+    assert!(Client::connect(&url, NoTls).is_err(), "PostgreSQL stopped");
+}

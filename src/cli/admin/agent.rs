@@ -83,7 +83,7 @@ pub enum SandboxPolicyCommand {
         /// The Agent id or name.
         agent: String,
         /// The policy: {"egress": [{"cidr": "10.0.0.0/8", "ports": [443]}, ...]}; an empty
-        /// list removes the Agent's egress policy.
+        /// list removes the Agent's egress policy; `-` reads standard input.
         #[arg(long)]
         file: std::path::PathBuf,
         /// The identity making the change (authorized, and named in the audit trail).

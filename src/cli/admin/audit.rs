@@ -4,7 +4,7 @@
 use super::super::error::CliError;
 use super::super::globals::Globals;
 use super::super::refusal::{refused, Inputs};
-use super::common::{is_rfc3339, known_namespace};
+use super::common::{known_namespace, since_filter};
 use serde_json::json;
 
 /// `admin audit`: the trail newest first, a table of one line per event (`--json`: each
@@ -16,13 +16,11 @@ pub fn run(
     before: Option<i64>,
     limit: i64,
 ) -> Result<(), CliError> {
-    if let Some(t) = &since {
-        if !is_rfc3339(t) {
-            return Err(CliError::config(format!(
-                "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {t:?}"
-            )));
-        }
-    }
+    let (since, age) = since
+        .as_deref()
+        .map(since_filter)
+        .transpose()?
+        .unwrap_or_default();
     let namespace = match namespace {
         Some(ns) => Some(known_namespace(globals, "audit", &ns)?),
         None => None,
@@ -31,6 +29,7 @@ pub fn run(
     let filter = occ_worker::operator::AuditFilter {
         namespace_id: namespace.as_deref(),
         since: since.as_deref(),
+        age: age.as_deref(),
         before,
         limit,
     };

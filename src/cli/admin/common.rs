@@ -157,6 +157,61 @@ pub fn known_namespace(
         })
 }
 
+/// `--since` of `work list` and `audit`: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) as the
+/// PostgreSQL interval it means. `(time, interval)`, one of them set.
+pub fn since_filter(value: &str) -> Result<(Option<String>, Option<String>), CliError> {
+    if is_rfc3339(value) {
+        return Ok((Some(value.to_string()), None));
+    }
+    let unit = match value.chars().last() {
+        Some('s') => "seconds",
+        Some('m') => "minutes",
+        Some('h') => "hours",
+        Some('d') => "days",
+        _ => "",
+    };
+    let count = &value[..value.len().saturating_sub(1)];
+    if unit.is_empty()
+        || count.is_empty()
+        || !count.bytes().all(|b| b.is_ascii_digit())
+        || count.len() > 9
+    {
+        return Err(CliError::config(format!(
+            "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z or an age such as 90s, 15m, 2h or 7d, got {value:?}"
+        )));
+    }
+    Ok((None, Some(format!("{count} {unit}"))))
+}
+
+const AGENT_KNOWN: &str = include_str!("../../../sql/queries/operator_agent_known.sql");
+
+/// That an Agent with this id or name exists (in the Namespace `namespace_id` when given), as
+/// an unknown Namespace is an error everywhere (`admin work list --agent`).
+pub fn known_agent(
+    globals: &Globals,
+    what: &'static str,
+    agent: &str,
+    namespace_id: Option<&str>,
+) -> Result<(), CliError> {
+    let mut c = globals.connect()?;
+    let known: bool = c
+        .query_one(AGENT_KNOWN, &[&agent, &namespace_id])
+        .map_err(|e| refused(&Inputs { what, args: &[] }, &e))?
+        .get(0);
+    if known {
+        return Ok(());
+    }
+    Err(CliError::new(format!(
+        "{what} refused: no Agent {} {} (a deleted Agent's work went with it; admin agent list NAMESPACE)",
+        super::super::refusal::cut(agent),
+        if namespace_id.is_some() {
+            "in that Namespace has that id or name"
+        } else {
+            "in any Namespace has that id or name"
+        }
+    )))
+}
+
 /// A full RFC 3339 date-time: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`.
 pub fn is_rfc3339(value: &str) -> bool {
     let b = value.as_bytes();
@@ -229,13 +284,25 @@ pub fn compute_default() -> Option<String> {
 /// The largest Configuration file `configuration put` reads (docs/operating.md).
 pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
 
-/// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON. Every
-/// refusal is bad input (exit 2) naming the file.
+/// Reads a Configuration document: at most `CONFIGURATION_FILE_LIMIT` bytes of JSON, from
+/// the file or, for `-`, standard input; a UTF-8 byte order mark (which editors on Windows
+/// write) is skipped. Every refusal is bad input (exit 2) naming the file.
 pub fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
     use std::io::Read;
-    let shown = file.display();
-    let opened = std::fs::File::open(file)
-        .map_err(|e| CliError::config(format!("--file {shown}: cannot read it: {e}")))?;
+    let stdin = file == std::path::Path::new("-");
+    let shown = if stdin {
+        "- (standard input)".to_string()
+    } else {
+        file.display().to_string()
+    };
+    let opened: Box<dyn Read> = if stdin {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(
+            std::fs::File::open(file)
+                .map_err(|e| CliError::config(format!("--file {shown}: cannot read it: {e}")))?,
+        )
+    };
     // Read one byte past the limit rather than trusting the size a special file reports.
     let mut text = Vec::new();
     opened
@@ -247,7 +314,8 @@ pub fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
             "--file {shown} is larger than 1 MiB (1048576 bytes), the limit for a Configuration"
         )));
     }
-    let document: Value = serde_json::from_slice(&text).map_err(|e| {
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&text);
+    let document: Value = serde_json::from_slice(text).map_err(|e| {
         CliError::config(format!(
             "--file {shown} is not JSON: {e} (a Configuration is one JSON object)"
         ))

@@ -16,7 +16,7 @@ pub enum ConfigurationCommand {
         namespace: String,
         /// The Configuration id.
         id: String,
-        /// A JSON object, at most 1 MiB.
+        /// A JSON object, at most 1 MiB; `-` reads standard input.
         #[arg(long)]
         file: std::path::PathBuf,
         /// The identity making the change (authorized, and named in the audit trail).

@@ -60,8 +60,9 @@ pub enum AdminCommand {
         /// A Namespace id or name (tombstoned Namespaces included).
         #[arg(long)]
         namespace: Option<String>,
-        /// Only events at or after this RFC 3339 time.
-        #[arg(long)]
+        /// Only events at or after an RFC 3339 time, or within an age of now (`90s`, `15m`,
+        /// `2h`, `7d`).
+        #[arg(long, value_name = "TIME|AGE")]
         since: Option<String>,
         /// Only events older than the event with this id (the next page of a full one).
         #[arg(long, value_name = "ID")]

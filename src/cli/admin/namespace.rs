@@ -56,14 +56,17 @@ pub fn run(globals: &Globals, command: NamespaceCommand) -> Result<(), CliError>
             actor,
             existing_namespace,
             wait,
-        } => enqueue(
-            globals,
-            "namespace create",
-            &[("NAME", &name), ("--actor", &actor)],
-            "SELECT occ.namespace_create($1, $2, $3)",
-            &[&actor, &name, &existing_namespace],
-            (wait, "ensure"),
-        ),
+        } => {
+            refuse_adoption_on_docker(existing_namespace.as_deref())?;
+            enqueue(
+                globals,
+                "namespace create",
+                &[("NAME", &name), ("--actor", &actor)],
+                "SELECT occ.namespace_create($1, $2, $3)",
+                &[&actor, &name, &existing_namespace],
+                (wait, "ensure"),
+            )
+        }
         NamespaceCommand::Delete {
             namespace,
             actor,
@@ -79,6 +82,42 @@ pub fn run(globals: &Globals, command: NamespaceCommand) -> Result<(), CliError>
         NamespaceCommand::List { limit } => namespace_list(globals, limit),
         NamespaceCommand::Show { namespace } => namespace_show(globals, &namespace),
     }
+}
+
+/// SPEC C2: the Docker driver adopts no namespace (`EXISTING_NAMESPACE_UNSUPPORTED`). Refused
+/// at admission when `OCC_COMPUTE_DRIVER` says Docker, instead of a Namespace that fails in
+/// the background and must then be deleted.
+fn refuse_adoption_on_docker(existing: Option<&str>) -> Result<(), CliError> {
+    match (existing, super::common::compute_default().as_deref()) {
+        (Some(existing), Some("docker")) => Err(CliError::config(format!(
+            "namespace create refused: --existing-namespace {existing} adopts a Kubernetes \
+             namespace, which the Docker Compute Driver (OCC_COMPUTE_DRIVER=docker) cannot \
+             (EXISTING_NAMESPACE_UNSUPPORTED): leave it out"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// With the Kubernetes driver's settings (`OCC_KUBERNETES_CONFIG`): the Kubernetes namespace of
+/// the Namespace `value` (`occ.namespace_show`'s answer), the adopted one or the driver's
+/// prefix and its id, and the settings.
+pub fn kubernetes_namespace(
+    value: &Value,
+) -> Result<Option<(String, occ_worker::compute::kubernetes::settings::Settings)>, CliError> {
+    let Some(path) = std::env::var_os("OCC_KUBERNETES_CONFIG") else {
+        return Ok(None);
+    };
+    let settings =
+        occ_worker::compute::kubernetes::settings::Settings::load(std::path::Path::new(&path))
+            .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
+    let k8s = match value["existingNamespace"].as_str() {
+        Some(adopted) => adopted.to_string(),
+        None => occ_worker::compute::kubernetes::names::namespace_name(
+            &settings.namespace_prefix,
+            value["id"].as_str().unwrap_or_default(),
+        ),
+    };
+    Ok(Some((k8s, settings)))
 }
 
 /// `namespace list`: one line per live Namespace, by name, with what its work waits for.
@@ -153,17 +192,7 @@ fn namespace_show(globals: &Globals, namespace: &str) -> Result<(), CliError> {
     }
     value["waitingFor"] = json!(occ_worker::operator::work_waiting(&mut client, &id, None)
         .map_err(|e| refused(&inputs, &e))?);
-    if let Some(path) = std::env::var_os("OCC_KUBERNETES_CONFIG") {
-        let settings =
-            occ_worker::compute::kubernetes::settings::Settings::load(std::path::Path::new(&path))
-                .map_err(|e| CliError::config(format!("invalid configuration: {e}")))?;
-        let k8s = match value["existingNamespace"].as_str() {
-            Some(adopted) => adopted.to_string(),
-            None => occ_worker::compute::kubernetes::names::namespace_name(
-                &settings.namespace_prefix,
-                &id,
-            ),
-        };
+    if let Some((k8s, settings)) = kubernetes_namespace(&value)? {
         value["kubernetesNamespace"] = json!(k8s);
         value["secretBackendRefPrefix"] = json!(format!("{k8s}/"));
         if rolebinding_missing {

@@ -50,22 +50,57 @@ pub fn run(globals: &Globals, command: SecretCommand) -> Result<(), CliError> {
             driver,
             backend_uid,
             actor,
-        } => call(
-            globals,
-            "secret create",
-            &[
-                ("NAMESPACE", &namespace),
-                ("ID", &id),
-                ("--backend-ref", &backend_ref),
-                ("--driver", driver.as_deref().unwrap_or_default()),
-                ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
-                ("--actor", &actor),
-            ],
-            "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
-            &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
-        ),
+        } => {
+            refuse_outside_namespace(globals, &namespace, &backend_ref)?;
+            call(
+                globals,
+                "secret create",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("ID", &id),
+                    ("--backend-ref", &backend_ref),
+                    ("--driver", driver.as_deref().unwrap_or_default()),
+                    ("--backend-uid", backend_uid.as_deref().unwrap_or_default()),
+                    ("--actor", &actor),
+                ],
+                "SELECT occ.secret_create($1, $2, $3, $4, $5, $6)",
+                &[&namespace, &id, &backend_ref, &actor, &driver, &backend_uid],
+            )
+        }
         SecretCommand::List { namespace, page } => list(globals, &namespace, page),
     }
+}
+
+/// With the Kubernetes driver (`OCC_KUBERNETES_CONFIG`), a backend reference outside the
+/// Namespace's Kubernetes namespace is refused at once, naming the prefix `namespace show`
+/// prints, instead of failing its deployment later with `SECRET_REFERENCE_OUTSIDE_NAMESPACE`.
+/// A Namespace that cannot be read is left to the admission, which says why.
+fn refuse_outside_namespace(
+    globals: &Globals,
+    namespace: &str,
+    backend_ref: &str,
+) -> Result<(), CliError> {
+    if std::env::var_os("OCC_KUBERNETES_CONFIG").is_none() {
+        return Ok(());
+    }
+    let mut client = globals.connect()?;
+    let Ok(row) = client.query_one("SELECT occ.namespace_show($1)", &[&namespace]) else {
+        return Ok(());
+    };
+    let value: serde_json::Value = row.get(0);
+    let Some((k8s, _)) = super::namespace::kubernetes_namespace(&value)? else {
+        return Ok(());
+    };
+    let prefix = format!("{k8s}/");
+    if backend_ref.starts_with(&prefix) {
+        return Ok(());
+    }
+    Err(CliError::config(format!(
+        "secret create refused: --backend-ref {} is outside the Namespace's Kubernetes \
+         namespace: it must start with {prefix} (secretBackendRefPrefix in admin namespace show; \
+         SECRET_REFERENCE_OUTSIDE_NAMESPACE)",
+        super::super::refusal::cut(backend_ref)
+    )))
 }
 
 /// `secret list`: the Namespace's Secrets.

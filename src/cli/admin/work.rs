@@ -6,7 +6,7 @@ use super::super::error::CliError;
 use super::super::globals::Globals;
 use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
-use super::common::{enqueue, is_rfc3339, known_namespace};
+use super::common::{enqueue, known_agent, known_namespace, since_filter};
 use clap::{Args, Subcommand};
 use occ_worker::queue;
 use serde_json::json;
@@ -166,6 +166,9 @@ fn work_list(
         Some(ns) => Some(known_namespace(globals, "work list", &ns)?),
         None => None,
     };
+    if let Some(agent) = &agent {
+        known_agent(globals, "work list", agent, namespace.as_deref())?;
+    }
     let (since, age) = since
         .as_deref()
         .map(since_filter)
@@ -219,30 +222,4 @@ fn work_show(globals: &Globals, client: &mut postgres::Client, key: &str) -> Res
         }
     }
     Ok(())
-}
-
-/// `--since` of `work list`: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) as the
-/// PostgreSQL interval it means. `(time, interval)`, one of them set.
-fn since_filter(value: &str) -> Result<(Option<String>, Option<String>), CliError> {
-    if is_rfc3339(value) {
-        return Ok((Some(value.to_string()), None));
-    }
-    let unit = match value.chars().last() {
-        Some('s') => "seconds",
-        Some('m') => "minutes",
-        Some('h') => "hours",
-        Some('d') => "days",
-        _ => "",
-    };
-    let count = &value[..value.len().saturating_sub(1)];
-    if unit.is_empty()
-        || count.is_empty()
-        || !count.bytes().all(|b| b.is_ascii_digit())
-        || count.len() > 9
-    {
-        return Err(CliError::config(format!(
-            "--since must be an RFC 3339 time such as 2026-01-31T12:00:00Z or an age such as 90s, 15m, 2h or 7d, got {value:?}"
-        )));
-    }
-    Ok((None, Some(format!("{count} {unit}"))))
 }

@@ -143,7 +143,8 @@ enum TokenSource {
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
 /// Runs the plugin again within `budget` (and `EXEC_TIMEOUT`), keeping the last token when it
-/// fails (logged by command and class, never its output).
+/// fails (logged by command and class with the hint a failing plugin wrote on stderr, never
+/// its output).
 fn rerun(
     config: &ExecConfig,
     base: &std::path::Path,

@@ -7,8 +7,10 @@
 //! reading its answer (a token and when it expires) and refusing what occ-worker does not
 //! support (another API version, a client certificate instead of a token). The client caches
 //! the token until shortly before it expires and runs the command again after a 401. It never
-//! logs, stores or returns the command's output or error text: errors name the command and
-//! what was wrong with its answer.
+//! logs, stores or returns the command's output: errors name the command and what was wrong
+//! with its answer. When the command fails, the error carries the last line it wrote to its
+//! standard error (cut to `HINT_CHARS` printable characters), as kubectl shows it: that is
+//! where a plugin says what to do (`run: gcloud auth login`).
 
 use super::connection_error::{ConnectionError, ConnectionErrorKind};
 use serde::Deserialize;
@@ -21,6 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest answer read.
 const MAX_OUTPUT: u64 = 1024 * 1024;
+/// The most of a failed command's standard error read, and of its last line shown.
+const MAX_STDERR: u64 = 64 * 1024;
+const HINT_CHARS: usize = 200;
 /// The API versions of `ExecCredential` understood.
 const API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
@@ -136,27 +141,33 @@ pub fn run(
         .env("KUBERNETES_EXEC_INFO", info.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     for var in config.env.iter().flatten() {
         command.env(&var.name, &var.value);
     }
-    let mut child = command.spawn().map_err(|e| {
-        error(
-            ConnectionErrorKind::Io,
-            config,
-            &format!("cannot be started ({})", e.kind()),
-        )
-    })?;
-    // Read the answer beside the wait, so a full pipe never blocks the plugin.
-    let stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::Builder::new()
-        .name("occ-kube-exec".into())
-        .spawn(move || {
-            let mut out = Vec::new();
-            let _ = stdout.take(MAX_OUTPUT).read_to_end(&mut out);
-            out
-        })
-        .map_err(|_| error(ConnectionErrorKind::Io, config, "cannot be read"))?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| error(ConnectionErrorKind::Io, config, &not_started(config, &e)))?;
+    // Read the answer and the complaints beside the wait, so a full pipe never blocks the
+    // plugin.
+    let read = |pipe: Box<dyn Read + Send>, limit: u64| {
+        std::thread::Builder::new()
+            .name("occ-kube-exec".into())
+            .spawn(move || {
+                let mut out = Vec::new();
+                let _ = pipe.take(limit).read_to_end(&mut out);
+                out
+            })
+            .map_err(|_| error(ConnectionErrorKind::Io, config, "cannot be read"))
+    };
+    let reader = read(
+        Box::new(child.stdout.take().expect("piped stdout")),
+        MAX_OUTPUT,
+    )?;
+    let complaints = read(
+        Box::new(child.stderr.take().expect("piped stderr")),
+        MAX_STDERR,
+    )?;
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -168,8 +179,9 @@ pub fn run(
                 }
                 let _ = child.kill();
                 let _ = child.wait();
-                // The reader ends when the group's last copy of the pipe closes.
+                // The readers end when the group's last copy of the pipes closes.
                 drop(reader);
+                drop(complaints);
                 return Err(error(
                     ConnectionErrorKind::Io,
                     config,
@@ -187,14 +199,45 @@ pub fn run(
         }
     };
     let out = reader.join().unwrap_or_default();
+    let complaints = complaints.join().unwrap_or_default();
     if !status.success() {
         return Err(error(
             ConnectionErrorKind::Io,
             config,
-            &format!("failed ({status})"),
+            &match hint(&complaints) {
+                Some(said) => format!("failed ({status}): it said {said:?}"),
+                None => format!("failed ({status})"),
+            },
         ));
     }
     parse(config, &out)
+}
+
+/// Why the command could not be started, in kubectl's words: a bare name not on PATH, a path
+/// that does not exist or cannot be run.
+fn not_started(config: &ExecConfig, e: &std::io::Error) -> String {
+    let bare = !config.command.contains('/');
+    match e.kind() {
+        std::io::ErrorKind::NotFound if bare => {
+            "is not found on PATH: install it, or give its full path as the kubeconfig's users[].user.exec.command".into()
+        }
+        std::io::ErrorKind::NotFound => "does not exist".into(),
+        std::io::ErrorKind::PermissionDenied => "cannot be run (permission denied: is it executable?)".into(),
+        kind => format!("cannot be started ({kind})"),
+    }
+}
+
+/// The last non-empty line of a failed command's standard error, printable characters only,
+/// cut to `HINT_CHARS`.
+fn hint(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let shown: String = line
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(HINT_CHARS)
+        .collect();
+    (!shown.is_empty()).then_some(shown)
 }
 
 /// Reads an `ExecCredential` answer.
@@ -292,6 +335,19 @@ mod tests {
             assert!(e.contains(what), "{e}");
             assert!(!e.contains("secret-output"), "{e}");
         }
+        // A failing plugin's own last line on stderr is its hint, as kubectl shows it; its
+        // stdout still never is.
+        let (c, dir) = config("echo secret-output; echo 'ERROR: expired' >&2; echo 'run: gcloud auth login' >&2; exit 1");
+        assert_eq!(
+            run(&c, &dir, EXEC_TIMEOUT).unwrap_err().to_string(),
+            "exec plugin \"sh\" failed (exit status: 1): it said \"run: gcloud auth login\""
+        );
+        let mut missing = config("true").0;
+        missing.command = "occ-no-such-plugin".into();
+        assert_eq!(
+            run(&missing, &dir, EXEC_TIMEOUT).unwrap_err().to_string(),
+            "exec plugin \"occ-no-such-plugin\" is not found on PATH: install it, or give its full path as the kubeconfig's users[].user.exec.command"
+        );
         let (c, dir) = config("sleep 5");
         let started = Instant::now();
         let e = run(&c, &dir, Duration::from_millis(200)).unwrap_err();

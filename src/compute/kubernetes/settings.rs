@@ -262,7 +262,15 @@ impl Settings {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let raw: RawSettings =
             serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-                let path = e.path().to_string();
+                let inner_category = e.inner().classify();
+                // A file cut short or not JSON at all has no key path to name (it would print
+                // as `?`): the line and column say where.
+                let path = match inner_category {
+                    serde_json::error::Category::Eof | serde_json::error::Category::Syntax => {
+                        String::new()
+                    }
+                    _ => e.path().to_string(),
+                };
                 let inner = e.into_inner();
                 let detail = if path == "." || path.is_empty() {
                     inner.to_string()
@@ -494,6 +502,21 @@ mod tests {
 
     fn error(text: &str) -> String {
         Settings::parse(text).unwrap_err().to_string()
+    }
+
+    // A file cut short names no key path (it used to print a stray `?:`): the line and column
+    // say where it ends.
+    #[test]
+    fn a_truncated_file_names_where_it_ends_without_a_key_path() {
+        let cut = &MINIMAL[..MINIMAL.find("\"harnesses\"").unwrap() + 20];
+        assert_eq!(
+            error(cut),
+            "OCC_KUBERNETES_CONFIG: EOF while parsing a string at line 1 column 82"
+        );
+        assert_eq!(
+            error("{\"tenantRoleBinding\": oops}"),
+            "OCC_KUBERNETES_CONFIG: expected value at line 1 column 23"
+        );
     }
 
     #[test]
