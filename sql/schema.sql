@@ -569,6 +569,11 @@ BEGIN
             SELECT jsonb_build_object('generation', p.generation, 'state', p.state,
                                       'reasonCode', p.reason_code, 'egress', p.egress)
             FROM occ.agent_sandbox_policies p WHERE p.agent_id = a.id),
+        'workspaceSetup', (
+            SELECT jsonb_build_object('id', w.id, 'completed', w.completed_at IS NOT NULL,
+                       'completedAt', to_char(w.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                       'completedRevisionId', w.completed_revision_id)
+            FROM occ.workspace_setups w WHERE w.agent_id = a.id),
         'revisions', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'id', s.revision_id, 'revision', s.revision, 'state', s.state,
@@ -2493,6 +2498,117 @@ END $$;
 
 
 --
+-- Name: workspace_setup_clear(text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.workspace_setup_clear(p_actor text, p_namespace text, p_agent text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    a occ.agents;
+    cleared text;
+BEGIN
+    PERFORM 1 FROM occ.namespaces_all WHERE id = ns FOR SHARE;
+    a := occ.agent_lock(ns, p_agent);
+    PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, ns);
+    DELETE FROM occ.workspace_setups WHERE agent_id = a.id RETURNING id INTO cleared;
+    IF cleared IS NULL THEN
+        RAISE EXCEPTION 'agent %/% has no workspace setup', ns, a.id USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.agents.workspace_setup.clear', 'agent', a.id,
+        jsonb_build_object('setupId', cleared));
+    RETURN jsonb_build_object('agentId', a.id, 'cleared', cleared);
+END $$;
+
+
+--
+-- Name: workspace_setups; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.workspace_setups (
+    agent_id text NOT NULL,
+    namespace_id text NOT NULL,
+    id text NOT NULL,
+    document jsonb NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    completed_at timestamp with time zone,
+    completed_revision_id text,
+    CONSTRAINT workspace_setups_completion_check CHECK (((completed_at IS NULL) = (completed_revision_id IS NULL))),
+    CONSTRAINT workspace_setups_created_by_check CHECK ((length(created_by) > 0)),
+    CONSTRAINT workspace_setups_document_check CHECK (((jsonb_typeof(document) = 'object'::text) AND (octet_length((document)::text) <= 65536))),
+    CONSTRAINT workspace_setups_id_check CHECK ((id ~ '^ws-[0-9a-f]{8}$'::text))
+);
+
+
+--
+-- Name: workspace_setup_json(occ.workspace_setups, boolean); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.workspace_setup_json(s occ.workspace_setups, p_document boolean) RETURNS jsonb
+    LANGUAGE sql STABLE
+    RETURN CASE WHEN ((s).id IS NOT NULL) THEN (jsonb_build_object('agentId', (s).agent_id, 'namespaceId', (s).namespace_id, 'id', (s).id, 'completed', ((s).completed_at IS NOT NULL), 'completedAt', to_char(((s).completed_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text), 'completedRevisionId', (s).completed_revision_id, 'createdBy', (s).created_by, 'createdAt', to_char(((s).created_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text)) || CASE WHEN p_document THEN jsonb_build_object('document', (s).document) ELSE '{}'::jsonb END) ELSE NULL::jsonb END;
+
+
+--
+-- Name: workspace_setup_put(text, text, text, jsonb); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.workspace_setup_put(p_actor text, p_namespace text, p_agent text, p_document jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    a occ.agents;
+    previous text;
+    new_id text := 'ws-' || lpad(to_hex(floor(random() * 4294967296)::bigint), 8, '0');
+BEGIN
+    PERFORM 1 FROM occ.namespaces_all WHERE id = ns FOR SHARE;
+    a := occ.agent_lock(ns, p_agent);
+    PERFORM occ.agent_require(p_actor, 'operate', 'agent', a.id, ns);
+    IF jsonb_typeof(p_document) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'a workspace setup is one JSON object' USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(p_document::text) > 65536 THEN
+        RAISE EXCEPTION 'a workspace setup is at most 65536 bytes' USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT id INTO previous FROM occ.workspace_setups WHERE agent_id = a.id;
+    INSERT INTO occ.workspace_setups AS s (agent_id, namespace_id, id, document, created_by)
+    VALUES (a.id, ns, new_id, p_document, p_actor)
+    ON CONFLICT (agent_id) DO UPDATE
+        SET id = EXCLUDED.id, document = EXCLUDED.document, created_by = EXCLUDED.created_by,
+            created_at = clock_timestamp(), completed_at = NULL, completed_revision_id = NULL;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.agents.workspace_setup.admit', 'agent', a.id,
+        jsonb_strip_nulls(jsonb_build_object('setupId', new_id, 'previousSetupId', previous)));
+    RETURN jsonb_build_object('agentId', a.id, 'id', new_id, 'completed', false,
+        'previousId', previous);
+END $$;
+
+
+--
+-- Name: workspace_setup_show(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.workspace_setup_show(p_namespace text, p_agent text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    a occ.agents;
+BEGIN
+    SELECT * INTO a FROM occ.agents
+    WHERE namespace_id = ns AND (id = p_agent OR name = p_agent)
+    ORDER BY (id = p_agent) DESC LIMIT 1;
+    IF a.id IS NULL THEN
+        RAISE EXCEPTION 'agent %/% does not exist', ns, p_agent USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN (SELECT occ.workspace_setup_json(s, true) FROM occ.workspace_setups s
+            WHERE s.agent_id = a.id);
+END $$;
+
+
+--
 -- Name: agent_revisions; Type: TABLE; Schema: occ; Owner: -
 --
 
@@ -3400,6 +3516,14 @@ ALTER TABLE ONLY occ.work
 
 
 --
+-- Name: workspace_setups workspace_setups_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.workspace_setups
+    ADD CONSTRAINT workspace_setups_pkey PRIMARY KEY (agent_id);
+
+
+--
 -- Name: refinery_schema_history refinery_schema_history_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3794,6 +3918,14 @@ ALTER TABLE ONLY occ.work
 
 ALTER TABLE ONLY occ.work
     ADD CONSTRAINT work_revision_id_agent_id_namespace_id_fkey FOREIGN KEY (revision_id, agent_id, namespace_id) REFERENCES occ.agent_revisions(id, agent_id, namespace_id) ON DELETE CASCADE;
+
+
+--
+-- Name: workspace_setups workspace_setups_agent_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.workspace_setups
+    ADD CONSTRAINT workspace_setups_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES occ.agents(id) ON DELETE CASCADE;
 
 
 --

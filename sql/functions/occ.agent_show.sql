@@ -1,6 +1,7 @@
 -- `admin agent show` names what each revision pinned at admission and what withdrew from it:
 -- its harness auth method, Sandbox Driver and facets (SPEC S2), credential sources (SPEC §13)
--- and withdrawal rows, and the Agent's sandbox policy (SPEC S3).
+-- and withdrawal rows, the Agent's sandbox policy (SPEC S3) and its workspace setup (SPEC WS1,
+-- WS4: its id and whether, when and by which revision it completed; null without one).
 CREATE OR REPLACE FUNCTION occ.agent_show(p_namespace text, p_agent text) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     AS $$
@@ -22,6 +23,11 @@ BEGIN
             SELECT jsonb_build_object('generation', p.generation, 'state', p.state,
                                       'reasonCode', p.reason_code, 'egress', p.egress)
             FROM occ.agent_sandbox_policies p WHERE p.agent_id = a.id),
+        'workspaceSetup', (
+            SELECT jsonb_build_object('id', w.id, 'completed', w.completed_at IS NOT NULL,
+                       'completedAt', to_char(w.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                       'completedRevisionId', w.completed_revision_id)
+            FROM occ.workspace_setups w WHERE w.agent_id = a.id),
         'revisions', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'id', s.revision_id, 'revision', s.revision, 'state', s.state,

@@ -12,6 +12,14 @@
 //! alone as its body, and writes the code to `/dev/termination-log` too (`OCC_TERMINATION_LOG`
 //! overrides the path), the fallback read once the container ends. It never exits on its own
 //! then, and never prints the document or the token.
+//!
+//! `occ-harness workspace-setup` is the reference workspace setup (SPEC WS3), the program the
+//! Kubernetes driver's `workspace-setup` init container runs: it records the setup named by
+//! `OCC_WORKSPACE_SETUP_ID` (its document, a JSON object, in `OCC_WORKSPACE_SETUP`) as the
+//! file `/var/lib/harness/.occ-workspace-setup/<id>` (`OCC_WORKSPACE_DIR` overrides
+//! `/var/lib/harness`) and exits 0; a setup already recorded is done (idempotent per id). With
+//! `OCC_HARNESS_HOLD_CODE=WORKSPACE_SETUP_REFUSED` it refuses instead: the code alone to the
+//! termination log, exit 1. Bad input exits 2 naming the variable.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -120,7 +128,66 @@ fn held_code() -> Option<String> {
     Some(code.to_string())
 }
 
+/// The reference workspace setup (SPEC WS3): the exit code.
+fn workspace_setup() -> i32 {
+    let id = std::env::var("OCC_WORKSPACE_SETUP_ID").unwrap_or_default();
+    let safe = id.len() <= 64
+        && !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !safe {
+        eprintln!("occ-harness workspace-setup: OCC_WORKSPACE_SETUP_ID must be a setup id such as ws-0a1b2c3d");
+        return 2;
+    }
+    let document = std::env::var("OCC_WORKSPACE_SETUP").ok();
+    let object = document
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .is_some_and(|v| v.is_object());
+    if !object {
+        eprintln!("occ-harness workspace-setup: OCC_WORKSPACE_SETUP must be one JSON object");
+        return 2;
+    }
+    if std::env::var("OCC_HARNESS_HOLD_CODE").is_ok_and(|c| c.trim() == "WORKSPACE_SETUP_REFUSED") {
+        let log = std::env::var("OCC_TERMINATION_LOG")
+            .unwrap_or_else(|_| "/dev/termination-log".to_string());
+        if let Err(e) = std::fs::write(&log, "WORKSPACE_SETUP_REFUSED") {
+            eprintln!("occ-harness workspace-setup: cannot write {log}: {e}");
+        }
+        eprintln!("occ-harness workspace-setup: refusing setup {id} (WORKSPACE_SETUP_REFUSED)");
+        return 1;
+    }
+    let root =
+        std::env::var("OCC_WORKSPACE_DIR").unwrap_or_else(|_| "/var/lib/harness".to_string());
+    let dir = std::path::Path::new(&root).join(".occ-workspace-setup");
+    let done = dir.join(&id);
+    if done.exists() {
+        eprintln!("occ-harness workspace-setup: setup {id} already done");
+        return 0;
+    }
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&done, document.unwrap_or_default()));
+    match written {
+        Ok(()) => {
+            eprintln!("occ-harness workspace-setup: setup {id} done");
+            0
+        }
+        Err(e) => {
+            // A non-zero exit: the kubelet restarts the init container (WORKSPACE_SETUP_RETRYING).
+            eprintln!(
+                "occ-harness workspace-setup: cannot write {}: {e}",
+                done.display()
+            );
+            1
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("workspace-setup") {
+        std::process::exit(workspace_setup());
+    }
     let held = held_code();
     let addr = std::env::var("OCC_HARNESS_ADDR").unwrap_or_else(|_| "0.0.0.0:8080".to_string());
     let listener = match TcpListener::bind(&addr) {

@@ -89,6 +89,15 @@ pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
     ),
     ("WORKSPACE_NODE_PENDING", "WORKSPACE_NODE_PENDING"),
     ("WORKSPACE_SETUP_RETRYING", "WORKSPACE_SETUP_RETRYING"),
+    // SPEC WS5: readiness codes of a workspace node, never reported by the Kubernetes driver.
+    (
+        "WORKSPACE_NODE_BINDING_PENDING",
+        "WORKSPACE_NODE_BINDING_PENDING",
+    ),
+    (
+        "WORKSPACE_NODE_RECONNECT_PENDING",
+        "WORKSPACE_NODE_RECONNECT_PENDING",
+    ),
     (BOOTSTRAP_PENDING, BOOTSTRAP_PENDING),
     (
         "REPOSITORY_GIT_ROUTE_PENDING",

@@ -103,4 +103,11 @@ pub trait DriverPolicy: Send + Sync {
     fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
         None
     }
+    /// Whether this driver runs a workspace setup for the revision (SPEC WS2, C1): an Agent
+    /// with a setup whose revision is not supported is refused `WORKSPACE_SETUP_UNSUPPORTED`
+    /// in the Secret step, before any Compute call. The default is `false`.
+    fn supports_workspace_setup(&self, revision: &RevisionSpec) -> bool {
+        let _ = revision;
+        false
+    }
 }

@@ -118,6 +118,18 @@ pub struct RevisionSpec {
     /// harness source first: each attached by reference to its Secret, never read. A withdrawn
     /// tool source is left out; a revision whose harness source is withdrawn never gets here.
     pub credential_sources: Vec<CredentialAttachment>,
+    /// The Agent's workspace setup read in this pass (SPEC WS3), handed to Compute with the
+    /// revision; the worker never runs it. Never whether it completed (WS4), so completing it
+    /// changes nothing the driver writes.
+    pub workspace_setup: Option<WorkspaceSetup>,
+}
+
+/// An Agent's workspace setup as Compute receives it (SPEC WS3): its id, new on every put,
+/// and its document, opaque to the worker and carrying no secret value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkspaceSetup {
+    pub id: String,
+    pub document: serde_json::Value,
 }
 
 /// Where a managed account's access token is: a Kubernetes Secret's name and data key in the

@@ -112,6 +112,7 @@ fn test_revision() -> RevisionSpec {
         execution_admission: ExecutionAdmission::standard(),
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
+        workspace_setup: None,
     }
 }
 

@@ -48,7 +48,8 @@ use super::steps::{
 use crate::compute::{
     held_runtime_failure, revision_pending, valid_revision_observation, AdmissionUse,
     BackendBinding, ComputeError, ComputeErrorKind, Credential, CredentialAttachment,
-    ManagedAccountAuth, RevisionSpec, SecretProjection, BOOTSTRAP_PENDING, REVISION_PENDING_CODES,
+    ManagedAccountAuth, RevisionSpec, SecretProjection, WorkspaceSetup, BOOTSTRAP_PENDING,
+    REVISION_PENDING_CODES,
 };
 use crate::compute::{HarnessAuthMethod, HarnessMode};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
@@ -69,6 +70,9 @@ const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_ear
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
+const WORKSPACE_SETUP_LOAD: &str = include_str!("../../sql/queries/workspace_setup_load.sql");
+const WORKSPACE_SETUP_COMPLETE: &str =
+    include_str!("../../sql/queries/workspace_setup_complete.sql");
 
 /// The backend type a managed ChatGPT account binds to.
 const CHATGPT_BACKEND: &str = "chatgpt";
@@ -134,6 +138,8 @@ struct Loaded {
     bootstrap_last: bool,
     /// The revision's snapshot credential sources with their rows and withdrawals (SPEC §13).
     sources: Vec<SourceState>,
+    /// The Agent's workspace setup, completed or not (SPEC WS2, WS3).
+    workspace_setup: Option<WorkspaceSetup>,
 }
 
 impl Loaded {
@@ -271,6 +277,12 @@ impl RevisionReconciler {
             &[&claim.id, &key, &readiness_codes(), &BOOTSTRAP_PENDING],
         )?;
         let sources = revision_sources::load(&mut *db, &revision)?;
+        let workspace_setup = db
+            .query_opt(WORKSPACE_SETUP_LOAD, &[&claim.namespace_id, agent_id])?
+            .map(|row| WorkspaceSetup {
+                id: row.get(0),
+                document: row.get(1),
+            });
         Ok(Some(Loaded {
             agent,
             revision,
@@ -285,6 +297,7 @@ impl RevisionReconciler {
             waited_refusal: row.get(6),
             bootstrap_last: row.get(7),
             sources,
+            workspace_setup,
         }))
     }
 
@@ -661,6 +674,18 @@ impl RevisionReconciler {
                 return self.refuse_secret_context(pass, &l, Report::permanent(code));
             }
         };
+        // SPEC WS2, last in the Secret step: an Agent with a workspace setup, completed or
+        // not, whose driver does not run one for this revision.
+        if l.workspace_setup.is_some()
+            && !pass
+                .ctx
+                .compute
+                .policy()
+                .supports_workspace_setup(&l.revision.spec(&pass.ctx.installation_id))
+        {
+            let refusal = Report::permanent("WORKSPACE_SETUP_UNSUPPORTED");
+            return self.refuse_secret_context(pass, &l, refusal);
+        }
         self.deploy(pass, &l, attach, &scratch.phases)
     }
 
@@ -895,6 +920,7 @@ impl RevisionReconciler {
         let driver = pass.ctx.compute.clone();
         let mut spec = l.revision.spec(&pass.ctx.installation_id);
         spec.credential_sources = attach;
+        spec.workspace_setup = l.workspace_setup.clone();
         let agent_spec = l.agent.spec(&pass.ctx.installation_id);
         let already_active = l.is_active();
         // The Agent's own objects before any preparation: for the active
@@ -1507,6 +1533,12 @@ fn publish_activation(
         return Ok(());
     };
     tx.execute(RETIRE_EARLIER, &[agent_id, &revision])?;
+    // SPEC WS4: the setup current at this commit completes with the activation, whether or
+    // not this pass handed its id to Compute; no audit of its own.
+    tx.query_opt(
+        WORKSPACE_SETUP_COMPLETE,
+        &[&claim.namespace_id, agent_id, revision_id],
+    )?;
     // SPEC E16: the withdrawals that waited for this activation or for the retirements it
     // made.
     if claim.operation == Operation::RevisionReconcile && report.outcome == Outcome::Success {
@@ -1580,6 +1612,21 @@ fn queue_next_maintenance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // SPEC WS5: every workspace wait a driver may name is a readiness code, so it defers on
+    // the readiness cadence and is readiness evidence for Z3.
+    #[test]
+    fn readiness_codes_name_every_workspace_wait() {
+        for code in [
+            "WORKSPACE_NODE_PENDING",
+            "WORKSPACE_SETUP_RETRYING",
+            "WORKSPACE_NODE_BINDING_PENDING",
+            "WORKSPACE_NODE_RECONNECT_PENDING",
+        ] {
+            assert!(readiness_codes().contains(&code), "{code}");
+            assert_eq!(revision_pending(Some(code)).code, code);
+        }
+    }
 
     #[test]
     fn a_refused_stop_recheck_doubles_from_the_readiness_cadence_up_to_five_minutes() {

@@ -187,6 +187,8 @@ impl RevisionRow {
             sandbox_facets: self.sandbox_facets.clone(),
             // Filled by SPEC E19's resolution before a preparation; no other call attaches.
             credential_sources: Vec::new(),
+            // Read by the revision pass with the Agent's record (SPEC WS3).
+            workspace_setup: None,
         }
     }
 }

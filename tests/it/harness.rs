@@ -160,3 +160,78 @@ fn as_the_gateway_the_reference_harness_is_ready_while_its_upstream_is() {
     drop(gateway);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `occ-harness workspace-setup` with `env` and nothing inherited: (exit, stderr).
+fn setup(env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(BIN)
+        .arg("workspace-setup")
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("occ-harness");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// SPEC WS3: the reference workspace setup records the setup once per id and exits 0; asked to
+// refuse, it writes the code alone to its termination log and exits 1; bad input exits 2.
+#[test]
+fn ws3_the_reference_setup_is_idempotent_per_id_and_refuses_on_demand() {
+    let dir = std::env::temp_dir().join(format!("occ-harness-ws-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = dir.to_str().unwrap();
+    let log = dir.join("termination-log");
+    let log = log.to_str().unwrap();
+    let base = [
+        ("OCC_WORKSPACE_DIR", root),
+        ("OCC_WORKSPACE_SETUP_ID", "ws-0a1b2c3d"),
+        (
+            "OCC_WORKSPACE_SETUP",
+            r#"{"repositories": ["github.com/acme/app"]}"#,
+        ),
+        ("OCC_TERMINATION_LOG", log),
+    ];
+    let (code, stderr) = setup(&base);
+    assert_eq!(code, 0, "{stderr}");
+    let recorded = dir.join(".occ-workspace-setup/ws-0a1b2c3d");
+    assert_eq!(
+        std::fs::read_to_string(&recorded).unwrap(),
+        r#"{"repositories": ["github.com/acme/app"]}"#
+    );
+    // Again: already done, nothing rewritten.
+    std::fs::write(&recorded, "kept").unwrap();
+    let (code, stderr) = setup(&base);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&recorded).unwrap(), "kept");
+    // Refusing: the code alone in the termination log, exit 1.
+    let mut refusing = base.to_vec();
+    refusing.push(("OCC_HARNESS_HOLD_CODE", "WORKSPACE_SETUP_REFUSED"));
+    refusing[1] = ("OCC_WORKSPACE_SETUP_ID", "ws-ffffffff");
+    let (code, _) = setup(&refusing);
+    assert_eq!(code, 1);
+    assert_eq!(
+        std::fs::read_to_string(log).unwrap(),
+        "WORKSPACE_SETUP_REFUSED"
+    );
+    assert!(!dir.join(".occ-workspace-setup/ws-ffffffff").exists());
+    // Bad input names the variable.
+    for (bad, variable) in [
+        (
+            ("OCC_WORKSPACE_SETUP_ID", "../escape"),
+            "OCC_WORKSPACE_SETUP_ID",
+        ),
+        (("OCC_WORKSPACE_SETUP", "[1]"), "OCC_WORKSPACE_SETUP"),
+    ] {
+        let mut env = base.to_vec();
+        env.retain(|(k, _)| *k != bad.0);
+        env.push(bad);
+        let (code, stderr) = setup(&env);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(variable), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,16 +30,16 @@ use std::time::{Duration, Instant};
 
 /// The driver settings of these tests: a client-side rate limit far above the default 20/40
 /// (`c3_the_client_side_rate_limit_spaces_requests` checks the limit itself).
-const SETTINGS: &str = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
+pub(crate) const SETTINGS: &str = r#"{"tenantRoleBinding": "occ-tenant", "tokenAudience": "occ-agent",
   "qps": 1000, "burst": 1000,
   "harnesses": [
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.example/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.example/openclaw:1.0.0"}],
   "gatewayImage": "registry.example/gateway:1.0.0"}"#;
-const CORE: &str = "/api/v1";
-const APPS: &str = "/apis/apps/v1";
+pub(crate) const CORE: &str = "/api/v1";
+pub(crate) const APPS: &str = "/apis/apps/v1";
 /// The Kubernetes namespace of the agent fixture's Namespace `ns1`.
-const NS1: &str = "occ-ns1";
+pub(crate) const NS1: &str = "occ-ns1";
 /// A Secret value that lives only in the fake cluster: no request may ever carry it.
 const SECRET_VALUE: &str = "sk-live-never-leaves-the-cluster";
 
@@ -66,9 +66,9 @@ impl Drop for TempDir {
 }
 
 /// The fake cluster, a driver connected to it, and the kubeconfig's directory.
-struct Kube {
-    fake: KubeFake,
-    driver: Arc<KubernetesDriver>,
+pub(crate) struct Kube {
+    pub(crate) fake: KubeFake,
+    pub(crate) driver: Arc<KubernetesDriver>,
     dir: TempDir,
 }
 
@@ -98,7 +98,7 @@ impl Kube {
     }
 
     /// Requests that change something.
-    fn writes(&self) -> Vec<Recorded> {
+    pub(crate) fn writes(&self) -> Vec<Recorded> {
         self.fake
             .requests()
             .into_iter()
@@ -127,7 +127,7 @@ fn permanent(e: &ComputeError) -> &str {
     }
 }
 
-fn methods(requests: &[Recorded]) -> Vec<String> {
+pub(crate) fn methods(requests: &[Recorded]) -> Vec<String> {
     requests
         .iter()
         .map(|r| format!("{} {} {}", r.method, r.path, r.status))
@@ -447,17 +447,17 @@ fn c3_a_create_inside_a_terminating_namespace_is_pending_not_failed() {
 /// A ready Namespace `ns1` (its Kubernetes namespace `occ-ns1` ensured by the driver, with
 /// the tenant RoleBinding and the Secrets `keys` and `tokens`), a Configuration `cfg`, the
 /// Secrets `key` (harness API key) and `tok` (a binding), and an Agent `bot`.
-struct AgentWorld {
-    kube: Kube,
-    db: TestDb,
-    agent: String,
+pub(crate) struct AgentWorld {
+    pub(crate) kube: Kube,
+    pub(crate) db: TestDb,
+    pub(crate) agent: String,
 }
 
 fn agent_world() -> AgentWorld {
     agent_world_with(FakeOptions::default(), SETTINGS)
 }
 
-fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
+pub(crate) fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
     let kube = Kube::with(opts, settings);
     let db = TestDb::bootstrapped();
     let mut c = db.client();
@@ -494,7 +494,13 @@ fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld {
 }
 
 /// Admits a deployment on the Kubernetes Compute; returns the revision id.
-fn deploy_kube(c: &mut Sql, agent: &str, harness: &str, mode: &str, actor: &str) -> String {
+pub(crate) fn deploy_kube(
+    c: &mut Sql,
+    agent: &str,
+    harness: &str,
+    mode: &str,
+    actor: &str,
+) -> String {
     let v: Value = crate::support::one(
         c,
         "SELECT occ.agent_deploy('ns1', $1, $2, 'cfg', $3, $4, 'key', 'kubernetes', 'kubernetes',
@@ -504,18 +510,18 @@ fn deploy_kube(c: &mut Sql, agent: &str, harness: &str, mode: &str, actor: &str)
     v["revisionId"].as_str().unwrap().to_string()
 }
 
-fn rkey(rev: &str) -> String {
+pub(crate) fn rkey(rev: &str) -> String {
     format!("agent_revision:{rev}:reconcile")
 }
 
-fn deployment(w: &AgentWorld, name: &str) -> Option<Value> {
+pub(crate) fn deployment(w: &AgentWorld, name: &str) -> Option<Value> {
     w.kube
         .fake
         .get(&format!("{APPS}/namespaces/{NS1}/deployments/{name}"))
 }
 
 /// Objects of `kind` that carry the Agent's label.
-fn agent_objects(w: &AgentWorld, kind: &'static str) -> Vec<Value> {
+pub(crate) fn agent_objects(w: &AgentWorld, kind: &'static str) -> Vec<Value> {
     w.kube
         .fake
         .objects(kind)
@@ -544,7 +550,7 @@ fn deployed(w: &AgentWorld) -> String {
     rev
 }
 
-fn env_var<'a>(container: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn env_var<'a>(container: &'a Value, name: &str) -> &'a Value {
     container["env"]
         .as_array()
         .unwrap()
@@ -1234,36 +1240,6 @@ fn r5_a_rollout_kubernetes_gave_up_on_waits_for_the_workers_deadline() {
 // bind (no provisioner answers its StorageClass) stays Unschedulable (`unbound immediate
 // PersistentVolumeClaims`, as the real scheduler says): the revision waits
 // REVISION_UNSCHEDULABLE until the deadline.
-#[test]
-fn r5_an_unbound_harness_claim_keeps_the_revision_unschedulable() {
-    let settings = SETTINGS.replace(
-        r#""qps": 1000,"#,
-        &format!(
-            r#""harnessClaim": {{"storageClassName": "{}"}}, "qps": 1000,"#,
-            crate::kube_fake::UNBOUND_STORAGE_CLASS
-        ),
-    );
-    let w = agent_world_with(FakeOptions::default(), &settings);
-    let mut c = w.db.client();
-    let rev = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
-    let opts = Opts {
-        convergence: Duration::from_secs(3),
-        ..Opts::default()
-    };
-    run_with(&w.db, w.kube.driver.clone(), opts, quiet);
-    crate::support::expect_work(&mut c, &rkey(&rev)).failed_with("CONVERGENCE_DEADLINE_EXCEEDED");
-    assert!(
-        evidence(&mut c, &rkey(&rev))
-            .iter()
-            .any(|e| e == "deferred:REVISION_UNSCHEDULABLE"),
-        "{:?}",
-        evidence(&mut c, &rkey(&rev))
-    );
-    let claims = agent_objects(&w, "persistentvolumeclaims");
-    assert_eq!(claims.len(), 1);
-    assert_eq!(claims[0]["status"]["phase"], "Pending");
-}
-
 // Seed000:11, 25, 44: a production worker runs dedicated Codex and embedded OpenClaw only. A
 // revision of another pair admitted earlier fails with HARNESS_DESCRIPTOR_MISMATCH before any
 // Compute effect; the allowed pairs deploy as before.

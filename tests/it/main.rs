@@ -48,3 +48,4 @@ mod stall;
 mod support;
 mod tls;
 mod withdrawal;
+mod workspace_setup;

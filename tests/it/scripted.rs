@@ -145,6 +145,8 @@ pub struct ScriptedDriver {
     pub hook: Mutex<Option<Hook>>,
     pub exclusive: bool,
     pub maintenance: Option<Duration>,
+    /// Whether it runs workspace setups (SPEC WS2): `false`, the contract's default.
+    pub workspace_setup: bool,
     pub latency: Duration,
     pub inflight: Mutex<HashMap<String, usize>>,
     /// Calls that ran while another call for the same Agent was in flight (lane violations).
@@ -243,6 +245,7 @@ impl Default for ScriptedDriver {
             hook: Mutex::default(),
             exclusive: false,
             maintenance: None,
+            workspace_setup: false,
             latency: Duration::ZERO,
             inflight: Mutex::default(),
             overlaps: Default::default(),
@@ -534,6 +537,10 @@ impl DriverPolicy for ScriptedDriver {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.maintenance
+    }
+
+    fn supports_workspace_setup(&self, _revision: &RevisionSpec) -> bool {
+        self.workspace_setup
     }
 
     fn validate_execution_admission(

@@ -952,6 +952,7 @@ pub fn bare_revision(
         execution_admission: occ_worker::compute::ExecutionAdmission::standard(),
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
+        workspace_setup: None,
     }
 }
 

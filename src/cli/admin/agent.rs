@@ -1,6 +1,7 @@
-//! `occ-worker admin agent create|deploy|stop|delete|show|list|sandbox-policy|withdraw-credential`:
+//! `occ-worker admin agent create|deploy|stop|delete|show|list|sandbox-policy|workspace-setup|withdraw-credential`:
 //! Agent and revision admission (SPEC A1, A2, R1, R12, section 9), deployment with a managed
-//! account (M1, M4) or credential sources (§13), an Agent's sandbox policy (S3) and the request
+//! account (M1, M4) or credential sources (§13), an Agent's sandbox policy (S3), its workspace
+//! setup (WS1) and the request
 //! to withdraw a credential source from its runtimes (E15).
 //!
 //! Every command calls one PostgreSQL admission function (`occ.agent_*`,
@@ -14,7 +15,7 @@ use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
 use super::common::{
     call, call_value, compute_default, enqueue, in_namespace, installation_config,
-    read_configuration, Mode,
+    read_configuration, read_json_object, JsonFile, Mode,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use occ_worker::operator;
@@ -102,6 +103,45 @@ pub enum SandboxPolicyCommand {
 }
 
 #[derive(Subcommand)]
+pub enum WorkspaceSetupCommand {
+    /// Set the Agent's workspace setup: a new id, not completed, carried by the next
+    /// deployment or maintenance pass (nothing is queued).
+    Put {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The setup document: one JSON object of at most 64 KiB, read by the setup
+        /// container, so no secret value; `-` reads standard input.
+        #[arg(long)]
+        file: std::path::PathBuf,
+        /// The identity making the change (authorized for `operate` on the Agent, and named
+        /// in the audit trail).
+        #[arg(long)]
+        actor: String,
+    },
+    /// Show the Agent's workspace setup: its id, document and whether, when and by which
+    /// revision it completed.
+    Show {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+    },
+    /// Remove the Agent's workspace setup.
+    Clear {
+        /// The Namespace id or name.
+        namespace: String,
+        /// The Agent id or name.
+        agent: String,
+        /// The identity making the change (authorized for `operate` on the Agent, and named
+        /// in the audit trail).
+        #[arg(long)]
+        actor: String,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum AgentCommand {
     /// Create an Agent and its service principal.
     Create {
@@ -142,6 +182,10 @@ pub enum AgentCommand {
     /// An Agent's sandbox policy: its egress allowlist (SPEC S3).
     #[command(subcommand)]
     SandboxPolicy(SandboxPolicyCommand),
+    /// An Agent's workspace setup: the preparation of its persistent workspace that Compute
+    /// runs before the runtime serves (SPEC §18).
+    #[command(subcommand)]
+    WorkspaceSetup(WorkspaceSetupCommand),
     /// Withdraw a credential source from every revision of the Agent that may still hold a
     /// runtime and was admitted with it, and queue the work that detaches it (SPEC E15).
     WithdrawCredential {
@@ -229,6 +273,7 @@ pub fn run(globals: &Globals, command: AgentCommand) -> Result<(), CliError> {
         AgentCommand::Show { namespace, agent } => show(globals, &namespace, &agent),
         AgentCommand::List { namespace, page } => list(globals, &namespace, page),
         AgentCommand::SandboxPolicy(command) => sandbox_policy(globals, command),
+        AgentCommand::WorkspaceSetup(command) => workspace_setup(globals, command),
         AgentCommand::WithdrawCredential {
             namespace,
             agent,
@@ -430,6 +475,66 @@ fn sandbox_policy(globals: &Globals, command: SandboxPolicyCommand) -> Result<()
             &[("NAMESPACE", &namespace), ("AGENT", &agent)],
             "SELECT occ.agent_sandbox_policy_show($1, $2)",
             &[&namespace, &agent],
+        ),
+    }
+}
+
+/// The largest workspace setup document (SPEC WS1).
+pub const WORKSPACE_SETUP_LIMIT: u64 = 64 * 1024;
+
+/// `agent workspace-setup put|show|clear` (SPEC WS1): the file is checked here, then
+/// admitted; nothing is queued.
+fn workspace_setup(globals: &Globals, command: WorkspaceSetupCommand) -> Result<(), CliError> {
+    match command {
+        WorkspaceSetupCommand::Put {
+            namespace,
+            agent,
+            file,
+            actor,
+        } => {
+            let document = read_json_object(
+                &file,
+                JsonFile {
+                    what: "a workspace setup",
+                    limit: WORKSPACE_SETUP_LIMIT,
+                    shown_limit: "64 KiB (65536 bytes)",
+                },
+            )?;
+            let shown = file.display().to_string();
+            call(
+                globals,
+                "agent workspace-setup put",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("AGENT", &agent),
+                    ("--file", &shown),
+                    ("--actor", &actor),
+                ],
+                "SELECT occ.workspace_setup_put($1, $2, $3, $4)",
+                &[&actor, &namespace, &agent, &document],
+            )
+        }
+        WorkspaceSetupCommand::Show { namespace, agent } => call(
+            globals,
+            "agent workspace-setup show",
+            &[("NAMESPACE", &namespace), ("AGENT", &agent)],
+            "SELECT occ.workspace_setup_show($1, $2)",
+            &[&namespace, &agent],
+        ),
+        WorkspaceSetupCommand::Clear {
+            namespace,
+            agent,
+            actor,
+        } => call(
+            globals,
+            "agent workspace-setup clear",
+            &[
+                ("NAMESPACE", &namespace),
+                ("AGENT", &agent),
+                ("--actor", &actor),
+            ],
+            "SELECT occ.workspace_setup_clear($1, $2, $3)",
+            &[&actor, &namespace, &agent],
         ),
     }
 }

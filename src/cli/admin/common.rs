@@ -70,7 +70,9 @@ pub fn call_value(
         Ok(row) => row,
         Err(e) => return Err(explained(&mut client, &Inputs { what, args }, &e)),
     };
-    let value: Value = row.get(0);
+    // A show of something absent answers SQL NULL: printed as JSON null, never a panic.
+    let value: Option<Value> = row.get(0);
+    let value = value.unwrap_or(Value::Null);
     globals.print(&value);
     Ok(value)
 }
@@ -288,7 +290,33 @@ pub const CONFIGURATION_FILE_LIMIT: u64 = 1024 * 1024;
 /// the file or, for `-`, standard input; a UTF-8 byte order mark (which editors on Windows
 /// write) is skipped. Every refusal is bad input (exit 2) naming the file.
 pub fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
+    read_json_object(
+        file,
+        JsonFile {
+            what: "a Configuration",
+            limit: CONFIGURATION_FILE_LIMIT,
+            shown_limit: "1 MiB (1048576 bytes)",
+        },
+    )
+}
+
+/// What a JSON document file holds: its name in messages and its largest size.
+pub struct JsonFile {
+    pub what: &'static str,
+    pub limit: u64,
+    pub shown_limit: &'static str,
+}
+
+/// Reads one JSON object of at most `kind.limit` bytes from the file or, for `-`, standard
+/// input; a UTF-8 byte order mark is skipped. Every refusal is bad input (exit 2) naming the
+/// file and the rule.
+pub fn read_json_object(file: &std::path::Path, kind: JsonFile) -> Result<Value, CliError> {
     use std::io::Read;
+    let JsonFile {
+        what,
+        limit,
+        shown_limit,
+    } = kind;
     let stdin = file == std::path::Path::new("-");
     let shown = if stdin {
         "- (standard input)".to_string()
@@ -306,23 +334,23 @@ pub fn read_configuration(file: &std::path::Path) -> Result<Value, CliError> {
     // Read one byte past the limit rather than trusting the size a special file reports.
     let mut text = Vec::new();
     opened
-        .take(CONFIGURATION_FILE_LIMIT + 1)
+        .take(limit + 1)
         .read_to_end(&mut text)
         .map_err(|e| CliError::config(format!("--file {shown}: cannot read it: {e}")))?;
-    if text.len() as u64 > CONFIGURATION_FILE_LIMIT {
+    if text.len() as u64 > limit {
         return Err(CliError::config(format!(
-            "--file {shown} is larger than 1 MiB (1048576 bytes), the limit for a Configuration"
+            "--file {shown} is larger than {shown_limit}, the limit for {what}"
         )));
     }
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&text);
     let document: Value = serde_json::from_slice(text).map_err(|e| {
         CliError::config(format!(
-            "--file {shown} is not JSON: {e} (a Configuration is one JSON object)"
+            "--file {shown} is not JSON: {e} ({what} is one JSON object)"
         ))
     })?;
     if !document.is_object() {
         return Err(CliError::config(format!(
-            "--file {shown} holds JSON but not an object: a Configuration is one JSON object"
+            "--file {shown} holds JSON but not an object: {what} is one JSON object"
         )));
     }
     Ok(document)

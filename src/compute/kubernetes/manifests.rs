@@ -11,7 +11,7 @@ use super::names::{
     self, LABEL_AGENT, LABEL_COMPONENT, LABEL_INSTALLATION, LABEL_MANAGED_BY, LABEL_NAMESPACE,
     LABEL_REVISION, MANAGED_BY,
 };
-use super::observe::HARNESS_CONTAINER;
+use super::observe::{HARNESS_CONTAINER, WORKSPACE_SETUP_CONTAINER};
 use super::settings::Settings;
 use crate::compute::hooks::LaunchValues;
 use crate::compute::HarnessMode;
@@ -282,6 +282,7 @@ pub fn workload(
             "claimName": harness_claim_name(&revision.agent_id)}}));
         mounts.push(json!({"name": "harness", "mountPath": "/var/lib/harness"}));
     }
+    let init = workspace_setup_container(revision, &mounts, settings);
     let container = container(
         HARNESS_CONTAINER,
         image,
@@ -294,11 +295,48 @@ pub fn workload(
         &name,
         namespace,
         component,
-        container,
+        (init, container),
         volumes,
         settings,
         progress_deadline_seconds,
     ))
+}
+
+/// The init container that runs the Agent's workspace setup on the dedicated Harness claim
+/// before the Harness starts (SPEC WS3): `workspaceSetupImage` with the claim at
+/// `/var/lib/harness`, the setup's id and document in its environment, hardened like the
+/// Harness. The template carries the id and the document, never whether the setup completed,
+/// so a completion rolls nothing out and a new put (a new id) rolls the next preparation.
+/// `None` without a setup, for an embedded revision, or without the image (the worker refuses
+/// those before any Compute call, SPEC WS2).
+fn workspace_setup_container(
+    revision: &RevisionSpec,
+    mounts: &[Value],
+    settings: &Settings,
+) -> Option<Value> {
+    let setup = revision.workspace_setup.as_ref()?;
+    let image = settings.workspace_setup_image.as_deref()?;
+    if revision.harness_mode != HarnessMode::Dedicated {
+        return None;
+    }
+    let env = vec![
+        json!({"name": "OCC_WORKSPACE_SETUP_ID", "value": setup.id}),
+        json!({"name": "OCC_WORKSPACE_SETUP", "value": setup.document.to_string()}),
+    ];
+    let mut init = container(
+        WORKSPACE_SETUP_CONTAINER,
+        image,
+        env,
+        mounts.to_vec(),
+        settings,
+    );
+    if let Some(fields) = init.as_object_mut() {
+        // An init container serves nothing and has no readiness.
+        fields.remove("ports");
+        fields.remove("readinessProbe");
+    }
+    init["args"] = json!(["workspace-setup"]);
+    Some(init)
 }
 
 /// The Agent's shared single-replica gateway in front of a dedicated revision's Harness (SPEC
@@ -335,7 +373,7 @@ pub fn dedicated_gateway(
         &gateway_name(&revision.agent_id),
         namespace,
         COMPONENT_GATEWAY,
-        container,
+        (None, container),
         vec![json!({"name": "tmp", "emptyDir": {}})],
         settings,
         progress_deadline_seconds,
@@ -433,7 +471,7 @@ fn deployment(
     name: &str,
     namespace: &str,
     component: &str,
-    container: Value,
+    (init, container): (Option<Value>, Value),
     volumes: Vec<Value>,
     settings: &Settings,
     progress_deadline_seconds: u64,
@@ -446,7 +484,7 @@ fn deployment(
         selector.insert(LABEL_REVISION.into(), labels[LABEL_REVISION].clone());
     }
     let user = settings.run_as_user;
-    stamp(json!({
+    let mut deployment = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": labels.clone()},
@@ -473,7 +511,11 @@ fn deployment(
                 },
             },
         },
-    }))
+    });
+    if let Some(init) = init {
+        deployment["spec"]["template"]["spec"]["initContainers"] = json!([init]);
+    }
+    stamp(deployment)
 }
 
 /// The harness's environment: identifiers, the admitted document, and every Secret as a

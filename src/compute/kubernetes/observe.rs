@@ -14,6 +14,9 @@ use serde_json::Value;
 /// The harness container's name in every workload the driver creates.
 pub const HARNESS_CONTAINER: &str = "harness";
 
+/// The init container that runs an Agent's workspace setup (SPEC WS3).
+pub const WORKSPACE_SETUP_CONTAINER: &str = "workspace-setup";
+
 /// The most bytes of a harness's `/readyz` answer read for its held code: a code is at most
 /// 64 bytes, and a line end or spaces around it are allowed.
 pub const HELD_BODY_LIMIT: u64 = 256;
@@ -96,9 +99,11 @@ pub fn pods(pods: &[Value]) -> PodFindings {
         if unschedulable {
             findings.pending_reason = Some("WORKLOAD_UNSCHEDULABLE");
         }
-        for container in pod["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
+        workspace_setup(pod, &mut findings);
+        // SPEC WS5: init containers are read as containers (an image that cannot be pulled).
+        for container in ["initContainerStatuses", "containerStatuses"]
+            .iter()
+            .filter_map(|field| pod["status"][*field].as_array())
             .flatten()
         {
             let waiting = container["state"]["waiting"]["reason"].as_str();
@@ -124,6 +129,44 @@ pub fn pods(pods: &[Value]) -> PodFindings {
         }
     }
     findings
+}
+
+/// SPEC WS5: the `workspace-setup` init container terminated with the termination message
+/// `WORKSPACE_SETUP_REFUSED` is that held runtime failure (the kubelet restarts it, and it
+/// refuses the same way each time); restarting after any other non-zero exit waits as
+/// `WORKSPACE_SETUP_RETRYING`.
+fn workspace_setup(pod: &Value, findings: &mut PodFindings) {
+    let Some(setup) = pod["status"]["initContainerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == WORKSPACE_SETUP_CONTAINER)
+    else {
+        return;
+    };
+    let terminated = ["state", "lastState"].map(|s| &setup[s]["terminated"]);
+    let refused = terminated
+        .iter()
+        .filter_map(|t| t["message"].as_str())
+        .any(|m| m.trim() == "WORKSPACE_SETUP_REFUSED");
+    if refused {
+        if findings.runtime_failure.is_none() {
+            findings.runtime_failure = Some(RuntimeFailure {
+                code: "WORKSPACE_SETUP_REFUSED".to_string(),
+                container: Some(WORKSPACE_SETUP_CONTAINER.to_string()),
+                restart_count: restart_count(setup),
+            });
+        }
+        return;
+    }
+    let failed = terminated
+        .iter()
+        .any(|t| t["exitCode"].as_i64().is_some_and(|code| code != 0));
+    if failed && setup["ready"] != true {
+        findings
+            .pending_reason
+            .get_or_insert("WORKSPACE_SETUP_RETRYING");
+    }
 }
 
 fn restart_count(container: &Value) -> Option<u32> {

@@ -59,10 +59,16 @@ pub fn apply(deployment: Value, pinned: &[Facet], sandbox: Option<&Sandbox>) -> 
 
 /// Whether a workload Deployment enforces every pinned facet its manifest carries (SPEC S2
 /// table): no automounted token and only the audience-scoped projected token, a read-only root
-/// on every container, the configured RuntimeClass. The namespace's facets are read apart.
+/// on every container (init containers included), the configured RuntimeClass. The namespace's facets are read apart.
 pub fn workload_enforces(deployment: &Value, pinned: &[Facet], sandbox: Option<&Sandbox>) -> bool {
     let pod = &deployment["spec"]["template"]["spec"];
-    let containers = pod["containers"].as_array().cloned().unwrap_or_default();
+    // Init containers count as containers: a workspace setup is hardened too (SPEC WS3).
+    let containers: Vec<Value> = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|field| pod[*field].as_array())
+        .flatten()
+        .cloned()
+        .collect();
     pinned.iter().all(|facet| match facet {
         Facet::NoServiceAccountToken => {
             pod["automountServiceAccountToken"] == false
@@ -79,7 +85,7 @@ pub fn workload_enforces(deployment: &Value, pinned: &[Facet], sandbox: Option<&
                 })
         }
         Facet::ReadOnlyRoot => {
-            !containers.is_empty()
+            pod["containers"].as_array().is_some_and(|c| !c.is_empty())
                 && containers
                     .iter()
                     .all(|c| c["securityContext"]["readOnlyRootFilesystem"] == true)

@@ -14,6 +14,9 @@
 //!   (id, version, mode).
 //! - `gatewayImage` (required when a harness is `dedicated`): the image of the Agent's shared
 //!   single-replica gateway in front of its dedicated Harness.
+//! - `workspaceSetupImage` (optional): the image of the `workspace-setup` init container of a
+//!   dedicated Harness whose Agent has a workspace setup (SPEC WS2, WS3). Absent: an Agent with
+//!   a setup is refused `WORKSPACE_SETUP_UNSUPPORTED`.
 //! - `namespacePrefix` (default `occ-`): prepended to Namespace ids.
 //! - `tokenExpirationSeconds` (default 3600, at least 600): projected token lifetime.
 //! - `resources` (default requests cpu `100m` memory `256Mi`, limits cpu `1` memory `1Gi`).
@@ -66,6 +69,8 @@ pub struct Settings {
     pub harnesses: Vec<HarnessImage>,
     /// The dedicated topology's per-Agent gateway image.
     pub gateway_image: Option<String>,
+    /// The image that runs an Agent's workspace setup (SPEC WS3), when the driver runs any.
+    pub workspace_setup_image: Option<String>,
     /// Requests per second the client sends at most, on average.
     pub qps: f64,
     /// Requests the client may send at once after an idle moment.
@@ -125,6 +130,8 @@ struct RawSettings {
     harnesses: Vec<HarnessImage>,
     #[serde(default)]
     gateway_image: Option<String>,
+    #[serde(default)]
+    workspace_setup_image: Option<String>,
     #[serde(default = "default_prefix")]
     namespace_prefix: String,
     #[serde(default = "default_token_expiration")]
@@ -350,6 +357,9 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         }
         None => {}
     }
+    if let Some(image) = &raw.workspace_setup_image {
+        require_text("workspaceSetupImage", image)?;
+    }
     let api_server_cidrs = match &raw.api_server_cidrs {
         None => Vec::new(),
         Some(cidrs) => validate_cidrs(cidrs)?,
@@ -366,6 +376,7 @@ fn validate(raw: RawSettings) -> Result<Settings, SettingsError> {
         maintenance_interval,
         harnesses: raw.harnesses,
         gateway_image: raw.gateway_image,
+        workspace_setup_image: raw.workspace_setup_image,
         qps: raw.qps,
         burst: raw.burst,
         api_server_cidrs,
@@ -692,6 +703,35 @@ mod tests {
                 .starts_with("OCC_KUBERNETES_CONFIG: harnesses[0].mode: unknown variant `shared`"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn ws3_a_workspace_setup_image_must_be_a_non_blank_reference() {
+        assert_eq!(
+            Settings::parse(MINIMAL).unwrap().workspace_setup_image,
+            None
+        );
+        let with = MINIMAL.replace(
+            r#""gatewayImage""#,
+            r#""workspaceSetupImage":"registry/harness:1.2.0","gatewayImage""#,
+        );
+        assert_eq!(
+            Settings::parse(&with)
+                .unwrap()
+                .workspace_setup_image
+                .as_deref(),
+            Some("registry/harness:1.2.0")
+        );
+        for bad in [r#""""#, r#""  ""#, r#""a b""#] {
+            let file = MINIMAL.replace(
+                r#""gatewayImage""#,
+                &format!(r#""workspaceSetupImage":{bad},"gatewayImage""#),
+            );
+            assert_eq!(
+                Settings::parse(&file).unwrap_err().to_string(),
+                "OCC_KUBERNETES_CONFIG: workspaceSetupImage must be non-empty, without whitespace, at most 1024 bytes"
+            );
+        }
     }
 
     #[test]

@@ -528,8 +528,98 @@ fn scheduled(
     })
 }
 
-/// What the pod looks like `age` after creation under its behaviour.
+/// What the pod looks like `age` after creation under its behaviour, init containers first:
+/// while one has not completed the pod is Pending, not Initialized, and its containers wait
+/// with `PodInitializing`; a failing one is restarted with a growing `restartCount`, its last
+/// exit in `lastState` (CrashLoopBackOff between restarts), as a kubelet reports it.
 fn kubelet_status(
+    pod: &Value,
+    behaviour: &PodBehaviour,
+    age: Duration,
+    pod_start: Duration,
+) -> Value {
+    let inits = pod["spec"]["initContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut status = containers_status(pod, behaviour, age, pod_start);
+    if inits.is_empty() || *behaviour == PodBehaviour::Unschedulable {
+        return status;
+    }
+    let started = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+    let completed = json!({"terminated": {"exitCode": 0, "reason": "Completed",
+        "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}});
+    let failing = matches!(
+        behaviour,
+        PodBehaviour::SetupRefused | PodBehaviour::SetupFailing
+    );
+    let (state, last, restarts, done) = if age < pod_start {
+        (started, json!({}), 0, false)
+    } else if failing {
+        let mut exit = json!({"exitCode": 1, "reason": "Error",
+            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"});
+        if *behaviour == PodBehaviour::SetupRefused {
+            exit["message"] = json!("WORKSPACE_SETUP_REFUSED");
+        }
+        let exit = json!({"terminated": exit});
+        let restarts = ((age - pod_start).as_millis() / pod_start.as_millis().max(1)) as u32;
+        if restarts == 0 {
+            (exit, json!({}), 0, false)
+        } else {
+            let backoff = json!({"waiting": {"reason": "CrashLoopBackOff",
+                "message": "back-off 10s restarting failed container"}});
+            (backoff, exit, restarts, false)
+        }
+    } else {
+        (completed, json!({}), 0, true)
+    };
+    let statuses: Vec<Value> = inits
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c["name"], "image": c["image"], "imageID": "",
+                "ready": done, "started": false,
+                "restartCount": restarts, "state": state, "lastState": last,
+            })
+        })
+        .collect();
+    status["initContainerStatuses"] = json!(statuses);
+    if !done {
+        let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
+        let message = format!("containers with incomplete status: [{}]", names.join(" "));
+        status["phase"] = json!("Pending");
+        status["conditions"][0] =
+            pod_condition("Initialized", false, "ContainersNotInitialized", &message);
+        for container in status["containerStatuses"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            container["state"] = json!({"waiting": {"reason": "PodInitializing"}});
+            container["lastState"] = json!({});
+            container["ready"] = json!(false);
+            container["started"] = json!(false);
+            container["restartCount"] = json!(0);
+        }
+        for c in ["Ready", "ContainersReady"] {
+            if let Some(cond) = status["conditions"]
+                .as_array_mut()
+                .and_then(|cs| cs.iter_mut().find(|x| x["type"] == c))
+            {
+                *cond = pod_condition(
+                    c,
+                    false,
+                    "ContainersNotReady",
+                    "containers with unready status: [harness]",
+                );
+            }
+        }
+    }
+    status
+}
+
+/// The containers' status `age` after creation under the pod's behaviour.
+fn containers_status(
     pod: &Value,
     behaviour: &PodBehaviour,
     age: Duration,
@@ -570,9 +660,11 @@ fn kubelet_status(
         PodBehaviour::NeverReady
         | PodBehaviour::ProgressDeadlineExceeded
         | PodBehaviour::HeldUnready(_) => scheduled(pod, "Running", false, running, none, 0),
-        PodBehaviour::Ready | PodBehaviour::QuotaExceeded | PodBehaviour::Unschedulable => {
-            scheduled(pod, "Running", true, running, none, 0)
-        }
+        PodBehaviour::Ready
+        | PodBehaviour::QuotaExceeded
+        | PodBehaviour::Unschedulable
+        | PodBehaviour::SetupRefused
+        | PodBehaviour::SetupFailing => scheduled(pod, "Running", true, running, none, 0),
     }
 }
 

@@ -35,7 +35,8 @@ pub const DRIVER_FILE: &str = r#"{
     {"id": "codex", "version": "1.0.0", "mode": "dedicated", "image": "registry.test/codex:1.0.0"},
     {"id": "openclaw", "version": "1.0.0", "mode": "embedded", "image": "registry.test/openclaw:1.0.0"}
   ],
-  "gatewayImage": "registry.test/gateway:1.0.0"
+  "gatewayImage": "registry.test/gateway:1.0.0",
+  "workspaceSetupImage": "registry.test/setup:1.0.0"
 }"#;
 
 #[allow(unused_imports)] // The rollout bench shares this module and binds every claim.
@@ -105,6 +106,11 @@ pub enum PodBehaviour {
     /// `Progressing` condition is False with reason `ProgressDeadlineExceeded`, as once
     /// `progressDeadlineSeconds` passed without progress.
     ProgressDeadlineExceeded,
+    /// The pod's `workspace-setup` init container writes `WORKSPACE_SETUP_REFUSED` to its
+    /// termination log and exits 1, every time the kubelet restarts it (SPEC WS5).
+    SetupRefused,
+    /// The pod's init container exits 1 with no termination message, again on every restart.
+    SetupFailing,
 }
 
 /// How a kubeconfig written by the fake authenticates.

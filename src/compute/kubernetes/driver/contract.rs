@@ -548,4 +548,11 @@ impl DriverPolicy for KubernetesDriver {
     fn lifecycle_hooks(&self) -> Option<&LifecycleHooks> {
         Some(&self.hooks)
     }
+
+    /// Only a dedicated Harness has a persistent workspace (its claim) for the setup's init
+    /// container, and only when the driver file names `workspaceSetupImage` (SPEC WS2).
+    fn supports_workspace_setup(&self, revision: &RevisionSpec) -> bool {
+        revision.harness_mode == HarnessMode::Dedicated
+            && self.settings.workspace_setup_image.is_some()
+    }
 }

@@ -285,6 +285,13 @@ impl KubernetesDriver {
             findings.runtime_failure = self.held_failure(namespace, &pods, cancel)?;
         }
         let mut reason = findings.pending_reason;
+        if reason == Some("WORKLOAD_UNSCHEDULABLE")
+            && revision.harness_mode == HarnessMode::Dedicated
+            && !self.harness_claim_bound(revision, namespace, cancel)?
+        {
+            // SPEC WS5: the Harness claim not bound while its Pod cannot be scheduled.
+            reason = Some("WORKSPACE_NODE_PENDING");
+        }
         if reason.is_none() && pods.is_empty() {
             let sets = self
                 .client
@@ -303,6 +310,26 @@ impl KubernetesDriver {
             runtime_failure: findings.runtime_failure,
             ..observation(revision, false)
         })
+    }
+
+    /// Whether the Agent's Harness claim is `Bound` (a missing claim is not).
+    fn harness_claim_bound(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
+        let claim = self
+            .client
+            .get(
+                &format!(
+                    "{CORE}/namespaces/{namespace}/persistentvolumeclaims/{}",
+                    manifests::harness_claim_name(&revision.agent_id)
+                ),
+                cancel,
+            )
+            .map_err(|e| fail(e, "persistentvolumeclaims"))?;
+        Ok(claim.is_some_and(|c| c["status"]["phase"] == "Bound"))
     }
 
     /// The failure a harness holds behind its `/readyz` (SPEC R5): one running, unready Pod is

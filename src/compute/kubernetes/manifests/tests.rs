@@ -48,6 +48,7 @@ fn revision() -> RevisionSpec {
         execution_admission: crate::compute::ExecutionAdmission::standard(),
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
+        workspace_setup: None,
     }
 }
 
