@@ -651,13 +651,15 @@ impl RevisionReconciler {
             let stored = self.stored_refusal(pass, &refusal);
             return self.refuse(pass, &l, stored, true);
         }
-        if let Some(refused) = self.check_execution_admission(pass, &l)? {
-            return Ok(refused);
-        }
+        // SPEC E14 and E18 come first in a maintenance pass, before Z1's decision: pending
+        // withdrawals are re-queued whatever the execution admission comes to.
         if maintenance {
             if let Some(report) = self.maintain_withdrawals(pass, &l)? {
                 return Ok(report);
             }
+        }
+        if let Some(refused) = self.check_execution_admission(pass, &l)? {
+            return Ok(refused);
         }
         if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
         {
@@ -1291,6 +1293,12 @@ fn readiness_codes() -> Vec<&'static str> {
 /// else waits as `REVISION_FINALIZATION_INCOMPLETE`; the next pass, the revision now active,
 /// repeats the activation (R7).
 fn activation_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
+    // SPEC H4: a refused `beforeWorkloadStop` (an embedded revision taking the gateway from
+    // the revision it runs) waits with the hook's code, as a refused stop does.
+    if matches!(e.kind(), ComputeErrorKind::Retryable) && e.class() == "lifecycle_hook" {
+        return Report::pending(e.retry_code(), readiness_recheck(pass.age()))
+            .with_compute_error(e);
+    }
     match e.kind() {
         ComputeErrorKind::Retryable | ComputeErrorKind::Draining => Report::pending(
             "REVISION_FINALIZATION_INCOMPLETE",
@@ -1373,7 +1381,7 @@ fn describe_prepare_failure(pass: &Pass<'_>, spec: &RevisionSpec, e: &ComputeErr
     let mut fields = json!({
         "workId": claim.key,
         "attempt": claim.attempt,
-        "operation": claim.operation.as_str(),
+        "operation": claim.operation.event_name(),
         "namespaceId": spec.namespace_id,
         "agentId": spec.agent_id,
         "revisionId": spec.revision_id,

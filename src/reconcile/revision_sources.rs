@@ -191,13 +191,12 @@ pub fn redetach(
 }
 
 /// SPEC E18: the code an E17 error waits with on the active path: the driver's pending code,
-/// `DEPENDENCY_UNAVAILABLE` for a failing dependency, else `REVISION_FINALIZATION_INCOMPLETE`.
+/// `DEPENDENCY_UNAVAILABLE` for a dependency that is converging, else (a retryable 409 or 401
+/// included) `REVISION_FINALIZATION_INCOMPLETE`, as an activation that did not finish.
 pub fn redetach_wait_code(e: &ComputeError) -> &'static str {
     match e.kind() {
         ComputeErrorKind::Pending(code) | ComputeErrorKind::Deferred { code, .. } => code,
-        ComputeErrorKind::TransientDependency | ComputeErrorKind::Retryable => {
-            "DEPENDENCY_UNAVAILABLE"
-        }
+        ComputeErrorKind::TransientDependency => "DEPENDENCY_UNAVAILABLE",
         _ => "REVISION_FINALIZATION_INCOMPLETE",
     }
 }
@@ -206,6 +205,30 @@ pub fn redetach_wait_code(e: &ComputeError) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // SPEC E18 (seed 490-502): only a converging dependency keeps `DEPENDENCY_UNAVAILABLE`;
+    // a retryable conflict or authentication failure waits as an unfinished activation.
+    #[test]
+    fn e18_a_retryable_redetach_failure_waits_as_revision_finalization_incomplete() {
+        for status in [409, 401] {
+            assert_eq!(
+                redetach_wait_code(&ComputeError::retryable("kubernetes", Some(status))),
+                "REVISION_FINALIZATION_INCOMPLETE"
+            );
+        }
+        assert_eq!(
+            redetach_wait_code(&ComputeError::transient("kubernetes", Some(503))),
+            "DEPENDENCY_UNAVAILABLE"
+        );
+        assert_eq!(
+            redetach_wait_code(&ComputeError::pending(
+                "REVISION_ACTIVATION_PENDING",
+                "kubernetes",
+                None
+            )),
+            "REVISION_ACTIVATION_PENDING"
+        );
+    }
 
     fn state(id: &str, kind: &str, harness: bool, withdrawal: Option<&str>) -> SourceState {
         let snapshot = SnapshotSource {

@@ -181,13 +181,28 @@ impl Reconciler for SandboxPolicyReconciler {
                     },
                 )
             }
-            // Superseded, or a failure before anything was decided: the stored generation is
-            // another pass's to settle.
+            // Superseded: the stored generation is another pass's to settle. A failure before
+            // anything was decided (a database error at the attempt budget's end) fails the
+            // policy and is audited like any other failure (SPEC S3).
             Facts::Plain => {
-                if report.outcome != Outcome::Success {
-                    tx.execute(SETTLE, &[&agent_id, &generation, &state, &report.code])?;
+                if report.outcome == Outcome::Success {
+                    return Ok(());
                 }
-                Ok(())
+                tx.execute(SETTLE, &[&agent_id, &generation, &state, &report.code])?;
+                audit(
+                    tx,
+                    pass,
+                    Audit {
+                        denial: false,
+                        action: ACTION,
+                        resource_kind: "agent",
+                        resource_id: &agent_id,
+                        outcome: "failure",
+                        reason_code: Some(&report.code),
+                        details: json!({"generation": generation,
+                                        "computeDriverId": pass.ctx.compute.id()}),
+                    },
+                )
             }
         }
     }

@@ -424,7 +424,7 @@ fn z6_a_valid_prepare_failure_diagnostic_is_emitted_and_an_invalid_one_is_not() 
             "event": "worker.compute-prepare-failed",
             "workId": key(&rev),
             "attempt": 1,
-            "operation": "revision_reconcile",
+            "operation": "agent_revision.reconcile",
             "namespaceId": "ns1",
             "agentId": f.agent,
             "revisionId": rev,

@@ -474,7 +474,7 @@ fn e18_a_failing_redetach_takes_the_active_path_and_keeps_the_chain() {
     driver.fail(
         "withdraw_credential_source",
         &format!("{rev}/search/recheck"),
-        ComputeError::retryable("kubernetes", Some(503)),
+        ComputeError::transient("kubernetes", Some(503)),
     );
     let m = maintenance_work(&mut c, &f.agent, &rev);
     run_until(&f.db, driver.clone(), |c| ended(c, &m));
@@ -653,4 +653,34 @@ fn o_agent_show_names_each_revisions_auth_method_sources_and_withdrawals() {
     );
     assert_eq!(revision["sandboxFacets"], json!([]));
     assert_eq!(shown["sandboxPolicy"], Value::Null);
+}
+
+// SPEC E14, E18 before Z1 (seed 4457-4472 before 5270-5279): a maintenance pass re-queues the
+// pending withdrawals first, even when the execution admission is then refused and the pass
+// takes the active path.
+#[test]
+fn e14_maintenance_requeues_pending_withdrawals_before_the_execution_admission_check() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let (rev, driver) = active_maintained(&f, &mut c, &["search"]);
+    c.execute(
+        "INSERT INTO occ.credential_withdrawals (namespace_id, agent_id, revision_id, source_id,
+             requested_by, last_reason, last_at)
+         VALUES ('ns1', $1, $2, 'search', 'operator-2', 'CREDENTIAL_WITHDRAWAL_PENDING', now())",
+        &[&f.agent, &rev],
+    )
+    .unwrap();
+    // The driver no longer runs the revision's execution admission and offers no withdrawal.
+    driver.run_admissions(Vec::new());
+    let m = next_maintenance(&f, &mut c, &rev);
+    run_until(&f.db, driver.clone(), |c| ended(c, &m));
+    ends_with(
+        &mut c,
+        &m,
+        "failed_permanent",
+        "EXECUTION_ADMISSION_UNAVAILABLE",
+    );
+    let works = withdrawal_works(&mut c, &rev);
+    assert_eq!(works.len(), 1, "re-queued first: {works:?}");
+    assert_eq!(works[0].1, "operator-2");
 }

@@ -929,3 +929,55 @@ fn h1_check_calls_each_hook_once_and_names_each_that_does_not_answer() {
     assert_eq!(report["status"], "ok");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// SPEC H3, H4 (seed000:11): an embedded revision taking the Agent's shared gateway from the
+// revision it runs stops that revision's workload, so `beforeWorkloadStop` is asked for the
+// revision being replaced first; a refusal leaves the gateway running it, and the activation
+// fails with the hook's code as a retry (the reconciler waits with it).
+#[test]
+fn h4_an_embedded_takeover_of_the_gateway_asks_before_workload_stop_for_the_replaced_revision() {
+    let r = rig("hooks-takeover", &["iam"], 5);
+    r.ready();
+    let first = bare_revision("ns-1", "ag-1", ("rev-1", 1), ("openclaw", "embedded"));
+    let second = bare_revision("ns-1", "ag-1", ("rev-2", 2), ("openclaw", "embedded"));
+    wait_for("revision 1 serves", Duration::from_secs(20), || {
+        r.driver.prepare_revision(&first, &r.cancel).is_ok()
+            && r.driver.activate_revision(&first, &r.cancel).is_ok()
+    });
+    let gateway = || {
+        r.fake
+            .get("/apis/apps/v1/namespaces/occ-ns-1/deployments/agent-ag-1-gateway")
+            .expect("the gateway")["spec"]["template"]["metadata"]["labels"]["occ.revision"]
+            .clone()
+    };
+    assert_eq!(gateway(), "rev-1");
+    r.server.answer(
+        "iam",
+        "beforeWorkloadStop",
+        Answer::Deny(Some(json!("REVOCATION_FAILED"))),
+    );
+    let asked = r.server.calls().len();
+    let (kind, code) = kind_of(r.driver.activate_revision(&second, &r.cancel));
+    assert_eq!(
+        (kind, code.as_str()),
+        (ComputeErrorKind::Retryable, "REVOCATION_FAILED")
+    );
+    let calls = r.server.calls();
+    let stop: Vec<&Value> = calls[asked..]
+        .iter()
+        .map(|c| &c.body)
+        .filter(|b| b["phase"] == "beforeWorkloadStop")
+        .collect();
+    assert_eq!(stop.len(), 1, "{stop:?}");
+    assert_eq!(
+        stop[0]["revisionId"], "rev-1",
+        "asked for the revision replaced"
+    );
+    assert_eq!(gateway(), "rev-1", "the gateway still runs revision 1");
+    // Allowed, the takeover goes ahead.
+    r.server.answer("iam", "beforeWorkloadStop", Answer::Allow);
+    wait_for("revision 2 serves", Duration::from_secs(20), || {
+        r.driver.activate_revision(&second, &r.cancel).is_ok()
+    });
+    assert_eq!(gateway(), "rev-2");
+}

@@ -1040,3 +1040,52 @@ fn s2_the_worker_fails_a_deployment_pinned_to_a_facet_it_cannot_enforce_before_a
     drop(worker);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// SPEC S3: a sandbox-policy work that fails for good on a database error (its pass never
+// decided anything) marks the policy `failed` and writes the lifecycle audit, as every other
+// terminal outcome of the pass does.
+#[test]
+fn s3_a_database_failure_at_the_budget_fails_the_policy_and_is_audited() {
+    use crate::scripted::{quiet, run_until, ScriptedDriver};
+    let f = crate::agent::fixture();
+    let mut c = f.db.client();
+    put_policy(
+        &mut c,
+        "ns1",
+        &f.agent,
+        json!([]),
+        json!([{"cidr": "10.0.0.0/8", "ports": [443]}]),
+    )
+    .unwrap();
+    // Every authorization of the pass fails in the database.
+    c.batch_execute(
+        "ALTER FUNCTION occ.authorize(text, text, text, text, text) RENAME TO authorize_real;
+         CREATE FUNCTION occ.authorize(p text, a text, k text, i text, n text) RETURNS jsonb
+             LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE EXCEPTION 'authorization unavailable'; END $$;",
+    )
+    .unwrap();
+    let key = format!("agent:{}:sandbox_policy:1", f.agent);
+    run_until(&f.db, std::sync::Arc::new(ScriptedDriver::new()), |c| {
+        quiet(c) && work_of(c, &key).0 == "failed_permanent"
+    });
+    let (_, code) = work_of(&mut c, &key);
+    let code = code.expect("a code");
+    assert_eq!(
+        policy_state(&mut c, &f.agent),
+        ("failed".into(), Some(code.clone()), 1)
+    );
+    let audited: Vec<(String, String, Option<String>)> = c
+        .query(
+            "SELECT kind, outcome, reason_code FROM occ.audit_events
+             WHERE action = 'openclaw.agents.lifecycle.sandbox_policy'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        audited,
+        vec![("mutation".to_string(), "failure".to_string(), Some(code))]
+    );
+}

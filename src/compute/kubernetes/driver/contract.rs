@@ -321,6 +321,7 @@ impl ComputeDriver for KubernetesDriver {
     ) -> Result<(), ComputeError> {
         if revision.harness_mode != HarnessMode::Dedicated {
             let (namespace, desired) = self.desired_workload(revision, cancel)?;
+            self.before_gateway_takeover(revision, &namespace, cancel)?;
             let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
             match observe::rollout(&gateway) {
                 Rollout::Failed | Rollout::Progressing => {

@@ -230,6 +230,39 @@ impl KubernetesDriver {
         )
     }
 
+    /// Before an embedded revision takes the Agent's shared gateway from the revision it runs,
+    /// that revision's workload stops: the `beforeWorkloadStop` hooks are asked for it first
+    /// (SPEC H3, H4), and a refusal leaves the gateway as it is (the activation waits with the
+    /// hook's code). A gateway scaled to zero, running no revision or this one asks nothing.
+    pub(super) fn before_gateway_takeover(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        let gateway = self
+            .client
+            .get(&Self::gateway_path(revision, namespace), cancel)
+            .map_err(|e| fail(e, "deployments"))?;
+        let Some(gateway) = gateway else {
+            return Ok(());
+        };
+        let running = gateway["spec"]["replicas"].as_i64().unwrap_or(1) > 0;
+        let serving = gateway["spec"]["template"]["metadata"]["labels"][LABEL_REVISION]
+            .as_str()
+            .filter(|r| *r != manifests::NO_REVISION && !r.is_empty());
+        let Some(previous) = serving.filter(|_| running && !Self::runs(&gateway, revision)) else {
+            return Ok(());
+        };
+        let subject = HookSubject {
+            revision_id: Some(previous),
+            ..self.workload_subject(revision)
+        };
+        self.hooks
+            .run(Phase::BeforeWorkloadStop, &subject, &[], cancel)
+            .map(drop)
+    }
+
     /// The workload path of a revision and whether it is this revision's own.
     pub(super) fn workload_path(&self, revision: &RevisionSpec, namespace: &str) -> String {
         let name = if revision.harness_mode == HarnessMode::Dedicated {
