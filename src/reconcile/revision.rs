@@ -70,6 +70,7 @@ const RETIRE_EARLIER: &str = include_str!("../../sql/queries/revision_retire_ear
 const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_version.sql");
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
+const STILL_ACTIVE: &str = include_str!("../../sql/queries/revision_still_active.sql");
 const WORKSPACE_SETUP_LOAD: &str = include_str!("../../sql/queries/workspace_setup_load.sql");
 const WORKSPACE_SETUP_COMPLETE: &str =
     include_str!("../../sql/queries/workspace_setup_complete.sql");
@@ -1146,6 +1147,21 @@ impl RevisionReconciler {
                 if let Some(evidence) = e.preparation_evidence() {
                     report.result_data = Some(json!({ "preparation": evidence }));
                 }
+                // SPEC Z2: a retryable failure of the active revision's preparation takes the
+                // active path (a maintenance claim fails and keeps its chain); it is never a
+                // candidate's retry.
+                let transient = matches!(
+                    e.kind(),
+                    ComputeErrorKind::TransientDependency | ComputeErrorKind::Retryable
+                );
+                if l.is_active() && transient {
+                    let code = report.code.clone();
+                    return Ok(Observed::Ended(Box::new(
+                        active_path(pass, &code)
+                            .at("prepare")
+                            .with_compute_error(&e),
+                    )));
+                }
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
                 } else {
@@ -1186,7 +1202,7 @@ impl RevisionReconciler {
         if maintenance {
             // A failed observation fails this claim; it never retires the running revision,
             // and the next bucket is enqueued on publish.
-            return Ok(Observed::Ended(Box::new(Report::permanent(waiting.code))));
+            return Ok(Observed::Ended(Box::new(active_path(pass, waiting.code))));
         }
         let wait = if waiting.bootstrap {
             Wait::Bootstrap
@@ -1261,6 +1277,24 @@ impl RevisionReconciler {
             if !won {
                 return Ok(Report::retry("ACTIVE_REVISION_CHANGED"));
             }
+            // A stop admitted right after the pointer commit: the revision stops instead of
+            // activating, and, published, retires its predecessors (seed R6 after the commit).
+            let current = {
+                let mut db = pass.db()?;
+                load_agent(&mut *db, &agent.namespace_id, &agent.id)?
+            };
+            if current.is_none_or(|a| a.desired_runtime_state != RuntimeState::Running) {
+                try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
+                for earlier in earlier.iter().filter(|r| !r.retired) {
+                    let earlier = earlier.spec(&pass.ctx.installation_id);
+                    try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
+                }
+                return Ok(Report::success("REVISION_STOPPED").with_facts(Facts::Own(
+                    RevisionFacts::Stopped {
+                        retired_before: Some(revision.revision),
+                    },
+                )));
+            }
             "REVISION_ACTIVATED"
         };
         if let Err(e) = effect(pass, "activate", |c| driver.activate_revision(spec, c))? {
@@ -1316,7 +1350,7 @@ fn activation_report(e: &ComputeError, pass: &Pass<'_>) -> Report {
 fn active_path(pass: &Pass<'_>, code: &str) -> Report {
     let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
     if maintenance && pass.ctx.compute.policy().maintenance_interval().is_some() {
-        Report::permanent(code)
+        Report::permanent(code).with_facts(Facts::Own(RevisionFacts::ActiveMaintenanceFailed))
     } else {
         Report::pending(code, readiness_recheck(pass.age()))
     }
@@ -1345,6 +1379,9 @@ pub enum RevisionFacts {
     /// withdrawal row; `publish` re-queues as E14 and keeps the chain only while something
     /// is pending.
     CredentialWithdrawn,
+    /// SPEC Z2: a maintenance claim of the active revision fails with its code and keeps the
+    /// chain, unless `settle` finds the Agent moved on (then it completes superseded).
+    ActiveMaintenanceFailed,
 }
 
 /// A refusal before any effect that ends a maintenance chain.
@@ -1438,6 +1475,32 @@ fn first_denial<const N: usize>(
 impl Reconciler for RevisionReconciler {
     type Facts = RevisionFacts;
 
+    /// SPEC Z2 (seed 6556-6571): a maintenance claim failing on the active path, with the
+    /// Agent locked, completes `REVISION_MAINTENANCE_SUPERSEDED` and ends its chain when the
+    /// Agent no longer points at the revision with its principal or no longer runs.
+    fn settle(
+        &self,
+        tx: &mut crate::db::Tx<'_>,
+        pass: &Pass<'_>,
+        report: Report,
+    ) -> Result<Report, PassError> {
+        if report.facts != Facts::Own(RevisionFacts::ActiveMaintenanceFailed) {
+            return Ok(report);
+        }
+        let Some(revision_id) = &pass.claim.revision_id else {
+            return Ok(report);
+        };
+        let runs: bool = tx
+            .query_opt(STILL_ACTIVE, &[&pass.claim.namespace_id, revision_id])?
+            .is_some_and(|row| row.get(0));
+        Ok(if runs {
+            report
+        } else {
+            Report::success("REVISION_MAINTENANCE_SUPERSEDED")
+                .with_facts(Facts::Own(RevisionFacts::ChainEnded))
+        })
+    }
+
     fn reconcile(&self, pass: &Pass<'_>) -> Result<Report, PassError> {
         let scratch = Scratch::default();
         let report = self.run(pass, &scratch)?;
@@ -1492,6 +1555,7 @@ impl Reconciler for RevisionReconciler {
                 (true, false)
             }
             Facts::Own(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
+            Facts::Own(RevisionFacts::ActiveMaintenanceFailed) => (false, false),
             Facts::Own(RevisionFacts::CredentialWithdrawn) => {
                 tx.query_opt(NAMESPACE_LOCK, &[&claim.namespace_id])?;
                 let collected = queue::work_enqueue_withdrawal_requeue(

@@ -1915,3 +1915,128 @@ fn r3_z4_a_stopped_agent_wins_over_a_candidates_unresolved_secret_context() {
     assert_eq!(active(&mut c, &f.agent), None);
     assert_eq!(status(&mut c, &rev).0, "stopped");
 }
+
+/// Maintenance works of `rev` that ended `state` with `code`.
+fn maintenance_ended(c: &mut Client, rev: &str, state: &str, code: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state = $2
+           AND reason_code = $3",
+        &[
+            &format!("agent_revision:{rev}:maintenance:%"),
+            &state,
+            &code,
+        ],
+    )
+}
+
+/// Maintenance works of `rev` still queued.
+fn maintenance_queued(c: &mut Client, rev: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND state = 'queued'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    )
+}
+
+/// An active revision on a driver with a short maintenance interval, and that driver.
+fn maintained_active(f: &Fixture, c: &mut Client) -> (String, Arc<ScriptedDriver>) {
+    let driver = Arc::new(ScriptedDriver {
+        maintenance: Some(Duration::from_millis(300)),
+        ..ScriptedDriver::default()
+    });
+    let rev = deploy(c, &f.agent);
+    run_until(&f.db, driver.clone(), |c| {
+        work(c, &key(&rev)).0 == "succeeded"
+    });
+    (rev, driver)
+}
+
+// SPEC Z2 (seed 6556-6571): a maintenance claim failing on the active path completes
+// `REVISION_MAINTENANCE_SUPERSEDED` and ends its chain when, under the Agent's lock, the Agent
+// has moved on (here: a stop admitted while the pass observed).
+#[test]
+fn z2_a_failing_maintenance_claim_of_an_agent_that_moved_on_completes_superseded() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let (rev, driver) = maintained_active(&f, &mut c);
+    driver.script_prepare(&rev, vec![Prepare::Pending("WORKLOAD_UNSCHEDULABLE")]);
+    let (url, agent) = (f.db.url.clone(), f.agent.clone());
+    driver.on_call(move |method, _| {
+        if method == "prepare_revision" {
+            let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+            let _ = c.execute("SELECT occ.agent_stop('ns1', $1, 'admin')", &[&agent]);
+        }
+    });
+    run_until(&f.db, driver.clone(), |c| {
+        maintenance_ended(c, &rev, "succeeded", "REVISION_MAINTENANCE_SUPERSEDED") == 1
+    });
+    assert_eq!(
+        maintenance_ended(&mut c, &rev, "failed_permanent", "REVISION_UNSCHEDULABLE"),
+        0
+    );
+    run_until(&f.db, driver.clone(), quiet);
+    assert_eq!(maintenance_queued(&mut c, &rev), 0, "the chain ended");
+}
+
+// SPEC Z2 (seed 4548-4600, 6510-6592): a transient preparation failure of the active revision
+// fails its maintenance claim at once with the dependency's code and keeps the chain; it is
+// no candidate retry.
+#[test]
+fn n13_a_transient_prepare_error_of_a_maintenance_pass_fails_the_claim_and_keeps_the_chain() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let (rev, driver) = maintained_active(&f, &mut c);
+    driver.clear_calls();
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::Fail(ComputeError::transient(
+            "scripted",
+            Some(503),
+        ))],
+    );
+    run_until(&f.db, driver.clone(), |c| {
+        maintenance_ended(c, &rev, "failed_permanent", "DEPENDENCY_UNAVAILABLE") == 1
+    });
+    let attempts: i32 = crate::support::one(
+        &mut c,
+        "SELECT attempt_count FROM occ.work_status WHERE idempotency_key LIKE $1
+           AND state = 'failed_permanent'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert_eq!(attempts, 1, "no retry of the claim");
+    run_until(&f.db, driver.clone(), |c| maintenance_queued(c, &rev) == 1);
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+// Seed R6 after the pointer commit (6010-6020): a stop admitted right after the commit stops
+// the revision instead of activating it: REVISION_STOPPED, no activation call.
+#[test]
+fn f135_a_stop_admitted_right_after_the_pointer_commit_stops_instead_of_activating() {
+    let f = fixture();
+    let mut c = f.db.client();
+    // The stop lands in the pointer commit's own statement, as if admitted just after it.
+    c.batch_execute(
+        "CREATE FUNCTION public.stop_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.active_revision_id IS DISTINCT FROM OLD.active_revision_id
+                AND NEW.active_revision_id IS NOT NULL THEN
+                 NEW.desired_runtime_state := 'stopped';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER stop_at_commit BEFORE UPDATE ON occ.agents
+             FOR EACH ROW EXECUTE FUNCTION public.stop_at_commit();",
+    )
+    .unwrap();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run_until(&f.db, driver.clone(), quiet);
+    crate::support::expect_work(&mut c, &key(&rev)).completed_with("REVISION_STOPPED");
+    assert!(
+        driver.calls_of("activate_revision").is_empty(),
+        "{:?}",
+        driver.log()
+    );
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev]);
+}
