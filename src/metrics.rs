@@ -13,6 +13,9 @@ pub struct Metrics {
     pub effect_duration: HistogramVec,
     pub queue_depth: IntGaugeVec,
     pub claims_lost: IntCounterVec,
+    /// Seconds from admission (the work's creation, database clock) to a deployment's
+    /// activation or an Agent's stop, by operation `deploy` or `stop` (seed 3102, 6493).
+    pub agent_operation_duration: HistogramVec,
     /// Claim or recovery statements that failed, by error class (`DatabaseError:22008`).
     pub claim_failures: IntCounterVec,
 }
@@ -54,6 +57,15 @@ impl Metrics {
             &["cause"],
         )
         .expect("valid metric");
+        let agent_operation_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "occ_worker_agent_operation_duration_seconds",
+                "Seconds from admission to a deployment's activation (deploy) or an Agent's stop (stop), measured on the database clock",
+            )
+            .buckets(vec![0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0]),
+            &["operation"],
+        )
+        .expect("valid metric");
         let claim_failures = IntCounterVec::new(
             Opts::new(
                 "occ_worker_claim_failures_total",
@@ -68,6 +80,7 @@ impl Metrics {
             Box::new(effect_duration.clone()),
             Box::new(queue_depth.clone()),
             Box::new(claims_lost.clone()),
+            Box::new(agent_operation_duration.clone()),
             Box::new(claim_failures.clone()),
         ] {
             registry.register(c).expect("unique metric");
@@ -79,6 +92,7 @@ impl Metrics {
             effect_duration,
             queue_depth,
             claims_lost,
+            agent_operation_duration,
             claim_failures,
         }
     }

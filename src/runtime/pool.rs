@@ -11,7 +11,7 @@ use super::lease::Heartbeat;
 use super::records::Records;
 use super::thread::{error_class, Job, Joined};
 use crate::cancel::LossCause;
-use crate::queue::{self, Claim};
+use crate::queue::{self, Claim, Operation};
 use crate::reconcile::{AnyReport, Context, LeaseState, Outcome, Pass, PassError, Registry};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
@@ -442,6 +442,18 @@ fn completed(
         if let Some(n) = stop_yields {
             fields["stopYields"] = json!(n);
         }
+    }
+    // F32: deploy and stop durations from admission (the work's age by the database clock).
+    let measured = match (claim.operation, report.outcome, report.code.as_str()) {
+        (Operation::RevisionReconcile, Outcome::Success, "REVISION_ACTIVATED") => Some("deploy"),
+        (Operation::AgentStop, Outcome::Success, code) if code != "STOP_SUPERSEDED" => Some("stop"),
+        _ => None,
+    };
+    if let Some(operation) = measured {
+        ctx.metrics
+            .agent_operation_duration
+            .with_label_values(&[operation])
+            .observe(pass.lease.age().as_secs_f64());
     }
     if pass.deployment {
         if let (true, Some(serde_json::Value::Object(timings))) =

@@ -690,3 +690,59 @@ fn c3_a_failing_exec_plugin_is_named_with_its_own_hint() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// Seed 3102, 6493 (F32): a deployment's activation and an Agent's stop are measured from
+// their admission, as the histogram `occ_worker_agent_operation_duration_seconds`.
+#[test]
+fn f32_deploy_and_stop_durations_from_admission_are_histograms() {
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(20),
+        ..FakeOptions::default()
+    });
+    let dir = scratch("kube-f32");
+    let db = TestDb::bootstrapped();
+    let port = crate::support::free_port();
+    let mut env = kube_env(&db, &fake, &dir, 2);
+    env.retain(|(k, _)| *k != "OCC_WORKER_HTTP_ADDR");
+    env.push(("OCC_WORKER_HTTP_ADDR", format!("127.0.0.1:{port}")));
+    let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    let mut c = db.client();
+    let ns = ready_namespaces(&mut c, &fake, 1).remove(0);
+    let (agent, _) = create_agent(&mut c, &ns, "bot");
+    let rev = deploy(&mut c, &ns, &agent, "codex", "dedicated");
+    let done = |c: &mut Client, key: &str| -> bool {
+        let n: i64 = crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE idempotency_key = $1 AND state = 'succeeded'",
+            &[&key],
+        );
+        n == 1
+    };
+    let reconcile = format!("agent_revision:{rev}:reconcile");
+    wait_for("activated", Duration::from_secs(60), || {
+        done(&mut c, &reconcile)
+    });
+    let stop: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_stop($1, $2, 'admin')",
+        &[&ns, &agent],
+    );
+    let stop = stop["work"].as_str().expect("the stop's work").to_string();
+    wait_for("stopped", Duration::from_secs(60), || done(&mut c, &stop));
+    let metrics = || {
+        crate::support::http_get_text(("127.0.0.1", port), "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    };
+    for operation in ["deploy", "stop"] {
+        let line = format!(
+            "occ_worker_agent_operation_duration_seconds_count{{operation=\"{operation}\"}} 1"
+        );
+        wait_for(&line, Duration::from_secs(10), || {
+            metrics().lines().any(|l| l == line)
+        });
+    }
+    assert!(metrics()
+        .contains("# HELP occ_worker_agent_operation_duration_seconds Seconds from admission"));
+}
