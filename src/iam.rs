@@ -381,6 +381,33 @@ pub fn load(client: &mut impl GenericClient) -> Result<Model, DbError> {
         .map_err(|e| DbError::Corrupt(format!("persisted IAM policy does not parse: {e}")))
 }
 
+/// SPEC W8: the persisted IAM state, loaded and decoded row by row before the first claim; the
+/// first row that does not decode is named (`occ.iam_bindings row 7: …`).
+pub fn validate(client: &mut impl GenericClient) -> Result<(), DbError> {
+    let row = client.query_one(LOAD, &[])?;
+    let value: serde_json::Value = row.get(0);
+    decode_each::<Identity>(&value, "identities", "occ.identities")?;
+    decode_each::<Binding>(&value, "bindings", "occ.iam_bindings")?;
+    decode_each::<Restriction>(&value, "restrictions", "occ.iam_restrictions")?;
+    Ok(())
+}
+
+fn decode_each<T: serde::de::DeserializeOwned>(
+    policy: &serde_json::Value,
+    field: &str,
+    table: &str,
+) -> Result<(), DbError> {
+    for item in policy[field].as_array().into_iter().flatten() {
+        if let Err(e) = serde_json::from_value::<T>(item.clone()) {
+            return Err(DbError::Corrupt(format!(
+                "{table} row {} does not decode: {e}",
+                item["id"]
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Model {
     pub fn identity(&self, id: &str) -> Option<&Identity> {
         self.identities.iter().find(|i| i.id == id)

@@ -85,6 +85,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let budget = check_connection_budget(globals, &config, &events)?;
     let pool = open_pool(globals, &config, budget)?;
     let installation_id = read_installation(&pool, &config)?;
+    validate_iam(&pool)?;
     let (compute, installation) = build_compute(&config)?;
     let preflight_warnings = preflight(&config, &*compute, &installation, &events)?;
     Ok(Started {
@@ -173,6 +174,16 @@ fn read_installation(pool: &occ_worker::db::Pool, config: &Config) -> Result<Str
         .check_selected(selected.as_deref())
         .map_err(|e| CliError::config(e.to_string()))?;
     Ok(row.get::<_, String>(0))
+}
+
+/// SPEC W8: the persisted IAM state decodes, row by row, before anything is claimed; the first
+/// row that does not stops start-up naming it.
+fn validate_iam(pool: &occ_worker::db::Pool) -> Result<(), CliError> {
+    let mut client = pool
+        .get()
+        .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
+    occ_worker::iam::validate(&mut *client)
+        .map_err(|e| CliError::new(format!("the persisted IAM state is invalid: {e}")))
 }
 
 /// The Compute Driver built whole: its own settings first, each failure one line naming its

@@ -1222,3 +1222,34 @@ fn refusals_are_in_the_users_words() {
         "{help}"
     );
 }
+
+// SPEC W8: before the first claim the persisted IAM state is loaded and validated; a row the
+// reader cannot decode stops start-up (run and check) in one line naming the row.
+#[test]
+fn w8_an_undecodable_iam_row_stops_start_up_naming_it() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for statement in [
+        "SELECT occ.identity_create('admin', 'robbie')",
+        "ALTER TABLE occ.identities DROP CONSTRAINT identities_kind_check",
+        "ALTER TABLE occ.identities DROP CONSTRAINT identities_check",
+        "UPDATE occ.identities SET kind = 'robot' WHERE id = 'robbie'",
+    ] {
+        c.batch_execute(statement).unwrap();
+    }
+    let env = [
+        ("OCC_COMPUTE_DRIVER", "docker"),
+        ("DOCKER_HOST", "unix:///nonexistent/docker.sock"),
+    ];
+    for command in ["check", "run"] {
+        let (code, _, stderr) = run_with(&db.url, &[command], &env);
+        assert_eq!(code, 1, "{command}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{command}: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "occ-worker: the persisted IAM state is invalid: corrupt data: occ.identities row \"robbie\" does not decode: "
+            ),
+            "{command}: {stderr}"
+        );
+    }
+}
