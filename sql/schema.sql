@@ -130,10 +130,10 @@ END $$;
 
 
 --
--- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb, text, text[], text); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb, text, text[], text, boolean); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text) RETURNS jsonb
+CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -158,8 +158,9 @@ BEGIN
         RAISE EXCEPTION 'configuration %/% does not exist', p_namespace, p_configuration
             USING ERRCODE = 'no_data_found';
     END IF;
-    IF num_nonnulls(p_harness_secret, p_service_account, p_credential_source) <> 1 THEN
-        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret, a service account or a credential source'
+    IF num_nonnulls(p_harness_secret, p_service_account, p_credential_source,
+                    nullif(coalesce(p_runtime_auth, false), false)) <> 1 THEN
+        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret, a service account, a credential source or the runtime''s own'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_harness_secret IS NOT NULL THEN
@@ -173,6 +174,8 @@ BEGIN
     ELSIF p_service_account IS NOT NULL THEN
         auth := occ.service_account_harness_auth(p_namespace, p_service_account, p_actor);
         backend := auth->'backendBinding'->>'backendId';
+    ELSIF p_runtime_auth THEN
+        auth := '{"method": "runtime"}'::jsonb;
     ELSE
         auth := jsonb_build_object('method', 'credential_source', 'sourceId', p_credential_source,
             'credentialGatewayId', p_credential_gateway_id);
@@ -432,10 +435,10 @@ BEGIN
                   OR jsonb_typeof(b.value->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'secret bindings must be {"ENV": {"namespaceId", "id"}}' USING ERRCODE = 'check_violation';
     END IF;
-    -- A `credential_source` harness auth names no Secret source; its shape is
-    -- agent_revisions_harness_auth_check's.
+    -- A `credential_source` or `runtime` (SPEC M5) harness auth names no Secret source; its
+    -- shape is agent_revisions_harness_auth_check's.
     IF NEW.harness_auth IS NOT NULL
-       AND NEW.harness_auth->>'method' IS DISTINCT FROM 'credential_source' AND (
+       AND NEW.harness_auth->>'method' NOT IN ('credential_source', 'runtime') AND (
         jsonb_typeof(NEW.harness_auth->'source'->'namespaceId') IS DISTINCT FROM 'string'
         OR jsonb_typeof(NEW.harness_auth->'source'->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'harness auth source must name a namespaceId and id' USING ERRCODE = 'check_violation';
@@ -2649,7 +2652,7 @@ CREATE TABLE occ.agent_revisions (
     CONSTRAINT agent_revisions_document_check CHECK ((jsonb_typeof(document) = 'object'::text)),
     CONSTRAINT agent_revisions_execution_admission_check CHECK (((jsonb_typeof(execution_admission) = 'object'::text) AND (execution_admission ?& ARRAY['version'::text, 'mode'::text]) AND (((execution_admission - 'version'::text) - 'mode'::text) = '{}'::jsonb) AND (jsonb_typeof((execution_admission -> 'version'::text)) = 'number'::text) AND ((execution_admission ->> 'version'::text) ~ '^[1-9][0-9]{0,8}$'::text) AND (jsonb_typeof((execution_admission -> 'mode'::text)) = 'string'::text) AND ((execution_admission ->> 'mode'::text) ~ '^[a-z][a-z_]{0,31}$'::text))),
     CONSTRAINT agent_revisions_execution_mode_check CHECK ((execution_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
-    CONSTRAINT agent_revisions_harness_auth_check CHECK (((harness_auth IS NULL) OR COALESCE(((jsonb_typeof(harness_auth) = 'object'::text) AND ((((harness_auth ->> 'method'::text) = ANY (ARRAY['secret'::text, 'service_account'::text])) AND (jsonb_typeof((harness_auth -> 'source'::text)) = 'object'::text) AND (((harness_auth -> 'source'::text) ->> 'namespaceId'::text) IS NOT NULL) AND (((harness_auth -> 'source'::text) ->> 'id'::text) IS NOT NULL) AND (((harness_auth ->> 'method'::text) = 'secret'::text) OR occ.is_service_account_harness_auth(harness_auth, backend_id))) OR (((harness_auth ->> 'method'::text) = 'credential_source'::text) AND ((((harness_auth - 'method'::text) - 'sourceId'::text) - 'credentialGatewayId'::text) = '{}'::jsonb) AND (jsonb_typeof((harness_auth -> 'sourceId'::text)) = 'string'::text) AND occ.is_ident((harness_auth ->> 'sourceId'::text)) AND (jsonb_typeof((harness_auth -> 'credentialGatewayId'::text)) = 'string'::text) AND (length(btrim((harness_auth ->> 'credentialGatewayId'::text))) > 0)))), false))),
+    CONSTRAINT agent_revisions_harness_auth_check CHECK (((harness_auth IS NULL) OR COALESCE(((jsonb_typeof(harness_auth) = 'object'::text) AND ((((harness_auth ->> 'method'::text) = ANY (ARRAY['secret'::text, 'service_account'::text])) AND (jsonb_typeof((harness_auth -> 'source'::text)) = 'object'::text) AND (((harness_auth -> 'source'::text) ->> 'namespaceId'::text) IS NOT NULL) AND (((harness_auth -> 'source'::text) ->> 'id'::text) IS NOT NULL) AND (((harness_auth ->> 'method'::text) = 'secret'::text) OR occ.is_service_account_harness_auth(harness_auth, backend_id))) OR (((harness_auth ->> 'method'::text) = 'credential_source'::text) AND ((((harness_auth - 'method'::text) - 'sourceId'::text) - 'credentialGatewayId'::text) = '{}'::jsonb) AND (jsonb_typeof((harness_auth -> 'sourceId'::text)) = 'string'::text) AND occ.is_ident((harness_auth ->> 'sourceId'::text)) AND (jsonb_typeof((harness_auth -> 'credentialGatewayId'::text)) = 'string'::text) AND (length(btrim((harness_auth ->> 'credentialGatewayId'::text))) > 0)) OR (harness_auth = '{"method": "runtime"}'::jsonb))), false))),
     CONSTRAINT agent_revisions_harness_id_check CHECK ((harness_id = ANY (ARRAY['codex'::text, 'openclaw'::text]))),
     CONSTRAINT agent_revisions_harness_mode_check CHECK ((harness_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
     CONSTRAINT agent_revisions_harness_version_check CHECK ((harness_version ~ '^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$'::text)),

@@ -3,9 +3,10 @@
 -- deployment makes the Agent's desired runtime state `running` again. Exactly one harness auth:
 -- `p_harness_secret` (the `secret` method), `p_service_account` (a managed account, which
 -- freezes its credential, its binding as verified and `backend_id`) or `p_credential_source`
--- (`credential_source`), with tool sources, the Sandbox Driver and its facets (SPEC S2), and the
+-- (`credential_source`), or `p_runtime_auth` (`runtime`, SPEC M5: no Secret and no source),
+-- with tool sources, the Sandbox Driver and its facets (SPEC S2), and the
 -- selected Credential Gateway's id (the CLI reads it from the Installation configuration file).
-CREATE OR REPLACE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text) RETURNS jsonb
+CREATE OR REPLACE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -30,8 +31,9 @@ BEGIN
         RAISE EXCEPTION 'configuration %/% does not exist', p_namespace, p_configuration
             USING ERRCODE = 'no_data_found';
     END IF;
-    IF num_nonnulls(p_harness_secret, p_service_account, p_credential_source) <> 1 THEN
-        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret, a service account or a credential source'
+    IF num_nonnulls(p_harness_secret, p_service_account, p_credential_source,
+                    nullif(coalesce(p_runtime_auth, false), false)) <> 1 THEN
+        RAISE EXCEPTION 'a deployment needs exactly one harness auth: a harness Secret, a service account, a credential source or the runtime''s own'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_harness_secret IS NOT NULL THEN
@@ -45,6 +47,8 @@ BEGIN
     ELSIF p_service_account IS NOT NULL THEN
         auth := occ.service_account_harness_auth(p_namespace, p_service_account, p_actor);
         backend := auth->'backendBinding'->>'backendId';
+    ELSIF p_runtime_auth THEN
+        auth := '{"method": "runtime"}'::jsonb;
     ELSE
         auth := jsonb_build_object('method', 'credential_source', 'sourceId', p_credential_source,
             'credentialGatewayId', p_credential_gateway_id);

@@ -39,10 +39,10 @@ BEGIN
                   OR jsonb_typeof(b.value->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'secret bindings must be {"ENV": {"namespaceId", "id"}}' USING ERRCODE = 'check_violation';
     END IF;
-    -- A `credential_source` harness auth names no Secret source; its shape is
-    -- agent_revisions_harness_auth_check's.
+    -- A `credential_source` or `runtime` (SPEC M5) harness auth names no Secret source; its
+    -- shape is agent_revisions_harness_auth_check's.
     IF NEW.harness_auth IS NOT NULL
-       AND NEW.harness_auth->>'method' IS DISTINCT FROM 'credential_source' AND (
+       AND NEW.harness_auth->>'method' NOT IN ('credential_source', 'runtime') AND (
         jsonb_typeof(NEW.harness_auth->'source'->'namespaceId') IS DISTINCT FROM 'string'
         OR jsonb_typeof(NEW.harness_auth->'source'->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'harness auth source must name a namespaceId and id' USING ERRCODE = 'check_violation';

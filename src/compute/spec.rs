@@ -189,6 +189,9 @@ pub enum HarnessAuthMethod {
     Secret,
     ServiceAccount,
     CredentialSource,
+    /// SPEC M5: the harness authenticates with what its runtime provides; OCC attaches no
+    /// harness credential.
+    Runtime,
 }
 
 impl HarnessAuthMethod {
@@ -198,6 +201,7 @@ impl HarnessAuthMethod {
             "secret" => Some(HarnessAuthMethod::Secret),
             "service_account" => Some(HarnessAuthMethod::ServiceAccount),
             "credential_source" => Some(HarnessAuthMethod::CredentialSource),
+            "runtime" => Some(HarnessAuthMethod::Runtime),
             _ => None,
         }
     }

@@ -407,6 +407,8 @@ impl RevisionReconciler {
             Some("service_account") => ManagedAccountAuth::from_harness_auth(auth),
             // Resolved after the Secrets (SPEC E19).
             Some("credential_source") => None,
+            // SPEC M5: no Secret, account or source to check; it reaches Compute unchanged.
+            Some("runtime") => None,
             _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
         };
         for (_, secret) in &refs {

@@ -687,3 +687,87 @@ fn m2_read_granted_on_exactly_the_account_is_enough_for_every_pass() {
     .unwrap();
     assert_refused(&f, &rev2, "AUTHORIZATION_DENIED");
 }
+
+// SPEC M5: the `runtime` harness auth names no Secret and no source: R2 accepts it with no
+// Secret, account or source check (the service principal holds no grant on any Secret here),
+// it reaches Compute unchanged, and the Kubernetes workload carries no harness credential.
+#[test]
+fn m5_runtime_auth_reaches_compute_unchanged_after_no_secret_or_source_check() {
+    use crate::scripted::{quiet, run_until, ScriptedDriver};
+    let db = crate::support::TestDb::bootstrapped();
+    let mut c = db.client();
+    crate::support::insert_namespace(&mut c, "ns1", "ready");
+    c.execute(
+        "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"m\"}', 'admin')",
+        &[],
+    )
+    .unwrap();
+    let agent: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_create('ns1', 'bot', 'admin')",
+        &[],
+    );
+    let agent = agent["id"].as_str().unwrap().to_string();
+    let admitted: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', NULL,
+                'scripted', 'scripted', p_runtime_auth => true)",
+        &[&agent],
+    );
+    let rev = admitted["revisionId"].as_str().unwrap().to_string();
+    let stored: serde_json::Value = crate::support::one(
+        &mut c,
+        "SELECT harness_auth FROM occ.agent_revisions WHERE id = $1",
+        &[&rev],
+    );
+    assert_eq!(stored, serde_json::json!({"method": "runtime"}));
+    let driver = std::sync::Arc::new(ScriptedDriver::new());
+    run_until(&db, driver.clone(), quiet);
+    crate::support::expect_work(&mut c, &format!("agent_revision:{rev}:reconcile"))
+        .completed_with("REVISION_ACTIVATED");
+    let prepared = driver.prepared.lock().last().cloned().expect("prepared");
+    assert_eq!(
+        prepared.harness_auth,
+        Some(serde_json::json!({"method": "runtime"}))
+    );
+    assert!(prepared.harness_secret.is_none());
+    assert!(prepared.managed_account.is_none());
+    assert!(prepared.credential_sources.is_empty());
+    // Exactly one harness auth, whoever admits.
+    let both = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key',
+                    'scripted', 'scripted', p_runtime_auth => true)",
+            &[&agent],
+        )
+        .unwrap_err();
+    assert!(
+        both.to_string().contains("exactly one harness auth")
+            || format!("{both:?}").contains("exactly one harness auth"),
+        "{both:?}"
+    );
+    // The CLI takes it as one of the four methods, never beside another.
+    let (code, _, stderr) = crate::cli::run(
+        Some(&db.url),
+        &[
+            "admin",
+            "agent",
+            "deploy",
+            "ns1",
+            "bot",
+            "--actor",
+            "admin",
+            "--configuration",
+            "cfg",
+            "--harness",
+            "codex",
+            "--mode",
+            "dedicated",
+            "--runtime-auth",
+            "--harness-secret",
+            "key",
+        ],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("mutually exclusive"), "{stderr}");
+}

@@ -60,6 +60,10 @@ pub struct DeployArgs {
     /// operated by `--actor` (SPEC §13; or --harness-secret or --service-account, only one).
     #[arg(long, value_name = "ID", group = "harness_auth")]
     credential_source: Option<String>,
+    /// No harness credential from OCC at all: the harness authenticates with what its runtime
+    /// provides (SPEC M5; or one of the three above, only one).
+    #[arg(long, group = "harness_auth")]
+    runtime_auth: bool,
     /// A `tool` credential source the runtime gets as OCC_CREDENTIAL_<ID> (ID upper-cased,
     /// - as _), with the same checks; repeatable.
     #[arg(long = "tool-source", value_name = "ID")]
@@ -352,7 +356,8 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
         "SELECT occ.agent_deploy($1, $2, $3, $4, $5, $6, $7, $8, $9,
                 p_service_account => $10, p_sandbox_driver_id => $11,
                 p_sandbox_facets => $12, p_credential_source => $13,
-                p_tool_sources => $14, p_credential_gateway_id => $15)",
+                p_tool_sources => $14, p_credential_gateway_id => $15,
+                p_runtime_auth => $16)",
         &[
             &a.namespace,
             &a.agent,
@@ -369,6 +374,7 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
             &a.credential_source,
             &a.tool_sources,
             &gateway,
+            &a.runtime_auth,
         ],
         (a.wait, "reconcile"),
     )
