@@ -1209,9 +1209,9 @@ fn refusals_are_in_the_users_words() {
         stderr.lines().collect::<Vec<_>>(),
         [
             "error: the following required arguments were not provided:",
-            "  <--harness-secret <SECRET>|--service-account <ACCOUNT>|--credential-source <ID>>",
+            "  <--harness-secret <SECRET>|--service-account <ACCOUNT>|--credential-source <ID>|--runtime-auth>",
             "",
-            "Usage: occ-worker admin agent deploy --actor <ACTOR> --configuration <CONFIGURATION> --harness <HARNESS> --mode <MODE> [--database-url <URL>] <--harness-secret <SECRET>|--service-account <ACCOUNT>|--credential-source <ID>> <NAMESPACE> <AGENT>",
+            "Usage: occ-worker admin agent deploy --actor <ACTOR> --configuration <CONFIGURATION> --harness <HARNESS> --mode <MODE> [--database-url <URL>] <--harness-secret <SECRET>|--service-account <ACCOUNT>|--credential-source <ID>|--runtime-auth> <NAMESPACE> <AGENT>",
             "",
             "For more information, try '--help'.",
         ]
