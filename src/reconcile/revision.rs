@@ -588,6 +588,14 @@ impl RevisionReconciler {
                     .with_compute_error(&e);
                 // The deferral records its evidence with the refusal (`queue::work_defer`).
                 pending.refusal = Some(refusal.to_string());
+                // A stop that yielded to other work (still draining) is no failure: once the
+                // refusal is stored, repeated yields record no evidence, so they never double
+                // the backoff (seed 6372-6379); only refused or failed stops do.
+                // The refusal stays stored in the earlier attempt's evidence.
+                if matches!(e.kind(), ComputeErrorKind::Draining) && l.waited_refusal.is_some() {
+                    pending.record_evidence = false;
+                    pending.refusal = None;
+                }
                 CandidateStop::Pending(Box::new(pending))
             }
         })

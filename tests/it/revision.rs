@@ -2040,3 +2040,31 @@ fn f135_a_stop_admitted_right_after_the_pointer_commit_stops_instead_of_activati
     );
     assert_eq!(driver.calls_of("stop_revision"), vec![rev]);
 }
+
+// Seed 437-478, 6372-6388 (X19): a refused candidate's stop that yields (still draining) is no
+// failure: after the stored refusal, yields record no evidence and never double the backoff,
+// while failed stops do.
+#[test]
+fn x19_yielded_refused_stops_do_not_double_the_backoff_failed_ones_do() {
+    for (error, doubling) in [
+        (ComputeError::draining("scripted"), false),
+        (ComputeError::retryable("scripted", Some(500)), true),
+    ] {
+        let f = fixture();
+        let mut c = f.db.client();
+        let rev = deploy(&mut c, &f.agent);
+        let driver = Arc::new(ScriptedDriver::new());
+        driver.script_prepare(&rev, vec![Prepare::Mismatched]);
+        for _ in 0..4 {
+            driver.fail("stop_revision", &rev, error.clone());
+        }
+        run(&f, &driver);
+        crate::support::expect_work(&mut c, &key(&rev)).failed_with("INVALID_DRIVER_OBSERVATION");
+        assert_eq!(driver.calls_of("stop_revision").len(), 5);
+        let waits = evidence(&mut c, &key(&rev))
+            .iter()
+            .filter(|e| *e == "deferred:REFUSED_CANDIDATE_STOP_PENDING")
+            .count();
+        assert_eq!(waits, if doubling { 4 } else { 1 }, "{error:?}");
+    }
+}
