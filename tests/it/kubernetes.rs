@@ -2413,3 +2413,51 @@ fn q10_a_wait_past_the_pass_bound_defers_the_pass_with_its_attempt_refunded() {
         .count();
     assert_eq!(throttled, 1);
 }
+
+// Seed 290-369 (F179): a retirement whose primary delete fails still tries the rest, and a
+// failed cleanup beside the primary failure is reported as `cleanupCause` by the Kubernetes
+// driver; the primary failure decides the outcome, and the next pass finishes the retirement.
+#[test]
+fn f179_a_retirement_whose_cleanup_also_fails_names_the_cleanup_cause() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let _r1 = deployed(&w);
+    for path in [
+        format!("{APPS}/namespaces/{NS1}/deployments/agent-{}-r1", w.agent),
+        format!("{CORE}/namespaces/{NS1}/services/agent-{}-r1", w.agent),
+    ] {
+        w.kube.fake.inject(Inject {
+            method: Some("DELETE"),
+            path_prefix: path,
+            times: 1,
+            action: Action::Status(500),
+        });
+    }
+    let r2 = deploy_kube(&mut c, &w.agent, "codex", "dedicated", "admin");
+    let events =
+        crate::scripted::run_captured(&w.db, w.kube.driver.clone(), Opts::default(), |c| {
+            work(c, &rkey(&r2)).0 == "succeeded"
+        });
+    let retries: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["workId"] == rkey(&r2).as_str() && e["outcome"] != "success")
+        .filter(|e| e.get("cleanupCause").is_some())
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(
+        retries[0]["cleanupCause"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("kubernetes")),
+        "{retries:?}"
+    );
+    assert!(deployment(&w, &format!("agent-{}-r1", w.agent)).is_none());
+    assert!(w
+        .kube
+        .fake
+        .get(&format!(
+            "{CORE}/namespaces/{NS1}/services/agent-{}-r1",
+            w.agent
+        ))
+        .is_none());
+}

@@ -407,6 +407,10 @@ impl ComputeDriver for KubernetesDriver {
         )?;
         if revision.harness_mode == HarnessMode::Dedicated {
             let name = names::revision_object_name(&revision.agent_id, revision.revision);
+            // Every object is tried: the first failure decides the outcome, and a later one is
+            // its failed cleanup (`cleanupCause`, seed 290-369). A hook refusal or a cancelled
+            // call ends the retirement at once.
+            let mut failed: Option<ComputeError> = None;
             for (path, resource) in [
                 (self.workload_path(revision, &namespace), "deployments"),
                 (
@@ -414,14 +418,29 @@ impl ComputeDriver for KubernetesDriver {
                     "services",
                 ),
             ] {
-                self.delete_owned_if(
+                let Err(e) = self.delete_owned_if(
                     &path,
                     installation,
                     resource,
                     |_| true,
                     Some(&before),
                     cancel,
-                )?;
+                ) else {
+                    continue;
+                };
+                let ends = e.class() == "lifecycle_hook"
+                    || matches!(e.kind(), crate::compute::ComputeErrorKind::Cancelled(_));
+                failed = Some(match failed {
+                    None if ends => return Err(e),
+                    None => e,
+                    Some(primary) if primary.cleanup_class().is_none() => {
+                        primary.with_failed_cleanup(e.class())
+                    }
+                    Some(primary) => primary,
+                });
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         Ok(())
