@@ -647,9 +647,11 @@ CREATE FUNCTION occ.audit_admission(p_actor text, p_action text, p_resource_kind
     LANGUAGE sql
     AS $$
     INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
-                                  resource_kind, resource_id, outcome, work_id, details)
+                                  resource_kind, resource_id, outcome, work_id, details,
+                                  iam_driver_id)
     VALUES (occ.installation_id(), p_namespace, 'mutation', p_actor, p_action,
-            p_resource_kind, p_resource_id, 'success', p_work_id, coalesce(p_details, '{}'))
+            p_resource_kind, p_resource_id, 'success', p_work_id, coalesce(p_details, '{}'),
+            'native-iam')
     RETURNING id
 $$;
 
@@ -680,7 +682,12 @@ CREATE FUNCTION occ.audit_list(p_namespace text DEFAULT NULL::text, p_since time
             'kind', a.kind, 'actorId', a.actor_id, 'action', a.action,
             'resourceKind', a.resource_kind, 'resourceId', a.resource_id,
             'namespaceId', a.namespace_id, 'outcome', a.outcome, 'reasonCode', a.reason_code,
-            'workId', a.work_id, 'details', a.details) AS e
+            'workId', a.work_id, 'source', a.source, 'iamDriverId', a.iam_driver_id)
+            || CASE WHEN a.kind = 'authorization_denial'
+                    THEN jsonb_build_object('authorization', a.authorization_request,
+                                            'decisionReason', a.decision_reason)
+                    ELSE '{}'::jsonb END
+            || jsonb_build_object('details', a.details) AS e
         FROM occ.audit_events a
         WHERE (p_namespace IS NULL OR a.namespace_id IN (
                   SELECT id FROM occ.namespaces_all WHERE id = p_namespace OR name = p_namespace))
@@ -2724,15 +2731,23 @@ CREATE TABLE occ.audit_events (
     reason_code text,
     work_id bigint,
     details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    source text DEFAULT 'occ'::text NOT NULL,
+    iam_driver_id text,
+    authorization_request jsonb,
+    decision_reason text,
     CONSTRAINT audit_events_action_check CHECK ((action ~ '^[a-z][a-z0-9_.]*$'::text)),
+    CONSTRAINT audit_events_authorization_request_check CHECK ((jsonb_typeof(authorization_request) = 'object'::text)),
     CONSTRAINT audit_events_check CHECK (((kind = 'authorization_denial'::text) = (outcome = 'denied'::text))),
+    CONSTRAINT audit_events_decision_reason_check CHECK ((decision_reason ~ '^[A-Z][A-Z0-9_]*$'::text)),
     CONSTRAINT audit_events_details_check CHECK ((jsonb_typeof(details) = 'object'::text)),
+    CONSTRAINT audit_events_iam_driver_id_check CHECK (occ.is_ident(iam_driver_id)),
     CONSTRAINT audit_events_installation_id_check CHECK (occ.is_ident(installation_id)),
     CONSTRAINT audit_events_kind_check CHECK ((kind = ANY (ARRAY['mutation'::text, 'authorization_denial'::text]))),
     CONSTRAINT audit_events_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT audit_events_outcome_check CHECK ((outcome = ANY (ARRAY['success'::text, 'failure'::text, 'denied'::text]))),
     CONSTRAINT audit_events_reason_code_check CHECK ((reason_code ~ '^[A-Z][A-Z0-9_]*$'::text)),
-    CONSTRAINT audit_events_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'agent_revision'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'identity'::text, 'iam_binding'::text, 'iam_group'::text, 'work'::text, 'credential_source'::text])))
+    CONSTRAINT audit_events_resource_kind_check CHECK ((resource_kind = ANY (ARRAY['installation'::text, 'namespace'::text, 'agent'::text, 'agent_revision'::text, 'configuration'::text, 'secret'::text, 'service_account'::text, 'identity'::text, 'iam_binding'::text, 'iam_group'::text, 'work'::text, 'credential_source'::text]))),
+    CONSTRAINT audit_events_source_check CHECK ((source ~ '^[a-z][a-z0-9_-]{0,62}$'::text))
 );
 
 

@@ -13,6 +13,14 @@ const AUDIT_APPEND: &str = include_str!("../sql/queries/audit_append.sql");
 const AUDIT_LATEST: &str = include_str!("../sql/queries/audit_latest_for_work.sql");
 
 /// One audit event as a reconciler writes it.
+/// Where every event the worker and its admission functions write comes from (the seed's
+/// `source`).
+pub const SOURCE: &str = "occ";
+
+/// The IAM driver that decided every authorization behind an event: the built-in one
+/// (`occ.authorize`), the seed's default id.
+pub const IAM_DRIVER_ID: &str = "native-iam";
+
 pub struct AuditEvent<'a> {
     pub installation_id: &'a str,
     pub namespace_id: Option<&'a str>,
@@ -25,6 +33,10 @@ pub struct AuditEvent<'a> {
     pub reason_code: Option<&'a str>,
     pub work_id: i64,
     pub details: &'a Value,
+    /// An authorization denial's request and its decision's reason, top level in the event
+    /// (the seed's `authorization` and `decisionReason`).
+    pub authorization: Option<&'a Value>,
+    pub decision_reason: Option<&'a str>,
 }
 
 /// Appends an audit event (inside the caller's fenced transaction).
@@ -43,6 +55,10 @@ pub fn audit_append(client: &mut impl GenericClient, e: &AuditEvent<'_>) -> Resu
             &e.reason_code,
             &e.work_id,
             e.details,
+            &SOURCE,
+            &IAM_DRIVER_ID,
+            &e.authorization,
+            &e.decision_reason,
         ],
     )?;
     Ok(row.get(0))

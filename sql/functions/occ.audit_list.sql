@@ -10,7 +10,12 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
             'kind', a.kind, 'actorId', a.actor_id, 'action', a.action,
             'resourceKind', a.resource_kind, 'resourceId', a.resource_id,
             'namespaceId', a.namespace_id, 'outcome', a.outcome, 'reasonCode', a.reason_code,
-            'workId', a.work_id, 'details', a.details) AS e
+            'workId', a.work_id, 'source', a.source, 'iamDriverId', a.iam_driver_id)
+            || CASE WHEN a.kind = 'authorization_denial'
+                    THEN jsonb_build_object('authorization', a.authorization_request,
+                                            'decisionReason', a.decision_reason)
+                    ELSE '{}'::jsonb END
+            || jsonb_build_object('details', a.details) AS e
         FROM occ.audit_events a
         WHERE (p_namespace IS NULL OR a.namespace_id IN (
                   SELECT id FROM occ.namespaces_all WHERE id = p_namespace OR name = p_namespace))

@@ -85,17 +85,20 @@ WITH stale AS (
     RETURNING p.agent_id, p.namespace_id, p.generation, c.id AS work_id, c.actor_id, c.reason_code
 ), policy_audit AS (
     INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
-                                  resource_kind, resource_id, outcome, reason_code, work_id, details)
+                                  resource_kind, resource_id, outcome, reason_code, work_id, details,
+                                  iam_driver_id)
     SELECT i.id, f.namespace_id, 'mutation', f.actor_id, 'openclaw.agents.lifecycle.sandbox_policy',
            'agent', f.agent_id, 'failure', f.reason_code, f.work_id,
-           jsonb_build_object('generation', f.generation, 'policyState', 'failed', 'recovery', true)
+           jsonb_build_object('generation', f.generation, 'policyState', 'failed', 'recovery', true),
+           'native-iam'
     FROM failed_policies f CROSS JOIN occ.installation i
 ), audit AS (
     INSERT INTO occ.audit_events (installation_id, namespace_id, kind, actor_id, action,
-                                  resource_kind, resource_id, outcome, reason_code, work_id, details)
+                                  resource_kind, resource_id, outcome, reason_code, work_id, details,
+                                  iam_driver_id)
     SELECT i.id, f.id, 'mutation', f.actor_id, 'openclaw.namespaces.lifecycle.ensure',
            'namespace', f.id, 'failure', f.reason_code, f.work_id,
-           jsonb_build_object('namespaceStatus', 'failed', 'recovery', true)
+           jsonb_build_object('namespaceStatus', 'failed', 'recovery', true), 'native-iam'
     FROM failed_namespaces f CROSS JOIN occ.installation i
 )
 -- A requeued work is claimable at once (it kept its past due time): wake idle workers (Q13).

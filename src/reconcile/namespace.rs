@@ -540,6 +540,8 @@ fn audit_denial(
             reason_code: Some(&report.code),
             work_id: claim.id,
             details: &details,
+            authorization: Some(&json!(denial.request)),
+            decision_reason: Some(denial.decision.reason),
         },
     )?;
     Ok(())
@@ -607,6 +609,8 @@ fn audit_observation(
             reason_code: Some(&report.code),
             work_id: claim.id,
             details: &details,
+            authorization: None,
+            decision_reason: None,
         },
     )?;
     Ok(())

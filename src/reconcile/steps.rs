@@ -29,6 +29,17 @@ pub fn audit(
     pass: &Pass<'_>,
     event: Audit<'_>,
 ) -> Result<(), PassError> {
+    append(tx, pass, event, None)
+}
+
+/// `audit` with a denial's request and decision reason at the top of the event (F168).
+fn append(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    event: Audit<'_>,
+    denial: Option<&Denial>,
+) -> Result<(), PassError> {
+    let authorization = denial.map(|d| json!(d.request));
     let kind = if event.denial {
         "authorization_denial"
     } else {
@@ -58,6 +69,8 @@ pub fn audit(
             reason_code: event.reason_code,
             work_id: pass.claim.id,
             details: &details,
+            authorization: authorization.as_ref(),
+            decision_reason: denial.map(|d| d.decision.reason),
         },
     )?;
     Ok(())
@@ -94,7 +107,7 @@ pub fn denial_audit<F>(
     if report.refusal.is_some() {
         details["refusedCandidateStopped"] = json!(true);
     }
-    audit(
+    append(
         tx,
         pass,
         Audit {
@@ -106,6 +119,7 @@ pub fn denial_audit<F>(
             reason_code: Some(&report.code),
             details,
         },
+        Some(denial),
     )
 }
 

@@ -638,6 +638,7 @@ impl Event<'_> {
             details["authorization"] = json!(denial.request);
             details["decisionReason"] = json!(denial.decision.reason);
         }
+        let authorization = denial.map(|d| json!(d.request));
         crate::audit::audit_append(
             tx,
             &crate::audit::AuditEvent {
@@ -656,6 +657,8 @@ impl Event<'_> {
                 reason_code: Some(code),
                 work_id: pass.claim.id,
                 details: &details,
+                authorization: authorization.as_ref(),
+                decision_reason: denial.map(|d| d.decision.reason),
             },
         )?;
         Ok(())

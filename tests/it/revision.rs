@@ -2068,3 +2068,73 @@ fn x19_yielded_refused_stops_do_not_double_the_backoff_failed_ones_do() {
         assert_eq!(waits, if doubling { 4 } else { 1 }, "{error:?}");
     }
 }
+
+/// kind, source, IAM driver id, authorization request, decision reason.
+type Envelope = (
+    String,
+    String,
+    Option<String>,
+    Option<Value>,
+    Option<String>,
+);
+
+// Seed 3021-3046, 3812-3851 (F168): every audit event carries its envelope, `source` and the
+// IAM driver that decided it; a denial also carries its request (`authorization`) and the
+// decision's reason (`decisionReason`) at the top level, as `admin audit` shows them.
+#[test]
+fn f168_audit_events_carry_source_iam_driver_and_a_denials_authorization() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.execute(
+        "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ('admin', ARRAY['read'], 'resource', 'ns1', 'configuration', 'cfg')",
+        &[],
+    )
+    .unwrap();
+    assert_refused(&f, &rev, "AUTHORIZATION_DENIED");
+    let rows: Vec<Envelope> = c
+        .query(
+            "SELECT kind, source, iam_driver_id, authorization_request, decision_reason
+             FROM occ.audit_events ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert!(rows.len() >= 2, "{rows:?}");
+    for (kind, source, driver, authorization, reason) in &rows {
+        assert_eq!(source, "occ");
+        assert_eq!(driver.as_deref(), Some("native-iam"));
+        assert_eq!(
+            (authorization.is_some(), reason.is_some()),
+            (
+                kind == "authorization_denial",
+                kind == "authorization_denial"
+            ),
+            "{kind}"
+        );
+    }
+    let denial = rows
+        .iter()
+        .find(|r| r.0 == "authorization_denial")
+        .expect("the denial");
+    let request = denial.3.as_ref().unwrap();
+    assert_eq!(request["principalId"], "admin", "{request}");
+    assert_eq!(request["action"], "read", "{request}");
+    assert_eq!(denial.4.as_deref(), Some("RESTRICTED"));
+    // `admin audit` shows the envelope.
+    let listed: Value = crate::support::one(&mut c, "SELECT occ.audit_list('ns1')", &[]);
+    let shown = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "authorization_denial")
+        .expect("listed")
+        .clone();
+    assert_eq!(shown["source"], "occ");
+    assert_eq!(shown["iamDriverId"], "native-iam");
+    assert_eq!(&shown["authorization"], request);
+    assert_eq!(shown["decisionReason"], "RESTRICTED");
+}
