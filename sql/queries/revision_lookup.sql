@@ -20,4 +20,9 @@ SELECT
     -- The newest readiness evidence of this work (SPEC Z3): transient failures, retries and
     -- lost claims say nothing about readiness, and a ready pass records none.
     coalesce((SELECT a.code = $4 FROM occ.work_attempts a WHERE a.work_id = $1
-        AND a.code = ANY ($3::text[]) ORDER BY a.id DESC LIMIT 1), false) AS bootstrap_last
+        AND a.code = ANY ($3::text[]) ORDER BY a.id DESC LIMIT 1), false) AS bootstrap_last,
+    -- R9: the latest attempt is a refused candidate's stop wait whose evidence names no
+    -- refusal (it publishes UNKNOWN_FAILURE once the candidate is stopped).
+    coalesce((SELECT a.code = 'REFUSED_CANDIDATE_STOP_PENDING' AND a.refusal IS NULL
+              FROM occ.work_attempts a WHERE a.work_id = $1
+              ORDER BY a.id DESC LIMIT 1), false) AS unnamed_wait

@@ -139,6 +139,8 @@ struct Loaded {
     bootstrap_last: bool,
     /// The revision's snapshot credential sources with their rows and withdrawals (SPEC §13).
     sources: Vec<SourceState>,
+    /// R9: the latest attempt waited on a refused candidate's stop without naming its refusal.
+    unnamed_wait: bool,
     /// The Agent's workspace setup, completed or not (SPEC WS2, WS3).
     workspace_setup: Option<WorkspaceSetup>,
 }
@@ -297,6 +299,7 @@ impl RevisionReconciler {
             secret_driver: row.get(5),
             waited_refusal: row.get(6),
             bootstrap_last: row.get(7),
+            unnamed_wait: row.get(8),
             sources,
             workspace_setup,
         }))
@@ -826,6 +829,11 @@ impl RevisionReconciler {
     /// publishes the deadline instead. An active revision has no wait: its refused stop never
     /// runs.
     fn refusal_wait(&self, pass: &Pass<'_>, l: &Loaded) -> Option<String> {
+        // R9 (seed 4400-4407): a stored wait whose evidence names no refusal publishes
+        // UNKNOWN_FAILURE once its candidate is stopped.
+        if l.stored_refusal.is_none() && l.unnamed_wait && l.is_candidate() {
+            return Some("UNKNOWN_FAILURE".to_string());
+        }
         let stored = l.stored_refusal.as_deref().filter(|_| l.is_candidate())?;
         if !REDECIDED_REFUSALS.contains(&stored) {
             return Some(stored.to_string());

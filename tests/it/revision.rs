@@ -2138,3 +2138,25 @@ fn f168_audit_events_carry_source_iam_driver_and_a_denials_authorization() {
     assert_eq!(&shown["authorization"], request);
     assert_eq!(shown["decisionReason"], "RESTRICTED");
 }
+
+// SPEC R9 (seed 4400-4407): a stored wait whose evidence names no refusal publishes
+// UNKNOWN_FAILURE once the candidate is stopped, instead of preparing it again.
+#[test]
+fn r9_a_stored_wait_naming_no_refusal_publishes_unknown_failure_once_stopped() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    c.execute(
+        "INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
+         SELECT id, 1, 'REFUSED_CANDIDATE_STOP_PENDING', 'deferred', NULL
+         FROM occ.work WHERE idempotency_key = $1",
+        &[&key(&rev)],
+    )
+    .unwrap();
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&f, &driver);
+    crate::support::expect_work(&mut c, &key(&rev)).failed_with("UNKNOWN_FAILURE");
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), None);
+}
