@@ -1316,7 +1316,16 @@ impl RevisionReconciler {
             "REVISION_ACTIVATED"
         };
         if let Err(e) = effect(pass, "activate", |c| driver.activate_revision(spec, c))? {
-            return Ok(activation_report(&e, pass).at("activate"));
+            let report = activation_report(&e, pass).at("activate");
+            // R11: an activation of the running active revision that did not finish takes the
+            // active path: a maintenance claim fails with its code and keeps the chain.
+            if already_active && report.outcome != Outcome::Permanent {
+                let code = report.code.clone();
+                return Ok(active_path(pass, &code)
+                    .at("activate")
+                    .with_compute_error(&e));
+            }
+            return Ok(report);
         }
         for earlier in earlier.iter().filter(|r| !r.retired) {
             let earlier = earlier.spec(&pass.ctx.installation_id);

@@ -2160,3 +2160,29 @@ fn r9_a_stored_wait_naming_no_refusal_publishes_unknown_failure_once_stopped() {
     assert!(driver.calls_of("prepare_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), None);
 }
+
+// SPEC R11, Z2 (seed 6592-6600): an activation of the running active revision that does not
+// finish on a maintenance pass fails that claim with its code and keeps the chain; the
+// revision stays active.
+#[test]
+fn r11_an_unfinished_activation_on_maintenance_fails_the_claim_and_keeps_the_chain() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let (rev, driver) = maintained_active(&f, &mut c);
+    driver.fail(
+        "activate_revision",
+        &rev,
+        ComputeError::retryable("scripted", Some(409)),
+    );
+    run_until(&f.db, driver.clone(), |c| {
+        maintenance_ended(
+            c,
+            &rev,
+            "failed_permanent",
+            "REVISION_FINALIZATION_INCOMPLETE",
+        ) == 1
+    });
+    run_until(&f.db, driver.clone(), |c| maintenance_queued(c, &rev) == 1);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert!(driver.calls_of("stop_revision").is_empty());
+}
