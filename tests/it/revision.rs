@@ -2186,3 +2186,45 @@ fn r11_an_unfinished_activation_on_maintenance_fails_the_claim_and_keeps_the_cha
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     assert!(driver.calls_of("stop_revision").is_empty());
 }
+
+// SPEC R9 (seed 399-402, 6305-6358): a refused candidate's stop wait whose rows can no longer
+// be decoded leaves the pass an ordinary retry, which the attempt limit ends; never a wait
+// repeated forever.
+#[test]
+fn r9_an_undecodable_row_ends_a_refusal_wait_at_the_attempt_limit() {
+    let f = fixture();
+    let mut c = f.db.client();
+    let rev = deploy(&mut c, &f.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    let agent = f.agent.clone();
+    refused_candidate_waiting(
+        &driver,
+        &rev,
+        move |c| {
+            c.batch_execute("ALTER TABLE occ.agents DROP CONSTRAINT agents_status_check")
+                .unwrap();
+            c.execute(
+                "UPDATE occ.agents SET status = 'mangled', desired_runtime_state = 'stopped'
+                 WHERE id = $1",
+                &[&agent],
+            )
+            .unwrap();
+        },
+        &f.db.url,
+    );
+    run_until(&f.db, driver.clone(), |c| {
+        work(c, &key(&rev)).0 == "failed_permanent"
+    });
+    let (_, code, _, attempts) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (code.as_deref(), attempts),
+        (Some("DEPENDENCY_UNAVAILABLE"), 5)
+    );
+    let seen = evidence(&mut c, &key(&rev));
+    assert_eq!(seen[0], "deferred:REFUSED_CANDIDATE_STOP_PENDING");
+    assert_eq!(
+        seen.last().unwrap(),
+        "failed:DEPENDENCY_UNAVAILABLE",
+        "{seen:?}"
+    );
+}
