@@ -717,7 +717,7 @@ fn e19_deploy_refusals_name_the_rule_and_write_nothing() {
     );
     assert_eq!(
         message(both.unwrap_err()),
-        "a deployment needs exactly one harness auth: a harness Secret, a service account or a credential source"
+        "a deployment needs exactly one harness auth: a harness Secret, a service account, a credential source or the runtime's own"
     );
     assert_eq!(written(&db), before);
 }
