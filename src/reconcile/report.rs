@@ -32,7 +32,7 @@ pub enum Wait {
     /// Convergence (R5): past the deadline the work fails `CONVERGENCE_DEADLINE_EXCEEDED`.
     Convergence,
     /// A harness's credential bootstrap (SPEC Z3): bounded like convergence, and at the
-    /// deadline its candidate is stopped before the failure is published.
+    /// deadline its candidate's failure registers its durable retirement (SPEC G2).
     Bootstrap,
     /// A failing dependency (R10): past the deadline the work fails naming it, not the
     /// deadline.
