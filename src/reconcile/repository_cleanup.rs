@@ -398,9 +398,9 @@ mod tests {
         );
         assert_eq!(
             compute_cause(
-                &ComputeError::retryable("HookError", None).with_retry_code("HOOK_REFUSED")
+                &ComputeError::retryable("HookError", None).with_retry_code("RETENTION_HOLD")
             ),
-            "HOOK_REFUSED"
+            "RETENTION_HOLD"
         );
     }
 }
