@@ -37,3 +37,8 @@ CASE
     WHEN (namespace_target = 'ready'::text) THEN 'namespace_ensure'::text
     WHEN (namespace_target = 'deleted'::text) THEN 'namespace_delete'::text
 END) STORED;
+
+-- SPEC G3: a pending repository cleanup's deferral evidence keeps the cause it waits on (a
+-- reason code or an error class), for `admin work show`.
+ALTER TABLE occ.work_attempts ADD COLUMN cause text NULL
+    CONSTRAINT work_attempts_cause_check CHECK (cause ~ '^[A-Za-z][A-Za-z0-9_]{0,63}$');

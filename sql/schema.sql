@@ -3048,8 +3048,10 @@ CREATE TABLE occ.work_attempts (
     outcome text NOT NULL,
     refusal text,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    cause text,
     CONSTRAINT work_attempts_at_finite CHECK (isfinite(at)),
     CONSTRAINT work_attempts_attempt_check CHECK ((attempt >= 0)),
+    CONSTRAINT work_attempts_cause_check CHECK ((cause ~ '^[A-Za-z][A-Za-z0-9_]{0,63}$'::text)),
     CONSTRAINT work_attempts_code_check CHECK ((code ~ '^[A-Z][A-Z0-9_]*$'::text)),
     CONSTRAINT work_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'retry'::text, 'deferred'::text, 'lease_expired'::text]))),
     CONSTRAINT work_attempts_refusal_check CHECK ((refusal ~ '^[A-Z][A-Z0-9_]*$'::text))

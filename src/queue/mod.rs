@@ -795,6 +795,21 @@ pub fn work_defer(
     record_evidence: bool,
     refusal: Option<&str>,
 ) -> Result<(), QueueError> {
+    work_defer_with_cause(client, claim, code, delay, record_evidence, refusal, None)
+}
+
+/// `work_defer`, whose evidence also keeps the cause a pending repository cleanup waits on
+/// (SPEC G3): recorded whenever there is one that fits `^[A-Za-z][A-Za-z0-9_]{0,63}$`.
+pub fn work_defer_with_cause(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    delay: Duration,
+    record_evidence: bool,
+    refusal: Option<&str>,
+    cause: Option<&str>,
+) -> Result<(), QueueError> {
+    let cause = cause.filter(|c| storable_cause(c));
     let rows = client.query(
         DEFER,
         &[
@@ -804,12 +819,21 @@ pub fn work_defer(
             &ms(delay),
             &record_evidence,
             &refusal,
+            &cause,
         ],
     )?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }
     Ok(())
+}
+
+/// Whether `cause` fits the evidence column (`work_attempts_cause_check`).
+fn storable_cause(cause: &str) -> bool {
+    let mut chars = cause.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && cause.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Releases the claim of a pass interrupted by a stopping worker: queued at once, the attempt

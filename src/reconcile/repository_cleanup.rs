@@ -285,6 +285,7 @@ impl Reconciler for RepositoryCleanupReconciler {
                 // No sessions exist yet, so none is closing (SPEC G4).
                 let recheck = cleanup_recheck(CLEANUP_INTERVAL, pass.age(), true, false);
                 let mut pending = Report::waiting(PENDING, recheck, Wait::Unbounded);
+                pending.cause = facts.cause.clone();
                 match &failure {
                     Some(PassError::Compute(e)) => {
                         let step = if matches!(e.kind(), ComputeErrorKind::Draining) {

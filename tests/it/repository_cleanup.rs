@@ -623,6 +623,15 @@ fn g3_a_failing_stop_waits_with_its_cause() {
     assert_eq!(listed[0]["revisionId"], rev.as_str());
     assert_eq!(listed[0]["kind"], FAILED_PREPARATION);
     assert_eq!(listed[0]["code"], "REPOSITORY_CLEANUP_PENDING");
+    // `admin work show` gives its code, next run and last cause.
+    let shown = cli(&f.db, &["admin", "work", "show", &k]);
+    assert_eq!(shown["operation"], "agent_repository_cleanup", "{shown}");
+    assert_eq!(shown["state"], "queued");
+    assert!(shown["availableAt"].is_string(), "{shown}");
+    let attempts = shown["evidence"].as_array().expect("evidence");
+    assert_eq!(attempts.len(), 1, "{shown}");
+    assert_eq!(attempts[0]["code"], "REPOSITORY_CLEANUP_PENDING");
+    assert_eq!(attempts[0]["cause"], "KUBERNETES_FORBIDDEN");
     // Once the stop works, the next pass settles.
     due_now(&mut c, &k);
     run(&f, &driver);
