@@ -295,6 +295,18 @@ fn g2_a_failed_preparation_registers_cleanup_in_the_failing_tx() {
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
+    // Every write of a work row, with its transaction.
+    c.batch_execute(
+        "CREATE TABLE public.work_writes (key text, state text, txid bigint);
+         CREATE FUNCTION public.work_write() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO public.work_writes VALUES (NEW.idempotency_key, NEW.state, txid_current());
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER work_write AFTER INSERT OR UPDATE ON occ.work
+             FOR EACH ROW EXECUTE FUNCTION public.work_write();",
+    )
+    .unwrap();
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(&rev, vec![Prepare::Fail(preparation_failed())]);
     // When the stop runs, the deployment has already failed and its cleanup is queued.
@@ -330,6 +342,18 @@ fn g2_a_failed_preparation_registers_cleanup_in_the_failing_tx() {
         *seen.lock(),
         vec![("failed_permanent".to_string(), "claimed".to_string())]
     );
+    // The cleanup was inserted in the transaction that failed the deployment.
+    let failing: i64 = crate::support::one(
+        &mut c,
+        "SELECT txid FROM public.work_writes WHERE key = $1 AND state = 'failed_permanent'",
+        &[&key(&rev)],
+    );
+    let registering: i64 = crate::support::one(
+        &mut c,
+        "SELECT min(txid) FROM public.work_writes WHERE key = $1",
+        &[&cleanup_key(&rev, FAILED_PREPARATION)],
+    );
+    assert_eq!(failing, registering);
     // The deployment's pass prepares; the cleanup's binds and stops.
     assert_eq!(
         driver.log(),
