@@ -130,6 +130,9 @@ pub fn compute_cause(e: &ComputeError) -> String {
     }
 }
 
+/// A Compute step of the cleanup (`bind`, `stop`) that failed.
+struct StepFailure(&'static str, ComputeError);
+
 /// The cause of a pass error that is not a claim loss: a Compute error's (`compute_cause`),
 /// else the error's class.
 fn failure_cause(e: &PassError) -> String {
@@ -176,13 +179,14 @@ impl Default for RepositoryCleanupReconciler {
 }
 
 impl RepositoryCleanupReconciler {
-    /// SPEC G3 steps 2-3: what closing the revision's runtime came to.
+    /// SPEC G3 steps 2-3: what closing the revision's runtime came to, or the Compute step
+    /// that failed with its error.
     fn close(
         &self,
         pass: &Pass<'_>,
         revision_id: &str,
         kind: CleanupKind,
-    ) -> Result<CleanupFacts, PassError> {
+    ) -> Result<Result<CleanupFacts, StepFailure>, PassError> {
         let claim = pass.claim;
         let agent_id = claim.agent_id.as_deref().unwrap_or_default();
         let (agent, revision) = {
@@ -201,37 +205,37 @@ impl RepositoryCleanupReconciler {
         };
         // Revisions go only with their Agent (A2): nothing is left to retire.
         let Some(revision) = revision else {
-            return Ok(CleanupFacts::default());
+            return Ok(Ok(CleanupFacts::default()));
         };
         if !revision.owned_by(pass) {
-            return Ok(CleanupFacts {
+            return Ok(Ok(CleanupFacts {
                 stopped: None,
                 cause: Some("COMPUTE_DRIVER_MISMATCH".into()),
-            });
+            }));
         }
         let driver = pass.ctx.compute.clone();
         if let Some(agent) = &agent {
             let agent = agent.spec(&pass.ctx.installation_id);
             if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
-                return Err(PassError::Compute(e));
+                return Ok(Err(StepFailure("bind", e)));
             }
         }
         if !kind.retires_runtime() {
             // G14's withdrawal applies only to a revision with repository credentials, which
             // no revision has yet.
-            return Ok(CleanupFacts::default());
+            return Ok(Ok(CleanupFacts::default()));
         }
         let spec = revision.spec(&pass.ctx.installation_id);
         if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&spec, c))? {
-            return Err(PassError::Compute(e));
+            return Ok(Err(StepFailure("stop", e)));
         }
-        Ok(CleanupFacts {
+        Ok(Ok(CleanupFacts {
             stopped: Some(Stopped {
                 revision_id: revision.id.clone(),
                 service_principal_id: revision.service_principal_id.clone(),
             }),
             cause: None,
-        })
+        }))
     }
 
     /// SPEC G5: `worker.repository-cleanup-warning` when the cause is new for this work.
@@ -266,44 +270,38 @@ impl Reconciler for RepositoryCleanupReconciler {
         else {
             return Ok(Report::permanent("INVALID_TARGET"));
         };
-        let mut failure = None;
-        let facts = match self.close(pass, revision_id, kind) {
-            Ok(facts) => facts,
+        // SPEC G3 step 4: any failure but claim loss leaves the cleanup unsettled with its
+        // cause.
+        let unsettled = |cause: String| CleanupFacts {
+            stopped: None,
+            cause: Some(cause),
+        };
+        let (facts, failed_step, database) = match self.close(pass, revision_id, kind) {
+            Ok(Ok(facts)) => (facts, None, false),
+            Ok(Err(StepFailure(step, e))) => (unsettled(compute_cause(&e)), Some((step, e)), false),
             Err(e) if e.is_claim_loss() => return Err(e),
             Err(e) => {
-                let cause = failure_cause(&e);
-                failure = Some(e);
-                CleanupFacts {
-                    stopped: None,
-                    cause: Some(cause),
-                }
+                let database = matches!(e, PassError::Db(_));
+                (unsettled(failure_cause(&e)), None, database)
             }
         };
-        let report = match &facts.cause {
+        let mut report = match &facts.cause {
             None => Report::success(COMPLETE),
-            Some(_) => {
+            Some(cause) => {
                 // No sessions exist yet, so none is closing (SPEC G4).
                 let recheck = cleanup_recheck(CLEANUP_INTERVAL, pass.age(), true, false);
                 let mut pending = Report::waiting(PENDING, recheck, Wait::Unbounded);
-                pending.cause = facts.cause.clone();
-                match &failure {
-                    Some(PassError::Compute(e)) => {
-                        let step = if matches!(e.kind(), ComputeErrorKind::Draining) {
-                            "stop"
-                        } else {
-                            "cleanup"
-                        };
-                        pending = pending.at(step).with_compute_error(e);
-                    }
-                    Some(PassError::Db(_)) => {
-                        pending.failure.transient = true;
-                        pending.failure.dependency = Some("database");
-                    }
-                    _ => {}
-                }
+                pending.cause = Some(cause.clone());
                 pending
             }
         };
+        if let Some((step, e)) = failed_step {
+            report = report.at(step).with_compute_error(&e);
+        }
+        if database {
+            report.failure.transient = true;
+            report.failure.dependency = Some("database");
+        }
         Ok(report.with_facts(Facts::Own(facts)))
     }
 
