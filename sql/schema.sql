@@ -1255,6 +1255,7 @@ END) STORED,
     operation text GENERATED ALWAYS AS (
 CASE
     WHEN (agent_target = 'sandbox_policy'::text) THEN 'agent_sandbox_policy'::text
+    WHEN (agent_target = 'repository_cleanup'::text) THEN 'agent_repository_cleanup'::text
     WHEN (agent_target = 'credential_withdrawal'::text) THEN 'agent_credential_withdrawal'::text
     WHEN ((revision_id IS NOT NULL) AND (idempotency_key ~~ 'agent_revision:%:maintenance:%'::text)) THEN 'revision_maintenance'::text
     WHEN (revision_id IS NOT NULL) THEN 'revision_reconcile'::text
@@ -1266,7 +1267,7 @@ CASE
 END) STORED,
     CONSTRAINT work_actor_id_check CHECK ((length(actor_id) > 0)),
     CONSTRAINT work_agent_id_check CHECK (occ.is_ident(agent_id)),
-    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text, 'sandbox_policy'::text, 'credential_withdrawal'::text]))),
+    CONSTRAINT work_agent_target_check CHECK ((agent_target = ANY (ARRAY['stopped'::text, 'deleted'::text, 'sandbox_policy'::text, 'credential_withdrawal'::text, 'repository_cleanup'::text]))),
     CONSTRAINT work_attempt_count_check CHECK ((attempt_count >= 0)),
     CONSTRAINT work_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT work_namespace_target_check CHECK ((namespace_target = ANY (ARRAY['ready'::text, 'deleted'::text]))),
@@ -1274,7 +1275,7 @@ END) STORED,
     CONSTRAINT work_result CHECK ((((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (reason_code IS NOT NULL)) AND ((state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text])) = (completed_at IS NOT NULL)) AND ((result_data IS NULL) OR (state = ANY (ARRAY['succeeded'::text, 'failed_permanent'::text]))))),
     CONSTRAINT work_result_data_check CHECK (((result_data IS NULL) OR (jsonb_typeof(result_data) = 'object'::text))),
     CONSTRAINT work_revision_id_check CHECK (occ.is_ident(revision_id)),
-    CONSTRAINT work_shape CHECK ((((namespace_target IS NOT NULL) AND (agent_id IS NULL) AND (agent_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (agent_target IS NOT NULL) AND (agent_target <> 'credential_withdrawal'::text) AND (namespace_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target = 'credential_withdrawal'::text)))),
+    CONSTRAINT work_shape CHECK ((((namespace_target IS NOT NULL) AND (agent_id IS NULL) AND (agent_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (agent_target IS NOT NULL) AND (agent_target <> ALL (ARRAY['credential_withdrawal'::text, 'repository_cleanup'::text])) AND (namespace_target IS NULL) AND (revision_id IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target IS NULL)) OR ((agent_id IS NOT NULL) AND (revision_id IS NOT NULL) AND (namespace_target IS NULL) AND (agent_target = ANY (ARRAY['credential_withdrawal'::text, 'repository_cleanup'::text]))))),
     CONSTRAINT work_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'succeeded'::text, 'failed_permanent'::text]))),
     CONSTRAINT work_times_finite CHECK ((isfinite(created_at) AND isfinite(updated_at) AND isfinite(available_at) AND ((completed_at IS NULL) OR isfinite(completed_at))))
 )
@@ -2363,6 +2364,11 @@ BEGIN
             AND substr(NEW.idempotency_key,
                        length('agent_revision:' || NEW.revision_id || ':credential_withdrawal:') + 1)
                 ~ '^(activation|retirement|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(:recovery:([1-9]|1[0-5]))?$')
+        OR (NEW.agent_target = 'repository_cleanup'
+            AND NEW.idempotency_key = ANY (ARRAY[
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:failed-preparation',
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:terminal-runtime',
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:standing-withdrawal']))
         OR (NEW.revision_id IS NOT NULL AND NEW.agent_target IS NULL
             AND starts_with(NEW.idempotency_key, 'agent_revision:' || NEW.revision_id || ':')
             AND substr(NEW.idempotency_key,
@@ -3176,8 +3182,10 @@ CREATE TABLE occ.work_attempts (
     outcome text NOT NULL,
     refusal text,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    cause text,
     CONSTRAINT work_attempts_at_finite CHECK (isfinite(at)),
     CONSTRAINT work_attempts_attempt_check CHECK ((attempt >= 0)),
+    CONSTRAINT work_attempts_cause_check CHECK ((cause ~ '^[A-Za-z][A-Za-z0-9_]{0,63}$'::text)),
     CONSTRAINT work_attempts_code_check CHECK ((code ~ '^[A-Z][A-Z0-9_]*$'::text)),
     CONSTRAINT work_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'retry'::text, 'deferred'::text, 'lease_expired'::text]))),
     CONSTRAINT work_attempts_refusal_check CHECK ((refusal ~ '^[A-Z][A-Z0-9_]*$'::text))

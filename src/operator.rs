@@ -29,6 +29,7 @@ const CONFIGURATION_LIST: &str = include_str!("../sql/queries/operator_configura
 const CONFIGURATION_SHOW: &str = include_str!("../sql/queries/operator_configuration_show.sql");
 const AUDIT_LIST: &str = include_str!("../sql/queries/operator_audit_list.sql");
 const WORK_WAITING: &str = include_str!("../sql/queries/operator_work_waiting.sql");
+const REPOSITORY_CLEANUP: &str = include_str!("../sql/queries/operator_repository_cleanup.sql");
 const WORKER_SEEN: &str = include_str!("../sql/queries/operator_worker_seen.sql");
 const WORK_SUBJECT: &str = include_str!("../sql/queries/operator_work_subject.sql");
 const WORK_GONE: &str = include_str!("../sql/queries/operator_work_gone.sql");
@@ -163,6 +164,16 @@ pub fn work_waiting(
     agent_id: Option<&str>,
 ) -> Result<Option<Value>, Error> {
     maybe(c, WORK_WAITING, &[&namespace_id, &agent_id])
+}
+
+/// An Agent's outstanding repository cleanup (SPEC G1), oldest first: each work's key,
+/// revision, kind, state, latest attempt code, attempt count and next run.
+pub fn repository_cleanup_outstanding(
+    c: &mut Client,
+    namespace_id: &str,
+    agent_id: &str,
+) -> Result<Value, Error> {
+    one(c, REPOSITORY_CLEANUP, &[&namespace_id, &agent_id])
 }
 
 /// A completed deletion of the Agent a work key named, when its rows went with it.

@@ -29,6 +29,11 @@ BEGIN
             AND substr(NEW.idempotency_key,
                        length('agent_revision:' || NEW.revision_id || ':credential_withdrawal:') + 1)
                 ~ '^(activation|retirement|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(:recovery:([1-9]|1[0-5]))?$')
+        OR (NEW.agent_target = 'repository_cleanup'
+            AND NEW.idempotency_key = ANY (ARRAY[
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:failed-preparation',
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:terminal-runtime',
+                'agent_revision:' || NEW.revision_id || ':repository_cleanup:standing-withdrawal']))
         OR (NEW.revision_id IS NOT NULL AND NEW.agent_target IS NULL
             AND starts_with(NEW.idempotency_key, 'agent_revision:' || NEW.revision_id || ':')
             AND substr(NEW.idempotency_key,

@@ -3,7 +3,9 @@
 -- optional (a repeated identical observation is not recorded again), except with a refusal: a
 -- refused candidate whose stop is still pending (R9) always records its refusal, so it
 -- survives to the next pass.
--- $1 id, $2 claim token, $3 code, $4 delay ms, $5 record evidence, $6 refusal code or NULL.
+-- A pending repository cleanup (SPEC G3) always records the cause it waits on.
+-- $1 id, $2 claim token, $3 code, $4 delay ms, $5 record evidence, $6 refusal code or NULL,
+-- $7 cause or NULL.
 -- The due time and `updated_at` come from one reading of the clock, so the delay between them
 -- is exactly the one asked for. The lane's claim is cleared here (V14), whether or not the due
 -- time moved; the lane trigger then moves the head.
@@ -30,8 +32,8 @@ WITH now AS (
     WHERE w.id = f.id
     RETURNING w.id, f.claim_attempt
 ), evidence AS (
-    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
-    SELECT id, claim_attempt, $3, 'deferred', $6::text FROM done
-    WHERE $5 OR $6::text IS NOT NULL
+    INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal, cause)
+    SELECT id, claim_attempt, $3, 'deferred', $6::text, $7::text FROM done
+    WHERE $5 OR $6::text IS NOT NULL OR $7::text IS NOT NULL
 )
 SELECT id FROM done

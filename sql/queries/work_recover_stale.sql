@@ -1,6 +1,7 @@
 -- Stale-claim recovery (Q10), one statement: expired claims return to the queue with
 -- LEASE_EXPIRED evidence or fail at their final attempt, except a stored refused-candidate wait,
--- which returns with its refusal and its attempt refunded; queued rows whose attempts are
+-- which returns with its refusal and its attempt refunded, and a repository cleanup, which
+-- never fails by itself and returns with its attempt refunded (SPEC G4); queued rows whose attempts are
 -- exhausted fail; a terminal Namespace-creation work moves its still-provisioning Namespace to
 -- failed, with its audit evidence, in this same statement, and a terminal sandbox-policy work
 -- fails its policy while its generation is still the stored one (SPEC S4). The Agent works
@@ -16,6 +17,7 @@ WITH stale AS (
     -- A refused candidate waiting on its stop (R9) keeps that wait: its latest evidence is a
     -- stop wait (or an earlier recovery of one) carrying the refusal.
     SELECT w.id, l.lane, l.claim_attempt,
+           w.agent_target IS NOT DISTINCT FROM 'repository_cleanup' AS refunded,
            (SELECT a.refusal FROM occ.work_attempts a
             WHERE a.work_id = w.id
               AND a.code IN ('REFUSED_CANDIDATE_STOP_PENDING', 'LEASE_EXPIRED')
@@ -35,36 +37,40 @@ WITH stale AS (
 ), expired AS (
     -- A stored wait refunds the attempt (the work keeps its count) and never fails here: the
     -- work must not end with its refused candidate running (seed 004 6285-6305, 6317-6329).
+    -- A repository cleanup (SPEC G4) likewise: its obligation outlives crashes.
     UPDATE occ.work w
-    SET state = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
+    SET state = CASE WHEN s.refusal IS NULL AND NOT s.refunded AND s.claim_attempt >= $1
                      THEN 'failed_permanent' ELSE 'queued' END,
-        reason_code = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
+        reason_code = CASE WHEN s.refusal IS NULL AND NOT s.refunded AND s.claim_attempt >= $1
                            THEN 'LEASE_EXPIRED' END,
-        completed_at = CASE WHEN s.refusal IS NULL AND s.claim_attempt >= $1
+        completed_at = CASE WHEN s.refusal IS NULL AND NOT s.refunded AND s.claim_attempt >= $1
                             THEN clock_timestamp() END,
-        attempt_count = CASE WHEN s.refusal IS NULL THEN s.claim_attempt ELSE w.attempt_count END,
+        attempt_count = CASE WHEN s.refusal IS NULL AND NOT s.refunded THEN s.claim_attempt
+                             ELSE w.attempt_count END,
         updated_at = clock_timestamp()
     FROM stale s
     WHERE w.id = s.id
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, s.refusal, w.agent_id, w.agent_target, w.idempotency_key, w.operation
+              w.reason_code, s.refusal, s.refunded, w.agent_id, w.agent_target, w.idempotency_key, w.operation
 ), exhausted AS (
     UPDATE occ.work w
     SET state = 'failed_permanent', reason_code = 'ATTEMPTS_EXHAUSTED',
         completed_at = clock_timestamp(), updated_at = clock_timestamp()
     WHERE w.id IN (SELECT q.id FROM occ.work q
                    WHERE q.state = 'queued' AND q.attempt_count >= $1
+                     AND q.agent_target IS DISTINCT FROM 'repository_cleanup'
                      AND NOT EXISTS (SELECT 1 FROM occ.work_lanes l
                                      WHERE l.lane = q.lane AND l.claim_id = q.id)
                    FOR UPDATE OF q SKIP LOCKED)
     RETURNING w.id, w.namespace_id, w.namespace_target, w.actor_id, w.attempt_count, w.state,
-              w.reason_code, NULL::text AS refusal, w.agent_id, w.agent_target, w.idempotency_key,
+              w.reason_code, NULL::text AS refusal, false AS refunded, w.agent_id, w.agent_target, w.idempotency_key,
               w.operation
 ), changed AS (
     SELECT * FROM expired UNION ALL SELECT * FROM exhausted
 ), evidence AS (
     INSERT INTO occ.work_attempts (work_id, attempt, code, outcome, refusal)
-    SELECT id, CASE WHEN refusal IS NULL THEN attempt_count ELSE attempt_count + 1 END,
+    SELECT id, CASE WHEN refusal IS NULL AND NOT refunded THEN attempt_count
+                    ELSE attempt_count + 1 END,
            coalesce(reason_code, 'LEASE_EXPIRED'),
            CASE state WHEN 'queued' THEN 'lease_expired' ELSE 'failed' END, refusal
     FROM changed

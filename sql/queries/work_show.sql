@@ -8,6 +8,9 @@ SELECT w.id, w.idempotency_key, w.operation, w.namespace_id, w.agent_id, w.revis
                     'attempt', a.attempt, 'code', a.code, 'outcome', a.outcome,
                     'refusal', a.refusal,
                     'at', to_char(a.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                    -- A pending repository cleanup's cause (SPEC G3), where there is one.
+                    || CASE WHEN a.cause IS NULL THEN '{}'::jsonb
+                            ELSE jsonb_build_object('cause', a.cause) END
                   ORDER BY a.id)
                  FROM occ.work_attempts a WHERE a.work_id = w.id), '[]'::jsonb) AS attempts
 FROM occ.work_status w

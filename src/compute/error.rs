@@ -223,7 +223,8 @@ impl ComputeError {
 
     /// A preparation that failed for good (SPEC Z3): permanent with `code`, carrying the
     /// driver's evidence (`{preparation: evidence}` in the failed work's result data). The
-    /// worker stops the candidate's runtime before it publishes the failure.
+    /// failure registers the revision's `failed-preparation` repository cleanup, which stops
+    /// its runtime (SPEC G2, G3).
     pub fn preparation_failed(
         code: &str,
         class: &'static str,

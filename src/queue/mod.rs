@@ -50,6 +50,8 @@ pub enum Operation {
     SandboxPolicy,
     /// A credential withdrawal from one revision's runtime (SPEC §13).
     CredentialWithdrawal,
+    /// A revision's repository cleanup (SPEC §12, G1).
+    RepositoryCleanup,
 }
 
 impl Operation {
@@ -67,6 +69,7 @@ impl Operation {
             }
             Operation::SandboxPolicy => "agent.sandbox_policy",
             Operation::CredentialWithdrawal => "agent_revision.credential_withdrawal",
+            Operation::RepositoryCleanup => "agent_revision.repository_cleanup",
         }
     }
 
@@ -80,10 +83,11 @@ impl Operation {
             Operation::RevisionMaintenance => "revision_maintenance",
             Operation::SandboxPolicy => "agent_sandbox_policy",
             Operation::CredentialWithdrawal => "agent_credential_withdrawal",
+            Operation::RepositoryCleanup => "agent_repository_cleanup",
         }
     }
 
-    pub const ALL: [Operation; 8] = [
+    pub const ALL: [Operation; 9] = [
         Operation::NamespaceEnsure,
         Operation::NamespaceDelete,
         Operation::AgentStop,
@@ -92,6 +96,7 @@ impl Operation {
         Operation::RevisionMaintenance,
         Operation::SandboxPolicy,
         Operation::CredentialWithdrawal,
+        Operation::RepositoryCleanup,
     ];
 
     fn parse(s: &str) -> Option<Operation> {
@@ -230,8 +235,70 @@ impl NewWork {
         }
     }
 
+    /// `agent_revision:<rev>:repository_cleanup:<kind>` (SPEC §12, G1): one row per
+    /// (revision, kind).
+    pub fn repository_cleanup(
+        namespace_id: &str,
+        agent_id: &str,
+        revision_id: &str,
+        kind: CleanupKind,
+        actor_id: &str,
+    ) -> NewWork {
+        NewWork {
+            key: format!(
+                "agent_revision:{revision_id}:repository_cleanup:{}",
+                kind.as_str()
+            ),
+            namespace_id: namespace_id.into(),
+            agent_id: Some(agent_id.into()),
+            revision_id: Some(revision_id.into()),
+            namespace_target: None,
+            agent_target: Some("repository_cleanup"),
+            actor_id: actor_id.into(),
+        }
+    }
+
     pub fn key(&self) -> &str {
         &self.key
+    }
+}
+
+/// The kind a repository cleanup key names (SPEC G1): two retire the revision's runtime, one
+/// withdraws expired access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CleanupKind {
+    /// A deployment that failed in a way that needs durable retirement (SPEC Z3, G2).
+    FailedPreparation,
+    /// A runtime retired for good (SPEC G2: supersession, G12, G14).
+    TerminalRuntime,
+    /// A standing approval's withdrawal (SPEC G15): the expiry kind.
+    StandingWithdrawal,
+}
+
+impl CleanupKind {
+    pub const ALL: [CleanupKind; 3] = [
+        CleanupKind::FailedPreparation,
+        CleanupKind::TerminalRuntime,
+        CleanupKind::StandingWithdrawal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupKind::FailedPreparation => "failed-preparation",
+            CleanupKind::TerminalRuntime => "terminal-runtime",
+            CleanupKind::StandingWithdrawal => "standing-withdrawal",
+        }
+    }
+
+    /// The kind a cleanup work's key names; `None` for any other key.
+    pub fn of_key(key: &str) -> Option<CleanupKind> {
+        let (_, kind) = key.rsplit_once(":repository_cleanup:")?;
+        CleanupKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
+    /// Whether this kind retires the revision's runtime (the others withdraw expired access).
+    pub fn retires_runtime(self) -> bool {
+        !matches!(self, CleanupKind::StandingWithdrawal)
     }
 }
 
@@ -728,6 +795,21 @@ pub fn work_defer(
     record_evidence: bool,
     refusal: Option<&str>,
 ) -> Result<(), QueueError> {
+    work_defer_with_cause(client, claim, code, delay, record_evidence, refusal, None)
+}
+
+/// `work_defer`, whose evidence also keeps the cause a pending repository cleanup waits on
+/// (SPEC G3): recorded whenever there is one that fits `^[A-Za-z][A-Za-z0-9_]{0,63}$`.
+pub fn work_defer_with_cause(
+    client: &mut impl GenericClient,
+    claim: &Claim,
+    code: &str,
+    delay: Duration,
+    record_evidence: bool,
+    refusal: Option<&str>,
+    cause: Option<&str>,
+) -> Result<(), QueueError> {
+    let cause = cause.filter(|c| storable_cause(c));
     let rows = client.query(
         DEFER,
         &[
@@ -737,12 +819,21 @@ pub fn work_defer(
             &ms(delay),
             &record_evidence,
             &refusal,
+            &cause,
         ],
     )?;
     if rows.is_empty() {
         return Err(QueueError::ClaimLost);
     }
     Ok(())
+}
+
+/// Whether `cause` fits the evidence column (`work_attempts_cause_check`).
+fn storable_cause(cause: &str) -> bool {
+    let mut chars = cause.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && cause.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Releases the claim of a pass interrupted by a stopping worker: queued at once, the attempt

@@ -214,13 +214,14 @@ pub fn transition(
         Outcome::Success => {
             queue::work_complete(tx, claim, &resolved.code, resolved.result_data.as_ref())?
         }
-        Outcome::Pending { recheck, .. } => queue::work_defer(
+        Outcome::Pending { recheck, .. } => queue::work_defer_with_cause(
             tx,
             claim,
             &resolved.code,
             recheck,
             resolved.record_evidence,
             resolved.refusal.as_deref(),
+            resolved.cause.as_deref(),
         )?,
         Outcome::Retry => {
             queue::work_retry(tx, claim, &resolved.code, &pass.ctx.queue)?;

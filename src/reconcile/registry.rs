@@ -4,6 +4,7 @@
 use super::agent::{AgentDelete, AgentStop};
 use super::dispatch::Registry;
 use super::namespace::NamespaceReconciler;
+use super::repository_cleanup::RepositoryCleanupReconciler;
 use super::revision::RevisionReconciler;
 use super::sandbox_policy::SandboxPolicyReconciler;
 use super::withdrawal::CredentialWithdrawalReconciler;
@@ -11,7 +12,7 @@ use crate::queue::Operation;
 use std::sync::Arc;
 
 /// Every operation's reconciler: Namespaces (N1-N13), Agents (A1, A2), revisions (R2-R11),
-/// sandbox policies (S3) and credential withdrawals (E1-E13).
+/// sandbox policies (S3), credential withdrawals (E1-E13) and repository cleanup (G3).
 pub fn production() -> Registry {
     agents(namespaces(Registry::new()))
 }
@@ -36,5 +37,9 @@ pub fn agents(registry: Registry) -> Registry {
         .with(
             Operation::CredentialWithdrawal,
             Arc::new(CredentialWithdrawalReconciler),
+        )
+        .with(
+            Operation::RepositoryCleanup,
+            Arc::new(RepositoryCleanupReconciler::default()),
         )
 }

@@ -32,7 +32,7 @@ pub enum Wait {
     /// Convergence (R5): past the deadline the work fails `CONVERGENCE_DEADLINE_EXCEEDED`.
     Convergence,
     /// A harness's credential bootstrap (SPEC Z3): bounded like convergence, and at the
-    /// deadline its candidate is stopped before the failure is published.
+    /// deadline its candidate's failure registers its durable retirement (SPEC G2).
     Bootstrap,
     /// A failing dependency (R10): past the deadline the work fails naming it, not the
     /// deadline.
@@ -183,6 +183,8 @@ pub struct Report<F = ()> {
     pub result_data: Option<Value>,
     /// The refusal that made a candidate stop before a failure was published (R9).
     pub refusal: Option<String>,
+    /// What a pending repository cleanup waits on (SPEC G3), kept with its deferral evidence.
+    pub cause: Option<String>,
     /// A runtime failure seen while pending, kept for the convergence-deadline result (R5).
     pub runtime_failure: Option<RuntimeFailure>,
     /// Whether a deferral records attempt evidence (a repeated identical observation need not).
@@ -212,6 +214,7 @@ impl<F> Report<F> {
             code: code.to_string(),
             result_data: None,
             refusal: None,
+            cause: None,
             runtime_failure: None,
             record_evidence: true,
             failure: Failure::default(),
@@ -281,6 +284,7 @@ impl<F> Report<F> {
             code: self.code,
             result_data: self.result_data,
             refusal: self.refusal,
+            cause: self.cause,
             runtime_failure: self.runtime_failure,
             record_evidence: self.record_evidence,
             failure: self.failure,

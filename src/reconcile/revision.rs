@@ -20,9 +20,10 @@
 //! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
 //! `authorization_denial`; an older revision never replaces a newer active one; a candidate
 //! refused after it may have been prepared is stopped under the live claim before the failure
-//! is published (R9), and so is one whose preparation failed for good or whose credential
-//! bootstrap was still pending at the deadline (SPEC Z3); a failed maintenance observation
-//! never retires the running revision.
+//! is published (R9); one whose preparation failed for good or whose credential bootstrap was
+//! still pending at the deadline fails at once and registers `failed-preparation` repository
+//! cleanup in the transaction that fails it, which stops it durably (SPEC Z3, G2); a failed
+//! maintenance observation never retires the running revision.
 //!
 //! Assumptions: idempotent — a pass may run again after a lost lease at any point, including
 //! between the pointer compare-and-set and the completion; every Compute call tolerates having
@@ -53,7 +54,7 @@ use crate::compute::{
 };
 use crate::compute::{HarnessAuthMethod, HarnessMode};
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
-use crate::queue::{self, NewWork, Operation};
+use crate::queue::{self, CleanupKind, NewWork, Operation};
 use serde_json::{json, Value};
 use std::cell::Cell;
 use std::time::Duration;
@@ -1079,9 +1080,9 @@ impl RevisionReconciler {
     /// SPEC Z3's deadline retirement: a candidate whose credential bootstrap is still pending
     /// when its own reconcile work reaches the deadline, or whose dependency still fails then
     /// while the work's newest readiness code is that bootstrap's and the Agent does not point
-    /// at it, has no runtime to keep for diagnosis: it is stopped as R9 stops a refused
-    /// candidate, under the live claim, before the failure is published. A failed stop waits
-    /// as `REFUSED_CANDIDATE_STOP_PENDING`, keeping the failure's code.
+    /// at it, has no runtime to keep for diagnosis: the failure is published at once and
+    /// registers `failed-preparation` repository cleanup in the same transaction (SPEC G2),
+    /// whose pass stops it. It never waits as `REFUSED_CANDIDATE_STOP_PENDING`.
     fn retire_bootstrap_at_deadline(
         &self,
         pass: &Pass<'_>,
@@ -1106,20 +1107,10 @@ impl RevisionReconciler {
         let Some(l) = self.load(pass)? else {
             return Ok(report);
         };
-        if dependency_expired && !l.bootstrap_last {
+        if (dependency_expired && !l.bootstrap_last) || !l.is_candidate() {
             return Ok(report);
         }
-        Ok(
-            match self.stop_refused_candidate(pass, &l, &resolved.code, true)? {
-                CandidateStop::Untouched => report,
-                CandidateStop::Stopped => {
-                    let mut resolved = resolved;
-                    resolved.refusal = Some(resolved.code.clone());
-                    resolved
-                }
-                CandidateStop::Pending(pending) => *pending,
-            },
-        )
+        Ok(resolved.with_facts(Facts::Own(RevisionFacts::FailedPreparation)))
     }
 
     /// R5: prepare and observe the revision. A driver refusal after the candidate may have
@@ -1160,8 +1151,7 @@ impl RevisionReconciler {
             Err(e) => {
                 describe_prepare_failure(pass, spec, &e, true);
                 let mut report = compute_report(&e, pass).at("prepare");
-                // SPEC Z3: a failed preparation keeps its evidence while this pass holds it;
-                // its runtime is stopped as a refused candidate's before it is published.
+                // SPEC Z3: a failed preparation keeps its evidence.
                 if let Some(evidence) = e.preparation_evidence() {
                     report.result_data = Some(json!({ "preparation": evidence }));
                 }
@@ -1179,6 +1169,15 @@ impl RevisionReconciler {
                             .at("prepare")
                             .with_compute_error(&e),
                     )));
+                }
+                // SPEC Z3, G2: it ends the deployment at once, not stopped as a refused
+                // candidate: `publish` registers its durable retirement instead.
+                if e.is_preparation_failure()
+                    && report.outcome == Outcome::Permanent
+                    && !maintenance
+                {
+                    let failed = report.with_facts(Facts::Own(RevisionFacts::FailedPreparation));
+                    return Ok(Observed::Ended(Box::new(failed)));
                 }
                 return if report.outcome == Outcome::Permanent {
                     refused(report)
@@ -1402,6 +1401,9 @@ pub enum RevisionFacts {
     /// Refused before any effect (R2, ownership): the revision cannot run again without a new
     /// deployment, so a maintenance chain ends.
     Refused,
+    /// SPEC Z3, G2: the deployment failed in a way that needs durable retirement; a permanent
+    /// outcome registers `failed-preparation` repository cleanup as it is published.
+    FailedPreparation,
     /// SPEC E18: a maintenance pass of an active revision whose harness source has a
     /// withdrawal row; `publish` re-queues as E14 and keeps the chain only while something
     /// is pending.
@@ -1583,6 +1585,21 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Own(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             Facts::Own(RevisionFacts::ActiveMaintenanceFailed) => (false, false),
+            Facts::Own(RevisionFacts::FailedPreparation) => {
+                // SPEC G2: in the transaction that fails the work, so the cleanup survives a
+                // crash right after the failure.
+                if report.outcome == Outcome::Permanent {
+                    let cleanup = NewWork::repository_cleanup(
+                        &claim.namespace_id,
+                        agent_id,
+                        revision_id,
+                        CleanupKind::FailedPreparation,
+                        &claim.actor_id,
+                    );
+                    queue::work_enqueue(tx, &cleanup)?;
+                }
+                (true, false)
+            }
             Facts::Own(RevisionFacts::CredentialWithdrawn) => {
                 tx.query_opt(NAMESPACE_LOCK, &[&claim.namespace_id])?;
                 let collected = queue::work_enqueue_withdrawal_requeue(

@@ -1,7 +1,8 @@
 //! Execution admission and failed-preparation retirement (SPEC §16: Z1, Z3) with a real worker
 //! and the scripted driver: the stored admission's shape, its refusal of a candidate, the
-//! active revision's withdrawal or SPEC Z2's active path, a failed preparation stopped before
-//! it is published, and the deadline's retirement of a bootstrap-pending candidate.
+//! active revision's withdrawal or SPEC Z2's active path, a failed preparation published at
+//! once with its repository cleanup registered (SPEC G2), and the deadline's retirement of a
+//! bootstrap-pending candidate by that cleanup.
 
 use crate::agent::{active, deploy, evidence, fixture, work};
 use crate::revision::{ended, key, maintenance_work, requeue, run};
@@ -269,14 +270,20 @@ fn preparation_failed() -> ComputeError {
     )
 }
 
+/// The `failed-preparation` repository cleanup key of `rev` (SPEC G1).
+fn cleanup(rev: &str) -> String {
+    format!("agent_revision:{rev}:repository_cleanup:failed-preparation")
+}
+
 #[test]
-fn z3_a_preparation_failure_is_stopped_before_it_is_published_and_keeps_its_evidence() {
+fn z3_a_preparation_failure_fails_at_once_with_its_evidence_and_its_cleanup_stops_it() {
+    // SPEC Z3, G2: not stopped as a refused candidate; the stop is the cleanup's, after the
+    // failure is published.
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
     driver.script_prepare(&rev, vec![Prepare::Fail(preparation_failed())]);
-    // The stop runs while the work is still queued under the live claim.
     let url = f.db.url.clone();
     let k = key(&rev);
     let states = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
@@ -307,12 +314,16 @@ fn z3_a_preparation_failure_is_stopped_before_it_is_published_and_keeps_its_evid
             format!("stop_revision:{rev}"),
         ]
     );
-    assert_eq!(*states.lock(), vec!["claimed".to_string()]);
+    assert_eq!(*states.lock(), vec!["failed_permanent".to_string()]);
+    assert_eq!(
+        work(&mut c, &cleanup(&rev)).1.as_deref(),
+        Some("REPOSITORY_CLEANUP_COMPLETE")
+    );
     assert_eq!(active(&mut c, &f.agent), None);
 }
 
 #[test]
-fn z3_a_failing_stop_waits_then_publishes_the_code() {
+fn z3_a_failing_cleanup_stop_never_holds_the_failure_back() {
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
@@ -323,7 +334,8 @@ fn z3_a_failing_stop_waits_then_publishes_the_code() {
         &rev,
         ComputeError::retryable("scripted", Some(500)),
     );
-    run(&f, &driver);
+    let ck = cleanup(&rev);
+    run_until(&f.db, driver.clone(), move |c| !evidence(c, &ck).is_empty());
     let (state, code, data, _) = work(&mut c, &key(&rev));
     assert_eq!(
         (state.as_str(), code.as_deref()),
@@ -331,19 +343,18 @@ fn z3_a_failing_stop_waits_then_publishes_the_code() {
     );
     assert_eq!(
         evidence(&mut c, &key(&rev)),
-        vec![
-            "deferred:REFUSED_CANDIDATE_STOP_PENDING",
-            "failed:HARNESS_PREPARATION_FAILED"
-        ]
+        vec!["failed:HARNESS_PREPARATION_FAILED"]
     );
-    // The pass that publishes the failure no longer holds the evidence.
-    assert_eq!(data, None);
-    // Prepared once; the next pass only stops it.
-    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
     assert_eq!(
-        driver.calls_of("stop_revision"),
-        vec![rev.clone(), rev.clone()]
+        data,
+        Some(json!({"preparation": {"stage": "seed", "status": 409}}))
     );
+    assert_eq!(
+        evidence(&mut c, &cleanup(&rev)),
+        vec!["deferred:REPOSITORY_CLEANUP_PENDING"]
+    );
+    assert_eq!(driver.calls_of("prepare_revision"), vec![rev.clone()]);
+    assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
 }
 
 const BOOTSTRAP: &str = "HARNESS_CREDENTIAL_BOOTSTRAP_PENDING";
@@ -394,7 +405,7 @@ fn z3_the_deadline_stops_a_bootstrap_pending_candidate_but_not_another_pending_o
 }
 
 #[test]
-fn z3_a_failed_deadline_stop_waits_keeping_the_deadline() {
+fn z3_a_failed_deadline_cleanup_stop_never_holds_the_deadline_back() {
     let f = fixture();
     let mut c = f.db.client();
     let rev = deploy(&mut c, &f.agent);
@@ -405,7 +416,10 @@ fn z3_a_failed_deadline_stop_waits_keeping_the_deadline() {
         &rev,
         ComputeError::retryable("scripted", Some(500)),
     );
-    run_with(&f.db, driver.clone(), deadline(300), quiet);
+    let ck = cleanup(&rev);
+    run_with(&f.db, driver.clone(), deadline(300), move |c| {
+        !evidence(c, &ck).is_empty()
+    });
     let k = key(&rev);
     let (state, code, data, _) = work(&mut c, &k);
     assert_eq!(
@@ -415,14 +429,20 @@ fn z3_a_failed_deadline_stop_waits_keeping_the_deadline() {
     assert_eq!(data, Some(json!({"timeoutMs": 300})));
     let ev = evidence(&mut c, &k);
     assert_eq!(
-        ev[ev.len() - 2..],
-        [
-            "deferred:REFUSED_CANDIDATE_STOP_PENDING".to_string(),
-            "failed:CONVERGENCE_DEADLINE_EXCEEDED".to_string()
-        ],
+        ev.last().map(String::as_str),
+        Some("failed:CONVERGENCE_DEADLINE_EXCEEDED"),
         "{ev:?}"
     );
-    assert_eq!(driver.calls_of("stop_revision").len(), 2);
+    assert!(
+        !ev.iter()
+            .any(|e| e.contains("REFUSED_CANDIDATE_STOP_PENDING")),
+        "{ev:?}"
+    );
+    assert_eq!(
+        evidence(&mut c, &cleanup(&rev)),
+        vec!["deferred:REPOSITORY_CLEANUP_PENDING"]
+    );
+    assert_eq!(driver.calls_of("stop_revision").len(), 1);
 }
 
 /// A candidate whose first pass sees `first` pending, and whose every later preparation meets
@@ -447,7 +467,12 @@ fn z3_a_dependency_failing_at_the_deadline_stops_a_candidate_whose_newest_readin
     let (f, rev, driver) = pending_then_unavailable(BOOTSTRAP);
     let mut c = f.db.client();
     crate::support::expect_work(&mut c, &key(&rev)).failed_with("DEPENDENCY_UNAVAILABLE");
+    // Its `failed-preparation` cleanup stops it (SPEC G2).
     assert_eq!(driver.calls_of("stop_revision"), vec![rev.clone()]);
+    assert_eq!(
+        work(&mut c, &cleanup(&rev)).1.as_deref(),
+        Some("REPOSITORY_CLEANUP_COMPLETE")
+    );
 
     let (f, rev, driver) = pending_then_unavailable("WORKLOAD_UNSCHEDULABLE");
     let mut c = f.db.client();
@@ -456,6 +481,11 @@ fn z3_a_dependency_failing_at_the_deadline_stops_a_candidate_whose_newest_readin
         Some("DEPENDENCY_UNAVAILABLE")
     );
     assert!(driver.calls_of("stop_revision").is_empty());
+    let cleanups: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE agent_target = 'repository_cleanup'",
+    );
+    assert_eq!(cleanups, 0);
 }
 
 #[test]

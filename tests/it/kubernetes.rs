@@ -2461,3 +2461,52 @@ fn f179_a_retirement_whose_cleanup_also_fails_names_the_cleanup_cause() {
         ))
         .is_none());
 }
+
+#[test]
+fn g3_a_kubernetes_cleanup_waits_for_a_draining_stop_then_scales_down_and_clears_the_pointer() {
+    // SPEC G3 on Kubernetes: `bind_agent` and `stop_revision` as R9 uses them; a draining
+    // stop waits (Z5) as a pending cleanup with its cause.
+    use occ_worker::queue::{self, CleanupKind, NewWork};
+    let w = agent_world();
+    let mut c = w.db.client();
+    let rev = deployed(&w);
+    let cleanup = NewWork::repository_cleanup(
+        "ns1",
+        &w.agent,
+        &rev,
+        CleanupKind::FailedPreparation,
+        "admin",
+    );
+    queue::work_enqueue(&mut c, &cleanup).unwrap();
+    let k = cleanup.key().to_string();
+    let first = k.clone();
+    run_until(&w.db, w.kube.driver.clone(), move |c| {
+        !evidence(c, &first).is_empty()
+    });
+    assert_eq!(
+        evidence(&mut c, &k),
+        ["deferred:REPOSITORY_CLEANUP_PENDING"]
+    );
+    let cause: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1",
+        &[&k],
+    );
+    assert_eq!(cause.as_deref(), Some("AGENT_STOP_YIELDED"));
+    // Each recheck made due at once (it is 30 s), until the Pods are gone.
+    let done = k.clone();
+    run_until(&w.db, w.kube.driver.clone(), move |c| {
+        c.execute(
+            "UPDATE occ.work SET available_at = clock_timestamp()
+             WHERE idempotency_key = $1 AND state = 'queued'",
+            &[&done],
+        )
+        .unwrap();
+        crate::revision::ended(c, &done)
+    });
+    crate::support::expect_work(&mut c, &k).completed_with("REPOSITORY_CLEANUP_COMPLETE");
+    assert_eq!(active(&mut c, &w.agent), None);
+    let d = deployment(&w, &format!("agent-{}-r1", w.agent)).expect("kept, scaled down");
+    assert_eq!(d["spec"]["replicas"], 0);
+}

@@ -204,6 +204,7 @@ const RECONCILERS: &[&str] = &[
     "namespace",
     "revision",
     "revision_sources",
+    "repository_cleanup",
     "sandbox_policy",
     "withdrawal",
     "registry",

@@ -38,6 +38,7 @@ mod queue;
 mod queue_engine;
 mod queue_smoke;
 mod readme;
+mod repository_cleanup;
 mod revision;
 mod round_trips;
 mod runtime;

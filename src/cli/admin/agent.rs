@@ -401,7 +401,8 @@ fn list(globals: &Globals, ns: &str, page: Page) -> Result<(), CliError> {
 
 /// `agent show`: the Agent, each revision's deployment status, and what its work waits for
 /// right now (`waitingFor`: the work, the code its latest attempt reported, since when and
-/// the attempt; none when nothing is unfinished).
+/// the attempt, and the revisions' outstanding repository cleanup, SPEC G1; none when nothing
+/// is unfinished).
 fn show(globals: &Globals, namespace: &str, agent: &str) -> Result<(), CliError> {
     let mut client = globals.connect()?;
     let inputs = Inputs {
@@ -424,6 +425,11 @@ fn show(globals: &Globals, namespace: &str, agent: &str) -> Result<(), CliError>
             occ_worker::operator::work_waiting(&mut client, &ns_id, Some(&id))
                 .map_err(|e| refused(&inputs, &e))?
         );
+    let cleanup = occ_worker::operator::repository_cleanup_outstanding(&mut client, &ns_id, &id)
+        .map_err(|e| refused(&inputs, &e))?;
+    if cleanup.as_array().is_some_and(|c| !c.is_empty()) && value["waitingFor"].is_object() {
+        value["waitingFor"]["repositoryCleanup"] = cleanup;
+    }
     globals.print(&value);
     Ok(())
 }

@@ -109,6 +109,8 @@ pub enum WorkOperation {
     AgentSandboxPolicy,
     #[value(name = "agent_credential_withdrawal")]
     AgentCredentialWithdrawal,
+    #[value(name = "agent_repository_cleanup")]
+    AgentRepositoryCleanup,
 }
 
 impl WorkOperation {
@@ -122,6 +124,7 @@ impl WorkOperation {
             WorkOperation::RevisionMaintenance => queue::Operation::RevisionMaintenance,
             WorkOperation::AgentSandboxPolicy => queue::Operation::SandboxPolicy,
             WorkOperation::AgentCredentialWithdrawal => queue::Operation::CredentialWithdrawal,
+            WorkOperation::AgentRepositoryCleanup => queue::Operation::RepositoryCleanup,
         }
     }
 }
