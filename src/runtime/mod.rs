@@ -119,6 +119,10 @@ impl Worker {
                 "computeImplementation": ctx.compute.implementation(),
                 "sandboxDriverId": ctx.sandbox.driver.as_ref().map(|s| &s.id),
                 "concurrency": options.concurrency,
+                // The holder every claim of this process names (V27).
+                "workerId": ctx.queue.holder.id,
+                "host": ctx.queue.holder.host,
+                "pid": ctx.queue.holder.pid,
             }),
         );
         let publishers = Publishers::spawn(&ctx, &registry, &progress, &records, &events_tx)?;
