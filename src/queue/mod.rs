@@ -353,10 +353,13 @@ pub struct Recovered {
 }
 
 /// Queue depth.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Pending {
     pub queued: i64,
     pub claimed: i64,
+    /// How long the oldest claimable work has been due (0 when none is).
+    #[serde(skip)]
+    pub oldest_due_seconds: f64,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -919,6 +922,7 @@ pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, Qu
     Ok(Pending {
         queued: row.get(0),
         claimed: row.get(1),
+        oldest_due_seconds: row.get(2),
     })
 }
 

@@ -125,6 +125,10 @@ impl Worker {
                 "pid": ctx.queue.holder.pid,
             }),
         );
+        ctx.metrics.announce(
+            crate::queue::Operation::ALL.map(|o| o.as_str()),
+            ctx.compute.implementation(),
+        );
         let publishers = Publishers::spawn(&ctx, &registry, &progress, &records, &events_tx)?;
         let schedule_thread =
             spawn_scheduling(&ctx, options, pool, publishers, events_rx, &progress)?;
