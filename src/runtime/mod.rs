@@ -357,7 +357,13 @@ fn spawn_listener(
                         continue;
                     }
                 };
-                if client.batch_execute("LISTEN occ_work").is_err() {
+                let listened = {
+                    let _asking = crate::db::waiting();
+                    client.batch_execute("LISTEN occ_work").is_ok()
+                };
+                if !listened {
+                    let _closing = crate::db::waiting();
+                    drop(client);
                     sleep_while(&running, backoff);
                     continue;
                 }
@@ -390,6 +396,9 @@ fn spawn_listener(
                         }
                     }
                 }
+                // Closing says goodbye and waits for the server: a wait the watchdog bounds.
+                let _closing = crate::db::waiting();
+                drop(client);
             }
         })
 }
