@@ -299,3 +299,84 @@ fn every_event_and_reason_code_is_in_the_readme() {
         "documented nowhere in README.md or docs/ (as `CODE`): {missing:?}"
     );
 }
+
+/// The `sh` blocks of a page of `docs/`, joined, as one text (each block's lines).
+fn page_blocks(page: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(page)).unwrap();
+    blocks(&text).into_iter().map(|(_, _, t)| t).collect()
+}
+
+// The Kubernetes walk-throughs: the kind recipe builds nothing twice (scripts/build-image's
+// release binaries are the ones run), every wait has a timeout and says what it waits for
+// (`--wait`, `work watch --timeout`, `kubectl wait --timeout`, `timeout N … until`), the
+// driver file is /etc/occ/driver.json wherever a document names an absolute path for it, and
+// `docker run … run` outside a cluster mounts a kubeconfig and names it.
+#[test]
+fn the_kubernetes_walk_throughs_build_once_bound_every_wait_and_name_one_driver_file() {
+    let kubernetes = page_blocks("docs/kubernetes.md");
+    let kind = kubernetes
+        .iter()
+        .find(|b| b.contains("kind create cluster"))
+        .expect("the kind recipe");
+    assert!(kind.contains("scripts/build-image"), "{kind}");
+    for block in &kubernetes {
+        assert!(
+            !block.contains("cargo build"),
+            "scripts/build-image already built the release binaries: {block}"
+        );
+    }
+    let mut every: Vec<String> = page_blocks("README.md");
+    for page in ["docs/kubernetes.md", "docs/operating.md"] {
+        every.extend(page_blocks(page));
+    }
+    for block in &every {
+        for line in block.lines() {
+            let command = line.split(" #").next().unwrap_or_default();
+            if command.contains("until ") || command.contains("sleep ") {
+                assert!(
+                    command.trim_start().starts_with("timeout "),
+                    "a wait without a timeout: {line}"
+                );
+            }
+            if command.contains("kubectl wait") {
+                assert!(command.contains("--timeout="), "{line}");
+            }
+            if command.contains("work watch") {
+                assert!(command.contains("--timeout"), "{line}");
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    for text in every.iter().cloned().chain([
+        std::fs::read_to_string(root().join("deploy/kubernetes/worker.yaml")).unwrap(),
+        documentation(),
+    ]) {
+        for (i, _) in text.match_indices("OCC_KUBERNETES_CONFIG") {
+            let rest = &text[i + "OCC_KUBERNETES_CONFIG".len()..];
+            let value: String = rest
+                .trim_start_matches(['=', '`', ' '])
+                .trim_start_matches("value: ")
+                .chars()
+                .take_while(|c| !c.is_whitespace() && !"`),;".contains(*c))
+                .collect();
+            if value.starts_with('/') {
+                paths.push(value);
+            }
+        }
+    }
+    let worker = std::fs::read_to_string(root().join("deploy/kubernetes/worker.yaml")).unwrap();
+    assert!(worker.contains("value: /etc/occ/driver.json"), "{worker}");
+    paths.push("/etc/occ/driver.json".into());
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths, ["/etc/occ/driver.json"], "one driver-file path");
+    let operating = page_blocks("docs/operating.md");
+    let docker_run = operating
+        .iter()
+        .find(|b| b.contains("docker run") && b.contains("OCC_COMPUTE_DRIVER=kubernetes"))
+        .expect("operating.md's docker run of the worker");
+    assert!(
+        docker_run.contains("-e KUBECONFIG=") && docker_run.contains(".kube/config:"),
+        "outside a cluster `run` needs a kubeconfig mounted: {docker_run}"
+    );
+}
