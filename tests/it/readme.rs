@@ -380,3 +380,52 @@ fn the_kubernetes_walk_throughs_build_once_bound_every_wait_and_name_one_driver_
         "outside a cluster `run` needs a kubeconfig mounted: {docker_run}"
     );
 }
+
+// SPEC E19: a walk-through that deploys with credential sources creates each first and grants
+// the Agent's service principal `operate` on it (the actor alone is not enough).
+#[test]
+fn every_credential_source_a_walk_through_deploys_is_created_and_granted_first() {
+    let mut checked = 0;
+    for block in blocks(&documentation()) {
+        let text = block.2.replace("\\\n", " ");
+        let mut created = Vec::new();
+        let mut granted = Vec::new();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for (i, w) in words.iter().enumerate() {
+                match (*w, words.get(i + 1)) {
+                    // credential-source create NAMESPACE ID
+                    ("create", Some(_)) if i > 0 && words[i - 1] == "credential-source" => {
+                        created.extend(words.get(i + 2).map(|id| id.to_string()));
+                    }
+                    ("--scope", Some(scope)) => {
+                        if let Some((_, id)) = scope
+                            .strip_prefix("credential_source:")
+                            .and_then(|s| s.split_once('/'))
+                        {
+                            granted.push(id.to_string());
+                        }
+                    }
+                    ("--credential-source" | "--tool-source", Some(id)) => {
+                        checked += 1;
+                        assert!(
+                            created.iter().any(|c| c == id),
+                            "line {}: deploys with credential source {id}, never created before: {line}",
+                            block.0
+                        );
+                        assert!(
+                            granted.iter().any(|g| g == id),
+                            "line {}: the service principal needs operate on {id} (SPEC E19): {line}",
+                            block.0
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the walk-throughs deploy with credential sources"
+    );
+}
