@@ -2409,7 +2409,8 @@ BEGIN
     WHERE l.lane = p_lane AND (l.head_id, l.head_at) IS DISTINCT FROM (head.id, head.available_at);
     UPDATE occ.work_lanes l
     SET claim_id = NULL, claim_token = NULL, claimed_at = NULL, renewed_at = NULL,
-        lease_expires_at = NULL, claim_attempt = NULL
+        lease_expires_at = NULL, claim_attempt = NULL, claim_worker = NULL,
+        claim_host = NULL, claim_pid = NULL
     WHERE l.lane = p_lane AND l.claim_id IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM occ.work w
                       WHERE w.id = l.claim_id AND w.lane = p_lane AND w.state = 'queued');
@@ -2466,7 +2467,10 @@ BEGIN
         renewed_at = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.renewed_at END,
         lease_expires_at = CASE WHEN l.claim_id = ANY (ended) THEN NULL
                                 ELSE l.lease_expires_at END,
-        claim_attempt = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_attempt END
+        claim_attempt = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_attempt END,
+        claim_worker = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_worker END,
+        claim_host = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_host END,
+        claim_pid = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_pid END
     FROM unnest(touched) AS t(lane)
     LEFT JOIN LATERAL (
         SELECT w.id, w.available_at FROM occ.work w
@@ -3035,9 +3039,13 @@ CREATE TABLE occ.work_lanes (
     renewed_at timestamp with time zone,
     lease_expires_at timestamp with time zone,
     claim_attempt integer,
+    claim_worker uuid,
+    claim_host text,
+    claim_pid integer,
     CONSTRAINT work_lanes_check CHECK (((head_id IS NULL) = (head_at IS NULL))),
     CONSTRAINT work_lanes_claim CHECK ((((claim_id IS NULL) = (claim_token IS NULL)) AND ((claim_id IS NULL) = (claimed_at IS NULL)) AND ((claim_id IS NULL) = (renewed_at IS NULL)) AND ((claim_id IS NULL) = (lease_expires_at IS NULL)) AND ((claim_id IS NULL) = (claim_attempt IS NULL)))),
     CONSTRAINT work_lanes_claim_bounded CHECK (((claim_id IS NULL) OR (isfinite(claimed_at) AND isfinite(renewed_at) AND isfinite(lease_expires_at) AND (lease_expires_at <= (renewed_at + '01:00:00'::interval)) AND (claim_attempt > 0)))),
+    CONSTRAINT work_lanes_claim_holder CHECK ((((claim_worker IS NULL) = (claim_host IS NULL)) AND ((claim_worker IS NULL) = (claim_pid IS NULL)) AND ((claim_host IS NULL) OR ((length(claim_host) >= 1) AND (length(claim_host) <= 255))) AND ((claim_pid IS NULL) OR (claim_pid > 0)))),
     CONSTRAINT work_lanes_head_at_check CHECK (((head_at IS NULL) OR isfinite(head_at)))
 )
 WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.05');
@@ -3071,7 +3079,10 @@ CREATE VIEW occ.work_status AS
     GREATEST(w.updated_at, l.renewed_at) AS updated_at,
     w.completed_at,
     w.lane,
-    w.operation
+    w.operation,
+    l.claim_worker,
+    l.claim_host,
+    l.claim_pid
    FROM (occ.work w
      LEFT JOIN occ.work_lanes l ON (((l.lane = w.lane) AND (l.claim_id = w.id))));
 

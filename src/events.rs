@@ -1,6 +1,7 @@
 //! Structured event lines (SPEC W7): one JSON object per line on stdout, or for a person at a
 //! terminal (`Format::Text`) one readable line per event, `worker.health` only when it says
-//! something new.
+//! something new. An idle worker's `worker.health` (SPEC Z7's beat between passes) is quiet in
+//! JSON too: written when it says something new, else once every `IDLE_HEALTH_REPEAT`.
 //!
 //! Owns the event names, the sink and the two formats. Events carry ids, codes, error classes, HTTP statuses
 //! and Kubernetes Status reasons; callers must never put provider free text, secret values or
@@ -10,7 +11,11 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::io::Write;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often an idle worker's unchanged `worker.health` is written as JSON: often enough that
+/// a log shows the process alive, rare enough that an idle worker's log stays small.
+pub const IDLE_HEALTH_REPEAT: Duration = Duration::from_secs(600);
 
 /// How event lines are written (`OCC_LOG_FORMAT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,8 +35,8 @@ pub struct Events {
 struct Sink {
     out: Box<dyn Write + Send>,
     format: Format,
-    /// The fields of the last `worker.health` written as text.
-    last_health: Option<Map<String, Value>>,
+    /// The fields of the last `worker.health` written, and when.
+    last_health: Option<(Map<String, Value>, Instant)>,
 }
 
 impl Events {
@@ -73,13 +78,23 @@ impl Events {
         self.write(name, fields, Repeat::Always)
     }
 
-    /// `worker.health` with the queue depth (SPEC Z7): every beat as JSON; as text, only when
-    /// it says something new, so a terminal is not flooded by an idle worker.
+    /// `worker.health` with the queue depth after a pass (SPEC Z7): always as JSON; as text,
+    /// only when it says something new, so a terminal is not flooded.
     pub fn health(&self, pending: i64) {
         self.write(
             "worker.health",
             serde_json::json!({"status": "ready", "pending": pending}),
             Repeat::WhenChangedAsText,
+        )
+    }
+
+    /// An idle worker's `worker.health` (SPEC Z7's beat between passes): only when it says
+    /// something new, and as JSON also once every `IDLE_HEALTH_REPEAT` when it does not.
+    pub fn idle_health(&self, pending: i64) {
+        self.write(
+            "worker.health",
+            serde_json::json!({"status": "ready", "pending": pending}),
+            Repeat::WhenChanged,
         )
     }
 
@@ -99,20 +114,23 @@ impl Events {
             }
         }
         let mut sink = self.sink.lock();
+        if repeat != Repeat::Always {
+            let mut said = object.clone();
+            said.remove("at");
+            said.remove("event");
+            let repeated = sink.last_health.as_ref().is_some_and(|(last, when)| {
+                *last == said
+                    && (sink.format == Format::Text
+                        || (repeat == Repeat::WhenChanged && when.elapsed() < IDLE_HEALTH_REPEAT))
+            });
+            if repeated {
+                return;
+            }
+            sink.last_health = Some((said, Instant::now()));
+        }
         let line = match sink.format {
             Format::Json => Value::Object(object).to_string() + "\n",
-            Format::Text => {
-                if repeat == Repeat::WhenChangedAsText {
-                    let mut said = object.clone();
-                    said.remove("at");
-                    said.remove("event");
-                    if sink.last_health.as_ref() == Some(&said) {
-                        return;
-                    }
-                    sink.last_health = Some(said);
-                }
-                text_line(at, &object)
-            }
+            Format::Text => text_line(at, &object),
         };
         // An unwritable stdout must not stop the worker; the event is lost, the work is not.
         let _ = sink.out.write_all(line.as_bytes());
@@ -124,7 +142,10 @@ impl Events {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Repeat {
     Always,
+    /// As JSON always; as text only when it says something new.
     WhenChangedAsText,
+    /// Only when it says something new; as JSON also once every `IDLE_HEALTH_REPEAT`.
+    WhenChanged,
 }
 
 /// `HH:MM:SS.mmm event key=value …` (UTC): strings bare unless they hold a space or a quote,
@@ -210,6 +231,46 @@ mod tests {
             events.health(0);
         }
         let text = String::from_utf8(json.0.lock().clone()).unwrap();
-        assert_eq!(text.lines().count(), 2, "JSON keeps every beat (SPEC Z7)");
+        assert_eq!(
+            text.lines().count(),
+            2,
+            "JSON keeps every beat after a pass (SPEC Z7)"
+        );
+    }
+
+    #[test]
+    fn an_idle_worker_s_health_is_quiet_in_json_too() {
+        let json = Captured::default();
+        let events = Events::formatted(Box::new(json.clone()), Format::Json);
+        // An hour of idle beats at the default cadence (every 5 s), the queue unchanged but
+        // for one work that came and went.
+        for beat in 0..720 {
+            events.idle_health(if beat == 100 { 1 } else { 0 });
+        }
+        events.health(0);
+        events.idle_health(0);
+        let text = String::from_utf8(json.0.lock().clone()).unwrap();
+        let pending: Vec<i64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["pending"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(pending, [0, 1, 0, 0], "{text}");
+        // Unchanged, it is said again once IDLE_HEALTH_REPEAT has passed.
+        let sink = &events.sink;
+        if let Some((_, when)) = sink.lock().last_health.as_mut() {
+            *when -= IDLE_HEALTH_REPEAT;
+        }
+        events.idle_health(0);
+        assert_eq!(
+            String::from_utf8(json.0.lock().clone())
+                .unwrap()
+                .lines()
+                .count(),
+            5
+        );
     }
 }

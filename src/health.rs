@@ -169,11 +169,14 @@ fn probe_once(pool: &Pool, shared: &Shared, events: &Events) {
                 .queue_depth
                 .with_label_values(&["claimed"])
                 .set(p.claimed);
+            shared.metrics.queue_oldest_due.set(p.oldest_due_seconds);
+            shared.metrics.database_up.set(1);
             readiness.last_ok = Some(Instant::now());
             readiness.pending = p;
             readiness.failing_since = None;
         }
         None => {
+            shared.metrics.database_up.set(0);
             readiness.failing_since.get_or_insert_with(Instant::now);
             if readiness
                 .last_reported

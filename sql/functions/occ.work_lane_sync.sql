@@ -17,7 +17,8 @@ BEGIN
     WHERE l.lane = p_lane AND (l.head_id, l.head_at) IS DISTINCT FROM (head.id, head.available_at);
     UPDATE occ.work_lanes l
     SET claim_id = NULL, claim_token = NULL, claimed_at = NULL, renewed_at = NULL,
-        lease_expires_at = NULL, claim_attempt = NULL
+        lease_expires_at = NULL, claim_attempt = NULL, claim_worker = NULL,
+        claim_host = NULL, claim_pid = NULL
     WHERE l.lane = p_lane AND l.claim_id IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM occ.work w
                       WHERE w.id = l.claim_id AND w.lane = p_lane AND w.state = 'queued');

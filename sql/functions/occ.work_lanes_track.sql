@@ -65,7 +65,10 @@ BEGIN
         renewed_at = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.renewed_at END,
         lease_expires_at = CASE WHEN l.claim_id = ANY (ended) THEN NULL
                                 ELSE l.lease_expires_at END,
-        claim_attempt = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_attempt END
+        claim_attempt = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_attempt END,
+        claim_worker = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_worker END,
+        claim_host = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_host END,
+        claim_pid = CASE WHEN l.claim_id = ANY (ended) THEN NULL ELSE l.claim_pid END
     FROM unnest(touched) AS t(lane)
     LEFT JOIN LATERAL (
         SELECT w.id, w.available_at FROM occ.work w

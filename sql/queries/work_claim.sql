@@ -4,8 +4,10 @@
 -- so neither the backlog behind a busy lane's head nor future-dated work is read. The claim
 -- is written on the lane row only (V14): one set of claim columns per lane, so PostgreSQL
 -- cannot hold two live claims in one lane; the work row is not written. A lane row another
--- transaction holds is skipped.
--- $1 lease in milliseconds, $2 at most this many works.
+-- transaction holds is skipped. The claim names its holder, the claiming worker process, in the
+-- same UPDATE (V27).
+-- $1 lease in milliseconds, $2 at most this many works, $3 the worker's id, $4 its host, $5 its
+-- pid.
 WITH heads AS (
     -- Lane rows only, in the index's order: the plan cannot depend on how the planner
     -- estimates a join. Up to eight more than asked, so a few rows forced past the schema's
@@ -41,7 +43,10 @@ WITH heads AS (
         claimed_at = clock_timestamp(),
         renewed_at = clock_timestamp(),
         lease_expires_at = clock_timestamp() + make_interval(secs => $1::bigint / 1000.0),
-        claim_attempt = e.attempt_count + 1
+        claim_attempt = e.attempt_count + 1,
+        claim_worker = $3::text::uuid,
+        claim_host = $4::text,
+        claim_pid = $5::integer
     FROM eligible e
     WHERE l.lane = e.lane
     -- The work's columns come from the join above: the work row is read once.

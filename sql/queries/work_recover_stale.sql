@@ -31,7 +31,8 @@ WITH stale AS (
 ), released AS (
     UPDATE occ.work_lanes l
     SET claim_id = NULL, claim_token = NULL, claimed_at = NULL, renewed_at = NULL,
-        lease_expires_at = NULL, claim_attempt = NULL
+        lease_expires_at = NULL, claim_attempt = NULL, claim_worker = NULL,
+        claim_host = NULL, claim_pid = NULL
     FROM stale s
     WHERE l.lane = s.lane AND l.claim_id = s.id
 ), expired AS (

@@ -22,6 +22,9 @@ CREATE OR REPLACE VIEW occ.work_status AS
     GREATEST(w.updated_at, l.renewed_at) AS updated_at,
     w.completed_at,
     w.lane,
-    w.operation
+    w.operation,
+    l.claim_worker,
+    l.claim_host,
+    l.claim_pid
    FROM (occ.work w
      LEFT JOIN occ.work_lanes l ON (((l.lane = w.lane) AND (l.claim_id = w.id))));

@@ -86,15 +86,26 @@ fn stale(e: &postgres::Error) -> bool {
 /// A pooled connection: the client, its prepared statements, and when it was last returned to
 /// the pool (the check-out test asks the server only after a long idle time, see `Manager`).
 pub struct Conn {
-    client: Client,
+    /// Dropped by `Drop for Conn` alone, while the watchdog watches the goodbye.
+    client: std::mem::ManuallyDrop<Client>,
     statements: Statements,
     pub(super) returned: Instant,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Closing says goodbye and waits for the server to close: a wait the watchdog bounds
+        // (W5), as it does for a checked-out connection.
+        let _closing = super::waiting();
+        // SAFETY: the client is dropped here only, once, and never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.client) }
+    }
 }
 
 impl Conn {
     pub fn new(client: Client) -> Conn {
         Conn {
-            client,
+            client: std::mem::ManuallyDrop::new(client),
             statements: Statements::default(),
             returned: Instant::now(),
         }

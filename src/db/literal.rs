@@ -12,9 +12,19 @@ pub fn bigint(value: i64) -> String {
     format!("{value}::bigint")
 }
 
+/// An `integer`.
+pub fn integer(value: i32) -> String {
+    format!("{value}::integer")
+}
+
 /// A `bigint[]`.
 pub fn bigints(values: impl IntoIterator<Item = i64>) -> String {
     array(values.into_iter().map(|v| v.to_string()), "bigint")
+}
+
+/// A `text`.
+pub fn text(value: &str) -> String {
+    format!("{}::text", escape_literal(value))
 }
 
 /// A `text[]`.
@@ -47,6 +57,8 @@ mod tests {
     fn every_value_is_quoted_or_written_as_a_number_and_every_array_is_typed() {
         assert_eq!(bigint(-7), "-7::bigint");
         assert_eq!(bigints([]), "ARRAY[]::bigint[]");
+        assert_eq!(text("it's"), "'it''s'::text");
+        assert_eq!(integer(42), "42::integer");
         assert_eq!(bigints([1, 22]), "ARRAY[1, 22]::bigint[]");
         assert_eq!(texts(["a'b", "c\\d"]), "ARRAY['a''b',  E'c\\\\d']::text[]");
         assert_eq!(

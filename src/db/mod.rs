@@ -13,7 +13,7 @@ pub mod tls;
 mod watchdog;
 
 pub use client::{Conn, Execute, GenericClient, Named, Statements, Tx};
-pub use watchdog::Watchdog;
+pub use watchdog::{waiting, Waiting, Watchdog};
 
 use postgres::Client;
 use std::fmt;
@@ -67,12 +67,14 @@ fn now_ms() -> u64 {
 pub fn suspect_for(period: Duration) {
     let until = now_ms().saturating_add(period.as_millis() as u64);
     SUSPECT_UNTIL.fetch_max(until, std::sync::atomic::Ordering::SeqCst);
+    watchdog::deadlines_changed();
 }
 
 /// From now on the process only closes connections: closing one never waits longer than
 /// `SUSPECT_WAIT` for a silent server (shutdown during a stall, SPEC W4/W5).
 pub fn closing() {
     SUSPECT_UNTIL.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+    watchdog::deadlines_changed();
 }
 
 /// Whether the database is suspect (a check-out test went unanswered recently).
@@ -91,6 +93,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<Conn, postgres::Error> {
+        let _opening = waiting();
         Ok(Conn::new(self.config.connect(self.tls.clone())?))
     }
 
@@ -294,6 +297,8 @@ pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
         .max_size(size)
         .min_idle(Some(1))
         .connection_timeout(timeout)
+        // A checked-out connection is a wait the watchdog bounds (W5).
+        .event_handler(Box::new(watchdog::PoolEvents))
         .build(manager)
         .map_err(DbError::from)
 }
@@ -301,6 +306,7 @@ pub fn pool(url: &str, timeout: Duration, size: u32) -> Result<Pool, DbError> {
 /// A dedicated connection (LISTEN, migrations, operator commands).
 pub fn connect(url: &str, timeout: Duration) -> Result<Client, DbError> {
     let (config, tls) = config(url, timeout)?;
+    let _opening = waiting();
     config
         .connect(tls)
         .map_err(|e| DbError::Unavailable(short(&e)))

@@ -4,24 +4,99 @@
 //! The `postgres` crate offers no read deadline: a server (or a path to it) that stops answering
 //! while its kernel still acknowledges our packets leaves a query waiting forever, and neither
 //! keepalive nor `tcp_user_timeout` fires. The watchdog looks at this process's TCP sockets to
-//! the database's ports a few times a second; a socket whose last event was *us sending* a
-//! request, with no data received for longer than the database timeout, is shut down. The
-//! thread blocked on it then gets an end-of-file, its statement fails as a lost connection, and
-//! the pool discards the connection. It never reads or writes a byte of the protocol, and never
-//! touches a socket that is not connected to a database port, or one whose last answer came
-//! after its last request (the LISTEN connection pings well within the timeout).
-//! On anything but Linux it is a no-op.
+//! the database's ports; a socket whose last event was *us sending* a request, with no data
+//! received for longer than the database timeout, is shut down. The thread blocked on it then
+//! gets an end-of-file, its statement fails as a lost connection, and the pool discards the
+//! connection. It never reads or writes a byte of the protocol, and never touches a socket
+//! that is not connected to a database port, or one whose last answer came after its last
+//! request (the LISTEN connection pings well within the timeout).
+//!
+//! It looks only while something may wait: a pooled connection is checked out (the pool's
+//! events), a connection is being opened or closed, or a dedicated connection's statement runs
+//! (`waiting`). It sleeps until the oldest such wait could have stalled, then looks a few times
+//! a second while one is that old; with nothing outstanding it does not wake at all, and short
+//! waits that end before their deadline cost it at most a wake-up per timeout (an idle worker
+//! costs it nearly nothing). On anything but Linux it is a no-op.
 
-use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
-use std::sync::atomic::{AtomicU64, Ordering};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// What may wait on the database right now: each outstanding wait by key, since when.
+struct Waits {
+    since: BTreeMap<u64, Instant>,
+    /// Watchdogs asleep with nothing to watch: the next wait to begin wakes them. One that
+    /// sleeps until its oldest wait could stall needs no word of a younger one.
+    idle: usize,
+}
+
+static WAITS: Mutex<Waits> = Mutex::new(Waits {
+    since: BTreeMap::new(),
+    idle: 0,
+});
+/// Notified when a wait begins while a watchdog is idle, when the database turns suspect, and
+/// when a watchdog stops.
+static CHANGED: Condvar = Condvar::new();
+
+/// Wakes every watchdog to look at its deadlines again (the database turned suspect, or the
+/// process is closing: waits are shorter now).
+pub(super) fn deadlines_changed() {
+    CHANGED.notify_all();
+}
+/// Keys of `waiting` guards: the high bit set, apart from the pool's connection ids.
+static NEXT_GUARD: AtomicU64 = AtomicU64::new(1 << 63);
+
+fn begin(key: u64) {
+    let mut waits = WAITS.lock();
+    waits.since.insert(key, Instant::now());
+    let idle = waits.idle > 0;
+    drop(waits);
+    if idle {
+        CHANGED.notify_all();
+    }
+}
+
+fn end(key: u64) {
+    WAITS.lock().since.remove(&key);
+}
+
+/// A wait on the database outside a pooled check-out (opening or closing a connection, a
+/// dedicated connection's statement): watched while the guard lives.
+pub struct Waiting(u64);
+
+/// Marks the start of a wait the watchdog must bound; it ends when the guard drops.
+pub fn waiting() -> Waiting {
+    let key = NEXT_GUARD.fetch_add(1, Ordering::Relaxed);
+    begin(key);
+    Waiting(key)
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        end(self.0);
+    }
+}
+
+/// The pool's check-outs and check-ins, as waits (`db::pool` installs it).
+#[derive(Debug)]
+pub struct PoolEvents;
+
+impl r2d2::HandleEvent for PoolEvents {
+    fn handle_checkout(&self, event: r2d2::event::CheckoutEvent) {
+        begin(event.connection_id());
+    }
+
+    fn handle_checkin(&self, event: r2d2::event::CheckinEvent) {
+        end(event.connection_id());
+    }
+}
 
 /// The running watchdog; stopped and joined on drop.
 pub struct Watchdog {
-    // Declared before the handle: dropping the sender stops the thread, before the join.
-    stop: Option<Sender<()>>,
+    stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
     shut_down: Arc<AtomicU64>,
 }
@@ -46,34 +121,49 @@ impl Watchdog {
         }
         let shut_down = Arc::new(AtomicU64::new(0));
         let counter = shut_down.clone();
-        let (stop, stopped) = bounded::<()>(0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
         let tick = (stall / 4).clamp(Duration::from_millis(20), Duration::from_millis(200));
         let suspect_tick = tick.min(super::SUSPECT_WAIT / 4);
         // One tick early, so a stalled wait ends by the timeout, not a tick after it.
-        let stall_ms = stall.saturating_sub(tick).as_millis().min(u32::MAX as u128) as u32;
-        let suspect_ms = super::SUSPECT_WAIT.as_millis() as u32;
+        let stall = stall.saturating_sub(tick);
         let handle = std::thread::Builder::new()
             .name("occ-db-watchdog".into())
-            .spawn(move || loop {
-                // While the database is suspect (or the process is closing), a request
-                // unanswered for SUSPECT_WAIT is as dead as one unanswered for the timeout.
-                let suspect = super::is_suspect();
-                let wait = if suspect { suspect_tick } else { tick };
-                match stopped.recv_timeout(wait) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
+            .spawn(move || {
+                let mut waits = WAITS.lock();
+                while !stopped.load(Ordering::SeqCst) {
+                    let Some(oldest) = waits.since.values().min().copied() else {
+                        // Nothing may wait: sleep until something does.
+                        waits.idle += 1;
+                        CHANGED.wait(&mut waits);
+                        waits.idle -= 1;
+                        continue;
+                    };
+                    // While the database is suspect (or the process is closing), a request
+                    // unanswered for SUSPECT_WAIT is as dead as one unanswered for the timeout.
+                    let suspect = super::is_suspect();
+                    let (limit, tick) = if suspect {
+                        (stall.min(super::SUSPECT_WAIT), suspect_tick)
+                    } else {
+                        (stall, tick)
+                    };
+                    if Instant::now() < oldest + limit {
+                        // Nothing can have stalled yet: sleep until the oldest wait could have
+                        // (a suspect database wakes it sooner). Waits that end meanwhile
+                        // cost nothing; a younger one's deadline is later.
+                        CHANGED.wait_until(&mut waits, oldest + limit);
+                        continue;
+                    }
+                    let limit_ms = limit.as_millis().min(u32::MAX as u128) as u32;
+                    let n =
+                        parking_lot::MutexGuard::unlocked(&mut waits, || sweep(&ports, limit_ms));
+                    counter.fetch_add(n, Ordering::Relaxed);
+                    CHANGED.wait_for(&mut waits, tick);
                 }
-                let limit = if suspect {
-                    stall_ms.min(suspect_ms)
-                } else {
-                    stall_ms
-                };
-                let n = sweep(&ports, limit);
-                counter.fetch_add(n, Ordering::Relaxed);
             })
             .map_err(super::DbError::Thread)?;
         Ok(Some(Watchdog {
-            stop: Some(stop),
+            stop,
             handle: Some(handle),
             shut_down,
         }))
@@ -87,7 +177,12 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.stop.take();
+        {
+            // Under the lock, so the thread is either before its check or already waiting.
+            let _waits = WAITS.lock();
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        CHANGED.notify_all();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }

@@ -7,10 +7,13 @@
 //! database clock.
 
 use crate::db::{literal, Conn, DbError, Execute, GenericClient, Named, Tx};
+pub use holder::Holder;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
+
+mod holder;
 
 const ENQUEUE: &str = include_str!("../../sql/queries/work_enqueue.sql");
 const CLAIM: &str = include_str!("../../sql/queries/work_claim.sql");
@@ -375,6 +378,8 @@ pub struct QueueOptions {
     pub max_attempts: i32,
     pub retry_base: Duration,
     pub retry_cap: Duration,
+    /// The worker process every claim names (V29): this process unless a test says otherwise.
+    pub holder: Holder,
 }
 
 impl QueueOptions {
@@ -384,6 +389,7 @@ impl QueueOptions {
             max_attempts,
             retry_base: Duration::from_secs(1),
             retry_cap: Duration::from_secs(300),
+            holder: Holder::this_process(),
         }
     }
 }
@@ -414,10 +420,13 @@ pub struct Recovered {
 }
 
 /// Queue depth.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Pending {
     pub queued: i64,
     pub claimed: i64,
+    /// How long the oldest claimable work has been due (0 when none is).
+    #[serde(skip)]
+    pub oldest_due_seconds: f64,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -510,7 +519,17 @@ pub fn work_claim_batch(
     // Concurrent claims never meet: each locks the lane rows it takes (SKIP LOCKED), and a
     // lane row holds one claim (V14).
     let limit = limit.clamp(1, 1 << 20) as i64;
-    let rows = client.query(CLAIM, &[&ms(options.lease), &limit])?;
+    let holder = &options.holder;
+    let rows = client.query(
+        CLAIM,
+        &[
+            &ms(options.lease),
+            &limit,
+            &holder.id,
+            &holder.host,
+            &holder.pid_column(),
+        ],
+    )?;
     rows.iter().map(claim_from_row).collect()
 }
 
@@ -701,6 +720,9 @@ pub fn work_commit_completing_and_claiming(
             args: vec![
                 literal::bigint(ms(options.lease)),
                 literal::bigint(limit.clamp(1, 1 << 20) as i64),
+                literal::text(options.holder.id),
+                literal::text(options.holder.host),
+                literal::integer(options.holder.pid_column()),
             ],
         });
     }
@@ -991,6 +1013,7 @@ pub fn work_pending_count(client: &mut impl GenericClient) -> Result<Pending, Qu
     Ok(Pending {
         queued: row.get(0),
         claimed: row.get(1),
+        oldest_due_seconds: row.get(2),
     })
 }
 
@@ -1054,6 +1077,10 @@ pub struct WorkView {
     pub created_at: String,
     pub available_at: String,
     pub completed_at: Option<String>,
+    /// While the work is claimed: the worker process holding it (V29; none for a claim a
+    /// worker of an earlier release took).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<ClaimHolder>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Value>,
     /// What an operator does next about a failed Agent stop or deletion (SPEC Z8).
@@ -1062,6 +1089,17 @@ pub struct WorkView {
     /// `hint_code` as a sentence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<&'static str>,
+}
+
+/// The worker process holding a claim, as its `worker.started` line names it (W7), and since
+/// when it holds the claim (by the database clock).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimHolder {
+    pub worker_id: String,
+    pub host: String,
+    pub pid: i32,
+    pub since: String,
 }
 
 /// SPEC Z8's table: a permanent outcome's code, the hint an operator is given, and that hint
@@ -1141,7 +1179,16 @@ fn view(row: &postgres::Row, with_evidence: bool) -> Result<WorkView, QueueError
         created_at: row.get(11),
         available_at: row.get(12),
         completed_at: row.get(13),
-        evidence: if with_evidence { row.get(14) } else { None },
+        holder: match (row.get(14), row.get(15), row.get(16), row.get(17)) {
+            (Some(worker_id), Some(host), Some(pid), Some(since)) => Some(ClaimHolder {
+                worker_id,
+                host,
+                pid,
+                since,
+            }),
+            _ => None,
+        },
+        evidence: if with_evidence { row.get(18) } else { None },
         hint_code: None,
         hint: None,
     }

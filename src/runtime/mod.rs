@@ -119,7 +119,15 @@ impl Worker {
                 "computeImplementation": ctx.compute.implementation(),
                 "sandboxDriverId": ctx.sandbox.driver.as_ref().map(|s| &s.id),
                 "concurrency": options.concurrency,
+                // The holder every claim of this process names (V29).
+                "workerId": ctx.queue.holder.id,
+                "host": ctx.queue.holder.host,
+                "pid": ctx.queue.holder.pid,
             }),
+        );
+        ctx.metrics.announce(
+            crate::queue::Operation::ALL.map(|o| o.as_str()),
+            ctx.compute.implementation(),
         );
         let publishers = Publishers::spawn(&ctx, &registry, &progress, &records, &events_tx)?;
         let schedule_thread =
@@ -349,7 +357,13 @@ fn spawn_listener(
                         continue;
                     }
                 };
-                if client.batch_execute("LISTEN occ_work").is_err() {
+                let listened = {
+                    let _asking = crate::db::waiting();
+                    client.batch_execute("LISTEN occ_work").is_ok()
+                };
+                if !listened {
+                    let _closing = crate::db::waiting();
+                    drop(client);
                     sleep_while(&running, backoff);
                     continue;
                 }
@@ -382,6 +396,9 @@ fn spawn_listener(
                         }
                     }
                 }
+                // Closing says goodbye and waits for the server: a wait the watchdog bounds.
+                let _closing = crate::db::waiting();
+                drop(client);
             }
         })
 }

@@ -172,6 +172,17 @@ fn logged_class(class: &str) -> Option<&str> {
     .then_some(class)
 }
 
+/// The transient dependency a pass ended on, if any: the one it names, or the Compute
+/// implementation.
+fn failed_dependency<'a>(ctx: &'a Context, report: &AnyReport) -> Option<&'a str> {
+    let failure = &report.failure;
+    (failure.transient || failure.dependency.is_some()).then(|| {
+        failure
+            .dependency
+            .unwrap_or_else(|| ctx.compute.implementation())
+    })
+}
+
 /// The failure fields of an ended pass's `worker.completed` (SPEC Z12): a
 /// transient dependency names itself (`dependency`) and its `cause`; any failure gives its
 /// class (`cause`), HTTP `status` (100-599) and one-word Status `reason`, the driver's request
@@ -182,10 +193,7 @@ fn logged_class(class: &str) -> Option<&str> {
 fn failure_fields(fields: &mut serde_json::Value, ctx: &Context, report: &AnyReport) {
     let failure = &report.failure;
     let cause = failure.class.as_deref().and_then(logged_class);
-    if failure.transient || failure.dependency.is_some() {
-        let dependency = failure
-            .dependency
-            .unwrap_or_else(|| ctx.compute.implementation());
+    if let Some(dependency) = failed_dependency(ctx, report) {
         fields["dependency"] = json!(dependency);
     }
     if let Some(cause) = cause {
@@ -414,6 +422,16 @@ fn completed(
         .passes
         .with_label_values(&[claim.operation.as_str(), outcome])
         .inc();
+    ctx.metrics
+        .pass_codes
+        .with_label_values(&[claim.operation.as_str(), &report.code])
+        .inc();
+    if let Some(dependency) = failed_dependency(ctx, &report) {
+        ctx.metrics
+            .dependency_failures
+            .with_label_values(&[dependency])
+            .inc();
+    }
     // A draining stop says so on its first yield, then at most once a minute (Z5).
     let (stop_yields, due) = if is_stop_yield(&report) {
         let (n, due) = records

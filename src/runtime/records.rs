@@ -178,7 +178,8 @@ impl DeployTimings {
 }
 
 /// The `worker.health` cadence (SPEC Z7): after every claimed pass, and
-/// otherwise at most once per `every` = max(1 s, 20 × poll interval).
+/// otherwise at most once per `every` = max(1 s, 20 × poll interval), said only when it
+/// changed or `events::IDLE_HEALTH_REPEAT` after the last (`Events::idle_health`).
 ///
 /// [D] The queue depth it reports is read at most once per `every` too and reused in between:
 /// the seed counts it again after every pass, a scan of every queued and claimed row, so a
@@ -212,7 +213,8 @@ impl HealthBeat {
             *last = Some(Instant::now());
         }
         match self.pending(ctx) {
-            Some(pending) => ctx.events.health(pending),
+            Some(pending) if force => ctx.events.health(pending),
+            Some(pending) => ctx.events.idle_health(pending),
             None => ctx
                 .events
                 .emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"})),

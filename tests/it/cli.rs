@@ -1253,3 +1253,96 @@ fn w8_an_undecodable_iam_row_stops_start_up_naming_it() {
         );
     }
 }
+
+// Q4, W7 (V29): `work list --state claimed` and `work show` name the worker process holding
+// each claim, as its `worker.started` line announces it (id, host, pid), and since when; for
+// the idle claim and for the claim a publication makes in its own transaction alike. The
+// claim's end (here, a release as the worker stops) clears it.
+#[test]
+fn a_claimed_work_names_the_worker_process_holding_it_and_since_when() {
+    use crate::support::{wait_value, worker_env, WorkerProcess};
+    use std::time::Duration;
+    let db = team_b();
+    let mut c = db.client();
+    occ_worker::reconcile::probe::Probe::setup(&mut c).unwrap();
+    // Two works in one lane: the second is claimed by the publication of the first.
+    c.batch_execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, namespace_target, actor_id)
+         VALUES ('namespace:team-b:ensure', 'team-b', 'ready', 'admin'),
+                ('namespace:team-b:delete', 'team-b', 'deleted', 'admin')",
+    )
+    .unwrap();
+    let mut env = worker_env(&db.url);
+    env.push(("OCC_TEST_PROBE_HOLD_MS", "5000".into()));
+    env.push(("OCC_WORKER_SHUTDOWN_GRACE_MS", "100".into()));
+    let worker = WorkerProcess::start("probe", &env);
+    let started = wait_value("worker.started", Duration::from_secs(20), || {
+        worker
+            .events()
+            .into_iter()
+            .find(|e| e["event"] == "worker.started")
+    });
+    assert_eq!(started["pid"], json!(worker.pid()), "{started}");
+    let expected = json!({
+        "workerId": started["workerId"],
+        "host": started["host"],
+        "pid": worker.pid(),
+    });
+    assert!(
+        started["workerId"]
+            .as_str()
+            .is_some_and(|id| id.len() == 36)
+            && started["host"].as_str().is_some_and(|h| !h.is_empty()),
+        "{started}"
+    );
+    for key in ["namespace:team-b:ensure", "namespace:team-b:delete"] {
+        let row = wait_value(&format!("{key} claimed"), Duration::from_secs(20), || {
+            ok(&db, &["admin", "work", "list", "--state", "claimed"])
+                .as_array()
+                .and_then(|rows| rows.iter().find(|r| r["key"] == key).cloned())
+        });
+        let mut holder = row["holder"].clone();
+        let since = holder
+            .as_object_mut()
+            .and_then(|h| h.remove("since"))
+            .unwrap_or_default();
+        assert_eq!(holder, expected, "{row}");
+        assert!(since.as_str().is_some_and(|s| s.ends_with('Z')), "{row}");
+        let shown = ok(&db, &["admin", "work", "show", key]);
+        assert_eq!(shown["holder"]["workerId"], expected["workerId"], "{shown}");
+        assert_eq!(shown["holder"]["since"], since, "{shown}");
+        let (code, table, stderr) = run(
+            Some(&db.url),
+            &["admin", "work", "list", "--state", "claimed"],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "ID",
+                "KEY",
+                "OPERATION",
+                "ATTEMPTS",
+                "WORKER",
+                "HOST",
+                "PID",
+                "SINCE"
+            ]
+        );
+        let line = table.lines().find(|l| l.contains(key)).expect(&table);
+        for field in [
+            started["workerId"].as_str().unwrap(),
+            started["host"].as_str().unwrap(),
+            &worker.pid().to_string(),
+        ] {
+            assert!(line.contains(field), "{field} in {table}");
+        }
+    }
+    worker.signal("TERM");
+    let (status, stderr) = worker.wait(Duration::from_secs(20));
+    assert!(status.success(), "{stderr}");
+    let shown = ok(&db, &["admin", "work", "show", "namespace:team-b:delete"]);
+    assert_eq!(shown["state"], "queued", "{shown}");
+    assert!(shown.get("holder").is_none(), "{shown}");
+}

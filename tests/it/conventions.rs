@@ -115,12 +115,19 @@ fn sql_schema_is_the_migrated_schema() {
     }
 }
 
-// STYLE 2: forward-only migrations V1..Vn, no gaps, every file embedded.
+/// Versions taken by migrations on branches not yet merged: a later one may land first, and
+/// the gap closes when they land (each removes its number here). refinery refuses to apply a
+/// migration below one a database already has, so a branch holding a reserved number merges
+/// before any database runs the later one.
+const RESERVED: [i32; 0] = [];
+
+// STYLE 2: forward-only migrations V1..Vn, no gaps but reserved ones, every file embedded.
 #[test]
 fn migrations_are_numbered_one_to_n_in_sequence() {
     let embedded = occ_worker::migrate::embedded_names();
     let versions: Vec<i32> = embedded.iter().map(|(v, _)| *v).collect();
-    let expected: Vec<i32> = (1..=embedded.len() as i32).collect();
+    let last = versions.last().copied().unwrap_or(0);
+    let expected: Vec<i32> = (1..=last).filter(|v| !RESERVED.contains(v)).collect();
     assert_eq!(
         versions, expected,
         "migration versions must be 1..n: {embedded:?}"

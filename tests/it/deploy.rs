@@ -85,9 +85,34 @@ fn deploy_manifests_parse_and_the_kustomization_names_real_files() {
         .and_then(|(_, value)| value)
         .expect("OCC_KUBERNETES_CONFIG");
     assert_eq!(config, format!("{mount}/{driver_file}"));
-    // The image scripts/build-image tags, two replicas, a budget that keeps one.
-    assert_eq!(container(deployment)["image"], "occ-worker:latest");
+    // The image scripts/build-image tags with the version the binary reports, pinned with a
+    // pull policy (never `latest`), the kustomization's tag the same; two replicas, a budget
+    // that keeps one.
+    let version = env!("CARGO_PKG_VERSION");
+    let reported = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .arg("--version")
+        .output()
+        .expect("occ-worker --version");
+    assert_eq!(
+        String::from_utf8_lossy(&reported.stdout).trim(),
+        format!("occ-worker {version}")
+    );
+    assert_eq!(
+        container(deployment)["image"],
+        format!("occ-worker:{version}").as_str()
+    );
+    assert_eq!(container(deployment)["imagePullPolicy"], "IfNotPresent");
     assert_eq!(kustomization["images"][0]["name"], "occ-worker");
+    assert_eq!(kustomization["images"][0]["newTag"], version);
+    let build = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image"),
+    )
+    .unwrap();
+    assert!(
+        build.contains("version=$(\"$bin\" --version | awk '{print $2}')")
+            && build.contains("docker tag \"$image\" \"${image%:*}:$version\""),
+        "scripts/build-image tags the version the binary reports"
+    );
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(
         kind(&worker, "PodDisruptionBudget")["spec"]["minAvailable"],

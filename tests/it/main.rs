@@ -33,6 +33,7 @@ mod layers;
 mod managed;
 mod migrate;
 mod namespace;
+mod observability;
 mod outage;
 mod queue;
 mod queue_engine;

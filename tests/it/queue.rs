@@ -367,6 +367,85 @@ fn claim_takes_the_oldest_available_and_skips_future_rows() {
     );
 }
 
+// Q4 (V29): a claim names its holder, the claiming worker process, in the same statement
+// (the one-round-trip publication's claim too), and every way a claim ends clears it.
+#[test]
+fn a_claim_names_its_holder_and_every_end_of_the_claim_clears_it() {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    for ns in ["na", "nb", "nc", "nd", "ne"] {
+        insert_namespace(&mut c, ns, "provisioning");
+        work_enqueue(&mut c, &NewWork::namespace_ensure(ns, "admin")).unwrap();
+    }
+    let mut options = opts(5);
+    options.holder = Holder {
+        id: "6d1f5a3c-8a4e-4b7e-9c1d-2f3a4b5c6d7e",
+        host: "worker-7f9c",
+        pid: 4242,
+    };
+    let holder = |c: &mut Client, id: i64| -> Option<(String, String, i32)> {
+        c.query_opt(
+            "SELECT claim_worker::text, claim_host, claim_pid FROM occ.work_status
+             WHERE id = $1 AND claim_worker IS NOT NULL",
+            &[&id],
+        )
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+    };
+    let named = Some((options.holder.id.into(), "worker-7f9c".into(), 4242));
+    let claims = work_claim_batch(&mut c, &options, 4).unwrap();
+    assert_eq!(claims.len(), 4);
+    for claim in &claims {
+        assert_eq!(holder(&mut c, claim.id), named, "claim {}", claim.id);
+    }
+    let view = work_show(&mut c, &claims[0].key).unwrap().unwrap();
+    let shown = view.holder.expect("a claimed work names its holder");
+    assert_eq!(
+        (shown.worker_id.as_str(), shown.host.as_str(), shown.pid),
+        (options.holder.id, "worker-7f9c", 4242)
+    );
+    assert!(shown.since.ends_with('Z'), "{}", shown.since);
+
+    work_defer(&mut c, &claims[0], "WAITING", Duration::ZERO, true, None).unwrap();
+    work_retry(&mut c, &claims[1], "TRANSIENT", &options).unwrap();
+    work_release(&mut c, &claims[2], "WORKER_STOPPING").unwrap();
+    work_complete(&mut c, &claims[3], "DONE", None).unwrap();
+    let lane_left: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work_lanes
+         WHERE claim_worker IS NOT NULL OR claim_host IS NOT NULL OR claim_pid IS NOT NULL",
+    );
+    assert_eq!(lane_left, 0, "a claim's end clears its holder");
+    for claim in &claims {
+        assert!(work_show(&mut c, &claim.key)
+            .unwrap()
+            .unwrap()
+            .holder
+            .is_none());
+    }
+
+    // Recovery of an expired lease clears it too; the holder is all three columns or none.
+    let claim = work_claim(&mut c, &options).unwrap().unwrap();
+    expire_leases(&mut c);
+    work_recover_stale(&mut c, &options).unwrap();
+    assert_eq!(holder(&mut c, claim.id), None);
+    let lanes: i64 = scalar(
+        &mut c,
+        "SELECT count(*) FROM occ.work_lanes WHERE claim_worker IS NOT NULL",
+    );
+    assert_eq!(lanes, 0);
+    assert_eq!(
+        refused(
+            &mut c,
+            "UPDATE occ.work_lanes SET claim_host = 'h' WHERE claim_id IS NULL"
+        ),
+        (
+            SqlState::CHECK_VIOLATION,
+            Some("work_lanes_claim_holder".into())
+        )
+    );
+}
+
 // Q4: a busy lane is skipped in favour of younger work in a free lane.
 #[test]
 fn claim_skips_a_busy_lane() {

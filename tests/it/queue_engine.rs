@@ -241,7 +241,10 @@ fn lane_order_is_kept_across_lease_recovery() {
 fn explain_claim(c: &mut Client) -> Value {
     let sql = include_str!("../../sql/queries/work_claim.sql")
         .replace("$1::bigint", "30000::bigint")
-        .replace("$2", "16");
+        .replace("$2", "16")
+        .replace("$3", "'6d1f5a3c-8a4e-4b7e-9c1d-2f3a4b5c6d7e'")
+        .replace("$4", "'worker-host'")
+        .replace("$5", "4242");
     let mut tx = c.transaction().unwrap();
     let plan: Value = tx
         .query_one(

@@ -299,3 +299,133 @@ fn every_event_and_reason_code_is_in_the_readme() {
         "documented nowhere in README.md or docs/ (as `CODE`): {missing:?}"
     );
 }
+
+/// The `sh` blocks of a page of `docs/`, joined, as one text (each block's lines).
+fn page_blocks(page: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(page)).unwrap();
+    blocks(&text).into_iter().map(|(_, _, t)| t).collect()
+}
+
+// The Kubernetes walk-throughs: the kind recipe builds nothing twice (scripts/build-image's
+// release binaries are the ones run), every wait has a timeout and says what it waits for
+// (`--wait`, `work watch --timeout`, `kubectl wait --timeout`, `timeout N … until`), the
+// driver file is /etc/occ/driver.json wherever a document names an absolute path for it, and
+// `docker run … run` outside a cluster mounts a kubeconfig and names it.
+#[test]
+fn the_kubernetes_walk_throughs_build_once_bound_every_wait_and_name_one_driver_file() {
+    let kubernetes = page_blocks("docs/kubernetes.md");
+    let kind = kubernetes
+        .iter()
+        .find(|b| b.contains("kind create cluster"))
+        .expect("the kind recipe");
+    assert!(kind.contains("scripts/build-image"), "{kind}");
+    for block in &kubernetes {
+        assert!(
+            !block.contains("cargo build"),
+            "scripts/build-image already built the release binaries: {block}"
+        );
+    }
+    let mut every: Vec<String> = page_blocks("README.md");
+    for page in ["docs/kubernetes.md", "docs/operating.md"] {
+        every.extend(page_blocks(page));
+    }
+    for block in &every {
+        for line in block.lines() {
+            let command = line.split(" #").next().unwrap_or_default();
+            if command.contains("until ") || command.contains("sleep ") {
+                assert!(
+                    command.trim_start().starts_with("timeout "),
+                    "a wait without a timeout: {line}"
+                );
+            }
+            if command.contains("kubectl wait") {
+                assert!(command.contains("--timeout="), "{line}");
+            }
+            if command.contains("work watch") {
+                assert!(command.contains("--timeout"), "{line}");
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    for text in every.iter().cloned().chain([
+        std::fs::read_to_string(root().join("deploy/kubernetes/worker.yaml")).unwrap(),
+        documentation(),
+    ]) {
+        for (i, _) in text.match_indices("OCC_KUBERNETES_CONFIG") {
+            let rest = &text[i + "OCC_KUBERNETES_CONFIG".len()..];
+            let value: String = rest
+                .trim_start_matches(['=', '`', ' '])
+                .trim_start_matches("value: ")
+                .chars()
+                .take_while(|c| !c.is_whitespace() && !"`),;".contains(*c))
+                .collect();
+            if value.starts_with('/') {
+                paths.push(value);
+            }
+        }
+    }
+    let worker = std::fs::read_to_string(root().join("deploy/kubernetes/worker.yaml")).unwrap();
+    assert!(worker.contains("value: /etc/occ/driver.json"), "{worker}");
+    paths.push("/etc/occ/driver.json".into());
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths, ["/etc/occ/driver.json"], "one driver-file path");
+    let operating = page_blocks("docs/operating.md");
+    let docker_run = operating
+        .iter()
+        .find(|b| b.contains("docker run") && b.contains("OCC_COMPUTE_DRIVER=kubernetes"))
+        .expect("operating.md's docker run of the worker");
+    assert!(
+        docker_run.contains("-e KUBECONFIG=") && docker_run.contains(".kube/config:"),
+        "outside a cluster `run` needs a kubeconfig mounted: {docker_run}"
+    );
+}
+
+// SPEC E19: a walk-through that deploys with credential sources creates each first and grants
+// the Agent's service principal `operate` on it (the actor alone is not enough).
+#[test]
+fn every_credential_source_a_walk_through_deploys_is_created_and_granted_first() {
+    let mut checked = 0;
+    for block in blocks(&documentation()) {
+        let text = block.2.replace("\\\n", " ");
+        let mut created = Vec::new();
+        let mut granted = Vec::new();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for (i, w) in words.iter().enumerate() {
+                match (*w, words.get(i + 1)) {
+                    // credential-source create NAMESPACE ID
+                    ("create", Some(_)) if i > 0 && words[i - 1] == "credential-source" => {
+                        created.extend(words.get(i + 2).map(|id| id.to_string()));
+                    }
+                    ("--scope", Some(scope)) => {
+                        if let Some((_, id)) = scope
+                            .strip_prefix("credential_source:")
+                            .and_then(|s| s.split_once('/'))
+                        {
+                            granted.push(id.to_string());
+                        }
+                    }
+                    ("--credential-source" | "--tool-source", Some(id)) => {
+                        checked += 1;
+                        assert!(
+                            created.iter().any(|c| c == id),
+                            "line {}: deploys with credential source {id}, never created before: {line}",
+                            block.0
+                        );
+                        assert!(
+                            granted.iter().any(|g| g == id),
+                            "line {}: the service principal needs operate on {id} (SPEC E19): {line}",
+                            block.0
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the walk-throughs deploy with credential sources"
+    );
+}

@@ -411,3 +411,51 @@ fn repeated_claim_failures_are_counted_said_rate_limited_and_turn_readiness_off(
         http(port, "/readyz").is_some_and(|(s, _)| s == 200)
     });
 }
+
+/// The voluntary and involuntary context switches of the thread of `pid` named `name`.
+fn thread_switches(pid: i32, name: &str) -> Option<u64> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        return Some(
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum(),
+        );
+    }
+    None
+}
+
+// W5: the watchdog looks only while a request may wait. An idle worker (its claims and
+// probes a few milliseconds each) wakes it about once per database timeout, where it used to
+// look five times a second (`docs/benchmarks.md` has the idle worker's CPU).
+#[test]
+fn an_idle_worker_s_database_watchdog_sleeps() {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let db = TestDb::bootstrapped();
+    let env = worker_env(&db.url);
+    let worker = WorkerProcess::start("noop", &env);
+    wait_for("worker.started", Duration::from_secs(20), || {
+        worker.has_event("worker.started")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let before = thread_switches(worker.pid(), "occ-db-watchdog").expect("the watchdog thread");
+    std::thread::sleep(Duration::from_secs(5));
+    let after = thread_switches(worker.pid(), "occ-db-watchdog").expect("the watchdog thread");
+    // The database timeout is 5 s (worker_env): a wake-up or two per timeout, plus slack.
+    assert!(
+        after - before <= 6,
+        "the watchdog woke {} times in 5 s of idling",
+        after - before
+    );
+}

@@ -211,7 +211,8 @@ fn explain(c: &mut Client) -> Result<Value, BenchError> {
     let mut tx = c.transaction()?;
     let plan: Value = tx
         .query_one(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE occ_bench_claim(30000, 16)",
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE occ_bench_claim(30000, 16, \
+             '6d1f5a3c-8a4e-4b7e-9c1d-2f3a4b5c6d7e', 'occ-bench', 1)",
             &[],
         )
         .map_err(step("explain"))?

@@ -188,8 +188,19 @@ fn work_list(
         limit,
     };
     let rows = queue::work_list(client, &filter)?;
-    globals.print_table(
-        &json!(rows),
+    let columns: &[(&str, &str)] = if filter.state == Some(queue::WorkState::Claimed.as_str()) {
+        // Claimed works name the process holding each claim and since when (V29).
+        &[
+            ("ID", "id"),
+            ("KEY", "key"),
+            ("OPERATION", "operation"),
+            ("ATTEMPTS", "attempts"),
+            ("WORKER", "/holder/workerId"),
+            ("HOST", "/holder/host"),
+            ("PID", "/holder/pid"),
+            ("SINCE", "/holder/since"),
+        ]
+    } else {
         &[
             ("ID", "id"),
             ("KEY", "key"),
@@ -198,8 +209,9 @@ fn work_list(
             ("ATTEMPTS", "attempts"),
             ("REASON", "reasonCode"),
             ("CREATED", "createdAt"),
-        ],
-    );
+        ]
+    };
+    globals.print_table(&json!(rows), columns);
     globals.more(rows.len(), limit, rows.last().map(|r| r.id));
     Ok(())
 }

@@ -143,8 +143,8 @@ enum TokenSource {
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
 /// Runs the plugin again within `budget` (and `EXEC_TIMEOUT`), keeping the last token when it
-/// fails (logged by command and class with the hint a failing plugin wrote on stderr, never
-/// its output).
+/// fails (logged by command and how it failed, never its output nor what it wrote on stderr:
+/// SPEC W7; `occ-worker check` shows that hint).
 fn rerun(
     config: &ExecConfig,
     base: &std::path::Path,
@@ -153,7 +153,10 @@ fn rerun(
 ) {
     match exec::run(config, base, budget.min(exec::EXEC_TIMEOUT)) {
         Ok(token) => *cached = Some(token),
-        Err(e) => log::warn!("kubernetes exec plugin: {e}; keeping the last token"),
+        Err(e) => log::warn!(
+            "kubernetes exec plugin: {}; keeping the last token",
+            e.logged()
+        ),
     }
 }
 

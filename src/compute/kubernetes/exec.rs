@@ -204,11 +204,9 @@ pub fn run(
         return Err(error(
             ConnectionErrorKind::Io,
             config,
-            &match hint(&complaints) {
-                Some(said) => format!("failed ({status}): it said {said:?}"),
-                None => format!("failed ({status})"),
-            },
-        ));
+            &format!("failed ({status})"),
+        )
+        .with_hint(hint(&complaints)));
     }
     parse(config, &out)
 }
