@@ -49,7 +49,7 @@ pub struct Metrics {
     pub queue_depth: IntGaugeVec,
     pub claims_lost: IntCounterVec,
     /// Seconds from admission (the work's creation, database clock) to a deployment's
-    /// activation or an Agent's stop, by operation `deploy` or `stop` (seed 3102, 6493).
+    /// activation or an Agent's stop, by operation `deploy` or `stop` (SPEC W6, Z9).
     pub agent_operation_duration: HistogramVec,
     /// Claim or recovery statements that failed, by error class (`DatabaseError:22008`).
     pub claim_failures: IntCounterVec,

@@ -1,6 +1,6 @@
 -- Facts a revision pass needs besides the rows themselves.
 -- $1 work id, $2 the revision's reconcile key, $3 the readiness codes, $4 the credential
--- bootstrap's code (SPEC Z3).
+-- bootstrap's code (SPEC Z3), $5 the namespace id, $6 the agent id.
 SELECT
     -- A yielded predecessor stop never touched the candidate (SPEC Z5).
     (SELECT count(*) FROM occ.work_attempts WHERE work_id = $1
@@ -25,4 +25,9 @@ SELECT
     -- refusal (it publishes UNKNOWN_FAILURE once the candidate is stopped).
     coalesce((SELECT a.code = 'REFUSED_CANDIDATE_STOP_PENDING' AND a.refusal IS NULL
               FROM occ.work_attempts a WHERE a.work_id = $1
-              ORDER BY a.id DESC LIMIT 1), false) AS unnamed_wait
+              ORDER BY a.id DESC LIMIT 1), false) AS unnamed_wait,
+    -- SPEC WS2, WS3: the Agent's workspace setup, completed or not.
+    s.id AS workspace_setup_id,
+    s.document AS workspace_setup_document
+FROM (SELECT 1) one
+LEFT JOIN occ.workspace_setups s ON s.namespace_id = $5 AND s.agent_id = $6

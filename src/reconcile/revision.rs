@@ -72,7 +72,6 @@ const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const STILL_ACTIVE: &str = include_str!("../../sql/queries/revision_still_active.sql");
-const WORKSPACE_SETUP_LOAD: &str = include_str!("../../sql/queries/workspace_setup_load.sql");
 const WORKSPACE_SETUP_COMPLETE: &str =
     include_str!("../../sql/queries/workspace_setup_complete.sql");
 
@@ -278,15 +277,21 @@ impl RevisionReconciler {
         let key = format!("agent_revision:{revision_id}:reconcile");
         let row = db.query_one(
             LOOKUP,
-            &[&claim.id, &key, &readiness_codes(), &BOOTSTRAP_PENDING],
+            &[
+                &claim.id,
+                &key,
+                &readiness_codes(),
+                &BOOTSTRAP_PENDING,
+                &claim.namespace_id,
+                agent_id,
+            ],
         )?;
         let sources = revision_sources::load(&mut *db, &revision)?;
-        let workspace_setup = db
-            .query_opt(WORKSPACE_SETUP_LOAD, &[&claim.namespace_id, agent_id])?
-            .map(|row| WorkspaceSetup {
-                id: row.get(0),
-                document: row.get(1),
-            });
+        // SPEC WS3: read with the other facts, in the same statement.
+        let workspace_setup = row.get::<_, Option<String>>(9).map(|id| WorkspaceSetup {
+            id,
+            document: row.get(10),
+        });
         Ok(Some(Loaded {
             agent,
             revision,
@@ -594,7 +599,7 @@ impl RevisionReconciler {
                 pending.refusal = Some(refusal.to_string());
                 // A stop that yielded to other work (still draining) is no failure: once the
                 // refusal is stored, repeated yields record no evidence, so they never double
-                // the backoff (seed 6372-6379); only refused or failed stops do.
+                // the backoff (SPEC R9); only refused or failed stops do.
                 // The refusal stays stored in the earlier attempt's evidence.
                 if matches!(e.kind(), ComputeErrorKind::Draining) && l.waited_refusal.is_some() {
                     pending.record_evidence = false;
@@ -830,7 +835,7 @@ impl RevisionReconciler {
     /// publishes the deadline instead. An active revision has no wait: its refused stop never
     /// runs.
     fn refusal_wait(&self, pass: &Pass<'_>, l: &Loaded) -> Option<String> {
-        // R9 (seed 4400-4407): a stored wait whose evidence names no refusal publishes
+        // SPEC R9: a stored wait whose evidence names no refusal publishes
         // UNKNOWN_FAILURE once its candidate is stopped.
         if l.stored_refusal.is_none() && l.unnamed_wait && l.is_candidate() {
             return Some("UNKNOWN_FAILURE".to_string());
@@ -1295,7 +1300,7 @@ impl RevisionReconciler {
                 return Ok(Report::retry("ACTIVE_REVISION_CHANGED"));
             }
             // A stop admitted right after the pointer commit: the revision stops instead of
-            // activating, and, published, retires its predecessors (seed R6 after the commit).
+            // activating, and, published, retires its predecessors (SPEC R6).
             let current = {
                 let mut db = pass.db()?;
                 load_agent(&mut *db, &agent.namespace_id, &agent.id)?
@@ -1504,7 +1509,7 @@ fn first_denial<const N: usize>(
 impl Reconciler for RevisionReconciler {
     type Facts = RevisionFacts;
 
-    /// SPEC Z2 (seed 6556-6571): a maintenance claim failing on the active path, with the
+    /// SPEC Z2: a maintenance claim failing on the active path, with the
     /// Agent locked, completes `REVISION_MAINTENANCE_SUPERSEDED` and ends its chain when the
     /// Agent no longer points at the revision with its principal or no longer runs.
     fn settle(

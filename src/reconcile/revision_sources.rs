@@ -206,7 +206,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    // SPEC E18 (seed 490-502): only a converging dependency keeps `DEPENDENCY_UNAVAILABLE`;
+    // SPEC E18: only a converging dependency keeps `DEPENDENCY_UNAVAILABLE`;
     // a retryable conflict or authentication failure waits as an unfinished activation.
     #[test]
     fn e18_a_retryable_redetach_failure_waits_as_revision_finalization_incomplete() {

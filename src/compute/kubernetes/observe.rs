@@ -331,7 +331,7 @@ mod tests {
     }
 
     // The seed's entrypoints hold the container unready until an explicit restart that
-    // nothing performs (seed 004 lines 1063-1070, 5763-5770): only a Running Pod whose harness
+    // nothing performs (SPEC R5): only a Running Pod whose harness
     // runs unready is asked, one at most.
     #[test]
     fn the_held_candidate_is_a_running_unready_harness() {

@@ -408,7 +408,7 @@ impl ComputeDriver for KubernetesDriver {
         if revision.harness_mode == HarnessMode::Dedicated {
             let name = names::revision_object_name(&revision.agent_id, revision.revision);
             // Every object is tried: the first failure decides the outcome, and a later one is
-            // its failed cleanup (`cleanupCause`, seed 290-369). A hook refusal or a cancelled
+            // its failed cleanup (`cleanupCause`, SPEC W7). A hook refusal or a cancelled
             // call ends the retirement at once.
             let mut failed: Option<ComputeError> = None;
             for (path, resource) in [
