@@ -18,6 +18,12 @@
 //! - `credentialGateway` (optional): `{id, implementation: kubernetes-secret-gateway}`; needs
 //!   the Kubernetes Compute Driver and `sandbox` (SPEC §13).
 //! - `credentialProxy`: no Credential Proxy is built in, so naming one is an error (SPEC §13).
+//! - `repositoryPolicy` (optional): `{id, implementation: occ-repository-policy}`, the built-in
+//!   repository policy (SPEC G6, G19); needs `repositorySender`.
+//! - `repositorySender` (optional): `{id, url, caFile, timeoutSeconds?,
+//!   maintenanceIntervalSeconds?, durableBrokerReceipts?}`, the native repository sender the
+//!   worker calls over HTTPS (SPEC G6, G20); needs `repositoryPolicy`, the Kubernetes Compute
+//!   Driver and `sandbox`.
 
 use crate::compute::cidr::canonical_cidr;
 use crate::compute::hooks::{HookDriver, HookEntry, LifecycleHooks, Phase};
@@ -43,6 +49,10 @@ pub const MAX_HOOK_TIMEOUT_SECONDS: u64 = 30;
 pub const SANDBOX_IMPLEMENTATION: &str = "kubernetes-sandbox";
 /// The only Credential Gateway implementation (SPEC §13).
 pub const CREDENTIAL_GATEWAY_IMPLEMENTATION: &str = "kubernetes-secret-gateway";
+/// The only repository policy implementation: the built-in one in PostgreSQL (SPEC G19).
+pub const REPOSITORY_POLICY_IMPLEMENTATION: &str = "occ-repository-policy";
+/// The cleanup interval without a sender's `maintenanceIntervalSeconds` (SPEC G6).
+pub const DEFAULT_CLEANUP_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The validated selections. `Installation::default()` selects nothing (the variable unset).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -52,6 +62,8 @@ pub struct Installation {
     pub sandbox: Option<Sandbox>,
     pub sandbox_network_policy_ceiling: Vec<EgressRule>,
     pub credential_gateway: Option<CredentialGateway>,
+    pub repository_policy: Option<RepositoryPolicy>,
+    pub repository_sender: Option<RepositorySenderEntry>,
 }
 
 /// What the worker's passes need of the sandbox selections (SPEC S1, S3): the Sandbox Driver,
@@ -129,6 +141,29 @@ pub struct CredentialGateway {
     pub id: String,
 }
 
+/// The selected repository policy (SPEC G6): the built-in one, grants and standing approvals
+/// in PostgreSQL (SPEC G19).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepositoryPolicy {
+    pub id: String,
+}
+
+/// The selected native repository sender (SPEC G6, G20): where and how the worker calls it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepositorySenderEntry {
+    pub id: String,
+    pub url: String,
+    pub ca_file: PathBuf,
+    /// The bundle `ca_file` held at start-up; the sender is verified against it only.
+    pub ca_pem: Vec<u8>,
+    /// Each call's bound but `ready`'s (SPEC G7, G20).
+    pub timeout: Duration,
+    /// The cleanup interval (SPEC G4, G6): `maintenanceIntervalSeconds`, else 30 s.
+    pub cleanup_interval: Duration,
+    /// Whether each health beat asks `ready` first (SPEC G7).
+    pub durable_broker_receipts: bool,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawInstallation {
@@ -138,6 +173,19 @@ struct RawInstallation {
     sandbox_network_policy_ceiling: Option<Vec<RawEgressRule>>,
     credential_gateway: Option<RawSelection>,
     credential_proxy: Option<serde_json::Value>,
+    repository_policy: Option<RawSelection>,
+    repository_sender: Option<RawRepositorySender>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawRepositorySender {
+    id: String,
+    url: String,
+    ca_file: PathBuf,
+    timeout_seconds: Option<u64>,
+    maintenance_interval_seconds: Option<u64>,
+    durable_broker_receipts: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -362,12 +410,96 @@ fn validate(raw: RawInstallation, compute: DriverKind, problems: &mut Vec<String
         }
     }
     hooks.sort_by_key(|h| h.driver);
+    let (repository_policy, repository_sender) = validate_repository(
+        raw.repository_policy,
+        raw.repository_sender,
+        kubernetes,
+        sandbox.is_some(),
+        problems,
+    );
     Installation {
         lifecycle_hooks: hooks,
         sandbox,
         sandbox_network_policy_ceiling: ceiling,
         credential_gateway,
+        repository_policy,
+        repository_sender,
     }
+}
+
+/// SPEC G6: the repository policy and sender, each needing the other, the sender the
+/// Kubernetes Compute Driver and a sandbox.
+fn validate_repository(
+    policy: Option<RawSelection>,
+    sender: Option<RawRepositorySender>,
+    kubernetes: bool,
+    sandbox: bool,
+    problems: &mut Vec<String>,
+) -> (Option<RepositoryPolicy>, Option<RepositorySenderEntry>) {
+    let has_sender = sender.is_some();
+    let has_policy = policy.is_some();
+    let policy = policy.and_then(|p| {
+        let before = problems.len();
+        if p.id.trim().is_empty() {
+            problems.push("repositoryPolicy.id must not be blank".into());
+        }
+        if p.implementation != REPOSITORY_POLICY_IMPLEMENTATION {
+            problems.push(format!(
+                "repositoryPolicy.implementation must be {REPOSITORY_POLICY_IMPLEMENTATION}, got {:?}",
+                cut(&p.implementation)
+            ));
+        }
+        if !has_sender {
+            problems.push("repositoryPolicy needs a repositorySender selected".into());
+        }
+        (problems.len() == before).then_some(RepositoryPolicy { id: p.id })
+    });
+    let sender = sender.and_then(|s| {
+        let before = problems.len();
+        if s.id.trim().is_empty() {
+            problems.push("repositorySender.id must not be blank".into());
+        }
+        check_https_url("repositorySender", &s.url, problems);
+        let timeout = s.timeout_seconds.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECONDS);
+        if !(1..=MAX_HOOK_TIMEOUT_SECONDS).contains(&timeout) {
+            problems.push(format!(
+                "repositorySender.timeoutSeconds must be 1-{MAX_HOOK_TIMEOUT_SECONDS}, got {timeout}"
+            ));
+        }
+        let interval = match s.maintenance_interval_seconds {
+            Some(0) => {
+                problems.push(
+                    "repositorySender.maintenanceIntervalSeconds must be a positive integer, got 0"
+                        .into(),
+                );
+                DEFAULT_CLEANUP_INTERVAL
+            }
+            Some(n) => Duration::from_secs(n),
+            None => DEFAULT_CLEANUP_INTERVAL,
+        };
+        let ca_pem = read_ca("repositorySender", &s.ca_file, problems);
+        if !kubernetes {
+            problems.push(
+                "repositorySender needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)".into(),
+            );
+        }
+        if !sandbox {
+            problems.push("repositorySender needs a sandbox selected".into());
+        }
+        if !has_policy {
+            problems.push("repositorySender needs a repositoryPolicy selected".into());
+        }
+        (problems.len() == before).then(|| RepositorySenderEntry {
+            id: s.id,
+            url: s.url,
+            ca_file: s.ca_file,
+            ca_pem,
+            timeout: Duration::from_secs(timeout),
+            cleanup_interval: interval,
+            durable_broker_receipts: s.durable_broker_receipts.unwrap_or(false),
+        })
+    });
+    (policy, sender)
 }
 
 fn validate_hook(at: &str, hook: RawHook, problems: &mut Vec<String>) -> Option<HookEntry> {
@@ -380,41 +512,14 @@ fn validate_hook(at: &str, hook: RawHook, problems: &mut Vec<String>) -> Option<
             problems.push(format!("{at}.phases names {} twice", phase.as_str()));
         }
     }
-    let url_ok = hook
-        .url
-        .parse::<ureq::http::Uri>()
-        .ok()
-        .filter(|u| u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty()))
-        .is_some();
-    if !url_ok {
-        problems.push(format!(
-            "{at}.url must be an https:// URL with a host, got {:?}",
-            cut(&hook.url)
-        ));
-    }
+    check_https_url(at, &hook.url, problems);
     let timeout = hook.timeout_seconds.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECONDS);
     if !(1..=MAX_HOOK_TIMEOUT_SECONDS).contains(&timeout) {
         problems.push(format!(
             "{at}.timeoutSeconds must be 1-{MAX_HOOK_TIMEOUT_SECONDS}, got {timeout}"
         ));
     }
-    let ca_pem = match std::fs::read(&hook.ca_file) {
-        Ok(pem) if pem_has_certificate(&pem) => pem,
-        Ok(_) => {
-            problems.push(format!(
-                "{at}.caFile {} holds no PEM certificate",
-                hook.ca_file.display()
-            ));
-            Vec::new()
-        }
-        Err(e) => {
-            problems.push(format!(
-                "{at}.caFile {} cannot be read ({e})",
-                hook.ca_file.display()
-            ));
-            Vec::new()
-        }
-    };
+    let ca_pem = read_ca(at, &hook.ca_file, problems);
     (problems.len() == before).then(|| HookEntry {
         driver: hook.driver,
         url: hook.url,
@@ -423,6 +528,42 @@ fn validate_hook(at: &str, hook: RawHook, problems: &mut Vec<String>) -> Option<
         phases: hook.phases,
         timeout: Duration::from_secs(timeout),
     })
+}
+
+/// `{at}.url` must be an `https://` URL with a host.
+fn check_https_url(at: &str, url: &str, problems: &mut Vec<String>) {
+    let url_ok = url
+        .parse::<ureq::http::Uri>()
+        .ok()
+        .filter(|u| u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty()))
+        .is_some();
+    if !url_ok {
+        problems.push(format!(
+            "{at}.url must be an https:// URL with a host, got {:?}",
+            cut(url)
+        ));
+    }
+}
+
+/// The PEM bundle `{at}.caFile` names, which must hold a certificate (empty after a problem).
+fn read_ca(at: &str, path: &Path, problems: &mut Vec<String>) -> Vec<u8> {
+    match std::fs::read(path) {
+        Ok(pem) if pem_has_certificate(&pem) => pem,
+        Ok(_) => {
+            problems.push(format!(
+                "{at}.caFile {} holds no PEM certificate",
+                path.display()
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            problems.push(format!(
+                "{at}.caFile {} cannot be read ({e})",
+                path.display()
+            ));
+            Vec::new()
+        }
+    }
 }
 
 /// Whether `pem` holds at least one certificate, and nothing unparseable.

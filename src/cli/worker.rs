@@ -338,6 +338,7 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
             .collect::<Vec<_>>(),
         "sandboxDriverId": s.installation.sandbox.as_ref().map(|s| &s.id),
         "credentialGatewayId": s.installation.credential_gateway.as_ref().map(|g| &g.id),
+        "repositorySenderId": s.installation.repository_sender.as_ref().map(|r| &r.id),
         "preflightWarnings": s.preflight_warnings,
     }));
     let production = s.config.mode == Mode::Production;

@@ -325,3 +325,96 @@ fn a_truncated_file_names_where_it_ends_without_a_key_path() {
         ["EOF while parsing an object at line 1 column 36"]
     );
 }
+
+#[test]
+fn g6_the_repository_policy_and_sender_need_each_other_and_a_sandbox() {
+    let ca = CaFile::new();
+    let sender = |extra: &str| {
+        format!(
+            r#""repositorySender":{{"id":"git","url":"https://git-sender.example:9444","caFile":"{}"{extra}}}"#,
+            ca.path()
+        )
+    };
+    let policy = r#""repositoryPolicy":{"id":"repos","implementation":"occ-repository-policy"}"#;
+    // Each needs the other; the sender needs Kubernetes and a sandbox: one line each.
+    assert_eq!(
+        problems(&format!("{{{}}}", sender("")), DriverKind::Docker),
+        [
+            "repositorySender needs the kubernetes Compute Driver (OCC_COMPUTE_DRIVER)",
+            "repositorySender needs a sandbox selected",
+            "repositorySender needs a repositoryPolicy selected",
+        ]
+    );
+    assert_eq!(
+        problems(&format!("{{{policy},{SANDBOX}}}"), DriverKind::Kubernetes),
+        ["repositoryPolicy needs a repositorySender selected"]
+    );
+    // Every field is checked, all problems at once.
+    assert_eq!(
+        problems(
+            &format!(
+                r#"{{"repositoryPolicy":{{"id":" ","implementation":"opa"}},{SANDBOX},"repositorySender":{{"id":"","url":"http://x","caFile":"/nonexistent/ca.pem","timeoutSeconds":31,"maintenanceIntervalSeconds":0}}}}"#
+            ),
+            DriverKind::Kubernetes
+        ),
+        [
+            "repositoryPolicy.id must not be blank",
+            "repositoryPolicy.implementation must be occ-repository-policy, got \"opa\"",
+            "repositorySender.id must not be blank",
+            "repositorySender.url must be an https:// URL with a host, got \"http://x\"",
+            "repositorySender.timeoutSeconds must be 1-30, got 31",
+            "repositorySender.maintenanceIntervalSeconds must be a positive integer, got 0",
+            "repositorySender.caFile /nonexistent/ca.pem cannot be read (No such file or directory (os error 2))",
+        ]
+    );
+    assert!(problems(
+        &format!(
+            "{{{policy},{SANDBOX},{}}}",
+            sender(r#","durableBrokerReceipts":"yes""#)
+        ),
+        DriverKind::Kubernetes
+    )[0]
+    .starts_with("repositorySender.durableBrokerReceipts: invalid type"));
+    // Defaults: a 10 s timeout, a 30 s cleanup interval, no durable broker receipts.
+    let ok = Installation::parse(
+        &format!("{{{policy},{SANDBOX},{}}}", sender("")),
+        DriverKind::Kubernetes,
+    )
+    .unwrap();
+    assert_eq!(
+        ok.repository_policy,
+        Some(RepositoryPolicy { id: "repos".into() })
+    );
+    let s = ok.repository_sender.expect("sender");
+    assert_eq!(
+        (
+            s.id.as_str(),
+            s.timeout,
+            s.cleanup_interval,
+            s.durable_broker_receipts
+        ),
+        (
+            "git",
+            Duration::from_secs(10),
+            DEFAULT_CLEANUP_INTERVAL,
+            false
+        )
+    );
+    assert!(!s.ca_pem.is_empty());
+    let s = Installation::parse(
+        &format!(
+            "{{{policy},{SANDBOX},{}}}",
+            sender(
+                r#","timeoutSeconds":3,"maintenanceIntervalSeconds":5,"durableBrokerReceipts":true"#
+            )
+        ),
+        DriverKind::Kubernetes,
+    )
+    .unwrap()
+    .repository_sender
+    .unwrap();
+    assert_eq!(
+        (s.timeout, s.cleanup_interval, s.durable_broker_receipts),
+        (Duration::from_secs(3), Duration::from_secs(5), true)
+    );
+}
