@@ -436,6 +436,7 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
             .credential_gateway
             .as_ref()
             .map(|g| g.id.clone()),
+        mode: s.config.mode,
     });
     let worker = Worker::new(
         ctx,

@@ -37,6 +37,9 @@ pub struct Context {
     /// The Installation's Credential Gateway id, when one is selected (SPEC §13): the owner
     /// id a gateway-owned source must name.
     pub credential_gateway: Option<String>,
+    /// The worker's mode: production alone deactivates a dedicated Agent's route before its
+    /// first pointer commit (SPEC N14, W8).
+    pub mode: crate::config::Mode,
 }
 
 /// Why a pass ended without a report of its own.

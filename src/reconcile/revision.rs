@@ -53,6 +53,7 @@ use crate::compute::{
     REVISION_PENDING_CODES,
 };
 use crate::compute::{HarnessAuthMethod, HarnessMode};
+use crate::config::Mode;
 use crate::iam::{self, Action, Policy, Request, Resource, ResourceKind};
 use crate::queue::{self, CleanupKind, NewWork, Operation};
 use serde_json::{json, Value};
@@ -1282,8 +1283,11 @@ impl RevisionReconciler {
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
             }
-            // Before the first pointer commit of a dedicated Agent its route serves nothing.
-            if agent.active_revision_id.is_none() && revision.harness_mode == HarnessMode::Dedicated
+            // Before the first pointer commit of a dedicated Agent its route serves nothing, in
+            // production (SPEC N14; W8 makes the method required there).
+            if pass.ctx.mode == Mode::Production
+                && agent.active_revision_id.is_none()
+                && revision.harness_mode == HarnessMode::Dedicated
             {
                 try_effect!(pass, "deactivate", |c| driver.deactivate_revision(spec, c));
             }

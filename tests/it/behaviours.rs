@@ -514,7 +514,6 @@ fn z9_a_revisions_reconcile_key_reports_its_deploy_timings() {
             format!("prepare_revision:{rev}"),
             format!("bind_agent:{}", f.agent),
             format!("prepare_revision:{rev}"),
-            format!("deactivate_revision:{rev}"),
             format!("activate_revision:{rev}"),
         ]
     );

@@ -498,7 +498,6 @@ fn m2_a_read_granted_again_lifts_a_stored_refused_candidate_wait() {
             format!("stop_revision:{rev}"),
             format!("bind_agent:{}", f.agent),
             format!("prepare_revision:{rev}"),
-            format!("deactivate_revision:{rev}"),
             format!("activate_revision:{rev}"),
         ]
     );

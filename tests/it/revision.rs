@@ -1577,14 +1577,18 @@ fn r5_plugin_warnings_outside_the_seed_vocabulary_are_invalid_observations() {
 }
 
 #[test]
-fn r6_a_dedicated_agent_is_deactivated_before_its_first_pointer_commit() {
-    // Seed 004 5186-5190: `deactivateRevision` before the first pointer commit of a dedicated
-    // Agent, never when a revision is already active.
+fn r6_n14_a_dedicated_agent_is_deactivated_before_its_first_pointer_commit_in_production() {
+    // SPEC N14: `deactivate_revision` before the first pointer commit of a dedicated Agent, in
+    // production only, never when a revision is already active.
     let f = fixture();
     let mut c = f.db.client();
     let r1 = deploy(&mut c, &f.agent);
     let driver = Arc::new(ScriptedDriver::new());
-    run(&f, &driver);
+    let production = crate::scripted::Opts {
+        mode: occ_worker::config::Mode::Production,
+        ..Default::default()
+    };
+    crate::scripted::run_with(&f.db, driver.clone(), production, quiet);
     assert_eq!(
         driver.calls(),
         vec![
@@ -1596,9 +1600,17 @@ fn r6_a_dedicated_agent_is_deactivated_before_its_first_pointer_commit() {
     );
     driver.calls.lock().clear();
     let r2 = deploy(&mut c, &f.agent);
-    run(&f, &driver);
+    crate::scripted::run_with(&f.db, driver.clone(), production, quiet);
     assert!(driver.calls_of("deactivate_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), Some(r2));
+    // A development worker never deactivates, even before a dedicated Agent's first pointer.
+    let g = fixture();
+    let mut c = g.db.client();
+    let r1 = deploy(&mut c, &g.agent);
+    let driver = Arc::new(ScriptedDriver::new());
+    run(&g, &driver);
+    assert_eq!(active(&mut c, &g.agent), Some(r1));
+    assert!(driver.calls_of("deactivate_revision").is_empty());
 }
 
 #[test]

@@ -623,6 +623,8 @@ pub struct Opts {
     pub workers: usize,
     /// The Installation's Credential Gateway id (SPEC §13), when one is selected.
     pub credential_gateway: Option<&'static str>,
+    /// The worker's mode (SPEC N14: production alone deactivates before the first pointer).
+    pub mode: occ_worker::config::Mode,
 }
 
 impl Default for Opts {
@@ -634,6 +636,7 @@ impl Default for Opts {
             convergence: Duration::from_secs(60),
             workers: 1,
             credential_gateway: Some(GATEWAY),
+            mode: occ_worker::config::Mode::Development,
         }
     }
 }
@@ -687,6 +690,7 @@ fn run_events(
         convergence,
         workers,
         credential_gateway,
+        mode,
     } = opts;
     let mut running = Vec::new();
     for _ in 0..workers {
@@ -703,6 +707,7 @@ fn run_events(
             .convergence(convergence)
             .events(events())
             .credential_gateway(credential_gateway.map(String::from))
+            .mode(mode)
             .build();
         let worker = Worker::new(
             ctx,

@@ -10,6 +10,7 @@ use occ_worker::compute::{
     AgentSpec, ComputeDriver, ComputeError, DriverPolicy, NamespaceObservation, NamespaceSpec,
     PreflightWarning, RevisionObservation, RevisionSpec,
 };
+use occ_worker::config::Mode;
 use occ_worker::db;
 use occ_worker::events::Events;
 use occ_worker::metrics::Metrics;
@@ -340,6 +341,7 @@ pub fn context_with(pool: db::Pool, compute: Arc<dyn ComputeDriver>) -> ContextB
         metrics: Metrics::new(),
         sandbox: Default::default(),
         credential_gateway: None,
+        mode: Mode::Development,
     })
 }
 
@@ -356,6 +358,7 @@ impl ContextBuilder {
             metrics: ctx.metrics.clone(),
             sandbox: ctx.sandbox.clone(),
             credential_gateway: ctx.credential_gateway.clone(),
+            mode: ctx.mode,
         })
     }
     pub fn installation(mut self, id: &str) -> Self {
@@ -376,6 +379,10 @@ impl ContextBuilder {
     }
     pub fn credential_gateway(mut self, gateway: Option<String>) -> Self {
         self.0.credential_gateway = gateway;
+        self
+    }
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.0.mode = mode;
         self
     }
     pub fn build(self) -> Arc<Context> {

@@ -100,6 +100,7 @@ pub fn context(url: &str, concurrency: usize) -> Result<Arc<Context>, BenchError
         metrics: Metrics::new(),
         sandbox: Default::default(),
         credential_gateway: None,
+        mode: occ_worker::config::Mode::Development,
     }))
 }
 
