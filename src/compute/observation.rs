@@ -77,6 +77,10 @@ pub struct RevisionObservation {
     /// A runtime failure the driver observed; held ones end the deployment at once.
     pub runtime_failure: Option<RuntimeFailure>,
     pub warnings: Vec<PluginWarning>,
+    /// Sessions whose material the runtime could not read (SPEC G11): valid only on an unready
+    /// observation of a revision whose sessions were handed over, each naming one of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repository_credential_material_missing: Vec<super::spec::MissingMaterial>,
 }
 
 /// Driver pending reasons and the deployment codes they become (SPEC R5).
@@ -102,6 +106,11 @@ pub const REVISION_PENDING_CODES: &[(&str, &str)] = &[
     (
         "REPOSITORY_GIT_ROUTE_PENDING",
         "REPOSITORY_GIT_ROUTE_PENDING",
+    ),
+    // SPEC G18: a readiness code, like WS5's.
+    (
+        "REPOSITORY_GIT_MATERIAL_PENDING",
+        "REPOSITORY_GIT_MATERIAL_PENDING",
     ),
 ];
 
@@ -200,6 +209,28 @@ pub fn valid_revision_observation(
             .as_ref()
             .is_none_or(|f| is_code(&f.code) && f.container.as_deref().is_none_or(is_name))
         && valid_plugin_warnings(&observation.warnings, &revision.plugin_ids)
+        && valid_missing_material(observation, revision)
+}
+
+/// SPEC G11: a missing-material list is valid only on an unready observation of a revision
+/// whose sessions were handed over, each entry one of those sessions, none twice.
+fn valid_missing_material(observation: &RevisionObservation, revision: &RevisionSpec) -> bool {
+    let missing = &observation.repository_credential_material_missing;
+    if missing.is_empty() {
+        return true;
+    }
+    let Some(access) = revision.repository.as_ref() else {
+        return false;
+    };
+    !observation.ready
+        && !access.materials.is_empty()
+        && missing.iter().enumerate().all(|(i, m)| {
+            !missing[..i].contains(m)
+                && access
+                    .materials
+                    .iter()
+                    .any(|s| s.repository_ref == m.repository_ref && s.session_id == m.session_id)
+        })
 }
 
 /// Plugin warnings: one of the seed's two codes, for an admitted plugin, at most one per

@@ -110,4 +110,19 @@ pub trait DriverPolicy: Send + Sync {
         let _ = revision;
         false
     }
+    /// Whether this driver delivers repository credentials to the revision's runtime (SPEC
+    /// G10), the selected Sandbox Driver being `sandbox_driver_id`: `None` (the default) when
+    /// the driver has no such call (`REPOSITORY_RUNTIME_UNSUPPORTED`), else its decision, a
+    /// refusal's code being the recipient-unverified one.
+    fn validate_repository_credentials(
+        &self,
+        revision: &RevisionSpec,
+        sandbox_driver_id: Option<&str>,
+    ) -> Option<Result<(), ComputeError>> {
+        let _ = (revision, sandbox_driver_id);
+        None
+    }
 }
+
+/// SPEC G10: a runtime the driver cannot verify as the recipient of Git material.
+pub const REPOSITORY_RECIPIENT_UNVERIFIED: &str = "REPOSITORY_RECIPIENT_UNVERIFIED";

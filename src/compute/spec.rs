@@ -122,6 +122,54 @@ pub struct RevisionSpec {
     /// revision; the worker never runs it. Never whether it completed (WS4), so completing it
     /// changes nothing the driver writes.
     pub workspace_setup: Option<WorkspaceSetup>,
+    /// The Sandbox Driver pinned at admission (SPEC S2), which a driver delivering repository
+    /// credentials verifies is the selected one (SPEC G10).
+    pub sandbox_driver_id: Option<String>,
+    /// The revision's repository credentials (SPEC §19), `None` when it has none.
+    pub repository: Option<RepositoryAccess>,
+}
+
+/// A revision's repository credentials as Compute receives them (SPEC G11): the snapshot's
+/// bindings and, once the worker prepared the sessions of this pass, each session's material.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RepositoryAccess {
+    /// The snapshot's sender id (SPEC G8).
+    pub sender_id: String,
+    /// In admission order; the n-th binding's material is `OCC_GIT_CREDENTIAL_<n>`.
+    pub bindings: Vec<RepositoryBinding>,
+    /// Whether the revision runs under a standing approval rather than until a deadline.
+    pub standing: bool,
+    /// One per binding, in the same order, once the sessions are prepared (SPEC G19); empty
+    /// before. Each names a Secret in the Agent's Kubernetes namespace that neither the worker
+    /// nor the driver reads or writes.
+    pub materials: Vec<RepositoryMaterial>,
+}
+
+/// One granted repository of a revision (SPEC G8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepositoryBinding {
+    pub repository_ref: String,
+    pub scope: String,
+}
+
+/// An open session's material (SPEC G11, G20): where its Git credential is, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RepositoryMaterial {
+    pub repository_ref: String,
+    pub session_id: String,
+    /// The Secret's name and data key in the Agent's Kubernetes namespace.
+    pub secret_name: String,
+    pub key: String,
+}
+
+/// An entry of an unready observation's `repository_credential_material_missing` (SPEC G11):
+/// a session whose material the runtime could not read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MissingMaterial {
+    pub repository_ref: String,
+    pub session_id: String,
 }
 
 /// An Agent's workspace setup as Compute receives it (SPEC WS3): its id, new on every put,

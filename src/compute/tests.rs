@@ -113,6 +113,8 @@ fn test_revision() -> RevisionSpec {
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
         workspace_setup: None,
+        sandbox_driver_id: None,
+        repository: None,
     }
 }
 

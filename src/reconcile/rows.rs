@@ -189,6 +189,9 @@ impl RevisionRow {
             credential_sources: Vec::new(),
             // Read by the revision pass with the Agent's record (SPEC WS3).
             workspace_setup: None,
+            sandbox_driver_id: self.sandbox_driver_id.clone(),
+            // Read by the revision pass with its sessions (SPEC G11, G19).
+            repository: None,
         }
     }
 }

@@ -444,6 +444,7 @@ impl ComputeDriver for ScriptedDriver {
             pending_reason: None,
             runtime_failure: None,
             warnings: vec![],
+            repository_credential_material_missing: vec![],
         };
         match step {
             Prepare::Ready => {}

@@ -960,6 +960,8 @@ pub fn bare_revision(
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
         workspace_setup: None,
+        sandbox_driver_id: None,
+        repository: None,
     }
 }
 

@@ -200,6 +200,7 @@ fn observation(revision: &RevisionSpec, ready: bool) -> RevisionObservation {
         pending_reason: None,
         runtime_failure: None,
         warnings: Vec::new(),
+        repository_credential_material_missing: Vec::new(),
     }
 }
 

@@ -564,6 +564,7 @@ fn env(
     for source in &revision.credential_sources {
         env.push(credential_env(source, namespace)?);
     }
+    env.extend(repository_env(revision));
     env.extend(
         launch
             .iter()
@@ -612,6 +613,51 @@ pub fn credential_env(
     namespace: &str,
 ) -> Result<Value, ComputeError> {
     secret_key_ref_env(&source.env_name(), &source.backend_ref, namespace)
+}
+
+/// The prefix of the variables carrying Git material (SPEC G11): `OCC_GIT_REPOSITORY_<n>` is
+/// the n-th binding's REF, `OCC_GIT_CREDENTIAL_<n>` a `secretKeyRef` to its session's
+/// material, a Secret in the Agent's own namespace.
+pub const GIT_CREDENTIAL_PREFIX: &str = "OCC_GIT_CREDENTIAL_";
+
+/// SPEC G11: each prepared session's material, numbered from 1 in binding order. Nothing
+/// before the sessions are prepared, and nothing once withdrawn (SPEC G14).
+fn repository_env(revision: &RevisionSpec) -> Vec<Value> {
+    let Some(access) = &revision.repository else {
+        return Vec::new();
+    };
+    access
+        .materials
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| {
+            let n = i + 1;
+            [
+                json!({"name": format!("OCC_GIT_REPOSITORY_{n}"), "value": m.repository_ref}),
+                json!({
+                    "name": format!("{GIT_CREDENTIAL_PREFIX}{n}"),
+                    "valueFrom": {"secretKeyRef": {"name": m.secret_name, "key": m.key}},
+                }),
+            ]
+        })
+        .collect()
+}
+
+/// Whether a pod spec still carries Git material (SPEC G14): any `OCC_GIT_CREDENTIAL_<n>`.
+pub fn carries_git_material(pod_spec: &Value) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        pod_spec[*list].as_array().is_some_and(|containers| {
+            containers.iter().any(|c| {
+                c["env"].as_array().is_some_and(|env| {
+                    env.iter().any(|e| {
+                        e["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with(GIT_CREDENTIAL_PREFIX))
+                    })
+                })
+            })
+        })
+    })
 }
 
 /// Refuses, before anything is written, a revision whose credential sources reference a

@@ -8,7 +8,7 @@
 //! a `/readyz` body becomes a runtime failure only when it is a bounded code, and a
 //! ReplicaSet's quota message is only matched, never kept.
 
-use crate::compute::{is_code, RuntimeFailure};
+use crate::compute::{is_code, MissingMaterial, RepositoryMaterial, RuntimeFailure};
 use serde_json::Value;
 
 /// The harness container's name in every workload the driver creates.
@@ -129,6 +129,41 @@ pub fn pods(pods: &[Value]) -> PodFindings {
         }
     }
     findings
+}
+
+/// SPEC G11: the sessions whose material keeps a container of `pods` waiting
+/// `CreateContainerConfigError`: the kubelet names the Secret it could not find
+/// (`secret "NAME" not found`) or the key it could not find in it (`couldn't find key KEY in
+/// Secret NAMESPACE/NAME`). The message is matched against the materials' names and never
+/// kept or logged.
+pub fn missing_material(pods: &[Value], materials: &[RepositoryMaterial]) -> Vec<MissingMaterial> {
+    let mut missing: Vec<MissingMaterial> = Vec::new();
+    let messages = pods
+        .iter()
+        .filter(|pod| pod["metadata"].get("deletionTimestamp").is_none())
+        .flat_map(|pod| {
+            ["initContainerStatuses", "containerStatuses"]
+                .iter()
+                .filter_map(move |field| pod["status"][*field].as_array())
+                .flatten()
+        })
+        .filter(|c| c["state"]["waiting"]["reason"] == "CreateContainerConfigError")
+        .filter_map(|c| c["state"]["waiting"]["message"].as_str());
+    for message in messages {
+        for m in materials {
+            let secret_gone = message.contains(&format!("secret \"{}\" not found", m.secret_name));
+            let key_gone = message.contains(&format!("couldn't find key {} in Secret ", m.key))
+                && message.ends_with(&format!("/{}", m.secret_name));
+            let entry = MissingMaterial {
+                repository_ref: m.repository_ref.clone(),
+                session_id: m.session_id.clone(),
+            };
+            if (secret_gone || key_gone) && !missing.contains(&entry) {
+                missing.push(entry);
+            }
+        }
+    }
+    missing
 }
 
 /// SPEC WS5: the `workspace-setup` init container terminated with the termination message
@@ -276,6 +311,50 @@ mod tests {
 
     fn deployment(generation: i64, status: Value) -> Value {
         json!({"metadata": {"generation": generation}, "spec": {"replicas": 1}, "status": status})
+    }
+
+    #[test]
+    fn g11_a_missing_material_secret_or_key_names_its_session() {
+        let m = |r: &str, s: &str, name: &str| RepositoryMaterial {
+            repository_ref: r.into(),
+            session_id: s.into(),
+            secret_name: name.into(),
+            key: "token".into(),
+        };
+        let materials = [
+            m("github.com/acme/app", "s-1", "git-app"),
+            m("github.com/acme/lib", "s-2", "git-lib"),
+        ];
+        let pod = |message: &str| {
+            json!({"metadata": {}, "status": {"containerStatuses": [{"name": "harness",
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}}}]}})
+        };
+        let missing = |pods: &[Value]| {
+            missing_material(pods, &materials)
+                .into_iter()
+                .map(|m| m.session_id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(missing(&[pod("secret \"git-lib\" not found")]), ["s-2"]);
+        assert_eq!(
+            missing(&[pod("couldn't find key token in Secret occ-ns1/git-app")]),
+            ["s-1"]
+        );
+        // Another Secret, another reason, or a Pod going away names nothing.
+        assert!(missing(&[pod("secret \"openai\" not found")]).is_empty());
+        let mut other = pod("secret \"git-app\" not found");
+        other["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] =
+            json!("ContainerCreating");
+        assert!(missing(&[other]).is_empty());
+        let mut leaving = pod("secret \"git-app\" not found");
+        leaving["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert!(missing(&[leaving]).is_empty());
+        // Two Pods naming the same session name it once.
+        let twice = [
+            pod("secret \"git-app\" not found"),
+            pod("secret \"git-app\" not found"),
+        ];
+        assert_eq!(missing(&twice), ["s-1"]);
     }
 
     #[test]

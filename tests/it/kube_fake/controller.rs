@@ -462,6 +462,12 @@ fn run_pod(
                 "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")],
             "qosClass": "Burstable",
         })
+    } else if let Some(message) = unresolved_secret_ref(store, pod)
+        .filter(|_| opts.resolve_secret_refs && age >= opts.pod_start)
+    {
+        let waiting =
+            json!({"waiting": {"reason": "CreateContainerConfigError", "message": message}});
+        scheduled(pod, "Pending", false, waiting, json!({}), 0)
     } else {
         kubelet_status(pod, &behaviour, age, opts.pod_start)
     };
@@ -470,6 +476,32 @@ fn run_pod(
         pod["status"] = status;
         store.write(resource("pods"), pod);
     }
+}
+
+/// The kubelet's message for the first `secretKeyRef` of the pod's containers that does not
+/// resolve (not `optional`): `secret "NAME" not found`, or `couldn't find key KEY in Secret
+/// NAMESPACE/NAME`.
+fn unresolved_secret_ref(store: &Store, pod: &Value) -> Option<String> {
+    let ns = meta(pod, "namespace");
+    let refs = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| pod["spec"][*list].as_array())
+        .flatten()
+        .filter_map(|c| c["env"].as_array())
+        .flatten()
+        .map(|e| &e["valueFrom"]["secretKeyRef"])
+        .filter(|r| r.is_object() && r["optional"] != true);
+    for r in refs {
+        let (name, key) = (r["name"].as_str()?, r["key"].as_str()?);
+        match store.get(&resource("secrets"), ns, name) {
+            Err(_) => return Some(format!("secret \"{name}\" not found")),
+            Ok(secret) if secret["data"].get(key).is_none() => {
+                return Some(format!("couldn't find key {key} in Secret {ns}/{name}"))
+            }
+            Ok(_) => {}
+        }
+    }
+    None
 }
 
 fn pod_condition(kind: &str, ok: bool, reason: &str, message: &str) -> Value {

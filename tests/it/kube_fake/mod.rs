@@ -71,6 +71,10 @@ pub struct FakeOptions {
     /// How long the garbage collector takes to delete an object whose owners are gone: a
     /// deleted Deployment's ReplicaSets and Pods outlive the request that deleted it.
     pub gc_delay: Duration,
+    /// Whether the kubelet resolves a container's `secretKeyRef` values against the stored
+    /// Secrets, a missing Secret or key leaving it waiting `CreateContainerConfigError` as a
+    /// kubelet does. Off by default: most tests never create the Secrets their workloads name.
+    pub resolve_secret_refs: bool,
 }
 
 impl Default for FakeOptions {
@@ -81,6 +85,7 @@ impl Default for FakeOptions {
             pod_termination: Duration::from_millis(200),
             pod_start: Duration::from_millis(100),
             gc_delay: Duration::from_millis(100),
+            resolve_secret_refs: false,
         }
     }
 }

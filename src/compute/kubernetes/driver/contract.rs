@@ -575,4 +575,24 @@ impl DriverPolicy for KubernetesDriver {
         revision.harness_mode == HarnessMode::Dedicated
             && self.settings.workspace_setup_image.is_some()
     }
+
+    /// SPEC G10: the Git material reaches the Harness (dedicated) or the gateway (embedded) of
+    /// a revision that pins the selected Sandbox Driver, whose facets keep it there; any other
+    /// recipient is unverified.
+    fn validate_repository_credentials(
+        &self,
+        revision: &RevisionSpec,
+        sandbox_driver_id: Option<&str>,
+    ) -> Option<Result<(), ComputeError>> {
+        let pinned = revision.sandbox_driver_id.as_deref();
+        Some(if pinned.is_some() && pinned == sandbox_driver_id {
+            Ok(())
+        } else {
+            Err(ComputeError::permanent(
+                crate::compute::policy::REPOSITORY_RECIPIENT_UNVERIFIED,
+                "repository_credentials",
+                None,
+            ))
+        })
+    }
 }

@@ -338,9 +338,19 @@ impl KubernetesDriver {
                 reason = Some("NAMESPACE_POD_QUOTA_EXCEEDED");
             }
         }
+        // SPEC G11: a Pod that cannot start for want of a session's material Secret or key.
+        let missing = revision
+            .repository
+            .as_ref()
+            .map(|access| observe::missing_material(&pods, &access.materials))
+            .unwrap_or_default();
+        if !missing.is_empty() {
+            reason = Some("REPOSITORY_GIT_MATERIAL_PENDING");
+        }
         Ok(RevisionObservation {
             pending_reason: reason.map(str::to_string),
             runtime_failure: findings.runtime_failure,
+            repository_credential_material_missing: missing,
             ..observation(revision, false)
         })
     }

@@ -1,6 +1,7 @@
 //! Unit tests of the manifests: the objects the driver writes, field by field.
 
 use super::*;
+use crate::compute::{RepositoryAccess, RepositoryBinding, RepositoryMaterial};
 
 pub fn settings() -> Settings {
     Settings::parse(
@@ -49,6 +50,8 @@ fn revision() -> RevisionSpec {
         sandbox_facets: Vec::new(),
         credential_sources: Vec::new(),
         workspace_setup: None,
+        sandbox_driver_id: None,
+        repository: None,
     }
 }
 
@@ -283,4 +286,82 @@ fn ownership_needs_both_labels() {
     assert!(owned(&ns, "inst"));
     assert!(!owned(&ns, "other"));
     assert!(!owned(&json!({"metadata": {}}), "inst"));
+}
+
+#[test]
+fn g11_each_session_material_reaches_the_harness_by_reference_in_binding_order() {
+    let material = |r: &str, s: &str, name: &str| RepositoryMaterial {
+        repository_ref: r.into(),
+        session_id: s.into(),
+        secret_name: name.into(),
+        key: "token".into(),
+    };
+    let mut r = revision();
+    let binding = |r: &str| RepositoryBinding {
+        repository_ref: r.into(),
+        scope: "read".into(),
+    };
+    r.repository = Some(RepositoryAccess {
+        sender_id: "git".into(),
+        bindings: vec![
+            binding("github.com/acme/app"),
+            binding("github.com/acme/lib"),
+        ],
+        standing: false,
+        materials: Vec::new(),
+    });
+    let env_of = |r: &RevisionSpec| {
+        let w = workload(
+            r,
+            "occ-ns1",
+            "img",
+            &LaunchValues::default(),
+            &settings(),
+            960,
+        )
+        .unwrap();
+        w["spec"]["template"]["spec"]["containers"][0]["env"].clone()
+    };
+    // Before the sessions are prepared nothing is carried.
+    let before = env_of(&r);
+    assert!(!before.to_string().contains("OCC_GIT_"), "{before}");
+    r.repository.as_mut().unwrap().materials = vec![
+        material("github.com/acme/app", "s-1", "git-app"),
+        material("github.com/acme/lib", "s-2", "git-lib"),
+    ];
+    let env = env_of(&r);
+    let find = |name: &str| {
+        env.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {env}"))
+    };
+    assert_eq!(find("OCC_GIT_REPOSITORY_1")["value"], "github.com/acme/app");
+    assert_eq!(
+        find("OCC_GIT_CREDENTIAL_1")["valueFrom"],
+        json!({"secretKeyRef": {"name": "git-app", "key": "token"}})
+    );
+    assert_eq!(find("OCC_GIT_REPOSITORY_2")["value"], "github.com/acme/lib");
+    assert_eq!(
+        find("OCC_GIT_CREDENTIAL_2")["valueFrom"],
+        json!({"secretKeyRef": {"name": "git-lib", "key": "token"}})
+    );
+    let w = workload(
+        &r,
+        "occ-ns1",
+        "img",
+        &LaunchValues::default(),
+        &settings(),
+        960,
+    )
+    .unwrap();
+    assert!(carries_git_material(&w["spec"]["template"]["spec"]));
+    assert!(!carries_git_material(
+        &without_env(
+            without_env(w, "OCC_GIT_CREDENTIAL_1"),
+            "OCC_GIT_CREDENTIAL_2"
+        )["spec"]["template"]["spec"]
+    ));
 }
