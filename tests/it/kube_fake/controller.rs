@@ -493,7 +493,7 @@ fn unresolved_secret_ref(store: &Store, pod: &Value) -> Option<String> {
         .filter(|r| r.is_object() && r["optional"] != true);
     for r in refs {
         let (name, key) = (r["name"].as_str()?, r["key"].as_str()?);
-        match store.get(&resource("secrets"), ns, name) {
+        match store.get(resource("secrets"), ns, name) {
             Err(_) => return Some(format!("secret \"{name}\" not found")),
             Ok(secret) if secret["data"].get(key).is_none() => {
                 return Some(format!("couldn't find key {key} in Secret {ns}/{name}"))
