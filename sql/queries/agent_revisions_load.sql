@@ -3,7 +3,8 @@
 -- `secret` harness auth resolved to the Secrets' metadata (never a value; a binding whose
 -- Secret is gone, or names another Namespace, is left out), with each Secret's driver and uid
 -- and the revision's frozen Secret Driver (SPEC Z4), its execution admission (SPEC Z1) and
--- its pinned Sandbox Driver and facets (S2) and its credential source snapshot (SPEC §13).
+-- its pinned Sandbox Driver and facets (S2), its credential source snapshot (SPEC §13) and
+-- its repository credentials (SPEC §19).
 -- $1 namespace id, $2 agent id, $3 revision id (nullable), $4 work id.
 SELECT r.id, r.namespace_id, r.agent_id, r.revision, r.actor_id, r.service_principal_id,
        r.configuration_id, r.configuration_generation, r.document, r.harness_id,
@@ -29,7 +30,8 @@ SELECT r.id, r.namespace_id, r.agent_id, r.revision, r.actor_id, r.service_princ
        r.execution_admission,
        r.sandbox_driver_id,
        r.sandbox_facets,
-       r.credential_sources
+       r.credential_sources,
+       r.repository_credentials
 FROM occ.agent_revisions r
 WHERE r.namespace_id = $1 AND r.agent_id = $2 AND ($3::text IS NULL OR r.id = $3)
 ORDER BY r.revision

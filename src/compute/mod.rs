@@ -19,6 +19,7 @@ pub mod hooks;
 pub mod kubernetes;
 mod observation;
 mod policy;
+pub mod repository;
 pub mod sandbox;
 mod spec;
 pub mod subnet;
@@ -29,6 +30,7 @@ pub use error::*;
 pub use gateway::*;
 pub use observation::*;
 pub use policy::*;
+pub use repository::RepositoryRuntime;
 pub use spec::*;
 pub use subnet::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
 
@@ -127,6 +129,12 @@ pub trait ComputeDriver: Send + Sync {
     /// cannot withdraw a credential source: a withdrawal then fails for good with
     /// `CREDENTIAL_WITHDRAWAL_UNSUPPORTED` and no re-detach runs before a preparation.
     fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
+        None
+    }
+    /// How this driver delivers repository credentials (SPEC §19, G10-G15), `None` (the
+    /// default) when it delivers none: a revision with credentials is then refused
+    /// `REPOSITORY_RUNTIME_UNSUPPORTED` before any Compute call.
+    fn repository(&self) -> Option<&dyn RepositoryRuntime> {
         None
     }
 

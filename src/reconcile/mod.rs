@@ -17,6 +17,7 @@ pub mod probe;
 pub mod publish;
 pub mod registry;
 pub mod report;
+pub mod repository;
 pub mod repository_cleanup;
 pub mod revision;
 pub mod revision_sources;

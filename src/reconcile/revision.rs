@@ -79,6 +79,8 @@ const WORKSPACE_SETUP_COMPLETE: &str =
 /// The backend type a managed ChatGPT account binds to.
 const CHATGPT_BACKEND: &str = "chatgpt";
 
+mod git;
+
 /// Refusals every pass decides again from current state (R2): once they no longer stand, a
 /// candidate whose stop was pending may continue. Any other stored refusal stands.
 const REDECIDED_REFUSALS: &[&str] = &[
@@ -583,6 +585,8 @@ impl RevisionReconciler {
             return Ok(CandidateStop::Untouched);
         }
         let agent = l.agent.spec(&pass.ctx.installation_id);
+        // SPEC G12: a refused candidate's sessions are closed before its stop.
+        self.close_before_stop(pass, &l.revision)?;
         let started = std::time::Instant::now();
         let stopped = match effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
             Ok(()) => effect(pass, "stop", |c| driver.stop_revision(&spec, c))?,
@@ -708,6 +712,12 @@ impl RevisionReconciler {
         {
             let refusal = Report::permanent("WORKSPACE_SETUP_UNSUPPORTED");
             return self.refuse_secret_context(pass, &l, refusal);
+        }
+        // SPEC G10 before preparing: R2 and the backend step were decided above.
+        if let Some(credentials) = Self::git(&l)? {
+            if let Some(refusal) = self.repository_authority(pass, &l, &credentials, false)? {
+                return self.refuse_repository(pass, &l, refusal, false);
+            }
         }
         self.deploy(pass, &l, attach, &scratch.phases)
     }
@@ -857,6 +867,8 @@ impl RevisionReconciler {
         let spec = revision.spec(&pass.ctx.installation_id);
         let agent_spec = agent.spec(&pass.ctx.installation_id);
         try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
+        // SPEC G12: sessions closed before every stop and retirement.
+        self.close_before_stop(pass, revision)?;
         try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         // Once this work published its candidate it owns retiring every predecessor, even
         // after a stop cleared the pointer; a different active revision means it never
@@ -874,6 +886,7 @@ impl RevisionReconciler {
             .iter()
             .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
         {
+            self.close_before_stop(pass, earlier)?;
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
@@ -960,8 +973,15 @@ impl RevisionReconciler {
                 compute_report(&e, pass).at("bind")
             });
         }
+        // SPEC G11: the sessions are prepared and handed to Compute with the revision.
+        let git = Self::git(l)?;
+        if let Some(credentials) = &git {
+            if let Some(ended) = self.prepare_sessions(pass, l, &mut spec, credentials)? {
+                return Ok(ended);
+            }
+        }
         let started = Instant::now();
-        let observed = self.prepare(pass, l, &spec, already_active, phases);
+        let observed = self.prepare(pass, l, &mut spec, already_active, phases);
         let mut spent = phases.get().unwrap_or_default();
         spent.prepare = started.elapsed();
         phases.set(Some(spent));
@@ -969,6 +989,12 @@ impl RevisionReconciler {
             Observed::Ready(result) => result,
             Observed::Ended(report) => return Ok(*report),
         };
+        // SPEC G10 after a ready observation, before activation.
+        if let Some(credentials) = &git {
+            if let Some(refusal) = self.repository_authority(pass, l, credentials, true)? {
+                return self.refuse_repository(pass, l, refusal, true);
+            }
+        }
         self.activate(pass, l, &spec, already_active, result)
     }
 
@@ -981,7 +1007,7 @@ impl RevisionReconciler {
         &self,
         pass: &Pass<'_>,
         l: &Loaded,
-        spec: &RevisionSpec,
+        spec: &mut RevisionSpec,
         already_active: bool,
         phases: &Phases,
     ) -> Result<Observed, PassError> {
@@ -993,6 +1019,8 @@ impl RevisionReconciler {
                 .iter()
                 .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
             {
+                // SPEC G12: its sessions closed before it stops.
+                self.close_before_stop(pass, earlier)?;
                 let earlier = earlier.spec(&pass.ctx.installation_id);
                 if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
                     let mut report = compute_report(&e, pass).at("stop");
@@ -1127,7 +1155,7 @@ impl RevisionReconciler {
         &self,
         pass: &Pass<'_>,
         l: &Loaded,
-        spec: &RevisionSpec,
+        spec: &mut RevisionSpec,
         phases: &Phases,
     ) -> Result<Observed, PassError> {
         let maintenance = pass.claim.operation == Operation::RevisionMaintenance;
@@ -1142,7 +1170,7 @@ impl RevisionReconciler {
         // SPEC Z1: decided again before every preparation; a refusal is the call's error. SPEC
         // E17: revoked sources are detached again first; an error fails the pass as a
         // preparation error does.
-        let prepared = match driver
+        let mut prepared = match driver
             .policy()
             .validate_execution_admission(spec, AdmissionUse::Stored)
         {
@@ -1152,6 +1180,27 @@ impl RevisionReconciler {
             },
             Err(e) => Err(e),
         };
+        // SPEC G11: material the runtime could not read is repaired once: its sessions closed
+        // and opened again, G10, and one more preparation, whose observation must be valid
+        // and list nothing missing.
+        let missing = match &prepared {
+            Ok(o) if valid_revision_observation(o, spec) => {
+                o.repository_credential_material_missing.clone()
+            }
+            _ => Vec::new(),
+        };
+        if let (false, Some(credentials)) = (missing.is_empty(), Self::git(l)?) {
+            if let Some(ended) = self.repair_sessions(pass, l, spec, &credentials, &missing)? {
+                return Ok(Observed::Ended(Box::new(ended)));
+            }
+            prepared = effect(pass, "prepare", |c| driver.prepare_revision(spec, c))?;
+            if prepared.as_ref().is_ok_and(|o| {
+                !valid_revision_observation(o, spec)
+                    || !o.repository_credential_material_missing.is_empty()
+            }) {
+                return refused(Report::permanent("INVALID_DRIVER_OBSERVATION"));
+            }
+        }
         let observation = match prepared {
             Ok(o) => o,
             Err(e) => {
@@ -1310,8 +1359,10 @@ impl RevisionReconciler {
                 load_agent(&mut *db, &agent.namespace_id, &agent.id)?
             };
             if current.is_none_or(|a| a.desired_runtime_state != RuntimeState::Running) {
+                self.close_before_stop(pass, revision)?;
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 for earlier in earlier.iter().filter(|r| !r.retired) {
+                    self.close_before_stop(pass, earlier)?;
                     let earlier = earlier.spec(&pass.ctx.installation_id);
                     try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
                 }
@@ -1336,6 +1387,8 @@ impl RevisionReconciler {
             return Ok(report);
         }
         for earlier in earlier.iter().filter(|r| !r.retired) {
+            // SPEC G12: an earlier revision's sessions are closed before its retirement.
+            self.close_before_stop(pass, earlier)?;
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }

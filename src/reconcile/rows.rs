@@ -131,6 +131,8 @@ pub struct RevisionRow {
     pub sandbox_facets: Vec<crate::compute::Facet>,
     /// The credential sources frozen at admission (SPEC §13), the harness source included.
     pub credential_sources: Vec<crate::credentials::SnapshotSource>,
+    /// The repository credentials snapshotted at admission (SPEC §19), `None` without.
+    pub repository_credentials: Option<Value>,
 }
 
 impl RevisionRow {
@@ -276,6 +278,7 @@ pub fn load_revisions(
                 credential_sources: serde_json::from_value(r.get(27)).map_err(|e| {
                     PassError::Invariant(format!("credential source snapshot: {e}"))
                 })?,
+                repository_credentials: r.get(28),
             })
         })
         .collect()

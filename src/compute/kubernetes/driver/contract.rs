@@ -2,7 +2,7 @@
 //! contract as the flow in `driver`'s header describes it, and the driver's pure answers.
 
 use super::*;
-use crate::compute::HarnessMode;
+use crate::compute::{HarnessMode, RepositoryRuntime};
 
 impl ComputeDriver for KubernetesDriver {
     fn id(&self) -> &str {
@@ -513,6 +513,22 @@ impl ComputeDriver for KubernetesDriver {
     /// The built-in `kubernetes-secret-gateway` (SPEC §13, E6).
     fn credential_gateway(&self) -> Option<&dyn CredentialGateway> {
         Some(self)
+    }
+
+    /// The Harness (dedicated) or gateway (embedded) reads Git material from Secrets of the
+    /// Agent's namespace (SPEC G11).
+    fn repository(&self) -> Option<&dyn RepositoryRuntime> {
+        Some(self)
+    }
+}
+
+impl RepositoryRuntime for KubernetesDriver {
+    fn runtime_namespace(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<String, ComputeError> {
+        self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)
     }
 }
 

@@ -1,0 +1,237 @@
+//! A revision's repository credentials in its own passes (SPEC G10-G12): the ordered
+//! authority checks, the sessions prepared and handed to Compute with the revision, their one
+//! repair after missing material, and their close before any stop of the revision.
+
+use super::*;
+use crate::compute::{MissingMaterial, RepositoryAccess, REPOSITORY_RECIPIENT_UNVERIFIED};
+use crate::reconcile::repository::{self, Credentials, Prepared};
+use crate::reconcile::rows::{AgentStatus, NamespaceStatus};
+
+/// How long a standing revision waits for a predecessor's session to dispose (SPEC G15):
+/// min(5 000 ms, the revision's maintenance interval or 5 000 ms).
+const SUCCESSION_RECHECK: Duration = Duration::from_secs(5);
+
+impl RevisionReconciler {
+    /// The revision's repository credentials, when it has them (SPEC §19).
+    pub(super) fn git(l: &Loaded) -> Result<Option<Credentials>, PassError> {
+        l.revision
+            .repository_credentials
+            .as_ref()
+            .map(Credentials::parse)
+            .transpose()
+    }
+
+    /// SPEC G10, in order: a stopping worker loses the claim; the Namespace not `ready`, the
+    /// Agent not `running` or its principal changed (`REPOSITORY_REVISION_STOPPED`); another
+    /// active revision numbered at least this one (`REPOSITORY_REVISION_SUPERSEDED`); with
+    /// `full`, R2's refusal and the backend step again (a pass that just decided them skips
+    /// them); a driver that delivers no repository credentials
+    /// (`REPOSITORY_RUNTIME_UNSUPPORTED`) or refuses the recipient; then G19's `validate`.
+    /// `Some` refuses, permanently.
+    pub(super) fn repository_authority(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        credentials: &Credentials,
+        full: bool,
+    ) -> Result<Option<Report>, PassError> {
+        pass.cancel().check()?;
+        let revision = &l.revision;
+        let (current, active_number) = {
+            let mut db = pass.db()?;
+            let current = load_agent(&mut *db, &revision.namespace_id, &revision.agent_id)?;
+            let active = current.as_ref().and_then(|a| a.active_revision_id.clone());
+            let number = match active.filter(|id| *id != revision.id) {
+                Some(id) => load_revisions(
+                    &mut *db,
+                    &revision.namespace_id,
+                    &revision.agent_id,
+                    Some(&id),
+                    pass.claim.id,
+                )?
+                .first()
+                .map(|r| r.revision),
+                None => None,
+            };
+            (current, number)
+        };
+        let stopped = current.as_ref().is_none_or(|a| {
+            a.namespace_status != NamespaceStatus::Ready
+                || a.status != AgentStatus::Active
+                || a.desired_runtime_state != RuntimeState::Running
+                || a.service_principal_id != revision.service_principal_id
+        });
+        if stopped {
+            return Ok(Some(Report::permanent("REPOSITORY_REVISION_STOPPED")));
+        }
+        if active_number.is_some_and(|n| n >= revision.revision) {
+            return Ok(Some(Report::permanent("REPOSITORY_REVISION_SUPERSEDED")));
+        }
+        if full {
+            if let Some(refusal) = self.authorize(pass, l)? {
+                return Ok(Some(refusal));
+            }
+        }
+        let spec = revision.spec(&pass.ctx.installation_id);
+        let selected = pass.ctx.sandbox.driver.as_ref().map(|s| s.id.as_str());
+        match pass
+            .ctx
+            .compute
+            .policy()
+            .validate_repository_credentials(&spec, selected)
+        {
+            None => return Ok(Some(Report::permanent(repository::RUNTIME_UNSUPPORTED))),
+            Some(Err(e)) => {
+                let code = match e.kind() {
+                    ComputeErrorKind::Permanent(code)
+                        if code == REPOSITORY_RECIPIENT_UNVERIFIED =>
+                    {
+                        REPOSITORY_RECIPIENT_UNVERIFIED
+                    }
+                    _ => repository::RUNTIME_UNSUPPORTED,
+                };
+                return Ok(Some(Report::permanent(code)));
+            }
+            Some(Ok(())) => {}
+        }
+        let refused = {
+            let mut db = pass.db()?;
+            repository::validate(
+                &mut *db,
+                revision,
+                credentials,
+                pass.ctx.repository_sender.as_deref(),
+            )?
+        };
+        Ok(refused.map(Report::permanent))
+    }
+
+    /// A G10 refusal (or a sender's, SPEC G21): permanent; a candidate is stopped first
+    /// (R9, its sessions closed before, G12), and an active revision's maintenance chain ends.
+    pub(super) fn refuse_repository(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        mut refusal: Report,
+        prepared: bool,
+    ) -> Result<Report, PassError> {
+        if refusal.facts == Facts::Plain {
+            refusal.facts = Facts::Own(RevisionFacts::Refused);
+        }
+        self.refuse(pass, l, refusal.at("repository"), prepared)
+    }
+
+    /// SPEC G11, G19 *prepare*: the revision's sessions opened (or reused) and handed to
+    /// Compute in `spec`, then G10 again. `Some` ends the pass: a refusal, a sender without an
+    /// answer (a retry keeping `REPOSITORY_SENDER_UNAVAILABLE`), or a standing revision
+    /// waiting on its predecessor's session.
+    pub(super) fn prepare_sessions(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &mut RevisionSpec,
+        credentials: &Credentials,
+    ) -> Result<Option<Report>, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let (Some(runtime), Some(sender)) =
+            (driver.repository(), pass.ctx.repository_sender.clone())
+        else {
+            // G10 decided both before preparing; the Installation changed under the pass.
+            let refusal = Report::permanent(repository::RUNTIME_UNSUPPORTED);
+            return self.refuse_repository(pass, l, refusal, true).map(Some);
+        };
+        let namespace = match effect(pass, "repository", |c| runtime.runtime_namespace(spec, c))? {
+            Ok(namespace) => namespace,
+            Err(e) => return Ok(Some(compute_report(&e, pass).at("repository"))),
+        };
+        match repository::prepare(pass, &sender, spec, credentials, &namespace)? {
+            Prepared::Materials(materials) => {
+                spec.repository = Some(RepositoryAccess {
+                    materials,
+                    ..credentials.access()
+                });
+            }
+            Prepared::Refused(code) => {
+                let refusal = Report::permanent(&code);
+                return self.refuse_repository(pass, l, refusal, true).map(Some);
+            }
+            Prepared::Unavailable(e) => {
+                return Ok(Some(compute_report(&e, pass).at("repository")));
+            }
+            Prepared::SuccessionPending => {
+                let recheck = pass
+                    .ctx
+                    .compute
+                    .policy()
+                    .maintenance_interval()
+                    .map_or(SUCCESSION_RECHECK, |i| i.min(SUCCESSION_RECHECK));
+                let wait = Report::waiting(repository::SUCCESSION, recheck, Wait::Unbounded);
+                return Ok(Some(wait.at("repository")));
+            }
+        }
+        match self.repository_authority(pass, l, credentials, true)? {
+            Some(refusal) => self.refuse_repository(pass, l, refusal, true).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// SPEC G11 *repair*: each missing entry's session closed, a new one opened for its REF,
+    /// and G10 again; `spec` then carries the new material. `Some` ends the pass.
+    pub(super) fn repair_sessions(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        spec: &mut RevisionSpec,
+        credentials: &Credentials,
+        missing: &[MissingMaterial],
+    ) -> Result<Option<Report>, PassError> {
+        let sender = pass.ctx.repository_sender.clone();
+        let sessions = {
+            let mut db = pass.db()?;
+            repository::sessions(&mut *db, &spec.revision_id)?
+        };
+        for session in sessions.iter().filter(|s| {
+            s.phase.live()
+                && missing.iter().any(|m| {
+                    m.repository_ref == s.repository_ref
+                        && Some(m.session_id.as_str()) == s.session_id.as_deref()
+                })
+        }) {
+            repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
+        }
+        self.prepare_sessions(pass, l, spec, credentials)
+    }
+
+    /// SPEC G12: a revision's sessions are closed before its runtime stops or retires. A close
+    /// the sender does not confirm leaves them `closing` and registers `terminal-runtime`
+    /// cleanup (fenced, so it outlives a crash); the stop goes on either way.
+    pub(super) fn close_before_stop(
+        &self,
+        pass: &Pass<'_>,
+        revision: &RevisionRow,
+    ) -> Result<(), PassError> {
+        if revision.repository_credentials.is_none() {
+            return Ok(());
+        }
+        let closed = repository::close_revision(
+            pass,
+            pass.ctx.repository_sender.as_deref(),
+            &revision.namespace_id,
+            &revision.id,
+        )?;
+        if closed.unconfirmed {
+            let cleanup = NewWork::repository_cleanup(
+                &revision.namespace_id,
+                &revision.agent_id,
+                &revision.id,
+                CleanupKind::TerminalRuntime,
+                &pass.claim.actor_id,
+            );
+            pass.fenced(|tx| {
+                queue::work_enqueue(tx, &cleanup)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
