@@ -484,9 +484,9 @@ mod tests {
     fn g21_a_refusal_keeps_a_codes_shape_or_becomes_the_generic_code() {
         let refused = |answer: Value| open_answer(answer.as_object().unwrap());
         assert_eq!(
-            refused(json!({"opened": false, "code": "REPO_FROZEN"})),
+            refused(json!({"opened": false, "code": "TEAM_FROZEN"})),
             Some(OpenAnswer::Refused {
-                code: "REPO_FROZEN".into()
+                code: "TEAM_FROZEN".into()
             })
         );
         for code in [json!("not a code"), json!(7), Value::Null] {
