@@ -5,7 +5,10 @@
 use crate::kube_e2e::{kube_env, scratch};
 use crate::kube_fake::tls::{leaf, new_ca};
 use crate::kube_fake::{FakeOptions, KubeFake};
-use crate::support::{cancel_after, context, worker_command, Captured, ContextBuilder, TestDb};
+use crate::support::{
+    cancel_after, context, wait_for, worker_command, Captured, ContextBuilder, TestDb,
+    WorkerProcess,
+};
 use occ_worker::cancel::{CancelToken, Cancelled, LossCause};
 use occ_worker::compute::{ComputeError, ComputeErrorKind};
 use occ_worker::events::Events;
@@ -882,6 +885,64 @@ fn g7_a_sender_that_is_not_ready_is_said_as_health_unavailable() {
     server.answer("ready", Answer::Json(json!({"ready": false})));
     assert_eq!(beat(false), health);
     assert_eq!(server.calls().len(), asked);
+
+    // A worker process: `worker.started` names the sender, and its idle beats follow `ready`.
+    let fake = KubeFake::start(FakeOptions::default());
+    let db = TestDb::bootstrapped();
+    let dir = scratch("repository-sender-health");
+    let ca = dir.join("sender-ca.pem");
+    std::fs::write(&ca, &server.ca_pem).unwrap();
+    let file = dir.join("installation.json");
+    std::fs::write(
+        &file,
+        json!({
+            "sandbox": {"id": "sb", "implementation": "kubernetes-sandbox", "facets": ["read-only-root"]},
+            "repositoryPolicy": {"id": "repos", "implementation": "occ-repository-policy"},
+            "repositorySender": {"id": "git", "url": server.url(), "caFile": ca.display().to_string(),
+                                 "durableBrokerReceipts": true},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut env = kube_env(&db, &fake, &dir, 1);
+    env.push(("OCC_INSTALLATION_CONFIG", file.display().to_string()));
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    wait_for(
+        "a beat said as HEALTH_UNAVAILABLE",
+        Duration::from_secs(30),
+        || {
+            worker
+                .events()
+                .iter()
+                .any(|e| e["event"] == "worker.error" && e["code"] == "HEALTH_UNAVAILABLE")
+        },
+    );
+    let events = worker.events();
+    let started = events
+        .iter()
+        .find(|e| e["event"] == "worker.started")
+        .expect("worker.started");
+    assert_eq!(started["repositorySenderId"], "git");
+    assert!(
+        !events.iter().any(|e| e["event"] == "worker.health"),
+        "{events:?}"
+    );
+    let ready = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/sender/ready")
+        .last()
+        .expect("the worker asked ready");
+    assert_eq!(
+        ready.body,
+        json!({"installationId": "inst", "senderId": "git"})
+    );
+    server.answer("ready", Answer::Json(json!({"ready": true})));
+    wait_for("a worker.health beat", Duration::from_secs(30), || {
+        worker.has_event("worker.health")
+    });
+    drop(worker);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
