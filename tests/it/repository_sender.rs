@@ -930,8 +930,7 @@ fn g7_a_sender_that_is_not_ready_is_said_as_health_unavailable() {
     let ready = server
         .calls()
         .into_iter()
-        .filter(|c| c.path == "/sender/ready")
-        .last()
+        .rfind(|c| c.path == "/sender/ready")
         .expect("the worker asked ready");
     assert_eq!(
         ready.body,
