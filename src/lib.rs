@@ -20,6 +20,7 @@ pub mod migrate;
 pub mod operator;
 pub mod queue;
 pub mod reconcile;
+pub mod repository;
 pub mod runtime;
 pub mod secret;
 pub mod variable;

@@ -16,6 +16,7 @@ use occ_worker::installation::Installation;
 use occ_worker::metrics::Metrics;
 use occ_worker::queue::QueueOptions;
 use occ_worker::reconcile::{Context, Registry};
+use occ_worker::repository::RepositorySender;
 use occ_worker::runtime::budget::{self, ConnectionBudget, ServerLimit};
 use occ_worker::runtime::{RuntimeOptions, Worker};
 use occ_worker::secret::SecretDriver;
@@ -59,6 +60,8 @@ struct Started {
     installation: Installation,
     /// The codes of the Compute preflight's warnings (logged; `check` fails on any).
     preflight_warnings: Vec<String>,
+    /// The selected native repository sender's client (SPEC G6, G20).
+    repository_sender: Option<Arc<RepositorySender>>,
     /// Bounds every database wait of this process (W5). Last, so it outlives the pool when
     /// `Started` drops: closing the pool's connections is bounded by it too.
     _watchdog: Option<occ_worker::db::Watchdog>,
@@ -87,6 +90,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
     let installation_id = read_installation(&pool, &config)?;
     validate_iam(&pool)?;
     let (compute, installation) = build_compute(&config)?;
+    let repository_sender = repository_sender(&installation, &installation_id)?;
     let preflight_warnings = preflight(&config, &*compute, &installation, &events)?;
     Ok(Started {
         _watchdog: watchdog,
@@ -97,7 +101,30 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         events,
         installation,
         preflight_warnings,
+        repository_sender,
     })
+}
+
+/// The selected repository sender's client (SPEC G6), built where the hooks' are: a CA bundle
+/// it cannot be built with stops start-up in one line naming the variable.
+fn repository_sender(
+    installation: &Installation,
+    installation_id: &str,
+) -> Result<Option<Arc<RepositorySender>>, CliError> {
+    installation
+        .repository_sender
+        .as_ref()
+        .map(|entry| {
+            RepositorySender::new(entry, installation_id)
+                .map(Arc::new)
+                .map_err(|e| {
+                    CliError::config(format!(
+                        "invalid configuration: {}: {e}",
+                        occ_worker::installation::VARIABLE
+                    ))
+                })
+        })
+        .transpose()
 }
 
 /// One direct connection first: a missing database, a refused login or a closed port is
@@ -437,6 +464,7 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
             .as_ref()
             .map(|g| g.id.clone()),
         mode: s.config.mode,
+        repository_sender: s.repository_sender.clone(),
     });
     let worker = Worker::new(
         ctx,

@@ -40,6 +40,8 @@ pub struct Context {
     /// The worker's mode: production alone deactivates a dedicated Agent's route before its
     /// first pointer commit (SPEC N14, W8).
     pub mode: crate::config::Mode,
+    /// The Installation's native repository sender, when one is selected (SPEC G6, G20).
+    pub repository_sender: Option<Arc<crate::repository::RepositorySender>>,
 }
 
 /// Why a pass ended without a report of its own.

@@ -118,6 +118,7 @@ impl Worker {
                 "computeDriverId": ctx.compute.id(),
                 "computeImplementation": ctx.compute.implementation(),
                 "sandboxDriverId": ctx.sandbox.driver.as_ref().map(|s| &s.id),
+                "repositorySenderId": ctx.repository_sender.as_ref().map(|s| s.id()),
                 "concurrency": options.concurrency,
                 // The holder every claim of this process names (V29).
                 "workerId": ctx.queue.holder.id,

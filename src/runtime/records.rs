@@ -184,7 +184,8 @@ impl DeployTimings {
 /// [D] The queue depth it reports is read at most once per `every` too and reused in between:
 /// the seed counts it again after every pass, a scan of every queued and claimed row, so a
 /// pass would cost more the deeper the queue. A beat that needs a fresh count and cannot read
-/// it says `worker.error HEALTH_UNAVAILABLE`.
+/// it says `worker.error HEALTH_UNAVAILABLE`, as does a beat whose repository sender (when it
+/// declares durable broker receipts) is not ready (SPEC G7).
 pub struct HealthBeat {
     every: Duration,
     /// When the last line was said.
@@ -203,7 +204,8 @@ impl HealthBeat {
     }
 
     /// Says `worker.health {status: "ready", pending}` (queued and claimed work) when `force`d
-    /// or due.
+    /// or due, once the repository sender, when it declares durable broker receipts, answered
+    /// `ready: true` (SPEC G7).
     pub fn beat(&self, ctx: &Context, force: bool) {
         {
             let mut last = self.last.lock();
@@ -211,6 +213,19 @@ impl HealthBeat {
                 return;
             }
             *last = Some(Instant::now());
+        }
+        // SPEC G7: a sender declaring durable broker receipts is asked `ready` first (2 000 ms);
+        // not ready, or no valid answer, is said instead of the beat.
+        if let Some(sender) = ctx
+            .repository_sender
+            .as_ref()
+            .filter(|s| s.durable_broker_receipts())
+        {
+            if !matches!(sender.ready(), Ok(true)) {
+                ctx.events
+                    .emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"}));
+                return;
+            }
         }
         match self.pending(ctx) {
             Some(pending) if force => ctx.events.health(pending),

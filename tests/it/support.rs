@@ -342,6 +342,7 @@ pub fn context_with(pool: db::Pool, compute: Arc<dyn ComputeDriver>) -> ContextB
         sandbox: Default::default(),
         credential_gateway: None,
         mode: Mode::Development,
+        repository_sender: None,
     })
 }
 
@@ -359,6 +360,7 @@ impl ContextBuilder {
             sandbox: ctx.sandbox.clone(),
             credential_gateway: ctx.credential_gateway.clone(),
             mode: ctx.mode,
+            repository_sender: ctx.repository_sender.clone(),
         })
     }
     pub fn installation(mut self, id: &str) -> Self {
@@ -383,6 +385,13 @@ impl ContextBuilder {
     }
     pub fn mode(mut self, mode: Mode) -> Self {
         self.0.mode = mode;
+        self
+    }
+    pub fn repository_sender(
+        mut self,
+        sender: Option<Arc<occ_worker::repository::RepositorySender>>,
+    ) -> Self {
+        self.0.repository_sender = sender;
         self
     }
     pub fn build(self) -> Arc<Context> {

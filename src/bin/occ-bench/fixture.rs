@@ -101,6 +101,7 @@ pub fn context(url: &str, concurrency: usize) -> Result<Arc<Context>, BenchError
         sandbox: Default::default(),
         credential_gateway: None,
         mode: occ_worker::config::Mode::Development,
+        repository_sender: None,
     }))
 }
 
