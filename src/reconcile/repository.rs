@@ -13,7 +13,7 @@ use crate::compute::{ComputeError, RepositoryBinding, RepositoryMaterial, Revisi
 use crate::repository::{
     OpenAnswer, OpenRequest, RepositorySender, SenderError, SessionRequest, SessionState,
 };
-use postgres::GenericClient;
+use crate::db::GenericClient;
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -197,7 +197,7 @@ impl RevisionReconciler {
                         && Some(m.session_id.as_str()) == s.session_id.as_deref()
                 })
         }) {
-            repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
+            let _closed = repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
         }
         self.prepare_sessions(pass, l, spec, credentials)
     }
