@@ -454,10 +454,9 @@ BEGIN
     -- agent_revisions_repository_credentials_check's).
     IF NEW.repository_credentials IS NOT NULL AND jsonb_typeof(NEW.repository_credentials -> 'bindings') = 'array' AND (
         EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b
-                WHERE jsonb_typeof(b) <> 'object'
-                   OR jsonb_typeof(b -> 'repositoryRef') IS DISTINCT FROM 'string'
-                   OR NOT occ.is_repository_ref(b ->> 'repositoryRef'))
-        OR (SELECT count(DISTINCT b ->> 'repositoryRef') <> count(*)
+                WHERE jsonb_typeof(b -> 'repositoryRef') = 'string'
+                  AND NOT occ.is_repository_ref(b ->> 'repositoryRef'))
+        OR (SELECT count(DISTINCT b ->> 'repositoryRef') <> count(b ->> 'repositoryRef')
             FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b)) THEN
         RAISE EXCEPTION 'repository credentials must bind each repository once, by a REF (HOST/PATH)'
             USING ERRCODE = 'check_violation';

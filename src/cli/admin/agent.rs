@@ -13,11 +13,11 @@ use super::super::error::CliError;
 use super::super::globals::{Globals, Page};
 use super::super::refusal::{refused, Inputs};
 use super::super::wait::WaitArg;
-use super::repository;
 use super::common::{
     call, call_value, compute_default, enqueue, in_namespace, installation_config,
     read_configuration, read_json_object, JsonFile, Mode,
 };
+use super::repository;
 use clap::{Args, Subcommand, ValueEnum};
 use occ_worker::operator;
 use serde_json::Value;

@@ -17,7 +17,7 @@ use super::common::call;
 use clap::{Subcommand, ValueEnum};
 
 /// What a grant or an approval allows: `write` covers `read`.
-#[derive(Clone, Copy, Default, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
 pub enum Scope {
     #[default]
     Read,
@@ -209,7 +209,10 @@ fn sessions(globals: &Globals, namespace: &str, agent: Option<&str>) -> Result<(
     let mut client = globals.connect()?;
     let inputs = Inputs {
         what: "repository sessions",
-        args: &[("NAMESPACE", namespace), ("AGENT", agent.unwrap_or_default())],
+        args: &[
+            ("NAMESPACE", namespace),
+            ("AGENT", agent.unwrap_or_default()),
+        ],
     };
     let row = client
         .query_one(
@@ -382,7 +385,7 @@ mod tests {
             Ok((ref r, Scope::Write)) if r == "github.com/a/b"
         ));
         for bad in ["github.com/a/b=admin", "github.com=read", "x", "a/b="] {
-            let e = parse_binding(bad).err().expect(bad);
+            let e = parse_binding(bad).expect_err(bad);
             assert_eq!(e.exit_code(), 2, "{bad}");
             assert!(e.to_string().contains(bad), "{e}");
             assert_eq!(e.to_string().lines().count(), 1);
@@ -391,8 +394,10 @@ mod tests {
         assert_eq!(parse_deadline("8h").ok(), Some(480));
         assert_eq!(parse_deadline("7d").ok(), Some(10080));
         assert_eq!(parse_deadline("10080m").ok(), Some(10080));
-        for bad in ["0m", "8d", "10081m", "h", "1.5h", "-1h", "1w", "", "1 h", "9999999m"] {
-            let e = parse_deadline(bad).err().expect(bad);
+        for bad in [
+            "0m", "8d", "10081m", "h", "1.5h", "-1h", "1w", "", "1 h", "9999999m",
+        ] {
+            let e = parse_deadline(bad).expect_err(bad);
             assert_eq!(e.exit_code(), 2, "{bad}");
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }
