@@ -1,8 +1,8 @@
 //! `occ-worker admin agent create|deploy|stop|delete|show|list|sandbox-policy|workspace-setup|withdraw-credential`:
 //! Agent and revision admission (SPEC A1, A2, R1, R12, section 9), deployment with a managed
-//! account (M1, M4) or credential sources (§13), an Agent's sandbox policy (S3), its workspace
-//! setup (WS1) and the request
-//! to withdraw a credential source from its runtimes (E15).
+//! account (M1, M4), credential sources (§13) or repository credentials (G8), an Agent's sandbox
+//! policy (S3), its workspace setup (WS1) and the request to withdraw a credential source from
+//! its runtimes (E15).
 //!
 //! Every command calls one PostgreSQL admission function (`occ.agent_*`,
 //! `occ.credential_withdrawal_request`; their current bodies are in `sql/schema.sql`), which
