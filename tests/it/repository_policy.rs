@@ -625,6 +625,21 @@ fn g8_bad_input_writes_nothing() {
         all.extend_from_slice(&args);
         refused(&before, &mut c, run(&db, None, &all), 2, &typed);
     }
+    // A scope other than read or write, said as typed.
+    for verb in ["grant", "approve"] {
+        let mut all = vec!["admin", "repository", verb, "ns1"];
+        if verb == "approve" {
+            all.push("bot");
+        }
+        all.extend_from_slice(&[APP, "--scope", "admin", "--actor", "admin"]);
+        refused(
+            &before,
+            &mut c,
+            run(&db, None, &all),
+            2,
+            "--scope must be read or write, got \"admin\"",
+        );
+    }
     // Admission refuses the same input itself, as bad input (SQLSTATE 22023), for any caller.
     for (sql, params) in [
         (
@@ -972,13 +987,25 @@ fn g19_data_checks_refuse_malformed_credentials_sessions_and_approvals() {
         check_violation(bad_execution),
         "repository_executions_execution_check"
     );
-    let sessions: Value = one(&mut c, "SELECT occ.repository_sessions('ns1', 'bot')", &[]);
+    let (code, sessions, stderr) = run(
+        &db,
+        None,
+        &["admin", "repository", "sessions", "ns1", "bot"],
+    );
+    assert_eq!(code, 0, "{stderr}");
     assert_eq!(sessions.as_array().unwrap().len(), 3);
     assert!(sessions
         .as_array()
         .unwrap()
         .iter()
         .all(|s| s["revisionId"] == json!("rev-deadline") && s.get("materialRef").is_none()));
+    let phases: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["opening", "closing", "open"], "newest first");
 
     // Approvals: the fingerprint is the one of the REF and scope.
     c.execute(

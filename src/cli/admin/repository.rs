@@ -14,12 +14,11 @@ use super::super::error::CliError;
 use super::super::globals::Globals;
 use super::super::refusal::{cut, refused, Inputs};
 use super::common::call;
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 
 /// What a grant or an approval allows: `write` covers `read`.
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+#[derive(Clone, Copy, Debug)]
 pub enum Scope {
-    #[default]
     Read,
     Write,
 }
@@ -29,6 +28,18 @@ impl Scope {
         match self {
             Scope::Read => "read",
             Scope::Write => "write",
+        }
+    }
+
+    /// `--scope` as typed: `read` or `write`, else one line naming it (exit 2).
+    fn parse(what: &str, typed: &str) -> Result<Scope, CliError> {
+        match typed {
+            "read" => Ok(Scope::Read),
+            "write" => Ok(Scope::Write),
+            _ => Err(CliError::config(format!(
+                "{what} refused: --scope must be read or write, got {:?}",
+                cut(typed)
+            ))),
         }
     }
 }
@@ -43,9 +54,9 @@ pub enum RepositoryCommand {
         /// The repository: HOST/PATH, e.g. github.com/acme/app.
         #[arg(value_name = "REF")]
         repository: String,
-        /// What the grant allows (write covers read).
-        #[arg(long, value_enum, default_value_t)]
-        scope: Scope,
+        /// What the grant allows: read or write (write covers read).
+        #[arg(long, value_name = "read|write", default_value = "read")]
+        scope: String,
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
@@ -78,9 +89,9 @@ pub enum RepositoryCommand {
         /// The repository: HOST/PATH, granted to the Namespace at the scope.
         #[arg(value_name = "REF")]
         repository: String,
-        /// What the approval allows (write covers read).
-        #[arg(long, value_enum, default_value_t)]
-        scope: Scope,
+        /// What the approval allows: read or write (write covers read).
+        #[arg(long, value_name = "read|write", default_value = "read")]
+        scope: String,
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
@@ -117,6 +128,7 @@ pub fn run(globals: &Globals, command: RepositoryCommand) -> Result<(), CliError
             actor,
         } => {
             check_ref("repository grant", &repository)?;
+            let scope = Scope::parse("repository grant", &scope)?;
             call(
                 globals,
                 "repository grant",
@@ -165,6 +177,7 @@ pub fn run(globals: &Globals, command: RepositoryCommand) -> Result<(), CliError
             actor,
         } => {
             check_ref("repository approve", &repository)?;
+            let scope = Scope::parse("repository approve", &scope)?;
             call(
                 globals,
                 "repository approve",
