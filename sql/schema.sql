@@ -27,6 +27,14 @@ CREATE SCHEMA occ;
 
 
 --
+-- Name: repository_ref; Type: DOMAIN; Schema: occ; Owner: -
+--
+
+CREATE DOMAIN occ.repository_ref AS text
+	CONSTRAINT repository_ref_check CHECK (((length(VALUE) <= 256) AND (VALUE ~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?(/(?!\.{1,2}(/|$))[A-Za-z0-9._-]+)+$'::text)));
+
+
+--
 -- Name: agent_audit(text, text, text, text, text, jsonb); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -130,10 +138,10 @@ END $$;
 
 
 --
--- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb, text, text[], text, boolean); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_deploy(text, text, text, text, text, text, text, text, text, jsonb, jsonb, text, text, text, jsonb, text, text[], text, boolean, jsonb, interval, boolean, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false) RETURNS jsonb
+CREATE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false, p_repositories jsonb DEFAULT NULL::jsonb, p_repository_deadline interval DEFAULT NULL::interval, p_standing boolean DEFAULT false, p_repository_sender_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -148,6 +156,7 @@ DECLARE
     facets jsonb := coalesce(p_sandbox_facets, '[]'::jsonb);
     missing text;
     sources jsonb;
+    repositories jsonb;
 BEGIN
     p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
@@ -207,6 +216,10 @@ BEGIN
                       HINT = 'SANDBOX_FACET_UNAVAILABLE';
         END IF;
     END IF;
+    -- SPEC G8: the repositories, each granted to the Namespace at its scope, with the Agent's
+    -- standing approval of the first or a deadline, under the selected sender.
+    repositories := occ.repository_credentials_admit(p_namespace, a.id, p_repositories,
+        p_repository_deadline, p_standing, p_repository_sender_id);
     approved := occ.approved_harness_version(p_harness, p_mode);
     IF approved IS NULL THEN
         RAISE EXCEPTION 'harness % is not approved in % mode', p_harness, p_mode
@@ -222,12 +235,12 @@ BEGIN
         service_principal_id, configuration_id, configuration_generation, document,
         harness_id, harness_version, harness_mode, execution_mode, compute_id,
         compute_implementation, harness_auth, secret_bindings, plugins, backend_id,
-        sandbox_driver_id, sandbox_facets, credential_sources)
+        sandbox_driver_id, sandbox_facets, credential_sources, repository_credentials)
     VALUES (rev_id, p_namespace, a.id, rev_no, p_actor, a.service_principal_id, c.id,
         c.generation, c.document, p_harness, approved,
         p_mode, p_mode, p_compute_id, p_compute_implementation,
         auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend,
-        p_sandbox_driver_id, facets, sources);
+        p_sandbox_driver_id, facets, sources, repositories);
     UPDATE occ.agents SET desired_runtime_state = 'running', updated_at = clock_timestamp()
     WHERE id = a.id;
     work_key := 'agent_revision:' || rev_id || ':reconcile';
@@ -238,10 +251,12 @@ BEGIN
             'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets)
         || CASE WHEN sources = '[]'::jsonb THEN '{}'::jsonb
                 ELSE jsonb_build_object('credentialSourceIds',
-                    (SELECT jsonb_agg(s->'sourceId') FROM jsonb_array_elements(sources) s)) END);
+                    (SELECT jsonb_agg(s->'sourceId') FROM jsonb_array_elements(sources) s)) END
+        || CASE WHEN repositories IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('repositoryCredentials', repositories) END);
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
         'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets,
-        'credentialSources', sources);
+        'credentialSources', sources, 'repositoryCredentials', repositories);
 END $$;
 
 
@@ -435,6 +450,17 @@ BEGIN
                   OR jsonb_typeof(b.value->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'secret bindings must be {"ENV": {"namespaceId", "id"}}' USING ERRCODE = 'check_violation';
     END IF;
+    -- SPEC G8: each repository binding names a REF, and no REF twice (the rest of the shape is
+    -- agent_revisions_repository_credentials_check's).
+    IF NEW.repository_credentials IS NOT NULL AND jsonb_typeof(NEW.repository_credentials -> 'bindings') = 'array' AND (
+        EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b
+                WHERE jsonb_typeof(b -> 'repositoryRef') = 'string'
+                  AND NOT occ.is_repository_ref(b ->> 'repositoryRef'))
+        OR (SELECT count(DISTINCT b ->> 'repositoryRef') <> count(b ->> 'repositoryRef')
+            FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b)) THEN
+        RAISE EXCEPTION 'repository credentials must bind each repository once, by a REF (HOST/PATH)'
+            USING ERRCODE = 'check_violation';
+    END IF;
     -- A `credential_source` or `runtime` (SPEC M5) harness auth names no Secret source; its
     -- shape is agent_revisions_harness_auth_check's.
     IF NEW.harness_auth IS NOT NULL
@@ -585,6 +611,7 @@ BEGIN
                 'completedAt', s.completed_at, 'retiredAt', s.retired_at,
                 'harnessAuthMethod', r.harness_auth ->> 'method',
                 'sandboxDriverId', r.sandbox_driver_id, 'sandboxFacets', r.sandbox_facets,
+                'repositoryCredentials', r.repository_credentials,
                 'credentialSources', (
                     SELECT coalesce(jsonb_agg(jsonb_build_object('sourceId', e ->> 'sourceId',
                                                                  'kind', e ->> 'kind')
@@ -1720,6 +1747,15 @@ CREATE FUNCTION occ.is_egress(p_egress jsonb) RETURNS boolean
 
 
 --
+-- Name: is_repository_ref(text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.is_repository_ref(value text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    RETURN ((value IS NOT NULL) AND (length(value) <= 256) AND (value ~ '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?(/(?!\.{1,2}(/|$))[A-Za-z0-9._-]+)+$'::text));
+
+
+--
 -- Name: is_service_account_harness_auth(jsonb, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
@@ -2003,6 +2039,382 @@ BEGIN
         RAISE EXCEPTION 'no % % in Namespace %', m[1], m[3], m[2] USING ERRCODE = 'no_data_found';
     END IF;
 END $_$;
+
+
+--
+-- Name: repository_standing_approvals; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.repository_standing_approvals (
+    namespace_id text NOT NULL,
+    agent_id text NOT NULL,
+    repository_ref occ.repository_ref NOT NULL,
+    id uuid NOT NULL,
+    generation bigint NOT NULL,
+    scope text NOT NULL,
+    scope_fingerprint text NOT NULL,
+    approved_by text NOT NULL,
+    approved_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT repository_standing_approvals_approved_by_check CHECK ((length(approved_by) > 0)),
+    CONSTRAINT repository_standing_approvals_fingerprint_check CHECK ((scope_fingerprint = encode(sha256(convert_to((((repository_ref)::text || '
+'::text) || scope), 'UTF8'::name)), 'hex'::text))),
+    CONSTRAINT repository_standing_approvals_generation_check CHECK ((generation > 0)),
+    CONSTRAINT repository_standing_approvals_scope_check CHECK ((scope = ANY (ARRAY['read'::text, 'write'::text])))
+);
+
+
+--
+-- Name: repository_approval_json(occ.repository_standing_approvals); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_approval_json(a occ.repository_standing_approvals) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('namespaceId', a.namespace_id, 'agentId', a.agent_id,
+        'repositoryRef', a.repository_ref, 'id', a.id, 'generation', a.generation,
+        'scope', a.scope, 'scopeFingerprint', a.scope_fingerprint, 'approvedBy', a.approved_by,
+        'approvedAt', to_char(a.approved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+$$;
+
+
+--
+-- Name: repository_approve(text, text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_approve(p_actor text, p_namespace text, p_agent text, p_ref text, p_scope text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text;
+    a occ.agents;
+    granted text;
+    previous occ.repository_standing_approvals;
+    approval occ.repository_standing_approvals;
+    fingerprint text := encode(sha256(convert_to(p_ref || E'\n' || p_scope, 'UTF8')), 'hex');
+BEGIN
+    PERFORM occ.repository_input(p_ref, p_scope);
+    ns := occ.repository_namespace_lock(p_actor, p_namespace);
+    a := occ.agent_lock(ns, p_agent);
+    SELECT scope INTO granted FROM occ.repository_grants
+    WHERE namespace_id = ns AND repository_ref = p_ref FOR SHARE;
+    IF granted IS NULL THEN
+        RAISE EXCEPTION 'repository % is not granted to Namespace % (admin repository grant)',
+            p_ref, ns USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF granted = 'read' AND p_scope = 'write' THEN
+        RAISE EXCEPTION 'repository % is granted to Namespace % for read only, not write',
+            p_ref, ns USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT * INTO previous FROM occ.repository_standing_approvals
+    WHERE namespace_id = ns AND agent_id = a.id AND repository_ref = p_ref FOR UPDATE;
+    IF previous.id IS NULL THEN
+        INSERT INTO occ.repository_standing_approvals (namespace_id, agent_id, repository_ref,
+            id, generation, scope, scope_fingerprint, approved_by)
+        VALUES (ns, a.id, p_ref, gen_random_uuid(), 1, p_scope, fingerprint, p_actor)
+        RETURNING * INTO approval;
+    ELSIF previous.scope <> p_scope THEN
+        UPDATE occ.repository_standing_approvals
+        SET generation = generation + 1, scope = p_scope, scope_fingerprint = fingerprint,
+            approved_by = p_actor, approved_at = clock_timestamp()
+        WHERE namespace_id = ns AND agent_id = a.id AND repository_ref = p_ref
+        RETURNING * INTO approval;
+    ELSE
+        approval := previous;
+    END IF;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.repositories.approve', 'agent', a.id,
+        jsonb_strip_nulls(jsonb_build_object('repositoryRef', p_ref, 'scope', p_scope,
+            'approvalId', approval.id, 'generation', approval.generation,
+            'previousScope', previous.scope)));
+    RETURN occ.repository_approval_json(approval)
+        || jsonb_build_object('changed', previous.id IS NULL OR previous.scope <> p_scope);
+END $$;
+
+
+--
+-- Name: repository_credentials_admit(text, text, jsonb, interval, boolean, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_credentials_admit(p_namespace text, p_agent text, p_repositories jsonb, p_deadline interval, p_standing boolean, p_sender_id text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bindings jsonb := '[]'::jsonb;
+    b jsonb;
+    ref text;
+    scope text;
+    granted text;
+    approval occ.repository_standing_approvals;
+    deadline interval := coalesce(p_deadline, interval '8 hours');
+BEGIN
+    IF p_repositories IS NULL OR p_repositories = '[]'::jsonb THEN
+        IF coalesce(p_standing, false) OR p_deadline IS NOT NULL THEN
+            RAISE EXCEPTION '--standing and --repository-deadline need a --repository'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF coalesce(p_standing, false) AND p_deadline IS NOT NULL THEN
+        RAISE EXCEPTION 'repository credentials have a deadline or a standing approval, not both (--repository-deadline or --standing)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(p_repositories) <> 'array' THEN
+        RAISE EXCEPTION 'repositories must be a JSON array of {"repositoryRef", "scope"}'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR b IN SELECT e FROM jsonb_array_elements(p_repositories) e LOOP
+        IF jsonb_typeof(b) <> 'object' OR b - 'repositoryRef' - 'scope' <> '{}'::jsonb
+           OR jsonb_typeof(b -> 'repositoryRef') IS DISTINCT FROM 'string'
+           OR (b ? 'scope' AND jsonb_typeof(b -> 'scope') <> 'string') THEN
+            RAISE EXCEPTION 'repositories must be a JSON array of {"repositoryRef", "scope"}'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        ref := b ->> 'repositoryRef';
+        scope := coalesce(b ->> 'scope', 'read');
+        PERFORM occ.repository_input(ref, scope);
+        IF bindings @> jsonb_build_array(jsonb_build_object('repositoryRef', ref)) THEN
+            RAISE EXCEPTION 'repository % is named twice', ref
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        bindings := bindings || jsonb_build_array(
+            jsonb_build_object('repositoryRef', ref, 'scope', scope));
+    END LOOP;
+    IF jsonb_array_length(bindings) > 64 THEN
+        RAISE EXCEPTION 'a deployment names at most 64 repositories'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT coalesce(p_standing, false)
+       AND (deadline < interval '1 minute' OR deadline > interval '7 days') THEN
+        RAISE EXCEPTION 'repository deadline % is outside 1 minute to 7 days', deadline
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_sender_id IS NULL OR length(btrim(p_sender_id)) = 0 THEN
+        RAISE EXCEPTION 'no repository sender is selected (repositorySender in OCC_INSTALLATION_CONFIG), so no repository credentials can be admitted'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    FOR b IN SELECT e FROM jsonb_array_elements(bindings) e LOOP
+        SELECT g.scope INTO granted FROM occ.repository_grants g
+        WHERE g.namespace_id = p_namespace AND g.repository_ref = b ->> 'repositoryRef' FOR SHARE;
+        IF granted IS NULL THEN
+            RAISE EXCEPTION 'repository % is not granted to Namespace % (admin repository grant)',
+                b ->> 'repositoryRef', p_namespace USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        IF granted = 'read' AND b ->> 'scope' = 'write' THEN
+            RAISE EXCEPTION 'repository % is granted to Namespace % for read only, not write',
+                b ->> 'repositoryRef', p_namespace USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+    END LOOP;
+    IF coalesce(p_standing, false) THEN
+        SELECT * INTO approval FROM occ.repository_standing_approvals s
+        WHERE s.namespace_id = p_namespace AND s.agent_id = p_agent
+          AND s.repository_ref = bindings -> 0 ->> 'repositoryRef' FOR SHARE;
+        IF approval.id IS NULL THEN
+            RAISE EXCEPTION 'agent %/% has no standing approval of repository % (admin repository approve)',
+                p_namespace, p_agent, bindings -> 0 ->> 'repositoryRef'
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        RETURN jsonb_build_object('senderId', p_sender_id, 'bindings', bindings,
+            'standingApprovalId', approval.id, 'standingApprovalGeneration', approval.generation,
+            'standingApprovalScopeFingerprint', approval.scope_fingerprint);
+    END IF;
+    RETURN jsonb_build_object('senderId', p_sender_id, 'bindings', bindings,
+        'deadlineAt', to_char((clock_timestamp() + deadline) AT TIME ZONE 'UTC',
+                              'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'));
+END $$;
+
+
+--
+-- Name: repository_grant(text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_grant(p_actor text, p_namespace text, p_ref text, p_scope text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text;
+    previous text;
+    g occ.repository_grants;
+BEGIN
+    PERFORM occ.repository_input(p_ref, p_scope);
+    ns := occ.repository_namespace_lock(p_actor, p_namespace);
+    SELECT scope INTO previous FROM occ.repository_grants
+    WHERE namespace_id = ns AND repository_ref = p_ref FOR UPDATE;
+    INSERT INTO occ.repository_grants AS r (namespace_id, repository_ref, scope, created_by)
+    VALUES (ns, p_ref, p_scope, p_actor)
+    ON CONFLICT (namespace_id, repository_ref) DO UPDATE
+        SET scope = EXCLUDED.scope, created_by = EXCLUDED.created_by,
+            created_at = clock_timestamp()
+        WHERE r.scope IS DISTINCT FROM EXCLUDED.scope
+    RETURNING * INTO g;
+    IF g.namespace_id IS NULL THEN
+        SELECT * INTO g FROM occ.repository_grants WHERE namespace_id = ns AND repository_ref = p_ref;
+    END IF;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.repositories.grant', 'namespace', ns,
+        jsonb_strip_nulls(jsonb_build_object('repositoryRef', p_ref, 'scope', p_scope,
+            'previousScope', previous)));
+    RETURN jsonb_build_object('namespaceId', ns, 'repositoryRef', g.repository_ref,
+        'scope', g.scope, 'previousScope', previous,
+        'changed', previous IS DISTINCT FROM p_scope, 'createdBy', g.created_by,
+        'createdAt', to_char(g.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'));
+END $$;
+
+
+--
+-- Name: repository_input(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_input(p_ref text, p_scope text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF NOT coalesce(occ.is_repository_ref(p_ref), false) THEN
+        RAISE EXCEPTION 'repository % is not a REF: HOST/PATH, a lower-case host with an optional :PORT, then /-separated segments of A-Za-z0-9._- (not . or ..), at most 256 characters',
+            coalesce(p_ref, 'null') USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_scope IS DISTINCT FROM 'read' AND p_scope IS DISTINCT FROM 'write' THEN
+        RAISE EXCEPTION 'scope % of repository % is not read or write', coalesce(p_scope, 'null'),
+            p_ref USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END $$;
+
+
+--
+-- Name: repository_list(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_list(p_namespace text, p_agent text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    agent text;
+BEGIN
+    IF p_agent IS NOT NULL THEN
+        SELECT id INTO agent FROM occ.agents
+        WHERE namespace_id = ns AND (id = p_agent OR name = p_agent)
+        ORDER BY (id = p_agent) DESC LIMIT 1;
+        IF agent IS NULL THEN
+            RAISE EXCEPTION 'agent %/% does not exist', ns, p_agent USING ERRCODE = 'no_data_found';
+        END IF;
+    END IF;
+    RETURN jsonb_build_object('namespaceId', ns,
+        'grants', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('repositoryRef', g.repository_ref,
+                       'scope', g.scope, 'createdBy', g.created_by,
+                       'createdAt', to_char(g.created_at AT TIME ZONE 'UTC',
+                                            'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                   ORDER BY g.repository_ref)
+            FROM occ.repository_grants g WHERE g.namespace_id = ns), '[]'::jsonb),
+        'approvals', coalesce((
+            SELECT jsonb_agg(occ.repository_approval_json(s) || jsonb_build_object('agent', a.name)
+                   ORDER BY a.name, s.repository_ref)
+            FROM occ.repository_standing_approvals s
+            JOIN occ.agents a ON a.id = s.agent_id
+            WHERE s.namespace_id = ns AND (agent IS NULL OR s.agent_id = agent)), '[]'::jsonb));
+END $$;
+
+
+--
+-- Name: repository_namespace_lock(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_namespace_lock(p_actor text, p_namespace text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text := occ.agent_ready_namespace(p_namespace);
+BEGIN
+    PERFORM 1 FROM occ.namespaces_all WHERE id = ns FOR SHARE;
+    PERFORM occ.agent_require(p_actor, 'administer', 'namespace', ns, ns);
+    RETURN ns;
+END $$;
+
+
+--
+-- Name: repository_revoke(text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_revoke(p_actor text, p_namespace text, p_ref text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text;
+    revoked text;
+BEGIN
+    PERFORM occ.repository_input(p_ref, 'read');
+    ns := occ.repository_namespace_lock(p_actor, p_namespace);
+    DELETE FROM occ.repository_grants WHERE namespace_id = ns AND repository_ref = p_ref
+    RETURNING scope INTO revoked;
+    IF revoked IS NULL THEN
+        RAISE EXCEPTION 'repository % is not granted to Namespace %', p_ref, ns
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.repositories.revoke', 'namespace', ns,
+        jsonb_build_object('repositoryRef', p_ref, 'scope', revoked));
+    RETURN jsonb_build_object('namespaceId', ns, 'repositoryRef', p_ref, 'revokedScope', revoked);
+END $$;
+
+
+--
+-- Name: repository_sessions(text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_sessions(p_namespace text, p_agent text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    ns text := occ.resolve_namespace(p_namespace);
+    agent text;
+BEGIN
+    IF p_agent IS NOT NULL THEN
+        SELECT id INTO agent FROM occ.agents
+        WHERE namespace_id = ns AND (id = p_agent OR name = p_agent)
+        ORDER BY (id = p_agent) DESC LIMIT 1;
+        IF agent IS NULL THEN
+            RAISE EXCEPTION 'agent %/% does not exist', ns, p_agent USING ERRCODE = 'no_data_found';
+        END IF;
+    END IF;
+    RETURN coalesce((
+        SELECT jsonb_agg(jsonb_build_object('agentId', s.agent_id, 'agent', a.name,
+                   'revisionId', s.revision_id, 'revision', r.revision,
+                   'repositoryRef', s.repository_ref, 'phase', s.phase,
+                   'sessionId', s.session_id, 'admissionId', s.admission_id,
+                   'updatedAt', to_char(s.updated_at AT TIME ZONE 'UTC',
+                                        'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+               ORDER BY s.updated_at DESC, s.admission_id)
+        FROM occ.repository_sessions s
+        JOIN occ.agents a ON a.id = s.agent_id
+        JOIN occ.agent_revisions r ON r.id = s.revision_id
+        WHERE s.namespace_id = ns AND (agent IS NULL OR s.agent_id = agent)), '[]'::jsonb);
+END $$;
+
+
+--
+-- Name: repository_unapprove(text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.repository_unapprove(p_actor text, p_namespace text, p_agent text, p_ref text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ns text;
+    a occ.agents;
+    removed occ.repository_standing_approvals;
+BEGIN
+    PERFORM occ.repository_input(p_ref, 'read');
+    ns := occ.repository_namespace_lock(p_actor, p_namespace);
+    a := occ.agent_lock(ns, p_agent);
+    DELETE FROM occ.repository_standing_approvals
+    WHERE namespace_id = ns AND agent_id = a.id AND repository_ref = p_ref
+    RETURNING * INTO removed;
+    IF removed.id IS NULL THEN
+        RAISE EXCEPTION 'agent %/% has no standing approval of repository %', ns, a.id, p_ref
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM occ.agent_audit(ns, p_actor, 'openclaw.repositories.unapprove', 'agent', a.id,
+        jsonb_build_object('repositoryRef', p_ref, 'approvalId', removed.id,
+            'generation', removed.generation, 'scope', removed.scope));
+    RETURN occ.repository_approval_json(removed) || jsonb_build_object('removed', true);
+END $$;
 
 
 --
@@ -2659,6 +3071,7 @@ CREATE TABLE occ.agent_revisions (
     sandbox_driver_id text,
     sandbox_facets jsonb DEFAULT '[]'::jsonb NOT NULL,
     credential_sources jsonb DEFAULT '[]'::jsonb NOT NULL,
+    repository_credentials jsonb,
     CONSTRAINT agent_revisions_agent_id_check CHECK (occ.is_ident(agent_id)),
     CONSTRAINT agent_revisions_backend_id_check CHECK (((backend_id IS NULL) OR occ.is_ident(backend_id))),
     CONSTRAINT agent_revisions_compute_id_check CHECK ((compute_id ~ '^[a-z][a-z0-9-]{0,62}$'::text)),
@@ -2676,6 +3089,11 @@ CREATE TABLE occ.agent_revisions (
     CONSTRAINT agent_revisions_id_check CHECK (occ.is_ident(id)),
     CONSTRAINT agent_revisions_namespace_id_check CHECK (occ.is_ident(namespace_id)),
     CONSTRAINT agent_revisions_plugins_check CHECK ((jsonb_typeof(plugins) = 'array'::text)),
+    CONSTRAINT agent_revisions_repository_credentials_check CHECK (((repository_credentials IS NULL) OR COALESCE(((jsonb_typeof(repository_credentials) = 'object'::text) AND ((repository_credentials - ARRAY['senderId'::text, 'bindings'::text, 'standingApprovalId'::text, 'standingApprovalGeneration'::text, 'standingApprovalScopeFingerprint'::text, 'deadlineAt'::text]) = '{}'::jsonb) AND (jsonb_typeof((repository_credentials -> 'senderId'::text)) = 'string'::text) AND (length(btrim((repository_credentials ->> 'senderId'::text))) > 0) AND (length((repository_credentials ->> 'senderId'::text)) <= 128) AND (jsonb_typeof((repository_credentials -> 'bindings'::text)) = 'array'::text) AND ((jsonb_array_length((repository_credentials -> 'bindings'::text)) >= 1) AND (jsonb_array_length((repository_credentials -> 'bindings'::text)) <= 64)) AND (NOT jsonb_path_exists(repository_credentials, 'strict $."bindings"[*]?(@.type() != "object")'::jsonpath, '{}'::jsonb, true)) AND (NOT jsonb_path_exists(repository_credentials, '$."bindings"[*]?((!(@."repositoryRef".type() == "string") || !(@."scope".type() == "string")) || !(@."scope" == "read" || @."scope" == "write"))'::jsonpath, '{}'::jsonb, true)) AND (NOT jsonb_path_exists(repository_credentials, '$."bindings"[*].keyvalue()?(@."key" != "repositoryRef" && @."key" != "scope")'::jsonpath, '{}'::jsonb, true)) AND
+CASE
+    WHEN (repository_credentials ? 'deadlineAt'::text) THEN ((NOT (repository_credentials ?| ARRAY['standingApprovalId'::text, 'standingApprovalGeneration'::text, 'standingApprovalScopeFingerprint'::text])) AND (jsonb_typeof((repository_credentials -> 'deadlineAt'::text)) = 'string'::text) AND ((repository_credentials ->> 'deadlineAt'::text) ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$'::text))
+    ELSE ((repository_credentials ?& ARRAY['standingApprovalId'::text, 'standingApprovalGeneration'::text, 'standingApprovalScopeFingerprint'::text]) AND (jsonb_typeof((repository_credentials -> 'standingApprovalId'::text)) = 'string'::text) AND ((repository_credentials ->> 'standingApprovalId'::text) ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'::text) AND (jsonb_typeof((repository_credentials -> 'standingApprovalGeneration'::text)) = 'number'::text) AND ((repository_credentials ->> 'standingApprovalGeneration'::text) ~ '^[1-9][0-9]{0,17}$'::text) AND (jsonb_typeof((repository_credentials -> 'standingApprovalScopeFingerprint'::text)) = 'string'::text) AND ((repository_credentials ->> 'standingApprovalScopeFingerprint'::text) ~ '^[0-9a-f]{64}$'::text))
+END), false))),
     CONSTRAINT agent_revisions_revision_check CHECK ((revision > 0)),
     CONSTRAINT agent_revisions_sandbox_driver_id_check CHECK (((sandbox_driver_id IS NULL) OR ((length(btrim(sandbox_driver_id)) > 0) AND (length(sandbox_driver_id) <= 128)))),
     CONSTRAINT agent_revisions_sandbox_facets_check CHECK (((jsonb_typeof(sandbox_facets) = 'array'::text) AND ((sandbox_driver_id IS NOT NULL) OR (sandbox_facets = '[]'::jsonb)))),
@@ -3023,6 +3441,56 @@ CREATE VIEW occ.namespaces AS
     namespaces_all.updated_at
    FROM occ.namespaces_all
   WHERE (namespaces_all.deleted_at IS NULL);
+
+
+--
+-- Name: repository_executions; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.repository_executions (
+    namespace_id text NOT NULL,
+    revision_id text NOT NULL,
+    execution jsonb NOT NULL,
+    captured_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT repository_executions_execution_check CHECK (((jsonb_typeof(execution) = ANY (ARRAY['object'::text, 'array'::text])) AND (octet_length((execution)::text) <= 65536)))
+);
+
+
+--
+-- Name: repository_grants; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.repository_grants (
+    namespace_id text NOT NULL,
+    repository_ref occ.repository_ref NOT NULL,
+    scope text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT repository_grants_created_by_check CHECK ((length(created_by) > 0)),
+    CONSTRAINT repository_grants_scope_check CHECK ((scope = ANY (ARRAY['read'::text, 'write'::text])))
+);
+
+
+--
+-- Name: repository_sessions; Type: TABLE; Schema: occ; Owner: -
+--
+
+CREATE TABLE occ.repository_sessions (
+    namespace_id text NOT NULL,
+    agent_id text NOT NULL,
+    revision_id text NOT NULL,
+    admission_id uuid NOT NULL,
+    repository_ref occ.repository_ref NOT NULL,
+    session_id text,
+    phase text DEFAULT 'opening'::text NOT NULL,
+    material_ref text,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT repository_sessions_material_check CHECK (((material_ref IS NULL) OR (session_id IS NOT NULL))),
+    CONSTRAINT repository_sessions_material_ref_check CHECK (((length(material_ref) <= 571) AND (material_ref ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]{1,253}$'::text))),
+    CONSTRAINT repository_sessions_open_check CHECK (((phase <> 'open'::text) OR ((session_id IS NOT NULL) AND (material_ref IS NOT NULL)))),
+    CONSTRAINT repository_sessions_phase_check CHECK ((phase = ANY (ARRAY['opening'::text, 'open'::text, 'closing'::text, 'invalidated'::text, 'disposed'::text]))),
+    CONSTRAINT repository_sessions_session_id_check CHECK ((session_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$'::text))
+);
 
 
 --
@@ -3497,6 +3965,46 @@ ALTER TABLE ONLY occ.namespaces_all
 
 
 --
+-- Name: repository_executions repository_executions_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_executions
+    ADD CONSTRAINT repository_executions_pkey PRIMARY KEY (revision_id);
+
+
+--
+-- Name: repository_grants repository_grants_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_grants
+    ADD CONSTRAINT repository_grants_pkey PRIMARY KEY (namespace_id, repository_ref);
+
+
+--
+-- Name: repository_sessions repository_sessions_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_sessions
+    ADD CONSTRAINT repository_sessions_pkey PRIMARY KEY (admission_id);
+
+
+--
+-- Name: repository_standing_approvals repository_standing_approvals_id_key; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_standing_approvals
+    ADD CONSTRAINT repository_standing_approvals_id_key UNIQUE (id);
+
+
+--
+-- Name: repository_standing_approvals repository_standing_approvals_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_standing_approvals
+    ADD CONSTRAINT repository_standing_approvals_pkey PRIMARY KEY (namespace_id, agent_id, repository_ref);
+
+
+--
 -- Name: secrets secrets_pkey; Type: CONSTRAINT; Schema: occ; Owner: -
 --
 
@@ -3629,6 +4137,20 @@ CREATE UNIQUE INDEX identities_one_principal_per_agent ON occ.identities USING b
 --
 
 CREATE UNIQUE INDEX namespaces_live_name ON occ.namespaces_all USING btree (name) WHERE (deleted_at IS NULL);
+
+
+--
+-- Name: repository_sessions_agent; Type: INDEX; Schema: occ; Owner: -
+--
+
+CREATE INDEX repository_sessions_agent ON occ.repository_sessions USING btree (namespace_id, agent_id);
+
+
+--
+-- Name: repository_sessions_live; Type: INDEX; Schema: occ; Owner: -
+--
+
+CREATE UNIQUE INDEX repository_sessions_live ON occ.repository_sessions USING btree (revision_id, repository_ref) WHERE (phase = ANY (ARRAY['opening'::text, 'open'::text]));
 
 
 --
@@ -3899,6 +4421,38 @@ ALTER TABLE ONLY occ.iam_restrictions
 
 ALTER TABLE ONLY occ.identities
     ADD CONSTRAINT identities_agent_fk FOREIGN KEY (namespace_id, agent_id) REFERENCES occ.agents(namespace_id, id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+
+
+--
+-- Name: repository_executions repository_executions_revision_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_executions
+    ADD CONSTRAINT repository_executions_revision_id_fkey FOREIGN KEY (revision_id) REFERENCES occ.agent_revisions(id) ON DELETE CASCADE;
+
+
+--
+-- Name: repository_grants repository_grants_namespace_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_grants
+    ADD CONSTRAINT repository_grants_namespace_id_fkey FOREIGN KEY (namespace_id) REFERENCES occ.namespaces_all(id);
+
+
+--
+-- Name: repository_sessions repository_sessions_revision_id_agent_id_namespace_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_sessions
+    ADD CONSTRAINT repository_sessions_revision_id_agent_id_namespace_id_fkey FOREIGN KEY (revision_id, agent_id, namespace_id) REFERENCES occ.agent_revisions(id, agent_id, namespace_id) ON DELETE CASCADE;
+
+
+--
+-- Name: repository_standing_approvals repository_standing_approvals_namespace_id_agent_id_fkey; Type: FK CONSTRAINT; Schema: occ; Owner: -
+--
+
+ALTER TABLE ONLY occ.repository_standing_approvals
+    ADD CONSTRAINT repository_standing_approvals_namespace_id_agent_id_fkey FOREIGN KEY (namespace_id, agent_id) REFERENCES occ.agents(namespace_id, id) ON DELETE CASCADE;
 
 
 --

@@ -5,8 +5,10 @@
 -- freezes its credential, its binding as verified and `backend_id`) or `p_credential_source`
 -- (`credential_source`), or `p_runtime_auth` (`runtime`, SPEC M5: no Secret and no source),
 -- with tool sources, the Sandbox Driver and its facets (SPEC S2), and the
--- selected Credential Gateway's id (the CLI reads it from the Installation configuration file).
-CREATE OR REPLACE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false) RETURNS jsonb
+-- selected Credential Gateway's id (the CLI reads it from the Installation configuration file),
+-- and repository credentials (SPEC G8, `occ.repository_credentials_admit`) under the selected
+-- repository sender's id (read from the same file).
+CREATE OR REPLACE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false, p_repositories jsonb DEFAULT NULL::jsonb, p_repository_deadline interval DEFAULT NULL::interval, p_standing boolean DEFAULT false, p_repository_sender_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -21,6 +23,7 @@ DECLARE
     facets jsonb := coalesce(p_sandbox_facets, '[]'::jsonb);
     missing text;
     sources jsonb;
+    repositories jsonb;
 BEGIN
     p_namespace := occ.agent_ready_namespace(p_namespace);
     a := occ.agent_lock(p_namespace, p_agent);
@@ -80,6 +83,10 @@ BEGIN
                       HINT = 'SANDBOX_FACET_UNAVAILABLE';
         END IF;
     END IF;
+    -- SPEC G8: the repositories, each granted to the Namespace at its scope, with the Agent's
+    -- standing approval of the first or a deadline, under the selected sender.
+    repositories := occ.repository_credentials_admit(p_namespace, a.id, p_repositories,
+        p_repository_deadline, p_standing, p_repository_sender_id);
     approved := occ.approved_harness_version(p_harness, p_mode);
     IF approved IS NULL THEN
         RAISE EXCEPTION 'harness % is not approved in % mode', p_harness, p_mode
@@ -95,12 +102,12 @@ BEGIN
         service_principal_id, configuration_id, configuration_generation, document,
         harness_id, harness_version, harness_mode, execution_mode, compute_id,
         compute_implementation, harness_auth, secret_bindings, plugins, backend_id,
-        sandbox_driver_id, sandbox_facets, credential_sources)
+        sandbox_driver_id, sandbox_facets, credential_sources, repository_credentials)
     VALUES (rev_id, p_namespace, a.id, rev_no, p_actor, a.service_principal_id, c.id,
         c.generation, c.document, p_harness, approved,
         p_mode, p_mode, p_compute_id, p_compute_implementation,
         auth, coalesce(p_secret_bindings, '{}'), coalesce(p_plugins, '[]'), backend,
-        p_sandbox_driver_id, facets, sources);
+        p_sandbox_driver_id, facets, sources, repositories);
     UPDATE occ.agents SET desired_runtime_state = 'running', updated_at = clock_timestamp()
     WHERE id = a.id;
     work_key := 'agent_revision:' || rev_id || ':reconcile';
@@ -111,8 +118,10 @@ BEGIN
             'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets)
         || CASE WHEN sources = '[]'::jsonb THEN '{}'::jsonb
                 ELSE jsonb_build_object('credentialSourceIds',
-                    (SELECT jsonb_agg(s->'sourceId') FROM jsonb_array_elements(sources) s)) END);
+                    (SELECT jsonb_agg(s->'sourceId') FROM jsonb_array_elements(sources) s)) END
+        || CASE WHEN repositories IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('repositoryCredentials', repositories) END);
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
         'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets,
-        'credentialSources', sources);
+        'credentialSources', sources, 'repositoryCredentials', repositories);
 END $$;

@@ -39,6 +39,17 @@ BEGIN
                   OR jsonb_typeof(b.value->'id') IS DISTINCT FROM 'string') THEN
         RAISE EXCEPTION 'secret bindings must be {"ENV": {"namespaceId", "id"}}' USING ERRCODE = 'check_violation';
     END IF;
+    -- SPEC G8: each repository binding names a REF, and no REF twice (the rest of the shape is
+    -- agent_revisions_repository_credentials_check's).
+    IF NEW.repository_credentials IS NOT NULL AND jsonb_typeof(NEW.repository_credentials -> 'bindings') = 'array' AND (
+        EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b
+                WHERE jsonb_typeof(b -> 'repositoryRef') = 'string'
+                  AND NOT occ.is_repository_ref(b ->> 'repositoryRef'))
+        OR (SELECT count(DISTINCT b ->> 'repositoryRef') <> count(b ->> 'repositoryRef')
+            FROM jsonb_array_elements(NEW.repository_credentials -> 'bindings') b)) THEN
+        RAISE EXCEPTION 'repository credentials must bind each repository once, by a REF (HOST/PATH)'
+            USING ERRCODE = 'check_violation';
+    END IF;
     -- A `credential_source` or `runtime` (SPEC M5) harness auth names no Secret source; its
     -- shape is agent_revisions_harness_auth_check's.
     IF NEW.harness_auth IS NOT NULL

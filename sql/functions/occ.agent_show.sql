@@ -1,6 +1,7 @@
 -- `admin agent show` names what each revision pinned at admission and what withdrew from it:
 -- its harness auth method, Sandbox Driver and facets (SPEC S2), credential sources (SPEC §13)
--- and withdrawal rows, the Agent's sandbox policy (SPEC S3) and its workspace setup (SPEC WS1,
+-- and withdrawal rows, its repository credentials (SPEC G8: the snapshot, null without), the
+-- Agent's sandbox policy (SPEC S3) and its workspace setup (SPEC WS1,
 -- WS4: its id and whether, when and by which revision it completed; null without one).
 CREATE OR REPLACE FUNCTION occ.agent_show(p_namespace text, p_agent text) RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -36,6 +37,7 @@ BEGIN
                 'completedAt', s.completed_at, 'retiredAt', s.retired_at,
                 'harnessAuthMethod', r.harness_auth ->> 'method',
                 'sandboxDriverId', r.sandbox_driver_id, 'sandboxFacets', r.sandbox_facets,
+                'repositoryCredentials', r.repository_credentials,
                 'credentialSources', (
                     SELECT coalesce(jsonb_agg(jsonb_build_object('sourceId', e ->> 'sourceId',
                                                                  'kind', e ->> 'kind')

@@ -1,8 +1,8 @@
 //! `occ-worker admin agent create|deploy|stop|delete|show|list|sandbox-policy|workspace-setup|withdraw-credential`:
 //! Agent and revision admission (SPEC A1, A2, R1, R12, section 9), deployment with a managed
-//! account (M1, M4) or credential sources (§13), an Agent's sandbox policy (S3), its workspace
-//! setup (WS1) and the request
-//! to withdraw a credential source from its runtimes (E15).
+//! account (M1, M4), credential sources (§13) or repository credentials (G8), an Agent's sandbox
+//! policy (S3), its workspace setup (WS1) and the request to withdraw a credential source from
+//! its runtimes (E15).
 //!
 //! Every command calls one PostgreSQL admission function (`occ.agent_*`,
 //! `occ.credential_withdrawal_request`; their current bodies are in `sql/schema.sql`), which
@@ -17,6 +17,7 @@ use super::common::{
     call, call_value, compute_default, enqueue, in_namespace, installation_config,
     read_configuration, read_json_object, JsonFile, Mode,
 };
+use super::repository;
 use clap::{Args, Subcommand, ValueEnum};
 use occ_worker::operator;
 use serde_json::Value;
@@ -68,6 +69,18 @@ pub struct DeployArgs {
     /// - as _), with the same checks; repeatable.
     #[arg(long = "tool-source", value_name = "ID")]
     tool_sources: Vec<String>,
+    /// A repository the revision gets Git access to, through sessions the selected repository
+    /// sender (repositorySender in OCC_INSTALLATION_CONFIG) opens: granted to the Namespace at
+    /// the scope (read unless given; admin repository grant); repeatable (SPEC G8).
+    #[arg(long = "repository", value_name = "REF[=read|write]")]
+    repositories: Vec<String>,
+    /// How long the revision keeps Git access: <n>m, <n>h or <n>d, 1m to 7d (default 8h).
+    #[arg(long, value_name = "DURATION", conflicts_with = "standing")]
+    repository_deadline: Option<String>,
+    /// Keep Git access under the Agent's standing approval of the first --repository (admin
+    /// repository approve) instead of a deadline.
+    #[arg(long)]
+    standing: bool,
     /// The Compute id the installation runs (defaults to OCC_COMPUTE_DRIVER).
     #[arg(long)]
     compute_id: Option<String>,
@@ -320,6 +333,17 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
         Harness::Openclaw => "openclaw",
     };
     let mode = a.mode.as_str();
+    // SPEC G8: the repositories, checked here so bad input is said in one line, and the
+    // selected repository sender's id; admission decides the rest.
+    let repositories =
+        repository_bindings(&a.repositories, a.standing, a.repository_deadline.is_some())?;
+    let deadline = a
+        .repository_deadline
+        .as_deref()
+        .map(repository::parse_deadline)
+        .transpose()?
+        .map(|minutes| format!("{minutes} minutes"));
+    let sender = installation.repository_sender.map(|s| s.id);
     // A production installation runs dedicated Codex and embedded OpenClaw only
     //; its workers would fail any other pair.
     let production = std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
@@ -357,7 +381,9 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
                 p_service_account => $10, p_sandbox_driver_id => $11,
                 p_sandbox_facets => $12, p_credential_source => $13,
                 p_tool_sources => $14, p_credential_gateway_id => $15,
-                p_runtime_auth => $16)",
+                p_runtime_auth => $16, p_repositories => $17,
+                p_repository_deadline => $18::text::interval, p_standing => $19,
+                p_repository_sender_id => $20)",
         &[
             &a.namespace,
             &a.agent,
@@ -375,9 +401,50 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
             &a.tool_sources,
             &gateway,
             &a.runtime_auth,
+            &repositories,
+            &deadline,
+            &a.standing,
+            &sender,
         ],
         (a.wait, "reconcile"),
     )
+}
+
+/// The deployment's `--repository REF[=read|write]` list as admission takes it
+/// (`[{repositoryRef, scope}]`), or none; a malformed one, a REF named twice, or
+/// `--standing`/`--repository-deadline` without a repository is refused in one line (exit 2).
+fn repository_bindings(
+    repositories: &[String],
+    standing: bool,
+    deadline: bool,
+) -> Result<Option<Value>, CliError> {
+    if repositories.is_empty() {
+        if standing || deadline {
+            let flag = if standing {
+                "--standing"
+            } else {
+                "--repository-deadline"
+            };
+            return Err(CliError::config(format!(
+                "agent deploy refused: {flag} needs a --repository"
+            )));
+        }
+        return Ok(None);
+    }
+    let mut bindings = Vec::with_capacity(repositories.len());
+    for typed in repositories {
+        let (repository, scope) = repository::parse_binding(typed)?;
+        if bindings
+            .iter()
+            .any(|b: &Value| b["repositoryRef"] == repository.as_str())
+        {
+            return Err(CliError::config(format!(
+                "agent deploy refused: --repository {repository} is given twice"
+            )));
+        }
+        bindings.push(serde_json::json!({"repositoryRef": repository, "scope": scope.as_str()}));
+    }
+    Ok(Some(Value::Array(bindings)))
 }
 
 /// `agent list`: the Namespace's Agents with their latest revision's status.

@@ -21,6 +21,7 @@ mod group;
 mod harness;
 mod identity;
 mod namespace;
+mod repository;
 mod role;
 mod secret;
 mod service_account;
@@ -98,6 +99,10 @@ pub enum AdminCommand {
     /// (SPEC E15).
     #[command(subcommand)]
     Withdrawal(withdrawal::WithdrawalCommand),
+    /// Repository credentials (SPEC G8): a Namespace's repository grants, its Agents' standing
+    /// approvals, and the sessions opened for their revisions.
+    #[command(subcommand)]
+    Repository(repository::RepositoryCommand),
 }
 
 pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
@@ -123,5 +128,6 @@ pub fn run(globals: &Globals, command: AdminCommand) -> Result<(), CliError> {
         AdminCommand::ServiceAccount(command) => service_account::run(globals, command),
         AdminCommand::CredentialSource(command) => credential_source::run(globals, command),
         AdminCommand::Withdrawal(command) => withdrawal::run(globals, command),
+        AdminCommand::Repository(command) => repository::run(globals, command),
     }
 }
