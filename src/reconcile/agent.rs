@@ -125,6 +125,8 @@ impl Reconciler for AgentStop {
                     Some(_) => {}
                 }
             }
+            // SPEC G12: its sessions are closed before each Agent stop.
+            super::repository::close_before_stop(pass, revision)?;
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         }
@@ -294,6 +296,8 @@ impl Reconciler for AgentDelete {
             try_effect!(pass, "bind", |c| driver.bind_agent(&spec, c));
         }
         for revision in &revisions {
+            // SPEC G13: each revision's sessions closed, without awaiting their cleanup.
+            super::repository::close_before_stop(pass, revision)?;
             let spec = revision.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&spec, c));
         }
@@ -309,6 +313,26 @@ impl Reconciler for AgentDelete {
             try_effect!(pass, "sandbox_policy", |c| driver
                 .sandbox()
                 .map_or(Ok(()), |s| s.remove_egress_policy(&spec, c)));
+        }
+        // SPEC G13: the finalizer waits, every row intact, until every session of the Agent
+        // is disposed (its cleanup work settles them).
+        let outstanding = {
+            let mut db = pass.db()?;
+            super::repository::agent_sessions_outstanding(&mut *db, &ns, &agent_id)?
+        };
+        if outstanding {
+            let interval = pass
+                .ctx
+                .repository_sender
+                .as_ref()
+                .map_or(crate::installation::DEFAULT_CLEANUP_INTERVAL, |s| {
+                    s.cleanup_interval()
+                });
+            return Ok(Report::waiting(
+                super::repository_cleanup::PENDING,
+                interval,
+                super::report::Wait::Unbounded,
+            ));
         }
         let retired: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
         let details =

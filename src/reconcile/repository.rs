@@ -10,10 +10,11 @@ use super::pass::{Pass, PassError};
 use super::rows::RevisionRow;
 use super::steps::effect;
 use crate::compute::{ComputeError, RepositoryBinding, RepositoryMaterial, RevisionSpec};
+use crate::db::GenericClient;
+use crate::queue::{self, CleanupKind, NewWork};
 use crate::repository::{
     OpenAnswer, OpenRequest, RepositorySender, SenderError, SessionRequest, SessionState,
 };
-use crate::db::GenericClient;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -22,6 +23,7 @@ const SESSION_OPENING: &str = include_str!("../../sql/queries/repository_session
 const SESSION_OPENED: &str = include_str!("../../sql/queries/repository_session_opened.sql");
 const SESSION_PHASE: &str = include_str!("../../sql/queries/repository_session_phase.sql");
 const GRANTS_UNCOVERED: &str = include_str!("../../sql/queries/repository_grants_uncovered.sql");
+const AGENT_OUTSTANDING: &str = include_str!("../../sql/queries/repository_agent_outstanding.sql");
 const SUCCESSION_PENDING: &str =
     include_str!("../../sql/queries/repository_succession_pending.sql");
 
@@ -374,6 +376,47 @@ pub fn close_session(
         set_phase(pass, &session.admission_id, Phase::Disposed)?;
     }
     Ok(answer)
+}
+
+/// SPEC G12: a revision's sessions are closed before its runtime stops or retires (and G13
+/// before the Agent's deletion retires it). A close the sender does not confirm leaves them
+/// `closing` and registers `terminal-runtime` cleanup (fenced, so it outlives a crash); the
+/// stop goes on either way.
+pub fn close_before_stop(pass: &Pass<'_>, revision: &RevisionRow) -> Result<(), PassError> {
+    if revision.repository_credentials.is_none() {
+        return Ok(());
+    }
+    let closed = close_revision(
+        pass,
+        pass.ctx.repository_sender.as_deref(),
+        &revision.namespace_id,
+        &revision.id,
+    )?;
+    if closed.unconfirmed {
+        let cleanup = NewWork::repository_cleanup(
+            &revision.namespace_id,
+            &revision.agent_id,
+            &revision.id,
+            CleanupKind::TerminalRuntime,
+            &pass.claim.actor_id,
+        );
+        pass.fenced(|tx| {
+            queue::work_enqueue(tx, &cleanup)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// SPEC G13: whether any session of the Agent is not yet `disposed`.
+pub fn agent_sessions_outstanding(
+    client: &mut impl GenericClient,
+    namespace_id: &str,
+    agent_id: &str,
+) -> Result<bool, PassError> {
+    Ok(client
+        .query_one(AGENT_OUTSTANDING, &[&namespace_id, &agent_id])?
+        .get(0))
 }
 
 /// What *closeRevision* or *cleanup* came to.

@@ -34,9 +34,20 @@ pub const PENDING: &str = "REPOSITORY_CLEANUP_PENDING";
 /// The code of the stalled-cleanup warning (SPEC G5).
 pub const STALLED: &str = "REPOSITORY_CLEANUP_STALLED";
 
-/// The cleanup interval (SPEC G6): the repository sender's maintenance interval, 30 s without
-/// one. No sender is built yet, so it is always 30 s.
-pub const CLEANUP_INTERVAL: Duration = Duration::from_secs(30);
+/// The cleanup interval without a sender (SPEC G6): 30 s.
+pub const CLEANUP_INTERVAL: Duration = crate::installation::DEFAULT_CLEANUP_INTERVAL;
+
+/// The cleanup interval (SPEC G6): the selected sender's maintenance interval, else 30 s.
+pub fn cleanup_interval(pass: &Pass<'_>) -> Duration {
+    pass.ctx
+        .repository_sender
+        .as_ref()
+        .map_or(CLEANUP_INTERVAL, |s| s.cleanup_interval())
+}
+
+/// SPEC G3: an unsettled cleanup without another cause whose sender could not confirm a
+/// session's disposal.
+pub const ATTEMPT_INVALIDATED: &str = "REPOSITORY_ATTEMPT_INVALIDATED";
 
 /// The longest recheck of a cleanup that waits with a cause (SPEC G4).
 pub const CLEANUP_RECHECK_MAX: Duration = Duration::from_secs(600);
@@ -74,6 +85,10 @@ pub struct CleanupFacts {
     pub stopped: Option<Stopped>,
     /// Why the cleanup is not settled (SPEC G3 step 4).
     pub cause: Option<String>,
+    /// A session is still `closing` or `invalidated` (SPEC G3 step 5): not settled.
+    pub sessions_pending: bool,
+    /// A session is still `closing` (SPEC G4 keeps the interval).
+    pub closing: bool,
 }
 
 /// The causes a process last warned of, per cleanup work (SPEC G5): at most
@@ -207,10 +222,29 @@ impl RepositoryCleanupReconciler {
         let Some(revision) = revision else {
             return Ok(Ok(CleanupFacts::default()));
         };
+        // SPEC G19 *cleanup*, closing live sessions (every kind does): settled when no
+        // session is `closing` or `invalidated`; the first failed call is the cause.
+        let cleaned = super::repository::cleanup(
+            pass,
+            pass.ctx.repository_sender.as_deref(),
+            &claim.namespace_id,
+            revision_id,
+            true,
+        )?;
+        let sessions = CleanupFacts {
+            stopped: None,
+            cause: match &cleaned.failure {
+                Some(e) => Some(compute_cause(e)),
+                None if cleaned.invalidated => Some(ATTEMPT_INVALIDATED.into()),
+                None => None,
+            },
+            sessions_pending: !cleaned.settled(),
+            closing: cleaned.closing,
+        };
         if !revision.owned_by(pass) {
             return Ok(Ok(CleanupFacts {
-                stopped: None,
                 cause: Some("COMPUTE_DRIVER_MISMATCH".into()),
+                ..sessions
             }));
         }
         let driver = pass.ctx.compute.clone();
@@ -221,9 +255,8 @@ impl RepositoryCleanupReconciler {
             }
         }
         if !kind.retires_runtime() {
-            // G14's withdrawal applies only to a revision with repository credentials, which
-            // no revision has yet.
-            return Ok(Ok(CleanupFacts::default()));
+            // G14's withdrawal is not built: an expiry cleanup settles its sessions only.
+            return Ok(Ok(sessions));
         }
         let spec = revision.spec(&pass.ctx.installation_id);
         if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&spec, c))? {
@@ -234,7 +267,7 @@ impl RepositoryCleanupReconciler {
                 revision_id: revision.id.clone(),
                 service_principal_id: revision.service_principal_id.clone(),
             }),
-            cause: None,
+            ..sessions
         }))
     }
 
@@ -273,8 +306,8 @@ impl Reconciler for RepositoryCleanupReconciler {
         // SPEC G3 step 4: any failure but claim loss leaves the cleanup unsettled with its
         // cause.
         let unsettled = |cause: String| CleanupFacts {
-            stopped: None,
             cause: Some(cause),
+            ..CleanupFacts::default()
         };
         let (facts, failed_step, database) = match self.close(pass, revision_id, kind) {
             Ok(Ok(facts)) => (facts, None, false),
@@ -285,15 +318,18 @@ impl Reconciler for RepositoryCleanupReconciler {
                 (unsettled(failure_cause(&e)), None, database)
             }
         };
-        let mut report = match &facts.cause {
-            None => Report::success(COMPLETE),
-            Some(cause) => {
-                // No sessions exist yet, so none is closing (SPEC G4).
-                let recheck = cleanup_recheck(CLEANUP_INTERVAL, pass.age(), true, false);
-                let mut pending = Report::waiting(PENDING, recheck, Wait::Unbounded);
-                pending.cause = Some(cause.clone());
-                pending
-            }
+        let mut report = if facts.cause.is_none() && !facts.sessions_pending {
+            Report::success(COMPLETE)
+        } else {
+            let recheck = cleanup_recheck(
+                cleanup_interval(pass),
+                pass.age(),
+                facts.cause.is_some(),
+                facts.closing,
+            );
+            let mut pending = Report::waiting(PENDING, recheck, Wait::Unbounded);
+            pending.cause = facts.cause.clone();
+            pending
         };
         if let Some((step, e)) = failed_step {
             report = report.at(step).with_compute_error(&e);

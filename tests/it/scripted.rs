@@ -123,6 +123,10 @@ pub enum Prepare {
     RuntimeFailure(&'static str),
     /// An observation naming another revision.
     Mismatched,
+    /// Unready, every session material it was handed missing (SPEC G11).
+    MaterialMissing,
+    /// Unready, listing a session it was never handed (SPEC G11: invalid).
+    MaterialMissingUnknown,
     Fail(ComputeError),
 }
 
@@ -171,6 +175,10 @@ pub struct ScriptedDriver {
     /// Each call is recorded as `withdraw_credential_source:<revision>/<source>` (with
     /// `/recheck` for SPEC E17's re-detach) and fails as scripted by `fail` on that target.
     pub detach: Mutex<HashMap<String, VecDeque<CredentialDetach>>>,
+    /// Whether it delivers repository credentials (SPEC G10): the revision must pin the
+    /// selected Sandbox Driver (none pinned and none selected counts), its runtime namespace
+    /// `occ-<namespace>`, recorded as `runtime_namespace`.
+    pub repository: bool,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -256,6 +264,7 @@ impl Default for ScriptedDriver {
             withdrawal: false,
             credential_withdrawal: true,
             detach: Mutex::default(),
+            repository: false,
         }
     }
 }
@@ -461,6 +470,26 @@ impl ComputeDriver for ScriptedDriver {
                 o.runtime_failure = Some(RuntimeFailure::new(code));
             }
             Prepare::Mismatched => o.revision_id = "someone-else".into(),
+            Prepare::MaterialMissing => {
+                o.ready = false;
+                o.pending_reason = Some("REPOSITORY_GIT_MATERIAL_PENDING".into());
+                o.repository_credential_material_missing = revision
+                    .repository
+                    .iter()
+                    .flat_map(|a| &a.materials)
+                    .map(|m| MissingMaterial {
+                        repository_ref: m.repository_ref.clone(),
+                        session_id: m.session_id.clone(),
+                    })
+                    .collect();
+            }
+            Prepare::MaterialMissingUnknown => {
+                o.ready = false;
+                o.repository_credential_material_missing = vec![MissingMaterial {
+                    repository_ref: "github.com/acme/other".into(),
+                    session_id: "s-unknown".into(),
+                }];
+            }
             Prepare::Fail(e) => return Err(e),
         }
         Ok(o)
@@ -525,6 +554,22 @@ impl ComputeDriver for ScriptedDriver {
         self.credential_withdrawal
             .then_some(self as &dyn CredentialGateway)
     }
+
+    fn repository(&self) -> Option<&dyn RepositoryRuntime> {
+        self.repository.then_some(self as &dyn RepositoryRuntime)
+    }
+}
+
+impl RepositoryRuntime for ScriptedDriver {
+    fn runtime_namespace(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<String, ComputeError> {
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "runtime_namespace", target, cancel)?;
+        Ok(format!("occ-{}", revision.namespace_id))
+    }
 }
 
 impl DriverPolicy for ScriptedDriver {
@@ -542,6 +587,24 @@ impl DriverPolicy for ScriptedDriver {
 
     fn supports_workspace_setup(&self, _revision: &RevisionSpec) -> bool {
         self.workspace_setup
+    }
+
+    fn validate_repository_credentials(
+        &self,
+        revision: &RevisionSpec,
+        sandbox_driver_id: Option<&str>,
+    ) -> Option<Result<(), ComputeError>> {
+        self.repository.then(|| {
+            if revision.sandbox_driver_id.as_deref() == sandbox_driver_id {
+                Ok(())
+            } else {
+                Err(ComputeError::permanent(
+                    REPOSITORY_RECIPIENT_UNVERIFIED,
+                    "scripted",
+                    None,
+                ))
+            }
+        })
     }
 
     fn validate_execution_admission(
@@ -626,6 +689,9 @@ pub struct Opts {
     pub credential_gateway: Option<&'static str>,
     /// The worker's mode (SPEC N14: production alone deactivates before the first pointer).
     pub mode: occ_worker::config::Mode,
+    /// The Installation's repository sender (SPEC G6), when one is selected (leaked, so the
+    /// options stay `Copy`: see `leak_sender`).
+    pub repository_sender: Option<&'static Arc<occ_worker::repository::RepositorySender>>,
 }
 
 impl Default for Opts {
@@ -638,8 +704,16 @@ impl Default for Opts {
             workers: 1,
             credential_gateway: Some(GATEWAY),
             mode: occ_worker::config::Mode::Development,
+            repository_sender: None,
         }
     }
+}
+
+/// A sender for `Opts::repository_sender`: one per test, kept for the test process's life.
+pub fn leak_sender(
+    sender: occ_worker::repository::RepositorySender,
+) -> &'static Arc<occ_worker::repository::RepositorySender> {
+    Box::leak(Box::new(Arc::new(sender)))
 }
 
 pub fn run_with(
@@ -692,6 +766,7 @@ fn run_events(
         workers,
         credential_gateway,
         mode,
+        repository_sender,
     } = opts;
     let mut running = Vec::new();
     for _ in 0..workers {
@@ -709,6 +784,7 @@ fn run_events(
             .events(events())
             .credential_gateway(credential_gateway.map(String::from))
             .mode(mode)
+            .repository_sender(repository_sender.cloned())
             .build();
         let worker = Worker::new(
             ctx,

@@ -197,41 +197,18 @@ impl RevisionReconciler {
                         && Some(m.session_id.as_str()) == s.session_id.as_deref()
                 })
         }) {
-            let _closed = repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
+            let _closed =
+                repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
         }
         self.prepare_sessions(pass, l, spec, credentials)
     }
 
-    /// SPEC G12: a revision's sessions are closed before its runtime stops or retires. A close
-    /// the sender does not confirm leaves them `closing` and registers `terminal-runtime`
-    /// cleanup (fenced, so it outlives a crash); the stop goes on either way.
+    /// SPEC G12 (`repository::close_before_stop`).
     pub(super) fn close_before_stop(
         &self,
         pass: &Pass<'_>,
         revision: &RevisionRow,
     ) -> Result<(), PassError> {
-        if revision.repository_credentials.is_none() {
-            return Ok(());
-        }
-        let closed = repository::close_revision(
-            pass,
-            pass.ctx.repository_sender.as_deref(),
-            &revision.namespace_id,
-            &revision.id,
-        )?;
-        if closed.unconfirmed {
-            let cleanup = NewWork::repository_cleanup(
-                &revision.namespace_id,
-                &revision.agent_id,
-                &revision.id,
-                CleanupKind::TerminalRuntime,
-                &pass.claim.actor_id,
-            );
-            pass.fenced(|tx| {
-                queue::work_enqueue(tx, &cleanup)?;
-                Ok(())
-            })?;
-        }
-        Ok(())
+        repository::close_before_stop(pass, revision)
     }
 }
