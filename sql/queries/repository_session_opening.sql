@@ -2,5 +2,5 @@
 -- it announces; its `admission_id` is the calls' idempotency key.
 -- $1 namespace id, $2 agent id, $3 revision id, $4 REF.
 INSERT INTO occ.repository_sessions (namespace_id, agent_id, revision_id, admission_id, repository_ref)
-VALUES ($1, $2, $3, gen_random_uuid(), $4)
+VALUES ($1, $2, $3, gen_random_uuid(), $4::text)
 RETURNING admission_id::text

@@ -26,6 +26,7 @@ type Report = super::report::Report<CleanupFacts>;
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const AGENT_LOCK: &str = include_str!("../../sql/queries/agent_lock.sql");
 const CLEAR_ACTIVE: &str = include_str!("../../sql/queries/agent_clear_active.sql");
+const DELETION_WAKE: &str = include_str!("../../sql/queries/agent_deletion_wake.sql");
 
 /// A settled cleanup's code (SPEC G3).
 pub const COMPLETE: &str = "REPOSITORY_CLEANUP_COMPLETE";
@@ -365,6 +366,10 @@ impl Reconciler for RepositoryCleanupReconciler {
             }
         }
         let settled = report.outcome == Outcome::Success;
+        if let (true, Some(agent_id)) = (settled, &claim.agent_id) {
+            // SPEC G13: an Agent deletion waiting on this cleanup goes on now.
+            tx.execute(DELETION_WAKE, &[&claim.namespace_id, agent_id])?;
+        }
         self.warn(
             pass,
             if settled {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// How the test sender answers one call.
 #[derive(Clone, Debug)]
-enum Answer {
+pub(crate) enum Answer {
     /// `200` with this JSON.
     Json(Value),
     /// `200` with this text.
@@ -46,9 +46,9 @@ enum Answer {
 
 /// One recorded call.
 #[derive(Clone, Debug)]
-struct Call {
-    path: String,
-    body: Value,
+pub(crate) struct Call {
+    pub path: String,
+    pub body: Value,
 }
 
 struct Shared {
@@ -58,7 +58,7 @@ struct Shared {
 }
 
 /// A sender over HTTPS with a CA made per run, each call recorded and answered as scripted.
-struct SenderServer {
+pub(crate) struct SenderServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
     ca_pem: Vec<u8>,
@@ -86,7 +86,7 @@ fn server_tls(ca_name: &str) -> (Arc<ServerConfig>, Vec<u8>) {
 }
 
 impl SenderServer {
-    fn start() -> SenderServer {
+    pub(crate) fn start() -> SenderServer {
         let (tls, ca_pem) = server_tls("sender-test-ca");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind sender");
         let addr = listener.local_addr().unwrap();
@@ -116,19 +116,19 @@ impl SenderServer {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("https://127.0.0.1:{}/sender/", self.addr.port())
     }
 
     /// How `call` is answered from now on.
-    fn answer(&self, call: &str, answer: Answer) {
+    pub(crate) fn answer(&self, call: &str, answer: Answer) {
         self.shared
             .answers
             .lock()
             .insert(format!("/sender/{call}"), answer);
     }
 
-    fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.shared.calls.lock().clone()
     }
 
@@ -136,7 +136,7 @@ impl SenderServer {
         self.calls().pop().expect("a call was made")
     }
 
-    fn entry(&self, timeout: Duration, durable: bool) -> RepositorySenderEntry {
+    pub(crate) fn entry(&self, timeout: Duration, durable: bool) -> RepositorySenderEntry {
         RepositorySenderEntry {
             id: "git".into(),
             url: self.url(),
@@ -148,7 +148,7 @@ impl SenderServer {
         }
     }
 
-    fn client(&self, timeout: Duration) -> RepositorySender {
+    pub(crate) fn client(&self, timeout: Duration) -> RepositorySender {
         RepositorySender::new(&self.entry(timeout, false), "inst").unwrap()
     }
 }
@@ -237,7 +237,7 @@ const SESSION: SessionRequest<'static> = SessionRequest {
     session_id: Some("s-1"),
 };
 
-fn opened(session: &str, name: &str, key: &str) -> Value {
+pub(crate) fn opened(session: &str, name: &str, key: &str) -> Value {
     json!({"opened": true, "sessionId": session, "material": {"name": name, "key": key}})
 }
 

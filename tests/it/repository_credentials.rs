@@ -1,0 +1,582 @@
+//! A revision's repository credentials in the worker's passes (SPEC G10-G13, G19, G21): a
+//! real worker, the scripted driver delivering them, and a scripted HTTPS sender.
+
+use crate::agent::{active, fixture, stop, work, Fixture};
+use crate::repository_sender::{opened, Answer, SenderServer};
+use crate::revision::key;
+use crate::scripted::{leak_sender, quiet, run_with, Opts, Prepare, ScriptedDriver};
+use postgres::Client;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+const APP: &str = "github.com/acme/app";
+const LIB: &str = "github.com/acme/lib";
+
+/// A sender answering every call as a working one does: each `open` a session named after
+/// its admission (the scripted server answers one JSON per call, so one session id), `close`
+/// closed, `status` closed.
+fn sender() -> SenderServer {
+    let s = SenderServer::start();
+    s.answer("open", Answer::Json(opened("s-1", "git-material", "token")));
+    s.answer("close", Answer::Json(json!({"closed": true})));
+    s.answer("status", Answer::Json(json!({"state": "closed"})));
+    s
+}
+
+fn opts(sender: &SenderServer) -> Opts {
+    Opts {
+        repository_sender: Some(leak_sender(sender.client(Duration::from_secs(5)))),
+        ..Default::default()
+    }
+}
+
+fn git_driver() -> Arc<ScriptedDriver> {
+    Arc::new(ScriptedDriver {
+        repository: true,
+        ..ScriptedDriver::new()
+    })
+}
+
+fn grant(c: &mut Client, reference: &str, scope: &str) {
+    c.execute(
+        "SELECT occ.repository_grant('admin', 'ns1', $1, $2)",
+        &[&reference, &scope],
+    )
+    .unwrap();
+}
+
+/// Deploys `agent` with repository bindings `[(REF, scope)]` until a deadline, admitted with the
+/// sender `git`.
+fn deploy_git(c: &mut Client, agent: &str, bindings: &[(&str, &str)]) -> String {
+    let repositories: Value = bindings
+        .iter()
+        .map(|(r, s)| json!({"repositoryRef": r, "scope": s}))
+        .collect();
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key',
+             'scripted', 'scripted', p_repositories => $2, p_repository_sender_id => 'git')",
+        &[&agent, &repositories],
+    );
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+/// `(REF, phase, admission id, session id)` of each session row of the revision, by REF.
+fn sessions(c: &mut Client, revision: &str) -> Vec<(String, String, String, Option<String>)> {
+    c.query(
+        "SELECT repository_ref::text, phase, admission_id::text, session_id
+         FROM occ.repository_sessions WHERE revision_id = $1 ORDER BY repository_ref, updated_at",
+        &[&revision],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+fn phases(c: &mut Client, revision: &str) -> Vec<(String, String)> {
+    sessions(c, revision)
+        .into_iter()
+        .map(|(r, p, _, _)| (r, p))
+        .collect()
+}
+
+fn calls_to(sender: &SenderServer, call: &str) -> Vec<Value> {
+    sender
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == format!("/sender/{call}"))
+        .map(|c| c.body)
+        .collect()
+}
+
+/// A fixture with both REFs granted (APP write, LIB read).
+fn granted() -> Fixture {
+    let f = fixture();
+    let mut c = f.db.client();
+    grant(&mut c, APP, "write");
+    grant(&mut c, LIB, "read");
+    f
+}
+
+#[test]
+fn g19_sessions_open_before_preparation_reach_compute_and_a_stop_closes_them() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write"), (LIB, "read")]);
+    let s = sender();
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("succeeded", Some("REVISION_ACTIVATED"))
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // One `open` per binding, in order, each with the G20 request.
+    let opens = calls_to(&s, "open");
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    for (open, (reference, scope)) in opens.iter().zip([(APP, "write"), (LIB, "read")]) {
+        assert_eq!(open["repositoryRef"], reference);
+        assert_eq!(open["scope"], scope);
+        assert_eq!(open["installationId"], "inst");
+        assert_eq!(open["senderId"], "git");
+        assert_eq!(open["namespaceId"], "ns1");
+        assert_eq!(open["agentId"], f.agent.as_str());
+        assert_eq!(open["revisionId"], rev.as_str());
+        assert_eq!(open["kubernetesNamespace"], "occ-ns1");
+        assert_eq!(open["standing"], false);
+        assert!(open["deadlineAt"].as_str().is_some(), "{open}");
+    }
+    assert_eq!(
+        phases(&mut c, &rev),
+        [(APP.into(), "open".into()), (LIB.into(), "open".into())]
+    );
+    // Compute got the material with the revision, in binding order.
+    let prepared = driver.prepared.lock().last().cloned().expect("prepared");
+    let access = prepared.repository.expect("repository access");
+    let materials: Vec<(&str, &str, &str)> = access
+        .materials
+        .iter()
+        .map(|m| {
+            (
+                m.repository_ref.as_str(),
+                m.secret_name.as_str(),
+                m.key.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        materials,
+        [
+            (APP, "git-material", "token"),
+            (LIB, "git-material", "token")
+        ]
+    );
+    // SPEC G12: the Agent's stop closes the sessions before it stops the runtime.
+    let stop_key = stop(&mut c, &f.agent, "admin");
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(work(&mut c, &stop_key).0, "succeeded");
+    assert_eq!(
+        phases(&mut c, &rev),
+        [
+            (APP.into(), "disposed".into()),
+            (LIB.into(), "disposed".into())
+        ]
+    );
+    let closes = calls_to(&s, "close");
+    assert_eq!(closes.len(), 2, "{closes:?}");
+    assert!(closes
+        .iter()
+        .all(|c| c["sessionId"] == "s-1" && c["namespaceId"] == "ns1"));
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+}
+
+#[test]
+fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    // A pass wrote its `opening` row and died before the sender answered.
+    let admission: String = crate::support::one(
+        &mut c,
+        "INSERT INTO occ.repository_sessions (namespace_id, agent_id, revision_id, admission_id,
+             repository_ref) VALUES ('ns1', $1, $2, gen_random_uuid(), $3::text)
+         RETURNING admission_id::text",
+        &[&f.agent, &rev, &APP],
+    );
+    let s = sender();
+    run_with(&f.db, git_driver(), opts(&s), quiet);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    let opens = calls_to(&s, "open");
+    assert_eq!(opens.len(), 1);
+    assert_eq!(opens[0]["admissionId"], admission.as_str());
+    let rows = sessions(&mut c, &rev);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].1.as_str(), rows[0].2.as_str(), rows[0].3.as_deref()),
+        ("open", admission.as_str(), Some("s-1"))
+    );
+}
+
+#[test]
+fn g21_no_answer_retries_with_its_code_and_a_refusal_is_permanent() {
+    // No answer: the deployment retries with REPOSITORY_SENDER_UNAVAILABLE, the row stays
+    // `opening`, and nothing is prepared.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    s.answer("open", Answer::Status(503, json!({})));
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), |c| {
+        crate::agent::evidence(c, &key(&rev)).len() >= 2
+    });
+    let evidence = crate::agent::evidence(&mut c, &key(&rev));
+    assert!(
+        evidence
+            .iter()
+            .all(|e| e == "retry:REPOSITORY_SENDER_UNAVAILABLE"),
+        "{evidence:?}"
+    );
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    let rows = sessions(&mut c, &rev);
+    assert_eq!(
+        rows.len(),
+        1,
+        "one row, opened again with its admission: {rows:?}"
+    );
+    assert_eq!(rows[0].1, "opening");
+    let admissions: Vec<Value> = calls_to(&s, "open")
+        .iter()
+        .map(|o| o["admissionId"].clone())
+        .collect();
+    assert!(admissions.len() >= 2 && admissions.iter().all(|a| *a == admissions[0]));
+    // The sender answers again: the same admission opens and the revision activates.
+    s.answer("open", Answer::Json(opened("s-1", "git-material", "token")));
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "open".into())]);
+
+    // A refusal is permanent with the sender's code, the row disposed, nothing prepared.
+    let g = granted();
+    let mut c = g.db.client();
+    let rev = deploy_git(&mut c, &g.agent, &[(APP, "write")]);
+    let s = sender();
+    s.answer(
+        "open",
+        Answer::Json(json!({"opened": false, "code": "REPOSITORY_NOT_CONFIGURED"})),
+    );
+    let driver = git_driver();
+    run_with(&g.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("REPOSITORY_NOT_CONFIGURED"))
+    );
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    assert_eq!(active(&mut c, &g.agent), None);
+}
+
+/// Runs one deployment that G10 must refuse with `code` before any Compute call and any
+/// sender call.
+fn assert_refused_before_compute(
+    f: &Fixture,
+    rev: &str,
+    driver: Arc<ScriptedDriver>,
+    opts: Opts,
+    s: &SenderServer,
+    code: &str,
+) {
+    run_with(&f.db, driver.clone(), opts, quiet);
+    let mut c = f.db.client();
+    let (state, got, _, _) = work(&mut c, &key(rev));
+    assert_eq!(
+        (state.as_str(), got.as_deref()),
+        ("failed_permanent", Some(code))
+    );
+    assert!(driver.calls().is_empty(), "{code}: {:?}", driver.calls());
+    assert!(s.calls().is_empty(), "{code}: {:?}", s.calls());
+    assert!(sessions(&mut c, rev).is_empty());
+    assert_eq!(active(&mut c, &f.agent), None);
+}
+
+#[test]
+fn g10_each_refusal_stops_a_candidate() {
+    // A driver that delivers no repository credentials (Docker's case).
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let plain = Arc::new(ScriptedDriver::new());
+    assert_refused_before_compute(
+        &f,
+        &rev,
+        plain,
+        opts(&s),
+        &s,
+        "REPOSITORY_RUNTIME_UNSUPPORTED",
+    );
+
+    // A recipient the driver cannot verify: the revision pins a Sandbox Driver the worker
+    // does not run.
+    let f = granted();
+    let mut c = f.db.client();
+    let repositories = json!([{"repositoryRef": APP, "scope": "write"}]);
+    let v: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key',
+             'scripted', 'scripted', p_repositories => $2, p_repository_sender_id => 'git',
+             p_sandbox_driver_id => 'sb-other')",
+        &[&f.agent, &repositories],
+    );
+    let rev = v["revisionId"].as_str().unwrap().to_string();
+    let s = sender();
+    assert_refused_before_compute(
+        &f,
+        &rev,
+        git_driver(),
+        opts(&s),
+        &s,
+        "REPOSITORY_RECIPIENT_UNVERIFIED",
+    );
+
+    // Another sender selected than the revision was admitted with (SPEC G16), or none.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let mut other = s.entry(Duration::from_secs(5), false);
+    other.id = "git-2".into();
+    let other = occ_worker::repository::RepositorySender::new(&other, "inst").unwrap();
+    let opts_other = Opts {
+        repository_sender: Some(leak_sender(other)),
+        ..Default::default()
+    };
+    assert_refused_before_compute(
+        &f,
+        &rev,
+        git_driver(),
+        opts_other,
+        &s,
+        "REPOSITORY_GIT_SENDER_UNQUALIFIED",
+    );
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    assert_refused_before_compute(
+        &f,
+        &rev,
+        git_driver(),
+        Opts::default(),
+        &s,
+        "REPOSITORY_GIT_SENDER_UNQUALIFIED",
+    );
+
+    // A grant revoked, or lowered below the binding's scope, after admission.
+    for lowered in [false, true] {
+        let f = granted();
+        let mut c = f.db.client();
+        let rev = deploy_git(&mut c, &f.agent, &[(APP, "write"), (LIB, "read")]);
+        if lowered {
+            grant(&mut c, APP, "read");
+        } else {
+            c.execute("SELECT occ.repository_revoke('admin', 'ns1', $1)", &[&LIB])
+                .unwrap();
+        }
+        let s = sender();
+        assert_refused_before_compute(
+            &f,
+            &rev,
+            git_driver(),
+            opts(&s),
+            &s,
+            "REPOSITORY_GRANT_REVOKED",
+        );
+    }
+
+    // A grant revoked while its sessions were open: the next check (after the sessions are
+    // prepared) refuses, and the prepared candidate's sessions are closed before it stops.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let url = f.db.url.clone();
+    driver.on_call(move |method, _target| {
+        if method == "runtime_namespace" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute("SELECT occ.repository_revoke('admin', 'ns1', $1)", &[&APP])
+                .unwrap();
+        }
+    });
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("REPOSITORY_GRANT_REVOKED"))
+    );
+    assert!(driver.calls_of("prepare_revision").is_empty());
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    assert_eq!(calls_to(&s, "close").len(), 1);
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+}
+
+#[test]
+fn g11_missing_material_is_repaired_once_a_second_miss_is_invalid() {
+    // One miss: the sessions are closed, opened again, and the revision activates.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    driver.script_prepare(&rev, vec![Prepare::MaterialMissing, Prepare::Ready]);
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    assert_eq!(
+        phases(&mut c, &rev),
+        [(APP.into(), "disposed".into()), (APP.into(), "open".into())]
+    );
+    assert_eq!(calls_to(&s, "open").len(), 2);
+    assert_eq!(calls_to(&s, "close").len(), 1);
+    assert_eq!(driver.calls_of("prepare_revision").len(), 2);
+
+    // Two misses in a row: INVALID_DRIVER_OBSERVATION.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let driver = git_driver();
+    driver.script_prepare(
+        &rev,
+        vec![Prepare::MaterialMissing, Prepare::MaterialMissing],
+    );
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
+    );
+    assert_eq!(driver.calls_of("prepare_revision").len(), 2);
+}
+
+#[test]
+fn g11_a_malformed_missing_list_is_invalid() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    driver.script_prepare(&rev, vec![Prepare::MaterialMissingUnknown]);
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("INVALID_DRIVER_OBSERVATION"))
+    );
+    // No repair was tried.
+    assert_eq!(calls_to(&s, "open").len(), 1);
+    assert_eq!(driver.calls_of("prepare_revision").len(), 1);
+}
+
+#[test]
+fn g12_sessions_are_closed_before_every_stop_and_an_unreachable_sender_leaves_cleanup() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // The sender stops answering: the stop goes on, the session stays `closing`, and a
+    // terminal-runtime cleanup is registered.
+    s.answer("close", Answer::Status(503, json!({})));
+    s.answer("status", Answer::Status(503, json!({})));
+    let stop_key = stop(&mut c, &f.agent, "admin");
+    let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let cleanup_key = cleanup.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        crate::support::one::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1",
+            &[&cleanup_key],
+        ) >= 1
+    });
+    assert_eq!(work(&mut c, &stop_key).0, "succeeded");
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "closing".into())]);
+    assert_eq!(work(&mut c, &cleanup).0, "queued");
+    let last = crate::agent::evidence(&mut c, &cleanup).pop();
+    assert!(
+        last.as_deref()
+            .is_some_and(|e| e.ends_with(":REPOSITORY_CLEANUP_PENDING")),
+        "{last:?}"
+    );
+    let cause: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1 ORDER BY a.id DESC LIMIT 1",
+        &[&cleanup],
+    );
+    assert_eq!(cause.as_deref(), Some("REPOSITORY_SENDER_UNAVAILABLE"));
+    // The sender answers again: the cleanup asks `status`, disposes of the session and
+    // completes.
+    s.answer("status", Answer::Json(json!({"state": "closed"})));
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
+        &[&cleanup],
+    )
+    .unwrap();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(
+        work(&mut c, &cleanup).1.as_deref(),
+        Some("REPOSITORY_CLEANUP_COMPLETE")
+    );
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+}
+
+#[test]
+fn g13_agent_deletion_waits_until_every_session_is_disposed() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    s.answer("close", Answer::Status(503, json!({})));
+    s.answer("status", Answer::Status(503, json!({})));
+    let deletion: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.agent_delete('ns1', $1, 'admin')",
+        &[&f.agent],
+    );
+    let deletion = deletion["work"].as_str().unwrap().to_string();
+    let waiting = deletion.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        crate::agent::evidence(c, &waiting)
+            .iter()
+            .any(|e| e.ends_with(":REPOSITORY_CLEANUP_PENDING"))
+    });
+    // Every row intact, no attempt spent.
+    let (state, _, _, attempts) = work(&mut c, &deletion);
+    assert_eq!((state.as_str(), attempts), ("queued", 0));
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "closing".into())]);
+    let agents: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    );
+    assert_eq!(agents, 1);
+    // The sender answers again: the cleanup disposes of the session, then the deletion
+    // completes.
+    s.answer("status", Answer::Json(json!({"state": "closed"})));
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE state = 'queued'",
+        &[],
+    )
+    .unwrap();
+    run_with(&f.db, driver.clone(), opts(&s), |c| {
+        crate::support::scalar::<i64>(
+            c,
+            "SELECT count(*) FROM occ.agents WHERE namespace_id = 'ns1'",
+        ) == 0
+    });
+    let agents: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.agents WHERE id = $1",
+        &[&f.agent],
+    );
+    assert_eq!(agents, 0, "deleted once every session was disposed");
+}
