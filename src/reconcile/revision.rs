@@ -73,6 +73,11 @@ const HARNESS_APPROVED: &str = include_str!("../../sql/queries/harness_approved_
 const ACTIVATION_AUDITED: &str = include_str!("../../sql/queries/revision_activation_audited.sql");
 const NAMESPACE_LOCK: &str = include_str!("../../sql/queries/namespace_lock.sql");
 const STILL_ACTIVE: &str = include_str!("../../sql/queries/revision_still_active.sql");
+const REPOSITORY_KIND: &str = include_str!("../../sql/queries/revision_repository_kind.sql");
+
+/// SPEC G9: a standing revision's maintenance interval, max(100, min(10 000, v × 100)) ms for
+/// the built-in policy's `validate` answer v = 100.
+const STANDING_MAINTENANCE: Duration = Duration::from_secs(10);
 const WORKSPACE_SETUP_COMPLETE: &str =
     include_str!("../../sql/queries/workspace_setup_complete.sql");
 
@@ -658,6 +663,16 @@ impl RevisionReconciler {
         let wait = self.refusal_wait(pass, &l);
         if maintenance && (!l.is_active() || l.agent.desired_runtime_state != RuntimeState::Running)
         {
+            // SPEC G12: a stopped Agent's revision with repository credentials has its
+            // sessions closed, then is bound and stopped, before its chain ends.
+            if l.is_active() && l.revision.repository_credentials.is_some() {
+                let driver = pass.ctx.compute.clone();
+                let agent = l.agent.spec(&pass.ctx.installation_id);
+                let spec = l.revision.spec(&pass.ctx.installation_id);
+                self.close_before_stop(pass, &l.revision)?;
+                try_effect!(pass, "bind", |c| driver.bind_agent(&agent, c));
+                try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
+            }
             // R11: maintenance is for the running active revision only.
             return Ok(Report::success("REVISION_MAINTENANCE_SUPERSEDED")
                 .with_facts(Facts::Own(RevisionFacts::ChainEnded)));
@@ -1637,6 +1652,18 @@ impl Reconciler for RevisionReconciler {
                         details: json!({"supersededBy": by, "supersededByRevision": by_revision}),
                     },
                 )?;
+                // SPEC G2: a superseded revision with repository credentials has its runtime
+                // retired durably.
+                if repository_kind(tx, revision_id)?.0 {
+                    let cleanup = NewWork::repository_cleanup(
+                        &claim.namespace_id,
+                        agent_id,
+                        revision_id,
+                        CleanupKind::TerminalRuntime,
+                        &claim.actor_id,
+                    );
+                    queue::work_enqueue(tx, &cleanup)?;
+                }
                 (true, false)
             }
             Facts::Own(RevisionFacts::Stopped { retired_before }) => {
@@ -1685,12 +1712,10 @@ impl Reconciler for RevisionReconciler {
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.
         let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
         let keeps_running = activated || (maintenance && !ends_chain);
-        if let (true, true, Some(interval)) = (
-            terminal,
-            keeps_running,
-            pass.ctx.compute.policy().maintenance_interval(),
-        ) {
-            queue_next_maintenance(tx, pass, interval)?;
+        if terminal && keeps_running {
+            if let Some(interval) = maintenance_interval(tx, pass, revision_id)? {
+                queue_next_maintenance(tx, pass, interval)?;
+            }
         }
         Ok(())
     }
@@ -1756,6 +1781,37 @@ fn publish_activation(
 
 /// R11: the next maintenance bucket of a revision still active and running, on a multiple of
 /// the driver's interval by the database clock.
+/// Whether a revision has repository credentials, and whether under a standing approval.
+fn repository_kind(
+    tx: &mut crate::db::Tx<'_>,
+    revision_id: &str,
+) -> Result<(bool, bool), PassError> {
+    Ok(tx
+        .query_opt(REPOSITORY_KIND, &[&revision_id])?
+        .map_or((false, false), |r| (r.get(0), r.get(1))))
+}
+
+/// SPEC R11, G9: the revision's maintenance interval: the Compute's; a revision with
+/// repository credentials has one whatever its Compute, the smallest of the Compute's, the
+/// cleanup interval (G6) and, under a standing approval, 10 s.
+fn maintenance_interval(
+    tx: &mut crate::db::Tx<'_>,
+    pass: &Pass<'_>,
+    revision_id: &str,
+) -> Result<Option<Duration>, PassError> {
+    let compute = pass.ctx.compute.policy().maintenance_interval();
+    let (repository, standing) = repository_kind(tx, revision_id)?;
+    if !repository {
+        return Ok(compute);
+    }
+    let cleanup = super::repository_cleanup::cleanup_interval(pass);
+    let mut interval = compute.map_or(cleanup, |c| c.min(cleanup));
+    if standing {
+        interval = interval.min(STANDING_MAINTENANCE);
+    }
+    Ok(Some(interval))
+}
+
 fn queue_next_maintenance(
     tx: &mut crate::db::Tx<'_>,
     pass: &Pass<'_>,

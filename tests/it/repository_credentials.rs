@@ -580,3 +580,92 @@ fn g13_agent_deletion_waits_until_every_session_is_disposed() {
     );
     assert_eq!(agents, 0, "deleted once every session was disposed");
 }
+
+#[test]
+fn g9_a_revision_with_credentials_gets_maintenance_under_a_driver_without_an_interval() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    // The scripted driver declares no maintenance interval; the sender's cleanup interval is
+    // 5 s.
+    let mut entry = s.entry(Duration::from_secs(5), false);
+    entry.cleanup_interval = Duration::from_secs(5);
+    let sender5 = occ_worker::repository::RepositorySender::new(&entry, "inst").unwrap();
+    let o = Opts {
+        repository_sender: Some(leak_sender(sender5)),
+        ..Default::default()
+    };
+    let driver = git_driver();
+    assert!(driver.maintenance.is_none());
+    run_with(&f.db, driver.clone(), o, |c| {
+        crate::support::scalar::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE state = 'claimed'
+                OR (state = 'queued' AND idempotency_key NOT LIKE '%:maintenance:%')",
+        ) == 0
+    });
+    assert_eq!(
+        work(&mut c, &key(&rev)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    let due: f64 = crate::support::one(
+        &mut c,
+        "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 FROM occ.work
+         WHERE idempotency_key LIKE $1 AND state = 'queued'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert!(
+        due <= 5.0,
+        "the next bucket is due within the cleanup interval: {due}"
+    );
+    // A revision without credentials under the same driver gets none.
+    let g = fixture();
+    let mut c = g.db.client();
+    let plain = crate::agent::deploy(&mut c, &g.agent);
+    run_with(
+        &g.db,
+        Arc::new(ScriptedDriver::new()),
+        Opts::default(),
+        quiet,
+    );
+    assert_eq!(
+        work(&mut c, &key(&plain)).1.as_deref(),
+        Some("REVISION_ACTIVATED")
+    );
+    let chains: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE '%:maintenance:%'",
+        &[],
+    );
+    assert_eq!(chains, 0);
+}
+
+#[test]
+fn g16_a_revision_of_another_sender_fails_the_deployment_at_once() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let mut other = s.entry(Duration::from_secs(5), false);
+    other.id = "git-2".into();
+    let other = occ_worker::repository::RepositorySender::new(&other, "inst").unwrap();
+    let o = Opts {
+        repository_sender: Some(leak_sender(other)),
+        ..Default::default()
+    };
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), o, quiet);
+    let (state, code, _, attempts) = work(&mut c, &key(&rev));
+    // At once: the first attempt, not the deadline.
+    assert_eq!(
+        (state.as_str(), code.as_deref(), attempts),
+        (
+            "failed_permanent",
+            Some("REPOSITORY_GIT_SENDER_UNQUALIFIED"),
+            1
+        )
+    );
+    assert!(driver.calls().is_empty());
+    assert!(s.calls().is_empty());
+}
