@@ -657,6 +657,19 @@ impl RevisionReconciler {
         if l.agent.active_revision_id.is_some() && l.previous.is_none() {
             return Ok(refused("INVALID_ACTIVE_REVISION"));
         }
+        // SPEC G14: a maintenance pass of the running active revision whose Git access expired
+        // skips R2 and the backend step, still decides supersession, then withdraws.
+        if maintenance
+            && l.is_active()
+            && l.agent.desired_runtime_state == RuntimeState::Running
+            && l.revision.repository_credentials.is_some()
+            && self.expiry(pass, &l.revision.id)? != git::Expiry::None
+        {
+            if let Some(superseded) = self.supersede(pass, &l)? {
+                return Ok(superseded);
+            }
+            return self.expire(pass, &l);
+        }
         if let Some(refusal) = self.authorize(pass, &l)? {
             return self.refuse_checked(pass, &l, refusal);
         }
@@ -1488,6 +1501,9 @@ pub enum RevisionFacts {
     /// SPEC Z2: a maintenance claim of the active revision fails with its code and keeps the
     /// chain, unless `settle` finds the Agent moved on (then it completes superseded).
     ActiveMaintenanceFailed,
+    /// SPEC G14: an expired revision whose runtime must go: `publish` registers its
+    /// `terminal-runtime` cleanup, and the chain ends.
+    ExpiryRetiresRuntime,
 }
 
 /// A refusal before any effect that ends a maintenance chain.
@@ -1674,6 +1690,17 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Own(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             Facts::Own(RevisionFacts::ActiveMaintenanceFailed) => (false, false),
+            Facts::Own(RevisionFacts::ExpiryRetiresRuntime) => {
+                let cleanup = NewWork::repository_cleanup(
+                    &claim.namespace_id,
+                    agent_id,
+                    revision_id,
+                    CleanupKind::TerminalRuntime,
+                    &claim.actor_id,
+                );
+                queue::work_enqueue(tx, &cleanup)?;
+                (true, false)
+            }
             Facts::Own(RevisionFacts::FailedPreparation) => {
                 // SPEC G2: in the transaction that fails the work, so the cleanup survives a
                 // crash right after the failure.

@@ -669,3 +669,119 @@ fn g16_a_revision_of_another_sender_fails_the_deployment_at_once() {
     assert!(driver.calls().is_empty());
     assert!(s.calls().is_empty());
 }
+
+/// Options whose sender has a 1 s cleanup interval, so a revision with credentials gets its
+/// maintenance buckets every second (SPEC G9).
+fn fast_opts(sender: &SenderServer) -> Opts {
+    let mut entry = sender.entry(Duration::from_secs(5), false);
+    entry.cleanup_interval = Duration::from_secs(1);
+    Opts {
+        repository_sender: Some(leak_sender(
+            occ_worker::repository::RepositorySender::new(&entry, "inst").unwrap(),
+        )),
+        ..Default::default()
+    }
+}
+
+/// The revision's deadline moved into the past, as the clock would (the revision guard
+/// refuses any change, so triggers are bypassed for this session).
+fn expire_deadline(c: &mut Client, revision: &str) {
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET repository_credentials = jsonb_set(repository_credentials,
+             '{deadlineAt}', '\"2020-01-01T00:00:00.000Z\"') WHERE id = $1",
+        &[&revision],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+}
+
+/// The maintenance works of `revision` that completed with `code`.
+fn maintenance_with(c: &mut Client, revision: &str, code: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND reason_code = $2",
+        &[&format!("agent_revision:{revision}:maintenance:%"), &code],
+    )
+}
+
+#[test]
+fn g14_expiry_withdraws_git_and_keeps_the_runtime_and_chain() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "open".into())]);
+    expire_deadline(&mut c, &rev);
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_ACCESS_WITHDRAWN") >= 2
+    });
+    // The session is closed and Git withdrawn; the runtime keeps running, still active, and
+    // the chain goes on (a second withdrawn bucket came).
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    assert_eq!(calls_to(&s, "close").len(), 1);
+    assert!(!driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert!(driver.calls_of("retire_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // No session was opened again past the deadline.
+    assert_eq!(calls_to(&s, "open").len(), 1);
+    let cleanups: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1",
+        &[&format!("agent_revision:{rev}:repository_cleanup:%")],
+    );
+    assert_eq!(cleanups, 0);
+}
+
+#[test]
+fn g14_a_runtime_that_cannot_drop_git_queues_terminal_runtime() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    driver
+        .expiry
+        .lock()
+        .push_back(occ_worker::compute::RepositoryWithdrawal::RetireRuntime);
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    expire_deadline(&mut c, &rev);
+    let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let watched = cleanup.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        crate::support::one::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work_status WHERE idempotency_key = $1
+                AND reason_code = 'REPOSITORY_CLEANUP_COMPLETE'",
+            &[&watched],
+        ) == 1
+    });
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED"),
+        1
+    );
+    // The cleanup stopped the runtime and cleared the pointer; the chain ended.
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+    assert_eq!(active(&mut c, &f.agent), None);
+    let queued: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state = 'queued'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert_eq!(queued, 0);
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+}

@@ -179,6 +179,9 @@ pub struct ScriptedDriver {
     /// selected Sandbox Driver (none pinned and none selected counts), its runtime namespace
     /// `occ-<namespace>`, recorded as `runtime_namespace`.
     pub repository: bool,
+    /// Answers of `retire_expired_repository_access` (SPEC G14), consumed in order; empty
+    /// means `Withdrawn`.
+    pub expiry: Mutex<VecDeque<RepositoryWithdrawal>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -265,6 +268,7 @@ impl Default for ScriptedDriver {
             credential_withdrawal: true,
             detach: Mutex::default(),
             repository: false,
+            expiry: Mutex::default(),
         }
     }
 }
@@ -569,6 +573,20 @@ impl RepositoryRuntime for ScriptedDriver {
         let (agent, target) = (&revision.agent_id, &revision.revision_id);
         self.record_for(agent, "runtime_namespace", target, cancel)?;
         Ok(format!("occ-{}", revision.namespace_id))
+    }
+
+    fn retire_expired_repository_access(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<RepositoryWithdrawal, ComputeError> {
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "retire_expired_repository_access", target, cancel)?;
+        Ok(self
+            .expiry
+            .lock()
+            .pop_front()
+            .unwrap_or(RepositoryWithdrawal::Withdrawn))
     }
 }
 

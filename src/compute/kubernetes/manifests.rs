@@ -643,6 +643,25 @@ fn repository_env(revision: &RevisionSpec) -> Vec<Value> {
         .collect()
 }
 
+/// `workload` without any Git variable (`OCC_GIT_REPOSITORY_<n>`, `OCC_GIT_CREDENTIAL_<n>`) in
+/// its template (SPEC G14), its spec-hash stamp dropped as `without_env` does.
+pub fn without_git(mut workload: Value) -> Value {
+    let names: Vec<String> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|list| workload["spec"]["template"]["spec"][*list].as_array())
+        .flatten()
+        .filter_map(|c| c["env"].as_array())
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .filter(|n| n.starts_with("OCC_GIT_"))
+        .map(String::from)
+        .collect();
+    for name in names {
+        workload = without_env(workload, &name);
+    }
+    workload
+}
+
 /// Whether a pod spec still carries Git material (SPEC G14): any `OCC_GIT_CREDENTIAL_<n>`.
 pub fn carries_git_material(pod_spec: &Value) -> bool {
     ["containers", "initContainers"].iter().any(|list| {

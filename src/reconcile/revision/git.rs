@@ -3,9 +3,31 @@
 //! repair after missing material, and their close before any stop of the revision.
 
 use super::*;
-use crate::compute::{MissingMaterial, RepositoryAccess, REPOSITORY_RECIPIENT_UNVERIFIED};
+use crate::compute::{
+    MissingMaterial, RepositoryAccess, RepositoryWithdrawal, REPOSITORY_RECIPIENT_UNVERIFIED,
+};
 use crate::reconcile::repository::{self, Credentials, Prepared};
 use crate::reconcile::rows::{AgentStatus, NamespaceStatus};
+
+const EXPIRY: &str = include_str!("../../../sql/queries/repository_expiry.sql");
+
+/// A revision's expiry state (SPEC G14), derived from its cleanup works and its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Expiry {
+    None,
+    /// Past its deadline, or its standing approval handed off.
+    Expired,
+    /// Its runtime's retirement is registered.
+    Retiring,
+}
+
+/// What the expiry withdrawal decided (SPEC G14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Withdrawal {
+    Withdrawn,
+    RetireRuntime,
+    Pending,
+}
 
 /// How long a standing revision waits for a predecessor's session to dispose (SPEC G15):
 /// min(5 000 ms, the revision's maintenance interval or 5 000 ms).
@@ -121,6 +143,126 @@ impl RevisionReconciler {
         self.refuse(pass, l, refusal.at("repository"), prepared)
     }
 
+    /// The revision's expiry state (SPEC G14).
+    pub(super) fn expiry(&self, pass: &Pass<'_>, revision_id: &str) -> Result<Expiry, PassError> {
+        let state: Option<String> = {
+            let mut db = pass.db()?;
+            db.query_opt(EXPIRY, &[&revision_id])?.map(|r| r.get(0))
+        };
+        Ok(match state.as_deref() {
+            Some("retiring") => Expiry::Retiring,
+            Some("expired") => Expiry::Expired,
+            _ => Expiry::None,
+        })
+    }
+
+    /// SPEC G14: the expired revision's Git is withdrawn on its maintenance claim. Its
+    /// sessions are settled first (G3 in expiry mode: live ones closed, every session
+    /// `disposed`); then the withdrawal: the Agent moved on (not active, running, pointing at
+    /// the revision with its principal, or its Namespace not ready) or the state `retiring`
+    /// retires the runtime; an R2 denial (`AUTHORIZATION_DENIED`, `ACTOR_REVOKED`,
+    /// `INVALID_AGENT_PRINCIPAL`), a withdrawn model key, or a driver without the call retires
+    /// it too; any other refusal waits; else the driver withdraws (`withdrawn`,
+    /// `retire-runtime` or pending). Retiring completes `REPOSITORY_RUNTIME_RETIREMENT_QUEUED`
+    /// and `publish` registers `terminal-runtime` cleanup (the chain ends); settled and
+    /// withdrawn completes `REPOSITORY_ACCESS_WITHDRAWN` and keeps the chain; else the pass
+    /// waits `REPOSITORY_CLEANUP_PENDING` on G4's cadence. It never prepares or activates.
+    pub(super) fn expire(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Report, PassError> {
+        let revision = &l.revision;
+        let cleaned = repository::cleanup(
+            pass,
+            pass.ctx.repository_sender.as_deref(),
+            &revision.namespace_id,
+            &revision.id,
+            true,
+        )?;
+        let settled = cleaned.settled() && !self.sessions_outstanding(pass, &revision.id)?;
+        let withdrawal = self.withdraw(pass, l)?;
+        let recheck = |cause: bool| {
+            super::super::repository_cleanup::cleanup_recheck(
+                super::super::repository_cleanup::cleanup_interval(pass),
+                pass.age(),
+                cause,
+                cleaned.closing,
+            )
+        };
+        Ok(match withdrawal {
+            Withdrawal::RetireRuntime => Report::success("REPOSITORY_RUNTIME_RETIREMENT_QUEUED")
+                .with_facts(Facts::Own(RevisionFacts::ExpiryRetiresRuntime)),
+            Withdrawal::Withdrawn if settled => Report::success("REPOSITORY_ACCESS_WITHDRAWN"),
+            _ => {
+                let mut pending = Report::waiting(
+                    super::super::repository_cleanup::PENDING,
+                    recheck(cleaned.failure.is_some()),
+                    Wait::Unbounded,
+                );
+                pending.cause = cleaned
+                    .failure
+                    .as_ref()
+                    .map(super::super::repository_cleanup::compute_cause);
+                pending.at("repository")
+            }
+        })
+    }
+
+    /// Whether a session of the revision is not yet `disposed` (expiry settles on all).
+    fn sessions_outstanding(&self, pass: &Pass<'_>, revision_id: &str) -> Result<bool, PassError> {
+        let mut db = pass.db()?;
+        Ok(repository::sessions(&mut *db, revision_id)?
+            .iter()
+            .any(|s| s.phase != repository::Phase::Disposed))
+    }
+
+    /// SPEC G14's withdrawal decision, read under the heartbeat.
+    fn withdraw(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Withdrawal, PassError> {
+        let revision = &l.revision;
+        let current = {
+            let mut db = pass.db()?;
+            load_agent(&mut *db, &revision.namespace_id, &revision.agent_id)?
+        };
+        let current_ok = current.as_ref().is_some_and(|a| {
+            a.namespace_status == NamespaceStatus::Ready
+                && a.status == AgentStatus::Active
+                && a.desired_runtime_state == RuntimeState::Running
+                && a.service_principal_id == revision.service_principal_id
+                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
+        });
+        match self.expiry(pass, &revision.id)? {
+            _ if !current_ok => return Ok(Withdrawal::RetireRuntime),
+            Expiry::Retiring => return Ok(Withdrawal::RetireRuntime),
+            Expiry::None => return Ok(Withdrawal::Pending),
+            Expiry::Expired => {}
+        }
+        if let Some(refusal) = self.authorize(pass, l)? {
+            let retires = matches!(
+                refusal.code.as_str(),
+                "AUTHORIZATION_DENIED" | "ACTOR_REVOKED" | "INVALID_AGENT_PRINCIPAL"
+            );
+            return Ok(if retires {
+                Withdrawal::RetireRuntime
+            } else {
+                Withdrawal::Pending
+            });
+        }
+        if revision_sources::harness_withdrawn(&l.sources) {
+            return Ok(Withdrawal::RetireRuntime);
+        }
+        let driver = pass.ctx.compute.clone();
+        let Some(runtime) = driver.repository() else {
+            return Ok(Withdrawal::RetireRuntime);
+        };
+        let spec = revision.spec(&pass.ctx.installation_id);
+        Ok(
+            match effect(pass, "repository", |c| {
+                runtime.retire_expired_repository_access(&spec, c)
+            })? {
+                Ok(RepositoryWithdrawal::Withdrawn) => Withdrawal::Withdrawn,
+                Ok(RepositoryWithdrawal::RetireRuntime) => Withdrawal::RetireRuntime,
+                Ok(RepositoryWithdrawal::Pending) | Err(_) => Withdrawal::Pending,
+            },
+        )
+    }
+
     /// SPEC G11, G19 *prepare*: the revision's sessions opened (or reused) and handed to
     /// Compute in `spec`, then G10 again. `Some` ends the pass: a refusal, a sender without an
     /// answer (a retry keeping `REPOSITORY_SENDER_UNAVAILABLE`), or a standing revision
@@ -132,6 +274,11 @@ impl RevisionReconciler {
         spec: &mut RevisionSpec,
         credentials: &Credentials,
     ) -> Result<Option<Report>, PassError> {
+        // SPEC G14: an expired revision gets no session: its runtime is prepared without Git.
+        if self.expiry(pass, &l.revision.id)? != Expiry::None {
+            spec.repository = Some(credentials.access());
+            return Ok(None);
+        }
         let driver = pass.ctx.compute.clone();
         let (Some(runtime), Some(sender)) =
             (driver.repository(), pass.ctx.repository_sender.clone())

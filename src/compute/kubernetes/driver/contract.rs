@@ -2,7 +2,7 @@
 //! contract as the flow in `driver`'s header describes it, and the driver's pure answers.
 
 use super::*;
-use crate::compute::{HarnessMode, RepositoryRuntime};
+use crate::compute::{HarnessMode, RepositoryRuntime, RepositoryWithdrawal};
 
 impl ComputeDriver for KubernetesDriver {
     fn id(&self) -> &str {
@@ -529,6 +529,62 @@ impl RepositoryRuntime for KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<String, ComputeError> {
         self.namespace_of(&revision.installation_id, &revision.namespace_id, cancel)
+    }
+
+    /// SPEC G14 (Kubernetes): the revision's workload is written without its Git variables (a
+    /// rollout when it runs), then `Pending` while a Pod or live ReplicaSet of the revision
+    /// still carries material, else `Withdrawn`. No workload (or no namespace) carries
+    /// nothing. A workload without this installation's labels is refused; a 409 is read again
+    /// once, then retryable. The material Secrets are never read, written or deleted.
+    fn retire_expired_repository_access(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<RepositoryWithdrawal, ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(RepositoryWithdrawal::Withdrawn);
+        };
+        let path = self.workload_path(revision, &namespace);
+        for _ in 0..2 {
+            if let Some(workload) = self.revision_workload(revision, &path, cancel)? {
+                if !owned(&workload, &revision.installation_id) {
+                    return Err(ComputeError::permanent(
+                        "REPOSITORY_WITHDRAWAL_MISCONFIGURED",
+                        "kubernetes",
+                        None,
+                    ));
+                }
+                if manifests::carries_git_material(&workload["spec"]["template"]["spec"]) {
+                    let replacement = manifests::without_git(workload);
+                    match self.client.replace(&path, &replacement, cancel) {
+                        Ok(_) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                KubeErrorKind::Conflict | KubeErrorKind::NotFound
+                            ) =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(fail(e, "deployments")),
+                    }
+                }
+            }
+            let carries = self.runtime_carries_with(
+                revision,
+                &namespace,
+                manifests::carries_git_material,
+                cancel,
+            )?;
+            return Ok(if carries {
+                RepositoryWithdrawal::Pending
+            } else {
+                RepositoryWithdrawal::Withdrawn
+            });
+        }
+        Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
     }
 }
 

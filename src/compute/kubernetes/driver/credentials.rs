@@ -15,9 +15,25 @@ impl KubernetesDriver {
         env: &str,
         cancel: &CancelToken,
     ) -> Result<bool, ComputeError> {
+        self.runtime_carries_with(
+            revision,
+            namespace,
+            |spec| manifests::carries_env(spec, env),
+            cancel,
+        )
+    }
+
+    /// `runtime_carries` for any pod spec `carries` says carries what is withdrawn.
+    pub(super) fn runtime_carries_with(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        carries: impl Fn(&Value) -> bool,
+        cancel: &CancelToken,
+    ) -> Result<bool, ComputeError> {
         let labels = Self::revision_pods(revision);
         let pods = self.pods(namespace, &labels, cancel)?;
-        if pods.iter().any(|p| manifests::carries_env(&p["spec"], env)) {
+        if pods.iter().any(|p| carries(&p["spec"])) {
             return Ok(true);
         }
         let sets = self
@@ -31,7 +47,7 @@ impl KubernetesDriver {
         Ok(sets.iter().any(|rs| {
             let live = rs["spec"]["replicas"].as_i64().unwrap_or(1) > 0
                 || rs["status"]["replicas"].as_i64().unwrap_or(0) > 0;
-            live && manifests::carries_env(&rs["spec"]["template"]["spec"], env)
+            live && carries(&rs["spec"]["template"]["spec"])
         }))
     }
 
