@@ -30,7 +30,7 @@ pub use error::*;
 pub use gateway::*;
 pub use observation::*;
 pub use policy::*;
-pub use repository::{RepositoryRuntime, RepositoryWithdrawal};
+pub use repository::{HarnessState, RepositoryRuntime, RepositoryWithdrawal};
 pub use spec::*;
 pub use subnet::{Ipv4Cidr, LedgerUnavailable, SubnetLedger, SubnetPool};
 

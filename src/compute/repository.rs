@@ -16,6 +16,27 @@ pub enum RepositoryWithdrawal {
     RetireRuntime,
 }
 
+/// How a revision's runtime looks to `observe_revision` (SPEC G15): what the worker keeps of
+/// it; anything else the driver sees is `Unknown`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HarnessState {
+    Running,
+    Starting,
+    Lost,
+    Unknown,
+}
+
+impl HarnessState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarnessState::Running => "running",
+            HarnessState::Starting => "starting",
+            HarnessState::Lost => "lost",
+            HarnessState::Unknown => "unknown",
+        }
+    }
+}
+
 /// A driver's repository-credential calls (SPEC G11, G14, G20), reached through
 /// `ComputeDriver::repository`.
 pub trait RepositoryRuntime: Send + Sync {
@@ -33,4 +54,18 @@ pub trait RepositoryRuntime: Send + Sync {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RepositoryWithdrawal, ComputeError>;
+    /// How the revision's runtime is doing now (SPEC G15), read without changing anything.
+    fn observe_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<HarnessState, ComputeError>;
+    /// What identifies the execution that received the revision's Git material (SPEC G15,
+    /// G19 *captureExecution*): compared with the captured one before a standing revision's
+    /// maintenance; a JSON object or array of at most 64 KiB.
+    fn verify_repository_execution(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<serde_json::Value, ComputeError>;
 }

@@ -992,6 +992,16 @@ impl RevisionReconciler {
         spec.workspace_setup = l.workspace_setup.clone();
         let agent_spec = l.agent.spec(&pass.ctx.installation_id);
         let already_active = l.is_active();
+        let git = Self::git(l)?;
+        // SPEC G15: a standing revision's maintenance is authorized before binding.
+        if let (Some(credentials), true) = (
+            &git,
+            pass.claim.operation == Operation::RevisionMaintenance && already_active,
+        ) {
+            if let Some(ended) = self.authorize_standing(pass, l, credentials)? {
+                return Ok(ended);
+            }
+        }
         // The Agent's own objects before any preparation: for the active
         // revision a failure is `COMPUTE_BINDING_INCOMPLETE` (SPEC Z2), for a candidate R10.
         if let Err(e) = effect(pass, "bind", |c| driver.bind_agent(&agent_spec, c))? {
@@ -1002,7 +1012,6 @@ impl RevisionReconciler {
             });
         }
         // SPEC G11: the sessions are prepared and handed to Compute with the revision.
-        let git = Self::git(l)?;
         if let Some(credentials) = &git {
             if let Some(ended) = self.prepare_sessions(pass, l, &mut spec, credentials)? {
                 return Ok(ended);
@@ -1017,10 +1026,14 @@ impl RevisionReconciler {
             Observed::Ready(result) => result,
             Observed::Ended(report) => return Ok(*report),
         };
-        // SPEC G10 after a ready observation, before activation.
+        // SPEC G10 after a ready observation, before activation; the execution that got the
+        // material is captured (SPEC G19).
         if let Some(credentials) = &git {
             if let Some(refusal) = self.repository_authority(pass, l, credentials, true)? {
                 return self.refuse_repository(pass, l, refusal, true);
+            }
+            if let Some(ended) = self.capture_execution(pass, &spec)? {
+                return Ok(ended);
             }
         }
         self.activate(pass, l, &spec, already_active, result)

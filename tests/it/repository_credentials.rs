@@ -785,3 +785,102 @@ fn g14_a_runtime_that_cannot_drop_git_queues_terminal_runtime() {
     assert_eq!(queued, 0);
     assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
 }
+
+/// Deploys `agent` with APP under its standing approval (SPEC G8), the approval made first.
+fn deploy_standing(c: &mut Client, agent: &str) -> String {
+    c.execute(
+        "SELECT occ.repository_approve('admin', 'ns1', $1, $2, 'write')",
+        &[&agent, &APP],
+    )
+    .unwrap();
+    let repositories = json!([{"repositoryRef": APP, "scope": "write"}]);
+    let v: Value = crate::support::one(
+        c,
+        "SELECT occ.agent_deploy('ns1', $1, 'admin', 'cfg', 'codex', 'dedicated', 'key',
+             'scripted', 'scripted', p_repositories => $2, p_repository_sender_id => 'git',
+             p_standing => true)",
+        &[&agent, &repositories],
+    );
+    v["revisionId"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn g15_an_unverified_execution_defers_with_its_harness_state() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_standing(&mut c, &f.agent);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // The execution that got the material was captured.
+    let captured: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&rev],
+    );
+    assert_eq!(captured, json!([format!("pod-{rev}")]));
+    // Another execution runs now: maintenance observes it and waits, never preparing.
+    *driver.execution.lock() = Some(json!(["pod-other"]));
+    *driver.harness_state.lock() = Some(occ_worker::compute::HarnessState::Starting);
+    let prepared = driver.calls_of("prepare_revision").len();
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        crate::support::one::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key LIKE $1 AND a.code = 'REPOSITORY_EXECUTION_UNVERIFIED'",
+            &[&format!("agent_revision:{watched}:maintenance:%")],
+        ) >= 2
+    });
+    assert_eq!(driver.calls_of("prepare_revision").len(), prepared);
+    assert!(!driver.calls_of("observe_revision").is_empty());
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // Deferred, not failed: no maintenance work of the revision failed.
+    let failed: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state LIKE 'failed%'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert_eq!(failed, 0);
+}
+
+#[test]
+fn g15_a_removed_approval_hands_off_to_standing_withdrawal() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_standing(&mut c, &f.agent);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    assert_eq!(calls_to(&s, "open")[0]["standing"], true);
+    c.execute(
+        "SELECT occ.repository_unapprove('admin', 'ns1', $1, $2)",
+        &[&f.agent, &APP],
+    )
+    .unwrap();
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_ACCESS_WITHDRAWN") >= 1
+    });
+    // Handed off once, then withdrawn as an expired revision; the runtime keeps running.
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_STANDING_APPROVAL_REMOVED"),
+        1
+    );
+    let handoff = format!("agent_revision:{rev}:repository_cleanup:standing-withdrawal");
+    assert_eq!(work(&mut c, &handoff).0, "succeeded");
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert!(!driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    assert_eq!(calls_to(&s, "open").len(), 1);
+}

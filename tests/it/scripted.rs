@@ -182,6 +182,10 @@ pub struct ScriptedDriver {
     /// Answers of `retire_expired_repository_access` (SPEC G14), consumed in order; empty
     /// means `Withdrawn`.
     pub expiry: Mutex<VecDeque<RepositoryWithdrawal>>,
+    /// What `verify_repository_execution` answers (SPEC G15): `["pod-<revision>"]` unless set.
+    pub execution: Mutex<Option<serde_json::Value>>,
+    /// What `observe_revision` answers (SPEC G15): `Running` unless set.
+    pub harness_state: Mutex<Option<HarnessState>>,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -269,6 +273,8 @@ impl Default for ScriptedDriver {
             detach: Mutex::default(),
             repository: false,
             expiry: Mutex::default(),
+            execution: Mutex::default(),
+            harness_state: Mutex::default(),
         }
     }
 }
@@ -587,6 +593,30 @@ impl RepositoryRuntime for ScriptedDriver {
             .lock()
             .pop_front()
             .unwrap_or(RepositoryWithdrawal::Withdrawn))
+    }
+
+    fn observe_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<HarnessState, ComputeError> {
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "observe_revision", target, cancel)?;
+        Ok(self.harness_state.lock().unwrap_or(HarnessState::Running))
+    }
+
+    fn verify_repository_execution(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<serde_json::Value, ComputeError> {
+        let (agent, target) = (&revision.agent_id, &revision.revision_id);
+        self.record_for(agent, "verify_repository_execution", target, cancel)?;
+        Ok(self
+            .execution
+            .lock()
+            .clone()
+            .unwrap_or_else(|| serde_json::json!([format!("pod-{target}")])))
     }
 }
 

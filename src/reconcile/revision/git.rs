@@ -4,12 +4,27 @@
 
 use super::*;
 use crate::compute::{
-    MissingMaterial, RepositoryAccess, RepositoryWithdrawal, REPOSITORY_RECIPIENT_UNVERIFIED,
+    HarnessState, MissingMaterial, RepositoryAccess, RepositoryWithdrawal,
+    REPOSITORY_RECIPIENT_UNVERIFIED,
 };
 use crate::reconcile::repository::{self, Credentials, Prepared};
 use crate::reconcile::rows::{AgentStatus, NamespaceStatus};
 
 const EXPIRY: &str = include_str!("../../../sql/queries/repository_expiry.sql");
+const APPROVAL_LOAD: &str = include_str!("../../../sql/queries/repository_approval_load.sql");
+const EXECUTION_LOAD: &str = include_str!("../../../sql/queries/repository_execution_load.sql");
+const EXECUTION_STORE: &str = include_str!("../../../sql/queries/repository_execution_store.sql");
+const SESSIONS_HANDOFF: &str = include_str!("../../../sql/queries/repository_sessions_handoff.sql");
+const AGENT_LOCK: &str = include_str!("../../../sql/queries/agent_lock.sql");
+
+/// SPEC G15: the standing approval the revision was admitted under is gone.
+const APPROVAL_REMOVED: &str = "REPOSITORY_STANDING_APPROVAL_REMOVED";
+/// SPEC G15: it was replaced (another id, generation or scope fingerprint).
+const POLICY_CHANGED: &str = "REPOSITORY_STANDING_POLICY_CHANGED";
+/// SPEC G15: the running execution is not the one that received the material.
+const EXECUTION_UNVERIFIED: &str = "REPOSITORY_EXECUTION_UNVERIFIED";
+/// SPEC G15: how long an unverified execution waits: min(5 000 ms, the Compute interval).
+const UNVERIFIED_RECHECK: Duration = Duration::from_secs(5);
 
 /// A revision's expiry state (SPEC G14), derived from its cleanup works and its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +156,164 @@ impl RevisionReconciler {
             refusal.facts = Facts::Own(RevisionFacts::Refused);
         }
         self.refuse(pass, l, refusal.at("repository"), prepared)
+    }
+
+    /// SPEC G19 *captureExecution*: on a ready observation, what `verify_repository_execution`
+    /// answers is stored for the revision, replacing any. `Some` ends the pass (the call
+    /// failed).
+    pub(super) fn capture_execution(
+        &self,
+        pass: &Pass<'_>,
+        spec: &RevisionSpec,
+    ) -> Result<Option<Report>, PassError> {
+        let driver = pass.ctx.compute.clone();
+        let Some(runtime) = driver.repository() else {
+            return Ok(None);
+        };
+        match effect(pass, "repository", |c| {
+            runtime.verify_repository_execution(spec, c)
+        })? {
+            Ok(execution) => {
+                pass.fenced(|tx| {
+                    tx.execute(
+                        EXECUTION_STORE,
+                        &[&spec.namespace_id, &spec.revision_id, &execution],
+                    )?;
+                    Ok(())
+                })?;
+                Ok(None)
+            }
+            Err(e) => Ok(Some(compute_report(&e, pass).at("repository"))),
+        }
+    }
+
+    /// SPEC G15, G19 *authorize*: a standing revision's maintenance, before binding or
+    /// preparing. The first binding's approval gone or replaced hands the revision off to
+    /// `standing-withdrawal` cleanup (success with the code) while it is the current,
+    /// running, standing one with no expiry state, else refuses it as G10 does; an execution
+    /// that is not the captured one is observed and waits `REPOSITORY_EXECUTION_UNVERIFIED`
+    /// (exempt from the deadline), or completes `REVISION_MAINTENANCE_SUPERSEDED` when the
+    /// Agent moved on. `None` goes on.
+    pub(super) fn authorize_standing(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        credentials: &Credentials,
+    ) -> Result<Option<Report>, PassError> {
+        let (Some(snapshot), Some(first)) = (&credentials.standing, credentials.bindings.first())
+        else {
+            return Ok(None);
+        };
+        let revision = &l.revision;
+        let (approval, captured) = {
+            let mut db = pass.db()?;
+            let approval = db
+                .query_opt(
+                    APPROVAL_LOAD,
+                    &[
+                        &revision.namespace_id,
+                        &revision.agent_id,
+                        &first.repository_ref,
+                    ],
+                )?
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        r.get::<_, i64>(1),
+                        r.get::<_, String>(2),
+                    )
+                });
+            let captured: Option<Value> = db
+                .query_opt(EXECUTION_LOAD, &[&revision.id])?
+                .map(|r| r.get(0));
+            (approval, captured)
+        };
+        let changed = match &approval {
+            None => Some(APPROVAL_REMOVED),
+            Some((id, generation, fingerprint))
+                if *id != snapshot.id
+                    || *generation != snapshot.generation
+                    || *fingerprint != snapshot.scope_fingerprint =>
+            {
+                Some(POLICY_CHANGED)
+            }
+            Some(_) => None,
+        };
+        if let Some(code) = changed {
+            return self.hand_off(pass, l, code).map(Some);
+        }
+        let driver = pass.ctx.compute.clone();
+        let Some(runtime) = driver.repository() else {
+            return Ok(None);
+        };
+        let spec = revision.spec(&pass.ctx.installation_id);
+        let verified = match &captured {
+            Some(captured) => effect(pass, "repository", |c| {
+                runtime.verify_repository_execution(&spec, c)
+            })?
+            .is_ok_and(|now| now == *captured),
+            None => false,
+        };
+        if verified {
+            return Ok(None);
+        }
+        let state = effect(pass, "repository", |c| runtime.observe_revision(&spec, c))?
+            .unwrap_or(HarnessState::Unknown);
+        if !self.is_current(pass, revision)? {
+            return Ok(Some(
+                Report::success("REVISION_MAINTENANCE_SUPERSEDED")
+                    .with_facts(Facts::Own(RevisionFacts::ChainEnded)),
+            ));
+        }
+        let recheck = driver
+            .policy()
+            .maintenance_interval()
+            .map_or(UNVERIFIED_RECHECK, |i| i.min(UNVERIFIED_RECHECK));
+        let mut wait = Report::waiting(EXECUTION_UNVERIFIED, recheck, Wait::Unbounded);
+        wait.result_data = Some(json!({ "harnessState": state.as_str() }));
+        Ok(Some(wait.at("repository")))
+    }
+
+    /// Whether the Agent still runs the revision: its Namespace ready, the Agent active,
+    /// running, with the revision's principal and pointing at it.
+    fn is_current(&self, pass: &Pass<'_>, revision: &RevisionRow) -> Result<bool, PassError> {
+        let current = {
+            let mut db = pass.db()?;
+            load_agent(&mut *db, &revision.namespace_id, &revision.agent_id)?
+        };
+        Ok(current.as_ref().is_some_and(|a| {
+            a.namespace_status == NamespaceStatus::Ready
+                && a.status == AgentStatus::Active
+                && a.desired_runtime_state == RuntimeState::Running
+                && a.service_principal_id == revision.service_principal_id
+                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
+        }))
+    }
+
+    /// SPEC G15's hand-off: in one fenced transaction (Namespace, then Agent locked) the live
+    /// sessions become `closing` and `standing-withdrawal` cleanup is registered; success with
+    /// `code`, the chain going on (the next bucket finds the revision expired, G14). A revision
+    /// that is no longer the current, running, unexpired one is refused with `code` instead.
+    fn hand_off(&self, pass: &Pass<'_>, l: &Loaded, code: &str) -> Result<Report, PassError> {
+        let revision = &l.revision;
+        if !self.is_current(pass, revision)? || self.expiry(pass, &revision.id)? != Expiry::None {
+            return self.refuse_repository(pass, l, Report::permanent(code), true);
+        }
+        let cleanup = NewWork::repository_cleanup(
+            &revision.namespace_id,
+            &revision.agent_id,
+            &revision.id,
+            CleanupKind::StandingWithdrawal,
+            &pass.claim.actor_id,
+        );
+        pass.fenced(|tx| {
+            tx.query_opt(NAMESPACE_LOCK, &[&revision.namespace_id])?;
+            tx.query_opt(AGENT_LOCK, &[&revision.namespace_id, &revision.agent_id])?;
+            tx.execute(SESSIONS_HANDOFF, &[&revision.id])?;
+            queue::work_enqueue(tx, &cleanup)?;
+            Ok(())
+        })?;
+        Ok(Report::success(code).at("repository"))
     }
 
     /// The revision's expiry state (SPEC G14).

@@ -2,7 +2,7 @@
 //! contract as the flow in `driver`'s header describes it, and the driver's pure answers.
 
 use super::*;
-use crate::compute::{HarnessMode, RepositoryRuntime, RepositoryWithdrawal};
+use crate::compute::{HarnessMode, HarnessState, RepositoryRuntime, RepositoryWithdrawal};
 
 impl ComputeDriver for KubernetesDriver {
     fn id(&self) -> &str {
@@ -585,6 +585,66 @@ impl RepositoryRuntime for KubernetesDriver {
             });
         }
         Err(ComputeError::retryable("kubernetes_conflict", Some(409)).with_reason("Conflict"))
+    }
+
+    /// SPEC G15 (Kubernetes): from the revision's Harness Pods (the gateway's while it runs an
+    /// embedded revision): a Ready Pod is `running`, a Pending or unready one `starting`, a
+    /// Failed one or none at all `lost`.
+    fn observe_revision(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<HarnessState, ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(HarnessState::Lost);
+        };
+        let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
+        let live: Vec<&Value> = pods
+            .iter()
+            .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+            .collect();
+        let ready = |p: &Value| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        };
+        Ok(if live.iter().any(|p| ready(p)) {
+            HarnessState::Running
+        } else if live
+            .iter()
+            .any(|p| matches!(p["status"]["phase"].as_str(), Some("Pending" | "Running")))
+        {
+            HarnessState::Starting
+        } else {
+            HarnessState::Lost
+        })
+    }
+
+    /// SPEC G15 (Kubernetes): the sorted uids of the Pods running the revision.
+    fn verify_repository_execution(
+        &self,
+        revision: &RevisionSpec,
+        cancel: &CancelToken,
+    ) -> Result<Value, ComputeError> {
+        let Some(namespace) =
+            self.runtime_namespace(&revision.installation_id, &revision.namespace_id, cancel)?
+        else {
+            return Ok(json!([]));
+        };
+        let pods = self.pods(&namespace, &Self::revision_pods(revision), cancel)?;
+        let mut uids: Vec<&str> = pods
+            .iter()
+            .filter(|p| {
+                p["metadata"].get("deletionTimestamp").is_none()
+                    && p["status"]["phase"] == "Running"
+            })
+            .filter_map(|p| p["metadata"]["uid"].as_str())
+            .collect();
+        uids.sort_unstable();
+        Ok(json!(uids))
     }
 }
 
