@@ -14,9 +14,9 @@
 //! R8 earlier runtimes are stopped first when the driver requires it; R5 prepare and observe
 //! readiness; R6 reload the Agent, compare-and-set the active pointer in a fenced transaction,
 //! activate the route (a before-commit driver activates first, before the compare-and-set),
-//! retire earlier revisions, then publish exactly one activation audit with
-//! the completion; R7 an already-active revision repeats route activation and retirement; R11
-//! maintenance re-observes an active revision.
+//! retire earlier revisions, then publish exactly one activation audit with the completion; R7
+//! an already-active revision repeats route activation and retirement; R11 maintenance
+//! re-observes an active revision.
 //!
 //! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
 //! `authorization_denial`; an older revision never replaces a newer active one; a candidate
