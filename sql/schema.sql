@@ -46,10 +46,10 @@ $$;
 
 
 --
--- Name: agent_create(text, text, text); Type: FUNCTION; Schema: occ; Owner: -
+-- Name: agent_create(text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 
-CREATE FUNCTION occ.agent_create(p_namespace text, p_name text, p_actor text) RETURNS jsonb
+CREATE FUNCTION occ.agent_create(p_namespace text, p_name text, p_actor text, p_execution_mode text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -61,14 +61,15 @@ BEGIN
     IF EXISTS (SELECT 1 FROM occ.agents WHERE namespace_id = p_namespace AND name = p_name) THEN
         RAISE EXCEPTION 'agent %/% already exists', p_namespace, p_name USING ERRCODE = 'unique_violation';
     END IF;
-    INSERT INTO occ.agents (id, namespace_id, name, service_principal_id, created_by)
-    VALUES (agent_id, p_namespace, p_name, principal, p_actor);
+    INSERT INTO occ.agents (id, namespace_id, name, service_principal_id, created_by, execution_mode)
+    VALUES (agent_id, p_namespace, p_name, principal, p_actor, p_execution_mode);
     INSERT INTO occ.identities (id, kind, namespace_id, agent_id)
     VALUES (principal, 'service_principal', p_namespace, agent_id);
     PERFORM occ.agent_audit(p_namespace, p_actor, 'openclaw.agents.create', 'agent', agent_id,
-        jsonb_build_object('name', p_name, 'servicePrincipalId', principal));
+        jsonb_build_object('name', p_name, 'servicePrincipalId', principal,
+            'executionMode', p_execution_mode));
     RETURN jsonb_build_object('id', agent_id, 'namespaceId', p_namespace, 'name', p_name,
-        'servicePrincipalId', principal);
+        'servicePrincipalId', principal, 'executionMode', p_execution_mode);
 END $$;
 
 
@@ -162,6 +163,19 @@ BEGIN
     a := occ.agent_lock(p_namespace, p_agent);
     PERFORM occ.agent_require(p_actor, 'deploy', 'agent', a.id, p_namespace);
     PERFORM occ.agent_require(p_actor, 'read', 'configuration', p_configuration, p_namespace);
+    -- SPEC R1: the revision runs in the Agent's explicit execution mode; `p_mode` NULL takes it,
+    -- and a different one is refused before anything is written.
+    IF a.execution_mode IS NOT NULL AND p_mode IS NOT NULL AND p_mode <> a.execution_mode THEN
+        RAISE EXCEPTION 'agent %/% runs in % execution mode (set at its creation), not in % mode',
+            p_namespace, a.id, a.execution_mode, p_mode
+            USING ERRCODE = 'check_violation';
+    END IF;
+    p_mode := coalesce(p_mode, a.execution_mode);
+    IF p_mode IS NULL THEN
+        RAISE EXCEPTION 'agent %/% has no execution mode: a deployment must name its mode (dedicated or embedded)',
+            p_namespace, a.id
+            USING ERRCODE = 'check_violation';
+    END IF;
     SELECT * INTO c FROM occ.configurations WHERE namespace_id = p_namespace AND id = p_configuration;
     IF c.id IS NULL THEN
         RAISE EXCEPTION 'configuration %/% does not exist', p_namespace, p_configuration
@@ -255,7 +269,8 @@ BEGIN
         || CASE WHEN repositories IS NULL THEN '{}'::jsonb
                 ELSE jsonb_build_object('repositoryCredentials', repositories) END);
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
-        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets,
+        'work', work_key, 'executionMode', p_mode, 'sandboxDriverId', p_sandbox_driver_id,
+        'sandboxFacets', facets,
         'credentialSources', sources, 'repositoryCredentials', repositories);
 END $$;
 
@@ -284,9 +299,11 @@ CREATE TABLE occ.agents (
     created_by text NOT NULL,
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    execution_mode text,
     CONSTRAINT agents_active_revision_id_check CHECK (occ.is_ident(active_revision_id)),
     CONSTRAINT agents_check CHECK (((status = 'active'::text) OR (desired_runtime_state = 'stopped'::text))),
     CONSTRAINT agents_desired_runtime_state_check CHECK ((desired_runtime_state = ANY (ARRAY['running'::text, 'stopped'::text]))),
+    CONSTRAINT agents_execution_mode_check CHECK ((execution_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
     CONSTRAINT agents_id_check CHECK (occ.is_ident(id)),
     CONSTRAINT agents_name_check CHECK (occ.is_ident(name)),
     CONSTRAINT agents_namespace_id_check CHECK (occ.is_ident(namespace_id)),
@@ -437,6 +454,11 @@ BEGIN
     END IF;
     IF NEW.service_principal_id <> a.service_principal_id THEN
         RAISE EXCEPTION 'revision must name the service principal of agent %', a.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- SPEC R1: an Agent with an explicit execution mode runs only revisions in that mode.
+    IF a.execution_mode IS NOT NULL AND NEW.execution_mode IS DISTINCT FROM a.execution_mode THEN
+        RAISE EXCEPTION 'revision must run in the execution mode of agent % (%)', a.id, a.execution_mode
             USING ERRCODE = 'check_violation';
     END IF;
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.plugins) p
@@ -593,7 +615,7 @@ BEGIN
     RETURN jsonb_build_object(
         'id', a.id, 'namespaceId', a.namespace_id, 'name', a.name, 'status', a.status,
         'desiredRuntimeState', a.desired_runtime_state, 'activeRevisionId', a.active_revision_id,
-        'servicePrincipalId', a.service_principal_id,
+        'servicePrincipalId', a.service_principal_id, 'executionMode', a.execution_mode,
         'sandboxPolicy', (
             SELECT jsonb_build_object('generation', p.generation, 'state', p.state,
                                       'reasonCode', p.reason_code, 'egress', p.egress)
@@ -609,6 +631,8 @@ BEGIN
                 'reasonCode', s.reason_code, 'error', s.error, 'warnings', s.warnings,
                 'attempts', s.attempts, 'createdAt', s.created_at, 'updatedAt', s.updated_at,
                 'completedAt', s.completed_at, 'retiredAt', s.retired_at,
+                'harnessId', r.harness_id, 'harnessVersion', r.harness_version,
+                'executionMode', r.execution_mode,
                 'harnessAuthMethod', r.harness_auth ->> 'method',
                 'sandboxDriverId', r.sandbox_driver_id, 'sandboxFacets', r.sandbox_facets,
                 'repositoryCredentials', r.repository_credentials,
@@ -3082,6 +3106,7 @@ CREATE TABLE occ.agent_revisions (
     CONSTRAINT agent_revisions_document_check CHECK ((jsonb_typeof(document) = 'object'::text)),
     CONSTRAINT agent_revisions_execution_admission_check CHECK (((jsonb_typeof(execution_admission) = 'object'::text) AND (execution_admission ?& ARRAY['version'::text, 'mode'::text]) AND (((execution_admission - 'version'::text) - 'mode'::text) = '{}'::jsonb) AND (jsonb_typeof((execution_admission -> 'version'::text)) = 'number'::text) AND ((execution_admission ->> 'version'::text) ~ '^[1-9][0-9]{0,8}$'::text) AND (jsonb_typeof((execution_admission -> 'mode'::text)) = 'string'::text) AND ((execution_admission ->> 'mode'::text) ~ '^[a-z][a-z_]{0,31}$'::text))),
     CONSTRAINT agent_revisions_execution_mode_check CHECK ((execution_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),
+    CONSTRAINT agent_revisions_execution_mode_is_harness_mode CHECK ((execution_mode = harness_mode)),
     CONSTRAINT agent_revisions_harness_auth_check CHECK (((harness_auth IS NULL) OR COALESCE(((jsonb_typeof(harness_auth) = 'object'::text) AND ((((harness_auth ->> 'method'::text) = ANY (ARRAY['secret'::text, 'service_account'::text])) AND (jsonb_typeof((harness_auth -> 'source'::text)) = 'object'::text) AND (((harness_auth -> 'source'::text) ->> 'namespaceId'::text) IS NOT NULL) AND (((harness_auth -> 'source'::text) ->> 'id'::text) IS NOT NULL) AND (((harness_auth ->> 'method'::text) = 'secret'::text) OR occ.is_service_account_harness_auth(harness_auth, backend_id))) OR (((harness_auth ->> 'method'::text) = 'credential_source'::text) AND ((((harness_auth - 'method'::text) - 'sourceId'::text) - 'credentialGatewayId'::text) = '{}'::jsonb) AND (jsonb_typeof((harness_auth -> 'sourceId'::text)) = 'string'::text) AND occ.is_ident((harness_auth ->> 'sourceId'::text)) AND (jsonb_typeof((harness_auth -> 'credentialGatewayId'::text)) = 'string'::text) AND (length(btrim((harness_auth ->> 'credentialGatewayId'::text))) > 0)) OR (harness_auth = '{"method": "runtime"}'::jsonb))), false))),
     CONSTRAINT agent_revisions_harness_id_check CHECK ((harness_id = ANY (ARRAY['codex'::text, 'openclaw'::text]))),
     CONSTRAINT agent_revisions_harness_mode_check CHECK ((harness_mode = ANY (ARRAY['dedicated'::text, 'embedded'::text]))),

@@ -1,13 +1,14 @@
--- Bodyless deploy (R1): snapshots the Configuration and the pinned Harness, Compute and auth
--- choices into the next revision and enqueues its reconcile work in the same transaction. A
--- deployment makes the Agent's desired runtime state `running` again. Exactly one harness auth:
--- `p_harness_secret` (the `secret` method), `p_service_account` (a managed account, which
--- freezes its credential, its binding as verified and `backend_id`) or `p_credential_source`
--- (`credential_source`), or `p_runtime_auth` (`runtime`, SPEC M5: no Secret and no source),
--- with tool sources, the Sandbox Driver and its facets (SPEC S2), and the
--- selected Credential Gateway's id (the CLI reads it from the Installation configuration file),
--- and repository credentials (SPEC G8, `occ.repository_credentials_admit`) under the selected
--- repository sender's id (read from the same file).
+-- Bodyless deploy (R1): snapshots the Configuration, the Agent's execution mode (`p_mode`, or the
+-- Agent's own when NULL; an Agent created with one refuses another) and the pinned Harness, Compute
+-- and auth choices into the next revision and enqueues its reconcile work in the same transaction.
+-- A deployment makes the Agent's desired runtime state `running` again. Exactly one harness auth:
+-- `p_harness_secret` (the `secret` method), `p_service_account` (a managed account, which freezes
+-- its credential, its binding as verified and `backend_id`) or `p_credential_source`
+-- (`credential_source`), or `p_runtime_auth` (`runtime`, SPEC M5: no Secret and no source), with
+-- tool sources, the Sandbox Driver and its facets (SPEC S2), and the selected Credential Gateway's
+-- id (the CLI reads it from the Installation configuration file), and repository credentials (SPEC
+-- G8, `occ.repository_credentials_admit`) under the selected repository sender's id (read from the
+-- same file).
 CREATE OR REPLACE FUNCTION occ.agent_deploy(p_namespace text, p_agent text, p_actor text, p_configuration text, p_harness text, p_mode text, p_harness_secret text, p_compute_id text, p_compute_implementation text, p_secret_bindings jsonb DEFAULT '{}'::jsonb, p_plugins jsonb DEFAULT '[]'::jsonb, p_harness_version text DEFAULT NULL::text, p_service_account text DEFAULT NULL::text, p_sandbox_driver_id text DEFAULT NULL::text, p_sandbox_facets jsonb DEFAULT NULL::jsonb, p_credential_source text DEFAULT NULL::text, p_tool_sources text[] DEFAULT '{}'::text[], p_credential_gateway_id text DEFAULT NULL::text, p_runtime_auth boolean DEFAULT false, p_repositories jsonb DEFAULT NULL::jsonb, p_repository_deadline interval DEFAULT NULL::interval, p_standing boolean DEFAULT false, p_repository_sender_id text DEFAULT NULL::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
@@ -29,6 +30,19 @@ BEGIN
     a := occ.agent_lock(p_namespace, p_agent);
     PERFORM occ.agent_require(p_actor, 'deploy', 'agent', a.id, p_namespace);
     PERFORM occ.agent_require(p_actor, 'read', 'configuration', p_configuration, p_namespace);
+    -- SPEC R1: the revision runs in the Agent's explicit execution mode; `p_mode` NULL takes it,
+    -- and a different one is refused before anything is written.
+    IF a.execution_mode IS NOT NULL AND p_mode IS NOT NULL AND p_mode <> a.execution_mode THEN
+        RAISE EXCEPTION 'agent %/% runs in % execution mode (set at its creation), not in % mode',
+            p_namespace, a.id, a.execution_mode, p_mode
+            USING ERRCODE = 'check_violation';
+    END IF;
+    p_mode := coalesce(p_mode, a.execution_mode);
+    IF p_mode IS NULL THEN
+        RAISE EXCEPTION 'agent %/% has no execution mode: a deployment must name its mode (dedicated or embedded)',
+            p_namespace, a.id
+            USING ERRCODE = 'check_violation';
+    END IF;
     SELECT * INTO c FROM occ.configurations WHERE namespace_id = p_namespace AND id = p_configuration;
     IF c.id IS NULL THEN
         RAISE EXCEPTION 'configuration %/% does not exist', p_namespace, p_configuration
@@ -122,6 +136,7 @@ BEGIN
         || CASE WHEN repositories IS NULL THEN '{}'::jsonb
                 ELSE jsonb_build_object('repositoryCredentials', repositories) END);
     RETURN jsonb_build_object('agentId', a.id, 'revisionId', rev_id, 'revision', rev_no,
-        'work', work_key, 'sandboxDriverId', p_sandbox_driver_id, 'sandboxFacets', facets,
+        'work', work_key, 'executionMode', p_mode, 'sandboxDriverId', p_sandbox_driver_id,
+        'sandboxFacets', facets,
         'credentialSources', sources, 'repositoryCredentials', repositories);
 END $$;

@@ -28,6 +28,11 @@ BEGIN
         RAISE EXCEPTION 'revision must name the service principal of agent %', a.id
             USING ERRCODE = 'check_violation';
     END IF;
+    -- SPEC R1: an Agent with an explicit execution mode runs only revisions in that mode.
+    IF a.execution_mode IS NOT NULL AND NEW.execution_mode IS DISTINCT FROM a.execution_mode THEN
+        RAISE EXCEPTION 'revision must run in the execution mode of agent % (%)', a.id, a.execution_mode
+            USING ERRCODE = 'check_violation';
+    END IF;
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(NEW.plugins) p
                WHERE jsonb_typeof(p) <> 'object' OR jsonb_typeof(p->'id') IS DISTINCT FROM 'string'
                   OR NOT occ.is_ident(p->>'id')) THEN

@@ -1,5 +1,6 @@
--- `admin agent show` names what each revision pinned at admission and what withdrew from it:
--- its harness auth method, Sandbox Driver and facets (SPEC S2), credential sources (SPEC §13)
+-- `admin agent show` names the Agent's execution mode (SPEC R1; null when not set), what each
+-- revision pinned at admission and what withdrew from it: its Harness, version and execution
+-- mode, its harness auth method, Sandbox Driver and facets (SPEC S2), credential sources (SPEC §13)
 -- and withdrawal rows, its repository credentials (SPEC G8: the snapshot, null without), the
 -- Agent's sandbox policy (SPEC S3) and its workspace setup (SPEC WS1,
 -- WS4: its id and whether, when and by which revision it completed; null without one).
@@ -19,7 +20,7 @@ BEGIN
     RETURN jsonb_build_object(
         'id', a.id, 'namespaceId', a.namespace_id, 'name', a.name, 'status', a.status,
         'desiredRuntimeState', a.desired_runtime_state, 'activeRevisionId', a.active_revision_id,
-        'servicePrincipalId', a.service_principal_id,
+        'servicePrincipalId', a.service_principal_id, 'executionMode', a.execution_mode,
         'sandboxPolicy', (
             SELECT jsonb_build_object('generation', p.generation, 'state', p.state,
                                       'reasonCode', p.reason_code, 'egress', p.egress)
@@ -35,6 +36,8 @@ BEGIN
                 'reasonCode', s.reason_code, 'error', s.error, 'warnings', s.warnings,
                 'attempts', s.attempts, 'createdAt', s.created_at, 'updatedAt', s.updated_at,
                 'completedAt', s.completed_at, 'retiredAt', s.retired_at,
+                'harnessId', r.harness_id, 'harnessVersion', r.harness_version,
+                'executionMode', r.execution_mode,
                 'harnessAuthMethod', r.harness_auth ->> 'method',
                 'sandboxDriverId', r.sandbox_driver_id, 'sandboxFacets', r.sandbox_facets,
                 'repositoryCredentials', r.repository_credentials,

@@ -70,6 +70,14 @@ pub trait DriverPolicy: Send + Sync {
     fn maintenance_interval(&self) -> Option<Duration> {
         None
     }
+    /// Whether this driver activates the revision before its active pointer is committed (a
+    /// before-commit driver, SPEC R6): the candidate's pass then activates it first, and only
+    /// an activation that finished is committed, so the pointer never names a revision before
+    /// its runtime was seen serving. The default is `false`: the pointer commits first.
+    fn activates_before_commit(&self, revision: &RevisionSpec) -> bool {
+        let _ = revision;
+        false
+    }
     /// Decides a revision's stored execution admission (SPEC Z1, C1): `Ok` when this driver
     /// runs it. The default is the worker's own check, allowing exactly `{version: 5, mode:
     /// standard}`.

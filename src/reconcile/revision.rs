@@ -13,9 +13,10 @@
 //! SPEC Z2's active path;
 //! R8 earlier runtimes are stopped first when the driver requires it; R5 prepare and observe
 //! readiness; R6 reload the Agent, compare-and-set the active pointer in a fenced transaction,
-//! activate the route, retire earlier revisions, then publish exactly one activation audit with
-//! the completion; R7 an already-active revision repeats route activation and retirement; R11
-//! maintenance re-observes an active revision.
+//! activate the route (a before-commit driver activates first, before the compare-and-set),
+//! retire earlier revisions, then publish exactly one activation audit with the completion; R7
+//! an already-active revision repeats route activation and retirement; R11 maintenance
+//! re-observes an active revision.
 //!
 //! Guarantees: a denial makes no Compute call and is audited as `openclaw.agents.deploy` /
 //! `authorization_denial`; an older revision never replaces a newer active one; a candidate
@@ -1358,6 +1359,7 @@ impl RevisionReconciler {
             .iter()
             .filter(|r| r.revision < revision.revision && r.owned_by(pass))
             .collect();
+        let mut activated = false;
         let code = if already_active {
             "REVISION_ALREADY_ACTIVE"
         } else {
@@ -1372,6 +1374,14 @@ impl RevisionReconciler {
             if current.desired_runtime_state != RuntimeState::Running {
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 return Ok(Report::success("REVISION_STOPPED"));
+            }
+            // A before-commit driver activates the candidate first (SPEC R6): the pointer is
+            // committed only once its runtime was replaced and seen serving.
+            if driver.policy().activates_before_commit(spec) {
+                if let Err(e) = effect(pass, "activate", |c| driver.activate_revision(spec, c))? {
+                    return Ok(activation_report(&e, pass).at("activate"));
+                }
+                activated = true;
             }
             // Before the first pointer commit of a dedicated Agent its route serves nothing, in
             // production (SPEC N14; W8 makes the method required there).
@@ -1415,7 +1425,12 @@ impl RevisionReconciler {
             }
             "REVISION_ACTIVATED"
         };
-        if let Err(e) = effect(pass, "activate", |c| driver.activate_revision(spec, c))? {
+        let after = if activated {
+            Ok(())
+        } else {
+            effect(pass, "activate", |c| driver.activate_revision(spec, c))?
+        };
+        if let Err(e) = after {
             let report = activation_report(&e, pass).at("activate");
             // R11: an activation of the running active revision that did not finish takes the
             // active path: a maintenance claim fails with its code and keeps the chain.

@@ -1042,3 +1042,200 @@ fn r1_a_namespace_delete_admission_waits_for_an_agent_create_and_is_then_refused
     );
     assert_eq!(status, "ready");
 }
+
+/// A ready Namespace `ns1` with a Configuration `cfg` and a Secret `key`, admitted through the
+/// CLI, and the Agent `bot` created with `create` (extra `agent create` arguments): the database
+/// and the Agent's id.
+fn f105_cli_fixture(create: &[&str]) -> (TestDb, String) {
+    let db = TestDb::bootstrapped();
+    let mut c = db.client();
+    insert_namespace(&mut c, "ns1", "ready");
+    c.execute(
+        "SELECT occ.configuration_put('ns1', 'cfg', '{\"model\": \"m\"}', 'admin')",
+        &[],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT occ.secret_create('ns1', 'key', 'ns1/keys/api', 'admin')",
+        &[],
+    )
+    .unwrap();
+    let mut args = vec!["admin", "agent", "create", "ns1", "bot", "--actor", "admin"];
+    args.extend_from_slice(create);
+    let created = cli(&db, &args);
+    let principal = created["servicePrincipalId"].as_str().unwrap();
+    c.execute(
+        "INSERT INTO occ.iam_bindings (principal_id, role_id, scope_kind, namespace_id, resource_kind, resource_id)
+         VALUES ($1, 'agent-operator', 'resource', 'ns1', 'secret', 'key')",
+        &[&principal],
+    )
+    .unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    (db, id)
+}
+
+/// `agent deploy ns1 bot` of `cfg` with the Secret `key` on the scripted Compute, then `more`.
+fn f105_deploy_args<'a>(more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "admin",
+        "agent",
+        "deploy",
+        "ns1",
+        "bot",
+        "--configuration",
+        "cfg",
+        "--actor",
+        "admin",
+        "--harness-secret",
+        "key",
+        "--compute-id",
+        "scripted",
+        "--compute-implementation",
+        "scripted",
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
+/// (revisions, work rows, deploy admission audits) of the Namespace `ns1`.
+fn f105_written(c: &mut Client) -> (i64, i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM occ.agent_revisions WHERE namespace_id = 'ns1'),
+                    (SELECT count(*) FROM occ.work
+                     WHERE namespace_id = 'ns1' AND revision_id IS NOT NULL),
+                    (SELECT count(*) FROM occ.audit_events
+                     WHERE action = 'openclaw.agents.deploy.admit')",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+// SPEC R1: the Agent's explicit execution mode, set at creation, is what each deployment
+// snapshots: a deployment need not repeat it, and `agent show` names it on the Agent and on
+// each revision beside the Harness it runs.
+#[test]
+fn f105_an_agent_created_with_an_execution_mode_deploys_in_it_and_shows_it() {
+    let (db, _) = f105_cli_fixture(&["--execution-mode", "embedded"]);
+    let mut c = db.client();
+    let deployed = cli(&db, &f105_deploy_args(&["--harness", "openclaw"]));
+    assert_eq!(deployed["executionMode"], json!("embedded"));
+    let (harness_mode, execution_mode): (String, String) = {
+        let row = c
+            .query_one(
+                "SELECT harness_mode, execution_mode FROM occ.agent_revisions WHERE id = $1",
+                &[&deployed["revisionId"].as_str().unwrap()],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        (harness_mode.as_str(), execution_mode.as_str()),
+        ("embedded", "embedded")
+    );
+    // The same mode named again is accepted.
+    cli(
+        &db,
+        &f105_deploy_args(&["--harness", "openclaw", "--mode", "embedded"]),
+    );
+    let shown = cli(&db, &["admin", "agent", "show", "ns1", "bot"]);
+    assert_eq!(shown["executionMode"], json!("embedded"));
+    for revision in shown["revisions"].as_array().unwrap() {
+        assert_eq!(revision["executionMode"], json!("embedded"));
+        assert_eq!(revision["harnessId"], json!("openclaw"));
+        assert_eq!(revision["harnessVersion"], json!("1.0.0"));
+    }
+    assert_eq!(shown["revisions"].as_array().unwrap().len(), 2);
+}
+
+// SPEC R1: a deployment in another mode than the Agent's is refused in one line (exit 2: it can
+// never be admitted as given) before anything is written; so is a Harness the catalog does not
+// approve in the Agent's mode, and in production a pair production does not run, read from
+// the Agent when --mode is omitted.
+#[test]
+fn f105_a_deployment_in_another_mode_than_the_agents_is_refused_and_writes_nothing() {
+    let (db, agent) = f105_cli_fixture(&["--execution-mode", "dedicated"]);
+    let mut c = db.client();
+    crate::cli::refused(
+        Some(&db.url),
+        &f105_deploy_args(&["--harness", "codex", "--mode", "embedded"]),
+        2,
+        &format!(
+            "agent deploy refused: agent ns1/{agent} runs in dedicated execution mode \
+             (set at its creation), not in embedded mode"
+        ),
+    );
+    assert_eq!(f105_written(&mut c), (0, 0, 0));
+    c.execute(
+        "DELETE FROM occ.approved_harnesses WHERE harness_id = 'openclaw' AND mode = 'dedicated'",
+        &[],
+    )
+    .unwrap();
+    crate::cli::refused(
+        Some(&db.url),
+        &f105_deploy_args(&["--harness", "openclaw"]),
+        2,
+        "agent deploy refused: harness openclaw is not approved in dedicated mode",
+    );
+    assert_eq!(f105_written(&mut c), (0, 0, 0));
+    // The database holds a revision to its Agent's mode whoever writes it.
+    let err = c
+        .query_one(
+            "SELECT occ.agent_deploy('ns1', 'bot', 'admin', 'cfg', 'codex', 'embedded', 'key',
+                                     'scripted', 'scripted')",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.as_db_error().map(|e| e.code().clone()),
+        Some(postgres::error::SqlState::CHECK_VIOLATION)
+    );
+    assert_eq!(f105_written(&mut c), (0, 0, 0));
+    // Production: the Agent's dedicated mode with openclaw is no production pair.
+    let mut args = vec!["--database-url", db.url.as_str()];
+    args.extend(f105_deploy_args(&["--harness", "openclaw"]));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
+        .args(&args)
+        .env("OCC_WORKER_MODE", "production")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--harness openclaw --mode dedicated is refused in production"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(f105_written(&mut c), (0, 0, 0));
+}
+
+// SPEC R1: an Agent created without an execution mode keeps today's contract: each deployment
+// names its mode (and may change it), and one without is refused in one line, nothing written.
+#[test]
+fn f105_an_agent_without_an_execution_mode_needs_the_deployments_mode() {
+    let (db, agent) = f105_cli_fixture(&[]);
+    let mut c = db.client();
+    crate::cli::refused(
+        Some(&db.url),
+        &f105_deploy_args(&["--harness", "codex"]),
+        2,
+        &format!(
+            "agent deploy refused: agent ns1/{agent} has no execution mode: a deployment must \
+             name its mode (dedicated or embedded)"
+        ),
+    );
+    assert_eq!(f105_written(&mut c), (0, 0, 0));
+    cli(
+        &db,
+        &f105_deploy_args(&["--harness", "codex", "--mode", "dedicated"]),
+    );
+    cli(
+        &db,
+        &f105_deploy_args(&["--harness", "openclaw", "--mode", "embedded"]),
+    );
+    let shown = cli(&db, &["admin", "agent", "show", "ns1", "bot"]);
+    assert_eq!(shown["executionMode"], Value::Null);
+    assert_eq!(shown["revisions"][0]["executionMode"], json!("dedicated"));
+    assert_eq!(shown["revisions"][1]["executionMode"], json!("embedded"));
+}

@@ -859,13 +859,15 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
 
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    // Changed: the gateway is replaced at activation, after the pointer commit, so the pass
-    // that finds it rolled out completes as the active revision (R7), with its one audit. The
-    // pass that found the rollout still running waited with the activation's own code (seed
-    // 004 486-502), not as a failing dependency.
+    // The gateway is replaced at activation, before the pointer commit (a before-commit
+    // driver, SPEC R6), so the pass that finds it rolled out commits the pointer and completes
+    // `REVISION_ACTIVATED`, with its one audit. The pass that found the rollout still running
+    // waited with the activation's own code, not as a failing dependency.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ALREADY_ACTIVE")
+        Some("REVISION_ACTIVATED"),
+        "{:?}",
+        evidence(&mut c, &rkey(&r2))
     );
     let evidence = evidence(&mut c, &rkey(&r2));
     assert!(
@@ -890,6 +892,56 @@ fn r6_embedded_revisions_share_the_agents_recreate_gateway() {
         json!({"occ.agent": w.agent, "occ.revision": r2, "occ.component": "gateway"})
     );
     assert_eq!(active(&mut c, &w.agent), Some(r2));
+}
+
+// SPEC R6, C3 (a before-commit driver): an embedded candidate beside the active revision is
+// activated before its pointer commit: the shared gateway is replaced and checked first, so
+// the pointer never names a candidate whose gateway was not seen serving. A candidate whose
+// harness holds a failure fails with its code while the pointer still names the revision
+// admitted before it, with no activation audit of its own.
+#[test]
+fn r6_an_embedded_candidate_commits_its_pointer_only_once_the_gateway_serves_it() {
+    let w = agent_world();
+    let mut c = w.db.client();
+    let r1 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    crate::support::expect_work(&mut c, &rkey(&r1)).completed_with("REVISION_ACTIVATED");
+    let gateway = format!("agent-{}-gateway", w.agent);
+    w.kube.fake.set_deployment_behaviour(
+        NS1,
+        &gateway,
+        PodBehaviour::HeldUnready("AUTHENTICATION_FAILED".into()),
+    );
+    let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    crate::support::expect_work(&mut c, &rkey(&r2)).failed_with("RUNTIME_AUTHENTICATION_FAILED");
+    // The candidate took the gateway (its runtime kept for diagnosis) but never the pointer.
+    let d = deployment(&w, &gateway).expect("gateway");
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"]["occ.revision"],
+        r2.as_str()
+    );
+    assert_eq!(active(&mut c, &w.agent), Some(r1.clone()));
+    let activations: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.audit_events
+         WHERE action = 'openclaw.agents.lifecycle.activate' AND resource_id = $1",
+        &[&r2],
+    );
+    assert_eq!(activations, 0);
+
+    // A serving candidate: the pass that commits the pointer is the one that activated it.
+    w.kube
+        .fake
+        .set_deployment_behaviour(NS1, &gateway, PodBehaviour::Ready);
+    let r3 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
+    run_until(&w.db, w.kube.driver.clone(), quiet);
+    crate::support::expect_work(&mut c, &rkey(&r3)).completed_with("REVISION_ACTIVATED");
+    assert_eq!(active(&mut c, &w.agent), Some(r3.clone()));
+    assert_eq!(
+        service_selector(&w),
+        json!({"occ.agent": w.agent, "occ.revision": r3, "occ.component": "gateway"})
+    );
 }
 
 #[test]
@@ -1008,11 +1060,11 @@ fn a2_delete_removes_every_object_the_driver_created_for_the_agent() {
     // A later embedded revision: the Agent now has a revision Deployment, a claim and a gateway.
     let r2 = deploy_kube(&mut c, &w.agent, "openclaw", "embedded", "admin");
     run_until(&w.db, w.kube.driver.clone(), quiet);
-    // The gateway fronted the dedicated revision, so the embedded one takes it at activation
-    // and completes as the active revision (R7).
+    // The gateway fronted the dedicated revision, so the embedded one takes it at activation,
+    // before its pointer commit (SPEC R6), and completes once it serves.
     assert_eq!(
         work(&mut c, &rkey(&r2)).1.as_deref(),
-        Some("REVISION_ALREADY_ACTIVE")
+        Some("REVISION_ACTIVATED")
     );
     let activations: i64 = crate::support::one(
         &mut c,

@@ -19,6 +19,7 @@ use super::common::{
 };
 use super::repository;
 use clap::{Args, Subcommand, ValueEnum};
+use occ_worker::compute::HarnessMode;
 use occ_worker::operator;
 use serde_json::Value;
 use std::time::Instant;
@@ -45,9 +46,10 @@ pub struct DeployArgs {
     /// The Harness to run.
     #[arg(long, value_enum)]
     harness: Harness,
-    /// How the Harness runs: dedicated or embedded.
+    /// How the Harness runs: dedicated or embedded. Optional for an Agent created with an
+    /// --execution-mode (which it must match); required for one without (SPEC R1).
     #[arg(long, value_enum)]
-    mode: Mode,
+    mode: Option<Mode>,
     /// The Secret holding the harness API key (the `secret` harness auth; or
     /// --service-account or --credential-source, only one).
     #[arg(long, value_name = "SECRET", group = "harness_auth")]
@@ -169,6 +171,10 @@ pub enum AgentCommand {
         /// The identity making the change (authorized, and named in the audit trail).
         #[arg(long)]
         actor: String,
+        /// How every deployment of the Agent runs, fixed for the Agent's life: dedicated or
+        /// embedded (SPEC R1). Without it, each deployment's --mode decides.
+        #[arg(long, value_enum)]
+        execution_mode: Option<Mode>,
     },
     /// Admit a deployment: a new revision and its reconcile work.
     Deploy(Box<DeployArgs>),
@@ -241,17 +247,22 @@ pub fn run(globals: &Globals, command: AgentCommand) -> Result<(), CliError> {
             namespace,
             name,
             actor,
-        } => call(
-            globals,
-            "agent create",
-            &[
-                ("NAMESPACE", &namespace),
-                ("NAME", &name),
-                ("--actor", &actor),
-            ],
-            "SELECT occ.agent_create($1, $2, $3)",
-            &[&namespace, &name, &actor],
-        ),
+            execution_mode,
+        } => {
+            let mode = execution_mode.map(Mode::as_str);
+            call(
+                globals,
+                "agent create",
+                &[
+                    ("NAMESPACE", &namespace),
+                    ("NAME", &name),
+                    ("--actor", &actor),
+                    ("--execution-mode", mode.unwrap_or_default()),
+                ],
+                "SELECT occ.agent_create($1, $2, $3, $4)",
+                &[&namespace, &name, &actor, &mode],
+            )
+        }
         AgentCommand::Deploy(a) => deploy(globals, *a),
         AgentCommand::Stop {
             namespace,
@@ -332,7 +343,6 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
         Harness::Codex => "codex",
         Harness::Openclaw => "openclaw",
     };
-    let mode = a.mode.as_str();
     // SPEC G8: the repositories, checked here so bad input is said in one line, and the
     // selected repository sender's id; admission decides the rest.
     let repositories =
@@ -347,8 +357,18 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
     // A production installation runs dedicated Codex and embedded OpenClaw only
     //; its workers would fail any other pair.
     let production = std::env::var("OCC_WORKER_MODE").is_ok_and(|m| m.trim() == "production");
-    let pair = (harness, a.mode.harness_mode());
-    if production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&pair) {
+    // SPEC R1: without --mode, admission takes the Agent's own execution mode (and refuses an
+    // Agent without one); production's check reads it first.
+    let mode = match a.mode {
+        Some(mode) => Some(mode.harness_mode()),
+        None if production => agent_execution_mode(globals, &a.namespace, &a.agent)?,
+        None => None,
+    };
+    let refused_in_production = mode.filter(|&mode| {
+        production && !occ_worker::compute::PRODUCTION_HARNESSES.contains(&(harness, mode))
+    });
+    if let Some(mode) = refused_in_production {
+        let mode = mode.as_str();
         return Err(CliError::config(format!(
             "--harness {harness} --mode {mode} is refused in production \
                  (OCC_WORKER_MODE=production): production runs --harness codex --mode dedicated \
@@ -390,7 +410,7 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
             &a.actor,
             &a.configuration,
             &harness,
-            &mode,
+            &mode.map(HarnessMode::as_str),
             &a.harness_secret,
             &compute_id,
             &implementation,
@@ -408,6 +428,29 @@ fn deploy(globals: &Globals, a: DeployArgs) -> Result<(), CliError> {
         ],
         (a.wait, "reconcile"),
     )
+}
+
+/// The Agent's explicit execution mode (SPEC R1), none when it has none; an Agent that does
+/// not exist is refused as `agent deploy` would refuse it.
+fn agent_execution_mode(
+    globals: &Globals,
+    namespace: &str,
+    agent: &str,
+) -> Result<Option<HarnessMode>, CliError> {
+    let mut client = globals.connect()?;
+    let inputs = Inputs {
+        what: "agent deploy",
+        args: &[("NAMESPACE", namespace), ("AGENT", agent)],
+    };
+    let shown: Value = client
+        .query_one("SELECT occ.agent_show($1, $2)", &[&namespace, &agent])
+        .map_err(|e| refused(&inputs, &e))?
+        .get(0);
+    Ok(match shown["executionMode"].as_str() {
+        Some("dedicated") => Some(HarnessMode::Dedicated),
+        Some("embedded") => Some(HarnessMode::Embedded),
+        _ => None,
+    })
 }
 
 /// The deployment's `--repository REF[=read|write]` list as admission takes it

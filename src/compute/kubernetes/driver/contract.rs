@@ -249,11 +249,12 @@ impl ComputeDriver for KubernetesDriver {
     /// claim), observes the Harness rollout, then points the Agent's gateway at it and observes
     /// that rollout too; the Agent Service routes the gateway at activation (SPEC C3). Every
     /// predecessor was stopped first (exclusive replacement), so the gateway served nothing.
-    /// Embedded: while the Agent's shared gateway runs another revision
-    /// the candidate is only validated (image, Secret references) and reported ready; the
-    /// gateway is replaced at activation, after the pointer commit, so a candidate that never
-    /// becomes ready cannot take the active revision's gateway down (SPEC C3: the Recreate
-    /// gateway is replaced and checked during activation).
+    /// Embedded: while the Agent's shared gateway runs another revision the candidate is only
+    /// validated (image, Secret references) and reported ready; the worker then activates it
+    /// before the pointer commit (`activates_before_commit`), which replaces the gateway and
+    /// checks its rollout, and commits only once it completed (SPEC C3: the Recreate gateway
+    /// is replaced and checked during activation). Once the gateway runs the candidate, its
+    /// preparation observes the gateway's rollout and readiness like any workload's.
     fn prepare_revision(
         &self,
         revision: &RevisionSpec,
@@ -662,6 +663,12 @@ impl DriverPolicy for KubernetesDriver {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.settings.maintenance_interval
+    }
+
+    /// An embedded revision replaces and checks the Agent's shared gateway before its pointer
+    /// commit: its preparation beside another revision's gateway observes nothing.
+    fn activates_before_commit(&self, revision: &RevisionSpec) -> bool {
+        revision.harness_mode == HarnessMode::Embedded
     }
 
     /// The settings' `executionAdmissions` list the pairs this driver runs (SPEC Z1).
