@@ -13,7 +13,7 @@ use super::pass::{Pass, PassError};
 use super::report::{Facts, Outcome, Wait};
 use super::rows::{load_agent, load_revisions};
 use super::steps::effect;
-use crate::compute::{ComputeError, ComputeErrorKind};
+use crate::compute::{ComputeError, ComputeErrorKind, RepositoryWithdrawal};
 use crate::queue::CleanupKind;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -45,6 +45,9 @@ pub fn cleanup_interval(pass: &Pass<'_>) -> Duration {
         .as_ref()
         .map_or(CLEANUP_INTERVAL, |s| s.cleanup_interval())
 }
+
+/// SPEC G3: an expiry cleanup whose withdrawal from the runtime is still pending.
+pub const WITHDRAWAL_UNCONFIRMED: &str = "REPOSITORY_WITHDRAWAL_UNCONFIRMED";
 
 /// SPEC G3: an unsettled cleanup without another cause whose sender could not confirm a
 /// session's disposal.
@@ -90,6 +93,9 @@ pub struct CleanupFacts {
     pub sessions_pending: bool,
     /// A session is still `closing` (SPEC G4 keeps the interval).
     pub closing: bool,
+    /// SPEC G14's hand-off: the expired revision's runtime must go; `publish` registers its
+    /// `terminal-runtime` cleanup.
+    pub retire_runtime: bool,
 }
 
 /// The causes a process last warned of, per cleanup work (SPEC G5): at most
@@ -241,6 +247,7 @@ impl RepositoryCleanupReconciler {
             },
             sessions_pending: !cleaned.settled(),
             closing: cleaned.closing,
+            retire_runtime: false,
         };
         if !revision.owned_by(pass) {
             return Ok(Ok(CleanupFacts {
@@ -256,8 +263,7 @@ impl RepositoryCleanupReconciler {
             }
         }
         if !kind.retires_runtime() {
-            // G14's withdrawal is not built: an expiry cleanup settles its sessions only.
-            return Ok(Ok(sessions));
+            return self.withdraw(pass, agent.as_ref(), &revision, sessions);
         }
         let spec = revision.spec(&pass.ctx.installation_id);
         if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&spec, c))? {
@@ -270,6 +276,58 @@ impl RepositoryCleanupReconciler {
             }),
             ..sessions
         }))
+    }
+
+    /// SPEC G3 step 3, G14: an expiry cleanup withdraws Git from the revision's runtime. While
+    /// the Agent still runs the revision the driver withdraws it: pending leaves the cleanup
+    /// unsettled (`REPOSITORY_WITHDRAWAL_UNCONFIRMED`), a runtime that cannot drop it, or an
+    /// Agent that moved on, hands the runtime to `terminal-runtime` cleanup. Every session
+    /// must be `disposed` for it to settle.
+    fn withdraw(
+        &self,
+        pass: &Pass<'_>,
+        agent: Option<&super::rows::AgentRow>,
+        revision: &super::rows::RevisionRow,
+        mut facts: CleanupFacts,
+    ) -> Result<Result<CleanupFacts, StepFailure>, PassError> {
+        let sessions = {
+            let mut db = pass.db()?;
+            super::repository::sessions(&mut *db, &revision.id)?
+        };
+        if sessions
+            .iter()
+            .any(|s| s.phase != super::repository::Phase::Disposed)
+        {
+            facts.sessions_pending = true;
+        }
+        let runs = agent.is_some_and(|a| {
+            a.namespace_status == super::rows::NamespaceStatus::Ready
+                && a.status == super::rows::AgentStatus::Active
+                && a.desired_runtime_state == super::rows::RuntimeState::Running
+                && a.service_principal_id == revision.service_principal_id
+                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
+        });
+        let driver = pass.ctx.compute.clone();
+        let answer = match driver.repository() {
+            Some(runtime) if runs => {
+                let spec = revision.spec(&pass.ctx.installation_id);
+                match effect(pass, "withdraw", |c| {
+                    runtime.retire_expired_repository_access(&spec, c)
+                })? {
+                    Ok(answer) => answer,
+                    Err(e) => return Ok(Err(StepFailure("withdraw", e))),
+                }
+            }
+            _ => RepositoryWithdrawal::RetireRuntime,
+        };
+        match answer {
+            RepositoryWithdrawal::Withdrawn => {}
+            RepositoryWithdrawal::Pending => {
+                facts.cause.get_or_insert(WITHDRAWAL_UNCONFIRMED.into());
+            }
+            RepositoryWithdrawal::RetireRuntime => facts.retire_runtime = true,
+        }
+        Ok(Ok(facts))
     }
 
     /// SPEC G5: `worker.repository-cleanup-warning` when the cause is new for this work.
@@ -364,6 +422,19 @@ impl Reconciler for RepositoryCleanupReconciler {
                     &[&claim.namespace_id, agent_id, &stopped.revision_id],
                 )?;
             }
+        }
+        if let (true, Some(agent_id), Some(revision_id)) =
+            (facts.retire_runtime, &claim.agent_id, &claim.revision_id)
+        {
+            // SPEC G14's hand-off: the runtime goes with its own cleanup.
+            let cleanup = crate::queue::NewWork::repository_cleanup(
+                &claim.namespace_id,
+                agent_id,
+                revision_id,
+                CleanupKind::TerminalRuntime,
+                &claim.actor_id,
+            );
+            crate::queue::work_enqueue(tx, &cleanup)?;
         }
         let settled = report.outcome == Outcome::Success;
         if let (true, Some(agent_id)) = (settled, &claim.agent_id) {

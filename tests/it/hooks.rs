@@ -518,7 +518,7 @@ fn h1_start_up_refuses_each_bad_configuration_with_one_line_each() {
         ),
         (
             r#"{"hooks": []}"#.to_string(),
-            vec![format!("invalid configuration: OCC_INSTALLATION_CONFIG {path}: hooks: unknown field `hooks`, expected one of `lifecycleHooks`, `sandbox`, `sandboxNetworkPolicyCeiling`, `credentialGateway`, `credentialProxy` at line 1 column 8")],
+            vec![format!("invalid configuration: OCC_INSTALLATION_CONFIG {path}: hooks: unknown field `hooks`, expected one of `lifecycleHooks`, `sandbox`, `sandboxNetworkPolicyCeiling`, `credentialGateway`, `credentialProxy`, `repositoryPolicy`, `repositorySender` at line 1 column 8")],
         ),
     ];
     for (contents, expected) in cases {

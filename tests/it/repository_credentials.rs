@@ -4,11 +4,21 @@
 use crate::agent::{active, fixture, stop, work, Fixture};
 use crate::repository_sender::{opened, Answer, SenderServer};
 use crate::revision::key;
-use crate::scripted::{leak_sender, quiet, run_with, Opts, Prepare, ScriptedDriver};
+use crate::scripted::{leak_sender, run_with, Opts, Prepare, ScriptedDriver};
 use postgres::Client;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// No work running or due but maintenance buckets: a revision with repository credentials
+/// always has its next one queued (SPEC G9).
+fn quiet(c: &mut Client) -> bool {
+    crate::support::scalar::<i64>(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE state = 'claimed'
+            OR (state = 'queued' AND idempotency_key NOT LIKE '%:maintenance:%')",
+    ) == 0
+}
 
 const APP: &str = "github.com/acme/app";
 const LIB: &str = "github.com/acme/lib";
@@ -883,4 +893,87 @@ fn g15_a_removed_approval_hands_off_to_standing_withdrawal() {
         .is_empty());
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     assert_eq!(calls_to(&s, "open").len(), 1);
+}
+
+/// Registers `kind` repository cleanup of the revision, as its cause would (SPEC G2).
+fn register_cleanup(c: &mut Client, agent: &str, revision: &str, kind: &str) -> String {
+    let key = format!("agent_revision:{revision}:repository_cleanup:{kind}");
+    c.execute(
+        "INSERT INTO occ.work (idempotency_key, namespace_id, agent_id, revision_id, agent_target,
+             actor_id) VALUES ($1, 'ns1', $2, $3, 'repository_cleanup', 'admin')",
+        &[&key, &agent, &revision],
+    )
+    .unwrap();
+    key
+}
+
+#[test]
+fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // A withdrawal still rolling out leaves the cleanup waiting with its cause.
+    driver
+        .expiry
+        .lock()
+        .push_back(occ_worker::compute::RepositoryWithdrawal::Pending);
+    let cleanup = register_cleanup(&mut c, &f.agent, &rev, "standing-withdrawal");
+    let watched = cleanup.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        !crate::agent::evidence(c, &watched).is_empty()
+    });
+    let cause: Option<String> = crate::support::one(
+        &mut c,
+        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1 ORDER BY a.id DESC LIMIT 1",
+        &[&cleanup],
+    );
+    assert_eq!(cause.as_deref(), Some("REPOSITORY_WITHDRAWAL_UNCONFIRMED"));
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    // Withdrawn: settled, the runtime kept.
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
+        &[&cleanup],
+    )
+    .unwrap();
+    let watched = cleanup.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        work(c, &watched).0 == "succeeded"
+    });
+    assert_eq!(
+        work(&mut c, &cleanup).1.as_deref(),
+        Some("REPOSITORY_CLEANUP_COMPLETE")
+    );
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+
+    // A runtime that cannot drop Git is handed to terminal-runtime cleanup, which stops it.
+    let g = granted();
+    let mut c = g.db.client();
+    let rev = deploy_git(&mut c, &g.agent, &[(APP, "write")]);
+    let driver = git_driver();
+    run_with(&g.db, driver.clone(), opts(&s), |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    driver
+        .expiry
+        .lock()
+        .push_back(occ_worker::compute::RepositoryWithdrawal::RetireRuntime);
+    register_cleanup(&mut c, &g.agent, &rev, "standing-withdrawal");
+    let terminal = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let watched = terminal.clone();
+    run_with(&g.db, driver.clone(), opts(&s), move |c| {
+        crate::support::one::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work WHERE idempotency_key = $1 AND state = 'succeeded'",
+            &[&watched],
+        ) == 1
+    });
+    assert!(driver.calls_of("stop_revision").contains(&rev));
+    assert_eq!(active(&mut c, &g.agent), None);
 }
