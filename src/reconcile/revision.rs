@@ -1037,7 +1037,20 @@ impl RevisionReconciler {
                 return Ok(ended);
             }
         }
-        self.activate(pass, l, &spec, already_active, result)
+        let report = self.activate(pass, l, &spec, already_active, result)?;
+        // SPEC G10 once more before a success is published: a refusal is permanent; any other
+        // failure of the checks retries as a dependency.
+        match (&git, report.outcome) {
+            (Some(credentials), Outcome::Success) => {
+                match self.repository_authority(pass, l, credentials, true) {
+                    Ok(None) => Ok(report),
+                    Ok(Some(refusal)) => self.refuse_repository(pass, l, refusal, true),
+                    Err(e) if e.is_claim_loss() => Err(e),
+                    Err(_) => Ok(Report::retry("DEPENDENCY_UNAVAILABLE").at("repository")),
+                }
+            }
+            _ => Ok(report),
+        }
     }
 
     /// R8 then R5: exclusive replacement stops every earlier runtime before the candidate

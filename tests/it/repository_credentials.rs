@@ -977,3 +977,64 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
     assert!(driver.calls_of("stop_revision").contains(&rev));
     assert_eq!(active(&mut c, &g.agent), None);
 }
+
+#[test]
+fn g10_a_refusal_ends_an_active_revisions_maintenance_chain() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    c.execute("SELECT occ.repository_revoke('admin', 'ns1', $1)", &[&APP])
+        .unwrap();
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        crate::support::one::<i64>(
+            c,
+            "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1
+                AND state IN ('queued', 'claimed')",
+            &[&format!("agent_revision:{watched}:maintenance:%")],
+        ) == 0
+    });
+    let failed: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1
+            AND state = 'failed_permanent' AND reason_code = 'REPOSITORY_GRANT_REVOKED'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert_eq!(failed, 1, "the chain ended with the refusal");
+    // Unlike a candidate, the active revision is not stopped.
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn g10_a_refusal_before_the_success_is_published_fails_the_deployment() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let url = f.db.url.clone();
+    driver.on_call(move |method, _target| {
+        if method == "activate_revision" {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.execute("SELECT occ.repository_revoke('admin', 'ns1', $1)", &[&APP])
+                .unwrap();
+        }
+    });
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    let (state, code, _, _) = work(&mut c, &key(&rev));
+    assert_eq!(
+        (state.as_str(), code.as_deref()),
+        ("failed_permanent", Some("REPOSITORY_GRANT_REVOKED"))
+    );
+    assert!(
+        crate::agent::audits(&mut c, "openclaw.agents.lifecycle.activate").is_empty(),
+        "no activation was audited"
+    );
+}
