@@ -40,6 +40,7 @@ mod queue_engine;
 mod queue_smoke;
 mod readme;
 mod repository_cleanup;
+mod repository_e2e;
 mod repository_policy;
 mod repository_sender;
 mod revision;

@@ -1,0 +1,403 @@
+//! Repository credentials end to end on Kubernetes (SPEC §19: G8, G11, G12, G19, G22): a real
+//! `occ-worker run` process with the Kubernetes Compute Driver against the API server fake over
+//! TLS, the reference sender `occ-git-sender` as its repository sender, driven through the
+//! operator CLI as an operator would.
+//!
+//! The operator creates the Secrets in the Agent's Kubernetes namespace and names them in the
+//! sender's policy file; the Namespace is granted two repositories and an Agent deployed with
+//! both. The fake's kubelet resolves every `secretKeyRef`, so the Harness only goes ready when
+//! the material the worker attached names the operator's Secret and key. Stopping the Agent
+//! closes both sessions before the runtime stops. No Secret value reaches any log line.
+
+use crate::agent::create_agent;
+use crate::kube_e2e::{k8s_namespace, kube_env, ready_namespaces, scratch};
+use crate::kube_fake::tls::{leaf, new_ca};
+use crate::kube_fake::{FakeOptions, KubeFake};
+use crate::support::{wait_for, wait_value, work_state, worker_command, Env, WorkerProcess};
+use base64::Engine;
+use rcgen::{ExtendedKeyUsagePurpose, SanType};
+use serde_json::{json, Value};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::time::Duration;
+
+const APP: &str = "github.com/acme/app";
+const DOCS: &str = "github.com/acme/docs";
+/// What the operator's Secrets hold: it must appear in no log line of the worker or the sender.
+const CANARY: &str = "canary-git-token-7f3a9c";
+
+/// `occ-worker --json admin …` with `env`; its JSON answer.
+fn admin(env: &Env, args: &[&str]) -> Value {
+    crate::support::json_ok(
+        &mut worker_command(&[&["--json", "admin"], args].concat(), env),
+        &format!("occ-worker admin {args:?}"),
+    )
+}
+
+/// `occ-git-sender` on a free loopback port serving `policy` with a certificate of a CA made
+/// for this run (written to `dir/sender-ca.pem`): the process and its address once it listens.
+pub fn start_git_sender(dir: &Path, policy: &Path) -> (WorkerProcess, String) {
+    let ca = new_ca("occ-git-sender-e2e-ca");
+    let (cert, key) = leaf(
+        &ca,
+        "occ-git-sender",
+        vec![SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    std::fs::write(dir.join("sender-ca.pem"), ca.0.pem()).unwrap();
+    std::fs::write(dir.join("sender-cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("sender-key.pem"), key.serialize_pem()).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_occ-git-sender"))
+        .args(["--listen", "127.0.0.1:0", "--policy"])
+        .arg(policy)
+        .arg("--cert")
+        .arg(dir.join("sender-cert.pem"))
+        .arg("--key")
+        .arg(dir.join("sender-key.pem"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sender = WorkerProcess::capture(child);
+    let addr = wait_value("occ-git-sender listening", Duration::from_secs(30), || {
+        sender
+            .events()
+            .iter()
+            .find(|e| e["event"] == "sender.listening")
+            .and_then(|e| e["addr"].as_str().map(str::to_string))
+    });
+    (sender, addr)
+}
+
+/// Stores the operator's Secret `name` with `key` holding `value` in Kubernetes namespace `ns`.
+pub fn put_secret(fake: &KubeFake, ns: &str, name: &str, key: &str, value: &str) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+    fake.put_object(
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns},
+            "type": "Opaque",
+            "data": {key: encoded},
+        }),
+    );
+}
+
+/// The Git environment (`OCC_GIT_…`) of every container of a Pod template or Pod spec, as
+/// `NAME=value` or `NAME=secret/key`, in order.
+fn git_env(spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for e in c["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap_or("");
+            if !name.starts_with("OCC_GIT_") {
+                continue;
+            }
+            match e["valueFrom"].get("secretKeyRef") {
+                Some(r) => out.push(format!(
+                    "{name}={}/{}",
+                    r["name"].as_str().unwrap_or(""),
+                    r["key"].as_str().unwrap_or("")
+                )),
+                None => out.push(format!("{name}={}", e["value"].as_str().unwrap_or(""))),
+            }
+        }
+    }
+    out
+}
+
+/// Whether `o` is a Harness object of revision `rev` in namespace `ns`.
+fn harness_of(o: &Value, ns: &str, rev: &str) -> bool {
+    let labels = &o["metadata"]["labels"];
+    o["metadata"]["namespace"] == ns
+        && labels["occ.revision"] == rev
+        && labels["occ.component"] == "harness"
+}
+
+/// The Git environment of the revision's Harness Deployment template and of each of its Pods.
+fn harness_git_env(fake: &KubeFake, ns: &str, rev: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let deployment = fake
+        .objects("deployments")
+        .into_iter()
+        .find(|d| harness_of(d, ns, rev))
+        .map(|d| git_env(&d["spec"]["template"]["spec"]))
+        .unwrap_or_default();
+    let pods = fake
+        .objects("pods")
+        .into_iter()
+        .filter(|p| harness_of(p, ns, rev))
+        .map(|p| git_env(&p["spec"]))
+        .collect();
+    (deployment, pods)
+}
+
+/// `admin repository sessions NS AGENT`: (REF, phase, session id, admission id) per session,
+/// sorted by REF then admission id.
+fn sessions(env: &Env, ns: &str, agent: &str) -> Vec<(String, String, String, String)> {
+    let listed = admin(env, &["repository", "sessions", ns, agent]);
+    let mut rows: Vec<(String, String, String, String)> = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or("").to_string();
+            (
+                text("repositoryRef"),
+                text("phase"),
+                text("sessionId"),
+                text("admissionId"),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.0, &a.3).cmp(&(&b.0, &b.3)));
+    rows
+}
+
+/// The sender's `sender.call` lines of `call`: (admission id, REF, outcome).
+fn sender_calls(sender: &WorkerProcess, call: &str) -> Vec<(String, String, Value)> {
+    sender
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "sender.call" && e["call"] == call)
+        .map(|e| {
+            (
+                e["admissionId"].as_str().unwrap_or("").to_string(),
+                e["repositoryRef"].as_str().unwrap_or("").to_string(),
+                e["outcome"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn wait_ended(c: &mut postgres::Client, key: &str) -> (String, Option<String>) {
+    let mut last = (String::new(), None);
+    wait_for(key, Duration::from_secs(120), || {
+        last = work_state(c, key);
+        matches!(last.0.as_str(), "succeeded" | "failed_permanent")
+    });
+    last
+}
+
+/// A Kubernetes fake that resolves `secretKeyRef`s, a ready Namespace with the harness key's
+/// Secret, the Agent `helper`, `occ-git-sender` serving a policy of APP and DOCS, and an
+/// Installation configuration selecting it: everything an operator sets up before deploying.
+pub struct GitCluster {
+    pub fake: KubeFake,
+    pub db: crate::support::TestDb,
+    pub env: Env,
+    pub dir: std::path::PathBuf,
+    /// `occ-git-sender`, until a test takes it to read all it wrote.
+    pub sender: Option<WorkerProcess>,
+    pub ns: String,
+    pub k8s: String,
+    pub agent: String,
+}
+
+impl GitCluster {
+    /// Everything before a worker runs; the test starts its workers with `env`.
+    pub fn new(name: &str) -> GitCluster {
+        let fake = KubeFake::start(FakeOptions {
+            pod_start: Duration::from_millis(20),
+            pod_termination: Duration::from_millis(50),
+            terminating_for: Duration::from_millis(200),
+            resolve_secret_refs: true,
+            ..FakeOptions::default()
+        });
+        let dir = scratch(name);
+        let db = crate::support::TestDb::bootstrapped();
+        let policy = dir.join("git-policy.json");
+        std::fs::write(
+            &policy,
+            json!({"repositories": {
+                APP: {"secret": "git-acme-app", "key": "token"},
+                DOCS: {"secret": "git-acme-docs", "key": "token"},
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        let (sender, addr) = start_git_sender(&dir, &policy);
+        let installation = dir.join("installation.json");
+        std::fs::write(
+            &installation,
+            json!({
+                "sandbox": {"id": "sandbox-1", "implementation": "kubernetes-sandbox",
+                            "facets": ["read-only-root"]},
+                "repositoryPolicy": {"id": "repos", "implementation": "occ-repository-policy"},
+                "repositorySender": {"id": "git-1", "url": format!("https://{addr}"),
+                                     "caFile": dir.join("sender-ca.pem").display().to_string(),
+                                     "timeoutSeconds": 5},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let mut env = kube_env(&db, &fake, &dir, 2);
+        env.push((
+            "OCC_INSTALLATION_CONFIG",
+            installation.display().to_string(),
+        ));
+        GitCluster {
+            fake,
+            db,
+            env,
+            dir,
+            sender: Some(sender),
+            ns: String::new(),
+            k8s: String::new(),
+            agent: String::new(),
+        }
+    }
+
+    /// Once a worker runs: the ready Namespace, the harness key's Secret and the Agent.
+    pub fn namespace_and_agent(&mut self) {
+        let mut c = self.db.client();
+        self.ns = ready_namespaces(&mut c, &self.fake, 1).remove(0);
+        self.k8s = k8s_namespace(&self.ns);
+        // The harness key `ready_namespaces` admitted (NAMESPACE/keys/api), which the kubelet
+        // resolves too.
+        put_secret(&self.fake, &self.k8s, "keys", "api", "not-a-real-key");
+        self.agent = create_agent(&mut c, &self.ns, "helper").0;
+    }
+
+    /// `admin agent deploy NS helper` on Kubernetes with `repositories`: the revision id.
+    pub fn deploy(&self, repositories: &[&str]) -> String {
+        let mut more = vec![
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "kubernetes",
+            "--actor",
+            "admin",
+        ];
+        for r in repositories {
+            more.extend(["--repository", r]);
+        }
+        let args = crate::support::deploy_args(&self.ns, "helper", "cfg", &more).split_off(1);
+        admin(&self.env, &args)["revisionId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for GitCluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it() {
+    let mut g = GitCluster::new("repository-e2e");
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
+    let mut c = g.db.client();
+
+    // The operator creates the Secrets the sender's policy file names, in the Agent's own
+    // Kubernetes namespace, and grants the Namespace both repositories (SPEC G8, G22).
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-docs", "token", CANARY);
+    for (reference, scope) in [(APP, "write"), (DOCS, "read")] {
+        admin(
+            &env,
+            &[
+                "repository",
+                "grant",
+                &ns,
+                reference,
+                "--scope",
+                scope,
+                "--actor",
+                "admin",
+            ],
+        );
+    }
+
+    // Deployed with both: a session per REF, the material attached by reference, and the
+    // Harness goes ready only because the kubelet found each Secret and key.
+    let revision = g.deploy(&[&format!("{APP}=write"), DOCS]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let open = sessions(&env, &ns, "helper");
+    assert_eq!(
+        open.iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(APP, "open"), (DOCS, "open")],
+        "{open:?}"
+    );
+    for s in &open {
+        assert_eq!(
+            s.2,
+            format!("s-{}", s.3),
+            "the reference sender's session id"
+        );
+    }
+    let expected = vec![
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string(),
+        format!("OCC_GIT_REPOSITORY_2={DOCS}"),
+        "OCC_GIT_CREDENTIAL_2=git-acme-docs/token".to_string(),
+    ];
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    assert_eq!(template, expected);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == expected),
+        "{pods:?}"
+    );
+    let opened = sender_calls(g.sender.as_ref().unwrap(), "open");
+    for s in &open {
+        assert!(
+            opened.contains(&(s.3.clone(), s.0.clone(), json!("opened"))),
+            "{opened:?}"
+        );
+    }
+
+    // Stopped: both sessions are closed (SPEC G12) and disposed, the sender asked `close`
+    // for each admission, and the runtime is gone.
+    admin(&env, &["agent", "stop", &ns, "helper", "--actor", "admin"]);
+    wait_for("both sessions disposed", Duration::from_secs(120), || {
+        sessions(&env, &ns, "helper")
+            .iter()
+            .all(|s| s.1 == "disposed")
+    });
+    let disposed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        disposed
+            .iter()
+            .map(|s| (s.0.as_str(), s.3.as_str()))
+            .collect::<Vec<_>>(),
+        open.iter()
+            .map(|s| (s.0.as_str(), s.3.as_str()))
+            .collect::<Vec<_>>(),
+        "the same sessions, no new one"
+    );
+    let closed = sender_calls(g.sender.as_ref().unwrap(), "close");
+    for s in &open {
+        assert!(
+            closed
+                .iter()
+                .any(|(admission, _, outcome)| *admission == s.3 && *outcome == "closed"),
+            "{closed:?}"
+        );
+    }
+    wait_for("the Harness Pods gone", Duration::from_secs(60), || {
+        harness_git_env(&g.fake, &k8s, &revision).1.is_empty()
+    });
+
+    // No Secret value in any line the worker or the sender wrote.
+    let sender = g.sender.take().unwrap();
+    for (what, output) in [
+        ("worker", worker.terminate_output(Duration::from_secs(30))),
+        ("sender", sender.terminate_output(Duration::from_secs(30))),
+    ] {
+        assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
+        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+        let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+        assert!(!output.contains(&encoded), "{what} logged a Secret's data");
+    }
+}
