@@ -401,3 +401,79 @@ fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it
         assert!(!output.contains(&encoded), "{what} logged a Secret's data");
     }
 }
+
+// SPEC G11 on the fake cluster: the operator has not created the Secret the sender's policy
+// names. The kubelet leaves the Harness waiting `CreateContainerConfigError`, the driver reports
+// the session's material missing, the worker repairs it once (the session closed, a new
+// admission opened) and prepares again; the same Secret is still missing, so the observation is
+// invalid and the candidate is stopped for good with `INVALID_DRIVER_OBSERVATION`, every
+// session closed before the stop (G12). Once the operator creates it, a new deployment
+// activates.
+#[test]
+fn g11_a_missing_operator_secret_is_repaired_once_then_fails_and_a_redeploy_activates() {
+    let mut g = GitCluster::new("repository-e2e-missing");
+    let env = g.env.clone();
+    let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
+    let mut c = g.db.client();
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+
+    let first = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{first}:reconcile")),
+        (
+            "failed_permanent".into(),
+            Some("INVALID_DRIVER_OBSERVATION".into())
+        )
+    );
+    let listed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        listed.len(),
+        2,
+        "the first session and its repair: {listed:?}"
+    );
+    assert!(
+        listed.iter().all(|s| s.0 == APP && s.1 == "disposed"),
+        "{listed:?}"
+    );
+    let sender = g.sender.as_ref().unwrap();
+    let (opened, closed) = (sender_calls(sender, "open"), sender_calls(sender, "close"));
+    for s in &listed {
+        assert!(
+            opened.contains(&(s.3.clone(), APP.to_string(), json!("opened"))),
+            "{opened:?}"
+        );
+        assert!(
+            closed.iter().any(|(a, _, o)| *a == s.3 && *o == "closed"),
+            "{closed:?}"
+        );
+    }
+    assert_eq!((opened.len(), closed.len()), (2, 2), "one repair, no more");
+    wait_for(
+        "the refused candidate stopped",
+        Duration::from_secs(60),
+        || harness_git_env(&g.fake, &k8s, &first).1.is_empty(),
+    );
+
+    // The operator creates the Secret; the next deployment gets it.
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    let second = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{second}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let (template, _) = harness_git_env(&g.fake, &k8s, &second);
+    assert_eq!(
+        template,
+        [
+            format!("OCC_GIT_REPOSITORY_1={APP}"),
+            "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string()
+        ]
+    );
+    let open: Vec<_> = sessions(&env, &ns, "helper")
+        .into_iter()
+        .filter(|s| s.1 == "open")
+        .collect();
+    assert_eq!(open.len(), 1, "{open:?}");
+}
