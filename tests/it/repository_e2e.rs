@@ -477,3 +477,169 @@ fn g11_a_missing_operator_secret_is_repaired_once_then_fails_and_a_redeploy_acti
         .collect();
     assert_eq!(open.len(), 1, "{open:?}");
 }
+
+/// The bash the guide's step runs in: the kind recipe's variables (`occ`, `bin`, `ns`), its
+/// worker started as the recipe starts it (a job the step restarts), and a `kubectl` that
+/// does the one thing the step asks of it, `-n NS create secret generic NAME
+/// --from-literal=KEY=VALUE`, against the fake with curl. Every job is killed at the end.
+fn guide_script(block: &str, ns: &str, fake: &KubeFake, dir: &Path) -> String {
+    std::fs::write(dir.join("fake-ca.pem"), fake.ca_pem()).unwrap();
+    let occ = env!("CARGO_BIN_EXE_occ-worker");
+    let bin = Path::new(env!("CARGO_BIN_EXE_occ-git-sender"))
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    format!(
+        r#"set -euo pipefail
+occ={occ}
+bin={bin}
+ns={ns}
+kubectl() {{
+    [ "$1 $3 $4 $5" = "-n create secret generic" ] && [ "${{7%%=*}}" = --from-literal ] \
+        || {{ echo "kubectl stand-in: not supported: $*" >&2; return 1; }}
+    local literal=${{7#--from-literal=}}
+    local value
+    value=$(printf %s "${{literal#*=}}" | base64 -w0)
+    curl -sSf --cacert fake-ca.pem -H "Authorization: Bearer {token}" \
+        -H 'Content-Type: application/json' -X POST "{url}/api/v1/namespaces/$2/secrets" \
+        -d "{{\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {{\"name\": \"$6\"}},
+              \"data\": {{\"${{literal%%=*}}\": \"$value\"}}}}" > /dev/null
+}}
+$occ run > target/kind-worker.log 2>&1 &
+trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
+{block}"#,
+        token = fake.token(),
+        url = fake.url(),
+    )
+}
+
+// docs/kubernetes.md's Git step after the kind recipe: with the recipe's state (the ready
+// Namespace team-a, its Configuration cfg and Secret key with the harness Secret, the Agent
+// helper) and its worker running, the block runs as written against the fake, whose kubelet
+// resolves every secretKeyRef: the deployment activates with the operator's Secret attached,
+// the stop disposes of the session, and the sender's log shows the open and the close.
+#[test]
+fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
+    use crate::workspace_setup::guide_block;
+    let block = guide_block("repository_e2e::g22_the_kubernetes_guide_step_runs_against_the_fake");
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(50),
+        resolve_secret_refs: true,
+        ..FakeOptions::default()
+    });
+    let dir = scratch("git-guide");
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    let db = crate::support::TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+    let mut c = db.client();
+    let (ns, k8s) = {
+        // The recipe's worker until team-a is ready; the script starts its own.
+        let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+        let v: Value = crate::support::one(
+            &mut c,
+            "SELECT occ.namespace_create('admin', 'team-a')",
+            &[],
+        );
+        let ns = v["id"].as_str().unwrap().to_string();
+        let k8s = k8s_namespace(&ns);
+        wait_for("the tenant namespace", Duration::from_secs(60), || {
+            fake.get(&format!("/api/v1/namespaces/{k8s}")).is_some()
+        });
+        fake.put_tenant_rolebinding(&k8s);
+        wait_for("team-a ready", Duration::from_secs(60), || {
+            let ready: i64 = crate::support::scalar(
+                &mut db.client(),
+                "SELECT count(*) FROM occ.namespaces WHERE name = 'team-a' AND status = 'ready'",
+            );
+            ready == 1
+        });
+        (ns, k8s)
+    };
+    c.execute(
+        "SELECT occ.configuration_put($1, 'cfg', '{\"model\": \"gpt\"}', 'admin')",
+        &[&ns],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT occ.secret_create($1, 'key', $2, 'admin')",
+        &[&ns, &format!("{k8s}/harness/api-key")],
+    )
+    .unwrap();
+    put_secret(&fake, &k8s, "harness", "api-key", "not-a-real-key");
+    let (agent, _) = create_agent(&mut c, &ns, "helper");
+
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(guide_script(&block, &k8s, &fake, &dir))
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(dir.join("target/kind-worker.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{stdout}{}\nworker: {log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The operator's Secret, created by the step, is the one the Harness got.
+    let secret = fake
+        .get(&format!("/api/v1/namespaces/{k8s}/secrets/git-acme-app"))
+        .expect("the step's Secret");
+    assert_eq!(
+        secret["data"]["token"],
+        base64::engine::general_purpose::STANDARD.encode("not-a-real-token")
+    );
+    let revision: String = crate::support::one(
+        &mut c,
+        "SELECT id FROM occ.agent_revisions WHERE agent_id = $1 AND repository_credentials IS NOT NULL",
+        &[&agent],
+    );
+    let (template, _) = harness_git_env(&fake, &k8s, &revision);
+    assert_eq!(
+        template,
+        [
+            format!("OCC_GIT_REPOSITORY_1={APP}"),
+            "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string()
+        ]
+    );
+    // Open after the deployment, disposed after the stop, as the step's comments say.
+    let phases: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(APP))
+        .filter_map(|l| {
+            ["open", "disposed"]
+                .into_iter()
+                .find(|p| l.split_whitespace().any(|w| w == *p))
+        })
+        .collect();
+    assert_eq!(phases, ["open", "disposed"], "{stdout}");
+    let calls: Vec<(String, String)> =
+        std::fs::read_to_string(dir.join("target/kind-git/calls.log"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "sender.call")
+            .map(|e| {
+                (
+                    e["call"].as_str().unwrap_or("").to_string(),
+                    e["outcome"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            ("open".into(), "opened".into()),
+            ("close".into(), "closed".into())
+        ]
+    );
+    assert!(!log.contains("not-a-real-token") && !stdout.contains("not-a-real-token"));
+    let _ = std::fs::remove_dir_all(dir);
+}
