@@ -7,7 +7,9 @@
 //! sender's policy file; the Namespace is granted two repositories and an Agent deployed with
 //! both. The fake's kubelet resolves every `secretKeyRef`, so the Harness only goes ready when
 //! the material the worker attached names the operator's Secret and key. Stopping the Agent
-//! closes both sessions before the runtime stops. No Secret value reaches any log line.
+//! closes both sessions before the runtime stops. No Secret value reaches any log line. A worker
+//! killed between a session write and its answer leaves a row the next worker opens again with
+//! the same admission (G19), and the docs/kubernetes.md step runs as written against the fake.
 
 use crate::agent::create_agent;
 use crate::kube_e2e::{k8s_namespace, kube_env, ready_namespaces, scratch};
@@ -195,17 +197,10 @@ pub struct GitCluster {
 }
 
 impl GitCluster {
-    /// Everything before a worker runs; the test starts its workers with `env`.
+    /// Everything before a worker runs, with `occ-git-sender` serving a policy of APP and DOCS
+    /// (`git-acme-app`, `git-acme-docs`, key `token`); the test starts its workers with `env`.
     pub fn new(name: &str) -> GitCluster {
-        let fake = KubeFake::start(FakeOptions {
-            pod_start: Duration::from_millis(20),
-            pod_termination: Duration::from_millis(50),
-            terminating_for: Duration::from_millis(200),
-            resolve_secret_refs: true,
-            ..FakeOptions::default()
-        });
         let dir = scratch(name);
-        let db = crate::support::TestDb::bootstrapped();
         let policy = dir.join("git-policy.json");
         std::fs::write(
             &policy,
@@ -217,6 +212,25 @@ impl GitCluster {
         )
         .unwrap();
         let (sender, addr) = start_git_sender(&dir, &policy);
+        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5)
+    }
+
+    /// Everything before a worker runs, with the sender at `url` whose CA is
+    /// `dir/sender-ca.pem`, called with `timeout_seconds`.
+    pub fn with_sender(
+        dir: std::path::PathBuf,
+        sender: Option<WorkerProcess>,
+        url: &str,
+        timeout_seconds: u64,
+    ) -> GitCluster {
+        let fake = KubeFake::start(FakeOptions {
+            pod_start: Duration::from_millis(20),
+            pod_termination: Duration::from_millis(50),
+            terminating_for: Duration::from_millis(200),
+            resolve_secret_refs: true,
+            ..FakeOptions::default()
+        });
+        let db = crate::support::TestDb::bootstrapped();
         let installation = dir.join("installation.json");
         std::fs::write(
             &installation,
@@ -224,9 +238,9 @@ impl GitCluster {
                 "sandbox": {"id": "sandbox-1", "implementation": "kubernetes-sandbox",
                             "facets": ["read-only-root"]},
                 "repositoryPolicy": {"id": "repos", "implementation": "occ-repository-policy"},
-                "repositorySender": {"id": "git-1", "url": format!("https://{addr}"),
+                "repositorySender": {"id": "git-1", "url": url,
                                      "caFile": dir.join("sender-ca.pem").display().to_string(),
-                                     "timeoutSeconds": 5},
+                                     "timeoutSeconds": timeout_seconds},
             })
             .to_string(),
         )
@@ -241,7 +255,7 @@ impl GitCluster {
             db,
             env,
             dir,
-            sender: Some(sender),
+            sender,
             ns: String::new(),
             k8s: String::new(),
             agent: String::new(),
@@ -392,8 +406,14 @@ fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it
     // No Secret value in any line the worker or the sender wrote.
     let sender = g.sender.take().unwrap();
     for (what, output) in [
-        ("worker", worker.terminate_output(Duration::from_secs(30))),
-        ("sender", sender.terminate_output(Duration::from_secs(30))),
+        (
+            "worker",
+            worker.signal_output("TERM", Duration::from_secs(30)),
+        ),
+        (
+            "sender",
+            sender.signal_output("TERM", Duration::from_secs(30)),
+        ),
     ] {
         assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
         assert!(!output.contains(CANARY), "{what} logged a Secret value");
@@ -642,4 +662,137 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     );
     assert!(!log.contains("not-a-real-token") && !stdout.contains("not-a-real-token"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+// SPEC G19 on two worker processes: each session row is committed before the sender call it
+// announces, with its `admission_id` as the call's idempotency key. The first worker is
+// killed (SIGKILL) while the sender holds its `open` unanswered; the second worker recovers the
+// stale claim, finds the row still `opening` and opens it again with the same admission, so the
+// sender sees that admission twice and the revision has one session per REF. Deleting the
+// Agent closes both (G13) and its rows go with it.
+#[test]
+fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
+    use crate::repository_sender::{Answer, SenderServer};
+    let server = SenderServer::start();
+    let dir = scratch("repository-e2e-crash");
+    std::fs::write(dir.join("sender-ca.pem"), &server.ca_pem).unwrap();
+    // The first `open` is answered only long after its worker is gone.
+    server.answer("open", Answer::Session(Duration::from_secs(60)));
+    server.answer("close", Answer::Json(json!({"closed": true})));
+    let mut g = GitCluster::with_sender(dir, None, &server.url(), 30);
+    let env = g.env.clone();
+    let first = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-docs", "token", CANARY);
+    for reference in [APP, DOCS] {
+        admin(
+            &env,
+            &["repository", "grant", &ns, reference, "--actor", "admin"],
+        );
+    }
+    let revision = g.deploy(&[APP, DOCS]);
+    let opens = |server: &SenderServer| -> Vec<(String, String)> {
+        server
+            .calls()
+            .into_iter()
+            .filter(|c| c.path == "/sender/open")
+            .map(|c| {
+                let text = |k: &str| c.body[k].as_str().unwrap_or("").to_string();
+                (text("repositoryRef"), text("admissionId"))
+            })
+            .collect()
+    };
+    let admission = wait_value("the first open", Duration::from_secs(60), || {
+        opens(&server).first().map(|(_, a)| a.clone())
+    });
+    // Committed before the call it announces: the row is there, `opening`, when the call is.
+    assert_eq!(
+        sessions(&env, &ns, "helper"),
+        [(
+            APP.into(),
+            "opening".into(),
+            String::new(),
+            admission.clone()
+        )]
+    );
+    let first_output = first.signal_output("KILL", Duration::from_secs(30));
+
+    server.answer("open", Answer::Session(Duration::ZERO));
+    let second = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let open = sessions(&env, &ns, "helper");
+    assert_eq!(open.len(), 2, "one session per REF: {open:?}");
+    assert_eq!(
+        (&open[0].0, &open[0].1, &open[0].3),
+        (&APP.to_string(), &"open".to_string(), &admission),
+        "{open:?}"
+    );
+    assert_eq!((open[1].0.as_str(), open[1].1.as_str()), (DOCS, "open"));
+    assert_eq!(
+        opens(&server),
+        [
+            (APP.to_string(), admission.clone()),
+            (APP.to_string(), admission.clone()),
+            (DOCS.to_string(), open[1].3.clone()),
+        ],
+        "the same admission asked again, then the next REF"
+    );
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    let expected = [
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-app/token".to_string(),
+        format!("OCC_GIT_REPOSITORY_2={DOCS}"),
+        "OCC_GIT_CREDENTIAL_2=git-docs/token".to_string(),
+    ];
+    assert_eq!(template, expected);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == expected),
+        "{pods:?}"
+    );
+
+    // Deleted: both sessions closed by their admission, then the rows go with the Agent.
+    admin(
+        &env,
+        &["agent", "delete", &ns, "helper", "--actor", "admin"],
+    );
+    wait_for("the Agent deleted", Duration::from_secs(120), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 0
+    });
+    let closed: Vec<String> = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/sender/close")
+        .map(|c| c.body["admissionId"].as_str().unwrap_or("").to_string())
+        .collect();
+    for s in &open {
+        assert!(closed.contains(&s.3), "{closed:?}");
+    }
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.repository_sessions WHERE agent_id = $1",
+        &[&agent],
+    );
+    assert_eq!(left, 0);
+
+    for (what, output) in [
+        ("the killed worker", first_output),
+        (
+            "the second worker",
+            second.signal_output("TERM", Duration::from_secs(30)),
+        ),
+    ] {
+        assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
+        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+    }
 }

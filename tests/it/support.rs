@@ -776,10 +776,10 @@ impl WorkerProcess {
             .collect()
     }
 
-    /// SIGTERM, then everything the process wrote, its stdout lines then its stderr, once it
-    /// exited within `limit`: what a test searches for what must never be logged.
-    pub fn terminate_output(self, limit: Duration) -> String {
-        self.signal("TERM");
+    /// `signal` (`TERM`, `KILL`), then everything the process wrote, its stdout lines then its
+    /// stderr, once it exited within `limit`: what a test searches for what must never be logged.
+    pub fn signal_output(self, signal: &str, limit: Duration) -> String {
+        self.signal(signal);
         let stdout = self.stdout.clone();
         let (_, stderr) = self.wait(limit);
         let mut text = stdout.lock().unwrap().join("\n");
