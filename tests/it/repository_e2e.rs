@@ -212,16 +212,18 @@ impl GitCluster {
         )
         .unwrap();
         let (sender, addr) = start_git_sender(&dir, &policy);
-        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5)
+        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5, None)
     }
 
     /// Everything before a worker runs, with the sender at `url` whose CA is
-    /// `dir/sender-ca.pem`, called with `timeout_seconds`.
+    /// `dir/sender-ca.pem`, called with `timeout_seconds`, and the cleanup interval
+    /// `maintenance_seconds` when given (SPEC G6; 30 s without).
     pub fn with_sender(
         dir: std::path::PathBuf,
         sender: Option<WorkerProcess>,
         url: &str,
         timeout_seconds: u64,
+        maintenance_seconds: Option<u64>,
     ) -> GitCluster {
         let fake = KubeFake::start(FakeOptions {
             pod_start: Duration::from_millis(20),
@@ -232,15 +234,19 @@ impl GitCluster {
         });
         let db = crate::support::TestDb::bootstrapped();
         let installation = dir.join("installation.json");
+        let mut entry = json!({"id": "git-1", "url": url,
+                               "caFile": dir.join("sender-ca.pem").display().to_string(),
+                               "timeoutSeconds": timeout_seconds});
+        if let Some(seconds) = maintenance_seconds {
+            entry["maintenanceIntervalSeconds"] = json!(seconds);
+        }
         std::fs::write(
             &installation,
             json!({
                 "sandbox": {"id": "sandbox-1", "implementation": "kubernetes-sandbox",
                             "facets": ["read-only-root"]},
                 "repositoryPolicy": {"id": "repos", "implementation": "occ-repository-policy"},
-                "repositorySender": {"id": "git-1", "url": url,
-                                     "caFile": dir.join("sender-ca.pem").display().to_string(),
-                                     "timeoutSeconds": timeout_seconds},
+                "repositorySender": entry,
             })
             .to_string(),
         )
@@ -679,7 +685,7 @@ fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
     // The first `open` is answered only long after its worker is gone.
     server.answer("open", Answer::Session(Duration::from_secs(60)));
     server.answer("close", Answer::Json(json!({"closed": true})));
-    let mut g = GitCluster::with_sender(dir, None, &server.url(), 30);
+    let mut g = GitCluster::with_sender(dir, None, &server.url(), 30, None);
     let env = g.env.clone();
     let first = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
     g.namespace_and_agent();
@@ -795,4 +801,117 @@ fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
         assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
         assert!(!output.contains(CANARY), "{what} logged a Secret value");
     }
+}
+
+// SPEC G12, G13 and G3 on the fake cluster: the sender answers no `close` (503). Deleting the
+// Agent closes its session without awaiting it: the row stays `closing`, a `terminal-runtime`
+// repository cleanup is registered, the runtime is retired all the same, and the deletion waits
+// `REPOSITORY_CLEANUP_PENDING` with the Agent and its rows intact. Once the sender answers
+// again, the cleanup asks `status`, disposes of the session, and the deletion completes.
+#[test]
+fn g13_on_the_fake_cluster_deletion_waits_until_the_sender_confirms_the_close() {
+    use crate::repository_sender::{Answer, SenderServer};
+    let server = SenderServer::start();
+    let dir = scratch("repository-e2e-unconfirmed");
+    std::fs::write(dir.join("sender-ca.pem"), &server.ca_pem).unwrap();
+    server.answer("open", Answer::Session(Duration::ZERO));
+    let unavailable = Answer::Status(503, json!({}));
+    server.answer("close", unavailable.clone());
+    server.answer("status", unavailable);
+    let mut g = GitCluster::with_sender(dir, None, &server.url(), 5, Some(1));
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+    let revision = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let admission = sessions(&env, &ns, "helper")[0].3.clone();
+
+    let deleted = admin(
+        &env,
+        &["agent", "delete", &ns, "helper", "--actor", "admin"],
+    );
+    let key = deleted["work"].as_str().unwrap().to_string();
+    // A deferral is said in the work's evidence (its reason code stays unset while queued).
+    let deferred = |key: &str| -> (String, Option<String>) {
+        let shown = admin(&env, &["work", "show", key]);
+        let code = shown["evidence"]
+            .as_array()
+            .and_then(|e| e.last())
+            .and_then(|e| e["code"].as_str())
+            .map(str::to_string);
+        (shown["state"].as_str().unwrap_or("").to_string(), code)
+    };
+    let waiting = (
+        "queued".to_string(),
+        Some("REPOSITORY_CLEANUP_PENDING".to_string()),
+    );
+    wait_for("the deletion waiting", Duration::from_secs(60), || {
+        deferred(&key) == waiting
+    });
+    assert_eq!(
+        sessions(&env, &ns, "helper"),
+        [(
+            APP.into(),
+            "closing".into(),
+            format!("s-{admission}"),
+            admission.clone()
+        )]
+    );
+    let cleanup = format!("agent_revision:{revision}:repository_cleanup:terminal-runtime");
+    wait_for(
+        "the cleanup waiting on the sender",
+        Duration::from_secs(60),
+        || deferred(&cleanup) == waiting,
+    );
+    wait_for(
+        "the runtime retired all the same",
+        Duration::from_secs(60),
+        || harness_git_env(&g.fake, &k8s, &revision).1.is_empty(),
+    );
+    crate::support::holds_for("the Agent kept", Duration::from_secs(3), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 1
+    });
+
+    // The sender answers again: the cleanup disposes of the session, the deletion completes.
+    server.answer("close", Answer::Json(json!({"closed": true})));
+    server.answer("status", Answer::Json(json!({"state": "closed"})));
+    wait_for("the Agent deleted", Duration::from_secs(120), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 0
+    });
+    let asked: Vec<(String, String)> = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.path != "/sender/open")
+        .map(|c| {
+            (
+                c.path.trim_start_matches("/sender/").to_string(),
+                c.body["admissionId"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        asked.iter().all(|(_, a)| *a == admission),
+        "only the one admission: {asked:?}"
+    );
+    assert_eq!(asked.first().map(|(call, _)| call.as_str()), Some("close"));
+    assert!(asked.iter().any(|(call, _)| call == "status"), "{asked:?}");
+    let output = worker.signal_output("TERM", Duration::from_secs(30));
+    assert!(!output.contains(CANARY));
 }
