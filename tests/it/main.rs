@@ -41,6 +41,7 @@ mod queue_smoke;
 mod readme;
 mod repository_cleanup;
 mod repository_credentials;
+mod repository_e2e;
 mod repository_policy;
 mod repository_sender;
 mod revision;

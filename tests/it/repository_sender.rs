@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// How the test sender answers one call.
 #[derive(Clone, Debug)]
-pub(crate) enum Answer {
+pub enum Answer {
     /// `200` with this JSON.
     Json(Value),
     /// `200` with this text.
@@ -42,11 +42,15 @@ pub(crate) enum Answer {
     Status(u16, Value),
     /// This JSON after this long.
     Slow(Duration, Value),
+    /// After this long, `open`'s answer for the request's admission, as a sender keeping one
+    /// session per admission does: `s-<admissionId>`, material `git-<the REF's last segment>`
+    /// key `token`.
+    Session(Duration),
 }
 
 /// One recorded call.
 #[derive(Clone, Debug)]
-pub(crate) struct Call {
+pub struct Call {
     pub path: String,
     pub body: Value,
 }
@@ -58,10 +62,10 @@ struct Shared {
 }
 
 /// A sender over HTTPS with a CA made per run, each call recorded and answered as scripted.
-pub(crate) struct SenderServer {
+pub struct SenderServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    ca_pem: Vec<u8>,
+    pub ca_pem: Vec<u8>,
     acceptor: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -86,7 +90,7 @@ fn server_tls(ca_name: &str) -> (Arc<ServerConfig>, Vec<u8>) {
 }
 
 impl SenderServer {
-    pub(crate) fn start() -> SenderServer {
+    pub fn start() -> SenderServer {
         let (tls, ca_pem) = server_tls("sender-test-ca");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind sender");
         let addr = listener.local_addr().unwrap();
@@ -116,19 +120,19 @@ impl SenderServer {
         }
     }
 
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}/sender/", self.addr.port())
     }
 
     /// How `call` is answered from now on.
-    pub(crate) fn answer(&self, call: &str, answer: Answer) {
+    pub fn answer(&self, call: &str, answer: Answer) {
         self.shared
             .answers
             .lock()
             .insert(format!("/sender/{call}"), answer);
     }
 
-    pub(crate) fn calls(&self) -> Vec<Call> {
+    pub fn calls(&self) -> Vec<Call> {
         self.shared.calls.lock().clone()
     }
 
@@ -136,7 +140,7 @@ impl SenderServer {
         self.calls().pop().expect("a call was made")
     }
 
-    pub(crate) fn entry(&self, timeout: Duration, durable: bool) -> RepositorySenderEntry {
+    pub fn entry(&self, timeout: Duration, durable: bool) -> RepositorySenderEntry {
         RepositorySenderEntry {
             id: "git".into(),
             url: self.url(),
@@ -148,7 +152,7 @@ impl SenderServer {
         }
     }
 
-    pub(crate) fn client(&self, timeout: Duration) -> RepositorySender {
+    pub fn client(&self, timeout: Duration) -> RepositorySender {
         RepositorySender::new(&self.entry(timeout, false), "inst").unwrap()
     }
 }
@@ -196,7 +200,7 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
     };
     shared.calls.lock().push(Call {
         path: path.clone(),
-        body,
+        body: body.clone(),
     });
     let answer = shared.answers.lock().get(&path).cloned();
     let (status, text) = match answer {
@@ -207,6 +211,14 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         Some(Answer::Slow(delay, v)) => {
             std::thread::sleep(delay);
             (200, v.to_string())
+        }
+        Some(Answer::Session(delay)) => {
+            std::thread::sleep(delay);
+            let admission = body["admissionId"].as_str().unwrap_or_default();
+            let reference = body["repositoryRef"].as_str().unwrap_or_default();
+            let name = reference.rsplit('/').next().unwrap_or_default();
+            let answer = opened(&format!("s-{admission}"), &format!("git-{name}"), "token");
+            (200, answer.to_string())
         }
     };
     let response = format!(
@@ -237,7 +249,7 @@ const SESSION: SessionRequest<'static> = SessionRequest {
     session_id: Some("s-1"),
 };
 
-pub(crate) fn opened(session: &str, name: &str, key: &str) -> Value {
+pub fn opened(session: &str, name: &str, key: &str) -> Value {
     json!({"opened": true, "sessionId": session, "material": {"name": name, "key": key}})
 }
 

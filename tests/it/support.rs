@@ -776,6 +776,18 @@ impl WorkerProcess {
             .collect()
     }
 
+    /// `signal` (`TERM`, `KILL`), then everything the process wrote, its stdout lines then its
+    /// stderr, once it exited within `limit`: what a test searches for what must never be logged.
+    pub fn signal_output(self, signal: &str, limit: Duration) -> String {
+        self.signal(signal);
+        let stdout = self.stdout.clone();
+        let (_, stderr) = self.wait(limit);
+        let mut text = stdout.lock().unwrap().join("\n");
+        text.push('\n');
+        text.push_str(&stderr);
+        text
+    }
+
     pub fn has_event(&self, name: &str) -> bool {
         self.events().iter().any(|e| e["event"] == name)
     }

@@ -789,7 +789,7 @@ fn ws5_binding_and_reconnect_codes_are_readiness_evidence() {
 // ---------------------------------------------------------------------------------------------
 
 /// The `sh` block of docs/kubernetes.md that follows the marker naming `test`.
-fn guide_block(test: &str) -> String {
+pub fn guide_block(test: &str) -> String {
     let guide = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes.md"),
     )

@@ -1,0 +1,917 @@
+//! Repository credentials end to end on Kubernetes (SPEC §19: G8, G11, G12, G19, G22): a real
+//! `occ-worker run` process with the Kubernetes Compute Driver against the API server fake over
+//! TLS, the reference sender `occ-git-sender` as its repository sender, driven through the
+//! operator CLI as an operator would.
+//!
+//! The operator creates the Secrets in the Agent's Kubernetes namespace and names them in the
+//! sender's policy file; the Namespace is granted two repositories and an Agent deployed with
+//! both. The fake's kubelet resolves every `secretKeyRef`, so the Harness only goes ready when
+//! the material the worker attached names the operator's Secret and key. Stopping the Agent
+//! closes both sessions before the runtime stops. No Secret value reaches any log line. A worker
+//! killed between a session write and its answer leaves a row the next worker opens again with
+//! the same admission (G19), and the docs/kubernetes.md step runs as written against the fake.
+
+use crate::agent::create_agent;
+use crate::kube_e2e::{k8s_namespace, kube_env, ready_namespaces, scratch};
+use crate::kube_fake::tls::{leaf, new_ca};
+use crate::kube_fake::{FakeOptions, KubeFake};
+use crate::support::{wait_for, wait_value, work_state, worker_command, Env, WorkerProcess};
+use base64::Engine;
+use rcgen::{ExtendedKeyUsagePurpose, SanType};
+use serde_json::{json, Value};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::time::Duration;
+
+const APP: &str = "github.com/acme/app";
+const DOCS: &str = "github.com/acme/docs";
+/// What the operator's Secrets hold: it must appear in no log line of the worker or the sender.
+const CANARY: &str = "canary-git-token-7f3a9c";
+
+/// `occ-worker --json admin …` with `env`; its JSON answer.
+fn admin(env: &Env, args: &[&str]) -> Value {
+    crate::support::json_ok(
+        &mut worker_command(&[&["--json", "admin"], args].concat(), env),
+        &format!("occ-worker admin {args:?}"),
+    )
+}
+
+/// `occ-git-sender` on a free loopback port serving `policy` with a certificate of a CA made
+/// for this run (written to `dir/sender-ca.pem`): the process and its address once it listens.
+pub fn start_git_sender(dir: &Path, policy: &Path) -> (WorkerProcess, String) {
+    let ca = new_ca("occ-git-sender-e2e-ca");
+    let (cert, key) = leaf(
+        &ca,
+        "occ-git-sender",
+        vec![SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    std::fs::write(dir.join("sender-ca.pem"), ca.0.pem()).unwrap();
+    std::fs::write(dir.join("sender-cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("sender-key.pem"), key.serialize_pem()).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_occ-git-sender"))
+        .args(["--listen", "127.0.0.1:0", "--policy"])
+        .arg(policy)
+        .arg("--cert")
+        .arg(dir.join("sender-cert.pem"))
+        .arg("--key")
+        .arg(dir.join("sender-key.pem"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sender = WorkerProcess::capture(child);
+    let addr = wait_value("occ-git-sender listening", Duration::from_secs(30), || {
+        sender
+            .events()
+            .iter()
+            .find(|e| e["event"] == "sender.listening")
+            .and_then(|e| e["addr"].as_str().map(str::to_string))
+    });
+    (sender, addr)
+}
+
+/// Stores the operator's Secret `name` with `key` holding `value` in Kubernetes namespace `ns`.
+pub fn put_secret(fake: &KubeFake, ns: &str, name: &str, key: &str, value: &str) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+    fake.put_object(
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns},
+            "type": "Opaque",
+            "data": {key: encoded},
+        }),
+    );
+}
+
+/// The Git environment (`OCC_GIT_…`) of every container of a Pod template or Pod spec, as
+/// `NAME=value` or `NAME=secret/key`, in order.
+fn git_env(spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for e in c["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap_or("");
+            if !name.starts_with("OCC_GIT_") {
+                continue;
+            }
+            match e["valueFrom"].get("secretKeyRef") {
+                Some(r) => out.push(format!(
+                    "{name}={}/{}",
+                    r["name"].as_str().unwrap_or(""),
+                    r["key"].as_str().unwrap_or("")
+                )),
+                None => out.push(format!("{name}={}", e["value"].as_str().unwrap_or(""))),
+            }
+        }
+    }
+    out
+}
+
+/// Whether `o` is a Harness object of revision `rev` in namespace `ns`.
+fn harness_of(o: &Value, ns: &str, rev: &str) -> bool {
+    let labels = &o["metadata"]["labels"];
+    o["metadata"]["namespace"] == ns
+        && labels["occ.revision"] == rev
+        && labels["occ.component"] == "harness"
+}
+
+/// The Git environment of the revision's Harness Deployment template and of each of its Pods.
+fn harness_git_env(fake: &KubeFake, ns: &str, rev: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let deployment = fake
+        .objects("deployments")
+        .into_iter()
+        .find(|d| harness_of(d, ns, rev))
+        .map(|d| git_env(&d["spec"]["template"]["spec"]))
+        .unwrap_or_default();
+    let pods = fake
+        .objects("pods")
+        .into_iter()
+        .filter(|p| harness_of(p, ns, rev))
+        .map(|p| git_env(&p["spec"]))
+        .collect();
+    (deployment, pods)
+}
+
+/// `admin repository sessions NS AGENT`: (REF, phase, session id, admission id) per session,
+/// sorted by REF then admission id.
+fn sessions(env: &Env, ns: &str, agent: &str) -> Vec<(String, String, String, String)> {
+    let listed = admin(env, &["repository", "sessions", ns, agent]);
+    let mut rows: Vec<(String, String, String, String)> = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or("").to_string();
+            (
+                text("repositoryRef"),
+                text("phase"),
+                text("sessionId"),
+                text("admissionId"),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.0, &a.3).cmp(&(&b.0, &b.3)));
+    rows
+}
+
+/// The sender's `sender.call` lines of `call`: (admission id, REF, outcome).
+fn sender_calls(sender: &WorkerProcess, call: &str) -> Vec<(String, String, Value)> {
+    sender
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "sender.call" && e["call"] == call)
+        .map(|e| {
+            (
+                e["admissionId"].as_str().unwrap_or("").to_string(),
+                e["repositoryRef"].as_str().unwrap_or("").to_string(),
+                e["outcome"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn wait_ended(c: &mut postgres::Client, key: &str) -> (String, Option<String>) {
+    let mut last = (String::new(), None);
+    wait_for(key, Duration::from_secs(120), || {
+        last = work_state(c, key);
+        matches!(last.0.as_str(), "succeeded" | "failed_permanent")
+    });
+    last
+}
+
+/// A Kubernetes fake that resolves `secretKeyRef`s, a ready Namespace with the harness key's
+/// Secret, the Agent `helper`, `occ-git-sender` serving a policy of APP and DOCS, and an
+/// Installation configuration selecting it: everything an operator sets up before deploying.
+pub struct GitCluster {
+    pub fake: KubeFake,
+    pub db: crate::support::TestDb,
+    pub env: Env,
+    pub dir: std::path::PathBuf,
+    /// `occ-git-sender`, until a test takes it to read all it wrote.
+    pub sender: Option<WorkerProcess>,
+    pub ns: String,
+    pub k8s: String,
+    pub agent: String,
+}
+
+impl GitCluster {
+    /// Everything before a worker runs, with `occ-git-sender` serving a policy of APP and DOCS
+    /// (`git-acme-app`, `git-acme-docs`, key `token`); the test starts its workers with `env`.
+    pub fn new(name: &str) -> GitCluster {
+        let dir = scratch(name);
+        let policy = dir.join("git-policy.json");
+        std::fs::write(
+            &policy,
+            json!({"repositories": {
+                APP: {"secret": "git-acme-app", "key": "token"},
+                DOCS: {"secret": "git-acme-docs", "key": "token"},
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        let (sender, addr) = start_git_sender(&dir, &policy);
+        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5, None)
+    }
+
+    /// Everything before a worker runs, with the sender at `url` whose CA is
+    /// `dir/sender-ca.pem`, called with `timeout_seconds`, and the cleanup interval
+    /// `maintenance_seconds` when given (SPEC G6; 30 s without).
+    pub fn with_sender(
+        dir: std::path::PathBuf,
+        sender: Option<WorkerProcess>,
+        url: &str,
+        timeout_seconds: u64,
+        maintenance_seconds: Option<u64>,
+    ) -> GitCluster {
+        let fake = KubeFake::start(FakeOptions {
+            pod_start: Duration::from_millis(20),
+            pod_termination: Duration::from_millis(50),
+            terminating_for: Duration::from_millis(200),
+            resolve_secret_refs: true,
+            ..FakeOptions::default()
+        });
+        let db = crate::support::TestDb::bootstrapped();
+        let installation = dir.join("installation.json");
+        let mut entry = json!({"id": "git-1", "url": url,
+                               "caFile": dir.join("sender-ca.pem").display().to_string(),
+                               "timeoutSeconds": timeout_seconds});
+        if let Some(seconds) = maintenance_seconds {
+            entry["maintenanceIntervalSeconds"] = json!(seconds);
+        }
+        std::fs::write(
+            &installation,
+            json!({
+                "sandbox": {"id": "sandbox-1", "implementation": "kubernetes-sandbox",
+                            "facets": ["read-only-root"]},
+                "repositoryPolicy": {"id": "repos", "implementation": "occ-repository-policy"},
+                "repositorySender": entry,
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let mut env = kube_env(&db, &fake, &dir, 2);
+        env.push((
+            "OCC_INSTALLATION_CONFIG",
+            installation.display().to_string(),
+        ));
+        GitCluster {
+            fake,
+            db,
+            env,
+            dir,
+            sender,
+            ns: String::new(),
+            k8s: String::new(),
+            agent: String::new(),
+        }
+    }
+
+    /// Once a worker runs: the ready Namespace, the harness key's Secret and the Agent.
+    pub fn namespace_and_agent(&mut self) {
+        let mut c = self.db.client();
+        self.ns = ready_namespaces(&mut c, &self.fake, 1).remove(0);
+        self.k8s = k8s_namespace(&self.ns);
+        // The harness key `ready_namespaces` admitted (NAMESPACE/keys/api), which the kubelet
+        // resolves too.
+        put_secret(&self.fake, &self.k8s, "keys", "api", "not-a-real-key");
+        self.agent = create_agent(&mut c, &self.ns, "helper").0;
+    }
+
+    /// `admin agent deploy NS helper` on Kubernetes with `repositories`: the revision id.
+    pub fn deploy(&self, repositories: &[&str]) -> String {
+        let mut more = vec![
+            "--harness-secret",
+            "key",
+            "--compute-id",
+            "kubernetes",
+            "--actor",
+            "admin",
+        ];
+        for r in repositories {
+            more.extend(["--repository", r]);
+        }
+        let args = crate::support::deploy_args(&self.ns, "helper", "cfg", &more).split_off(1);
+        admin(&self.env, &args)["revisionId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for GitCluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it() {
+    let mut g = GitCluster::new("repository-e2e");
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
+    let mut c = g.db.client();
+
+    // The operator creates the Secrets the sender's policy file names, in the Agent's own
+    // Kubernetes namespace, and grants the Namespace both repositories (SPEC G8, G22).
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-docs", "token", CANARY);
+    for (reference, scope) in [(APP, "write"), (DOCS, "read")] {
+        admin(
+            &env,
+            &[
+                "repository",
+                "grant",
+                &ns,
+                reference,
+                "--scope",
+                scope,
+                "--actor",
+                "admin",
+            ],
+        );
+    }
+
+    // Deployed with both: a session per REF, the material attached by reference, and the
+    // Harness goes ready only because the kubelet found each Secret and key.
+    let revision = g.deploy(&[&format!("{APP}=write"), DOCS]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let open = sessions(&env, &ns, "helper");
+    assert_eq!(
+        open.iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(APP, "open"), (DOCS, "open")],
+        "{open:?}"
+    );
+    for s in &open {
+        assert_eq!(
+            s.2,
+            format!("s-{}", s.3),
+            "the reference sender's session id"
+        );
+    }
+    let expected = vec![
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string(),
+        format!("OCC_GIT_REPOSITORY_2={DOCS}"),
+        "OCC_GIT_CREDENTIAL_2=git-acme-docs/token".to_string(),
+    ];
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    assert_eq!(template, expected);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == expected),
+        "{pods:?}"
+    );
+    let opened = sender_calls(g.sender.as_ref().unwrap(), "open");
+    for s in &open {
+        assert!(
+            opened.contains(&(s.3.clone(), s.0.clone(), json!("opened"))),
+            "{opened:?}"
+        );
+    }
+
+    // Stopped: both sessions are closed (SPEC G12) and disposed, the sender asked `close`
+    // for each admission, and the runtime is gone.
+    admin(&env, &["agent", "stop", &ns, "helper", "--actor", "admin"]);
+    wait_for("both sessions disposed", Duration::from_secs(120), || {
+        sessions(&env, &ns, "helper")
+            .iter()
+            .all(|s| s.1 == "disposed")
+    });
+    let disposed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        disposed
+            .iter()
+            .map(|s| (s.0.as_str(), s.3.as_str()))
+            .collect::<Vec<_>>(),
+        open.iter()
+            .map(|s| (s.0.as_str(), s.3.as_str()))
+            .collect::<Vec<_>>(),
+        "the same sessions, no new one"
+    );
+    let closed = sender_calls(g.sender.as_ref().unwrap(), "close");
+    for s in &open {
+        assert!(
+            closed
+                .iter()
+                .any(|(admission, _, outcome)| *admission == s.3 && *outcome == "closed"),
+            "{closed:?}"
+        );
+    }
+    wait_for("the Harness Pods gone", Duration::from_secs(60), || {
+        harness_git_env(&g.fake, &k8s, &revision).1.is_empty()
+    });
+
+    // No Secret value in any line the worker or the sender wrote.
+    let sender = g.sender.take().unwrap();
+    for (what, output) in [
+        (
+            "worker",
+            worker.signal_output("TERM", Duration::from_secs(30)),
+        ),
+        (
+            "sender",
+            sender.signal_output("TERM", Duration::from_secs(30)),
+        ),
+    ] {
+        assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
+        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+        let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+        assert!(!output.contains(&encoded), "{what} logged a Secret's data");
+    }
+}
+
+// SPEC G11 on the fake cluster: the operator has not created the Secret the sender's policy
+// names. The kubelet leaves the Harness waiting `CreateContainerConfigError`, the driver reports
+// the session's material missing, the worker repairs it once (the session closed, a new
+// admission opened) and prepares again; the same Secret is still missing, so the observation is
+// invalid and the candidate is stopped for good with `INVALID_DRIVER_OBSERVATION`, every
+// session closed before the stop (G12). Once the operator creates it, a new deployment
+// activates.
+#[test]
+fn g11_a_missing_operator_secret_is_repaired_once_then_fails_and_a_redeploy_activates() {
+    let mut g = GitCluster::new("repository-e2e-missing");
+    let env = g.env.clone();
+    let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
+    let mut c = g.db.client();
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+
+    let first = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{first}:reconcile")),
+        (
+            "failed_permanent".into(),
+            Some("INVALID_DRIVER_OBSERVATION".into())
+        )
+    );
+    let listed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        listed.len(),
+        2,
+        "the first session and its repair: {listed:?}"
+    );
+    assert!(
+        listed.iter().all(|s| s.0 == APP && s.1 == "disposed"),
+        "{listed:?}"
+    );
+    let sender = g.sender.as_ref().unwrap();
+    let (opened, closed) = (sender_calls(sender, "open"), sender_calls(sender, "close"));
+    for s in &listed {
+        assert!(
+            opened.contains(&(s.3.clone(), APP.to_string(), json!("opened"))),
+            "{opened:?}"
+        );
+        assert!(
+            closed.iter().any(|(a, _, o)| *a == s.3 && *o == "closed"),
+            "{closed:?}"
+        );
+    }
+    assert_eq!((opened.len(), closed.len()), (2, 2), "one repair, no more");
+    wait_for(
+        "the refused candidate stopped",
+        Duration::from_secs(60),
+        || harness_git_env(&g.fake, &k8s, &first).1.is_empty(),
+    );
+
+    // The operator creates the Secret; the next deployment gets it.
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    let second = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{second}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let (template, _) = harness_git_env(&g.fake, &k8s, &second);
+    assert_eq!(
+        template,
+        [
+            format!("OCC_GIT_REPOSITORY_1={APP}"),
+            "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string()
+        ]
+    );
+    let open: Vec<_> = sessions(&env, &ns, "helper")
+        .into_iter()
+        .filter(|s| s.1 == "open")
+        .collect();
+    assert_eq!(open.len(), 1, "{open:?}");
+}
+
+/// The bash the guide's step runs in: the kind recipe's variables (`occ`, `bin`, `ns`), its
+/// worker started as the recipe starts it (a job the step restarts), and a `kubectl` that
+/// does the one thing the step asks of it, `-n NS create secret generic NAME
+/// --from-literal=KEY=VALUE`, against the fake with curl. Every job is killed at the end.
+fn guide_script(block: &str, ns: &str, fake: &KubeFake, dir: &Path) -> String {
+    std::fs::write(dir.join("fake-ca.pem"), fake.ca_pem()).unwrap();
+    let occ = env!("CARGO_BIN_EXE_occ-worker");
+    let bin = Path::new(env!("CARGO_BIN_EXE_occ-git-sender"))
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    format!(
+        r#"set -euo pipefail
+occ={occ}
+bin={bin}
+ns={ns}
+kubectl() {{
+    [ "$1 $3 $4 $5" = "-n create secret generic" ] && [ "${{7%%=*}}" = --from-literal ] \
+        || {{ echo "kubectl stand-in: not supported: $*" >&2; return 1; }}
+    local literal=${{7#--from-literal=}}
+    local value
+    value=$(printf %s "${{literal#*=}}" | base64 -w0)
+    curl -sSf --cacert fake-ca.pem -H "Authorization: Bearer {token}" \
+        -H 'Content-Type: application/json' -X POST "{url}/api/v1/namespaces/$2/secrets" \
+        -d "{{\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {{\"name\": \"$6\"}},
+              \"data\": {{\"${{literal%%=*}}\": \"$value\"}}}}" > /dev/null
+}}
+$occ run > target/kind-worker.log 2>&1 &
+trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
+{block}"#,
+        token = fake.token(),
+        url = fake.url(),
+    )
+}
+
+// docs/kubernetes.md's Git step after the kind recipe: with the recipe's state (the ready
+// Namespace team-a, its Configuration cfg and Secret key with the harness Secret, the Agent
+// helper) and its worker running, the block runs as written against the fake, whose kubelet
+// resolves every secretKeyRef: the deployment activates with the operator's Secret attached,
+// the stop disposes of the session, and the sender's log shows the open and the close.
+#[test]
+fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
+    use crate::workspace_setup::guide_block;
+    let block = guide_block("repository_e2e::g22_the_kubernetes_guide_step_runs_against_the_fake");
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        pod_termination: Duration::from_millis(50),
+        resolve_secret_refs: true,
+        ..FakeOptions::default()
+    });
+    let dir = scratch("git-guide");
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    let db = crate::support::TestDb::bootstrapped();
+    let env = kube_env(&db, &fake, &dir, 2);
+    let mut c = db.client();
+    let (ns, k8s) = {
+        // The recipe's worker until team-a is ready; the script starts its own.
+        let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+        let v: Value = crate::support::one(
+            &mut c,
+            "SELECT occ.namespace_create('admin', 'team-a')",
+            &[],
+        );
+        let ns = v["id"].as_str().unwrap().to_string();
+        let k8s = k8s_namespace(&ns);
+        wait_for("the tenant namespace", Duration::from_secs(60), || {
+            fake.get(&format!("/api/v1/namespaces/{k8s}")).is_some()
+        });
+        fake.put_tenant_rolebinding(&k8s);
+        wait_for("team-a ready", Duration::from_secs(60), || {
+            let ready: i64 = crate::support::scalar(
+                &mut db.client(),
+                "SELECT count(*) FROM occ.namespaces WHERE name = 'team-a' AND status = 'ready'",
+            );
+            ready == 1
+        });
+        (ns, k8s)
+    };
+    c.execute(
+        "SELECT occ.configuration_put($1, 'cfg', '{\"model\": \"gpt\"}', 'admin')",
+        &[&ns],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT occ.secret_create($1, 'key', $2, 'admin')",
+        &[&ns, &format!("{k8s}/harness/api-key")],
+    )
+    .unwrap();
+    put_secret(&fake, &k8s, "harness", "api-key", "not-a-real-key");
+    let (agent, _) = create_agent(&mut c, &ns, "helper");
+
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(guide_script(&block, &k8s, &fake, &dir))
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(dir.join("target/kind-worker.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{stdout}{}\nworker: {log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The operator's Secret, created by the step, is the one the Harness got.
+    let secret = fake
+        .get(&format!("/api/v1/namespaces/{k8s}/secrets/git-acme-app"))
+        .expect("the step's Secret");
+    assert_eq!(
+        secret["data"]["token"],
+        base64::engine::general_purpose::STANDARD.encode("not-a-real-token")
+    );
+    let revision: String = crate::support::one(
+        &mut c,
+        "SELECT id FROM occ.agent_revisions WHERE agent_id = $1 AND repository_credentials IS NOT NULL",
+        &[&agent],
+    );
+    let (template, _) = harness_git_env(&fake, &k8s, &revision);
+    assert_eq!(
+        template,
+        [
+            format!("OCC_GIT_REPOSITORY_1={APP}"),
+            "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string()
+        ]
+    );
+    // Open after the deployment, disposed after the stop, as the step's comments say.
+    let phases: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(APP))
+        .filter_map(|l| {
+            ["open", "disposed"]
+                .into_iter()
+                .find(|p| l.split_whitespace().any(|w| w == *p))
+        })
+        .collect();
+    assert_eq!(phases, ["open", "disposed"], "{stdout}");
+    let calls: Vec<(String, String)> =
+        std::fs::read_to_string(dir.join("target/kind-git/calls.log"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "sender.call")
+            .map(|e| {
+                (
+                    e["call"].as_str().unwrap_or("").to_string(),
+                    e["outcome"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            ("open".into(), "opened".into()),
+            ("close".into(), "closed".into())
+        ]
+    );
+    assert!(!log.contains("not-a-real-token") && !stdout.contains("not-a-real-token"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// SPEC G19 on two worker processes: each session row is committed before the sender call it
+// announces, with its `admission_id` as the call's idempotency key. The first worker is
+// killed (SIGKILL) while the sender holds its `open` unanswered; the second worker recovers the
+// stale claim, finds the row still `opening` and opens it again with the same admission, so the
+// sender sees that admission twice and the revision has one session per REF. Deleting the
+// Agent closes both (G13) and its rows go with it.
+#[test]
+fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
+    use crate::repository_sender::{Answer, SenderServer};
+    let server = SenderServer::start();
+    let dir = scratch("repository-e2e-crash");
+    std::fs::write(dir.join("sender-ca.pem"), &server.ca_pem).unwrap();
+    // The first `open` is answered only long after its worker is gone.
+    server.answer("open", Answer::Session(Duration::from_secs(60)));
+    server.answer("close", Answer::Json(json!({"closed": true})));
+    let mut g = GitCluster::with_sender(dir, None, &server.url(), 30, None);
+    let env = g.env.clone();
+    let first = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-docs", "token", CANARY);
+    for reference in [APP, DOCS] {
+        admin(
+            &env,
+            &["repository", "grant", &ns, reference, "--actor", "admin"],
+        );
+    }
+    let revision = g.deploy(&[APP, DOCS]);
+    let opens = |server: &SenderServer| -> Vec<(String, String)> {
+        server
+            .calls()
+            .into_iter()
+            .filter(|c| c.path == "/sender/open")
+            .map(|c| {
+                let text = |k: &str| c.body[k].as_str().unwrap_or("").to_string();
+                (text("repositoryRef"), text("admissionId"))
+            })
+            .collect()
+    };
+    let admission = wait_value("the first open", Duration::from_secs(60), || {
+        opens(&server).first().map(|(_, a)| a.clone())
+    });
+    // Committed before the call it announces: the row is there, `opening`, when the call is.
+    assert_eq!(
+        sessions(&env, &ns, "helper"),
+        [(
+            APP.into(),
+            "opening".into(),
+            String::new(),
+            admission.clone()
+        )]
+    );
+    let first_output = first.signal_output("KILL", Duration::from_secs(30));
+
+    server.answer("open", Answer::Session(Duration::ZERO));
+    let second = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let open = sessions(&env, &ns, "helper");
+    assert_eq!(open.len(), 2, "one session per REF: {open:?}");
+    assert_eq!(
+        (&open[0].0, &open[0].1, &open[0].3),
+        (&APP.to_string(), &"open".to_string(), &admission),
+        "{open:?}"
+    );
+    assert_eq!((open[1].0.as_str(), open[1].1.as_str()), (DOCS, "open"));
+    assert_eq!(
+        opens(&server),
+        [
+            (APP.to_string(), admission.clone()),
+            (APP.to_string(), admission.clone()),
+            (DOCS.to_string(), open[1].3.clone()),
+        ],
+        "the same admission asked again, then the next REF"
+    );
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    let expected = [
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-app/token".to_string(),
+        format!("OCC_GIT_REPOSITORY_2={DOCS}"),
+        "OCC_GIT_CREDENTIAL_2=git-docs/token".to_string(),
+    ];
+    assert_eq!(template, expected);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == expected),
+        "{pods:?}"
+    );
+
+    // Deleted: both sessions closed by their admission, then the rows go with the Agent.
+    admin(
+        &env,
+        &["agent", "delete", &ns, "helper", "--actor", "admin"],
+    );
+    wait_for("the Agent deleted", Duration::from_secs(120), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 0
+    });
+    let closed: Vec<String> = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/sender/close")
+        .map(|c| c.body["admissionId"].as_str().unwrap_or("").to_string())
+        .collect();
+    for s in &open {
+        assert!(closed.contains(&s.3), "{closed:?}");
+    }
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.repository_sessions WHERE agent_id = $1",
+        &[&agent],
+    );
+    assert_eq!(left, 0);
+
+    for (what, output) in [
+        ("the killed worker", first_output),
+        (
+            "the second worker",
+            second.signal_output("TERM", Duration::from_secs(30)),
+        ),
+    ] {
+        assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
+        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+    }
+}
+
+// SPEC G12, G13 and G3 on the fake cluster: the sender answers no `close` (503). Deleting the
+// Agent closes its session without awaiting it: the row stays `closing`, a `terminal-runtime`
+// repository cleanup is registered, the runtime is retired all the same, and the deletion waits
+// `REPOSITORY_CLEANUP_PENDING` with the Agent and its rows intact. Once the sender answers
+// again, the cleanup asks `status`, disposes of the session, and the deletion completes.
+#[test]
+fn g13_on_the_fake_cluster_deletion_waits_until_the_sender_confirms_the_close() {
+    use crate::repository_sender::{Answer, SenderServer};
+    let server = SenderServer::start();
+    let dir = scratch("repository-e2e-unconfirmed");
+    std::fs::write(dir.join("sender-ca.pem"), &server.ca_pem).unwrap();
+    server.answer("open", Answer::Session(Duration::ZERO));
+    let unavailable = Answer::Status(503, json!({}));
+    server.answer("close", unavailable.clone());
+    server.answer("status", unavailable);
+    let mut g = GitCluster::with_sender(dir, None, &server.url(), 5, Some(1));
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+    let revision = g.deploy(&[APP]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let admission = sessions(&env, &ns, "helper")[0].3.clone();
+
+    let deleted = admin(
+        &env,
+        &["agent", "delete", &ns, "helper", "--actor", "admin"],
+    );
+    let key = deleted["work"].as_str().unwrap().to_string();
+    // A deferral is said in the work's evidence (its reason code stays unset while queued).
+    let deferred = |key: &str| -> (String, Option<String>) {
+        let shown = admin(&env, &["work", "show", key]);
+        let code = shown["evidence"]
+            .as_array()
+            .and_then(|e| e.last())
+            .and_then(|e| e["code"].as_str())
+            .map(str::to_string);
+        (shown["state"].as_str().unwrap_or("").to_string(), code)
+    };
+    let waiting = (
+        "queued".to_string(),
+        Some("REPOSITORY_CLEANUP_PENDING".to_string()),
+    );
+    wait_for("the deletion waiting", Duration::from_secs(60), || {
+        deferred(&key) == waiting
+    });
+    assert_eq!(
+        sessions(&env, &ns, "helper"),
+        [(
+            APP.into(),
+            "closing".into(),
+            format!("s-{admission}"),
+            admission.clone()
+        )]
+    );
+    let cleanup = format!("agent_revision:{revision}:repository_cleanup:terminal-runtime");
+    wait_for(
+        "the cleanup waiting on the sender",
+        Duration::from_secs(60),
+        || deferred(&cleanup) == waiting,
+    );
+    wait_for(
+        "the runtime retired all the same",
+        Duration::from_secs(60),
+        || harness_git_env(&g.fake, &k8s, &revision).1.is_empty(),
+    );
+    crate::support::holds_for("the Agent kept", Duration::from_secs(3), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 1
+    });
+
+    // The sender answers again: the cleanup disposes of the session, the deletion completes.
+    server.answer("close", Answer::Json(json!({"closed": true})));
+    server.answer("status", Answer::Json(json!({"state": "closed"})));
+    wait_for("the Agent deleted", Duration::from_secs(120), || {
+        let agents: i64 = crate::support::one(
+            &mut c,
+            "SELECT count(*) FROM occ.agents WHERE id = $1",
+            &[&agent],
+        );
+        agents == 0
+    });
+    let asked: Vec<(String, String)> = server
+        .calls()
+        .into_iter()
+        .filter(|c| c.path != "/sender/open")
+        .map(|c| {
+            (
+                c.path.trim_start_matches("/sender/").to_string(),
+                c.body["admissionId"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        asked.iter().all(|(_, a)| *a == admission),
+        "only the one admission: {asked:?}"
+    );
+    assert_eq!(asked.first().map(|(call, _)| call.as_str()), Some("close"));
+    assert!(asked.iter().any(|(call, _)| call == "status"), "{asked:?}");
+    let output = worker.signal_output("TERM", Duration::from_secs(30));
+    assert!(!output.contains(CANARY));
+}
