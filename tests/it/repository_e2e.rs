@@ -200,6 +200,11 @@ impl GitCluster {
     /// Everything before a worker runs, with `occ-git-sender` serving a policy of APP and DOCS
     /// (`git-acme-app`, `git-acme-docs`, key `token`); the test starts its workers with `env`.
     pub fn new(name: &str) -> GitCluster {
+        GitCluster::with_interval(name, None)
+    }
+
+    /// `new`, the cleanup interval (and so a revision's maintenance, SPEC G9) `seconds`.
+    pub fn with_interval(name: &str, seconds: Option<u64>) -> GitCluster {
         let dir = scratch(name);
         let policy = dir.join("git-policy.json");
         std::fs::write(
@@ -212,7 +217,7 @@ impl GitCluster {
         )
         .unwrap();
         let (sender, addr) = start_git_sender(&dir, &policy);
-        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5, None)
+        GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 5, seconds)
     }
 
     /// Everything before a worker runs, with the sender at `url` whose CA is
@@ -914,4 +919,76 @@ fn g13_on_the_fake_cluster_deletion_waits_until_the_sender_confirms_the_close() 
     assert!(asked.iter().any(|(call, _)| call == "status"), "{asked:?}");
     let output = worker.signal_output("TERM", Duration::from_secs(30));
     assert!(!output.contains(CANARY));
+}
+
+#[test]
+fn g14_expiry_on_the_fake_cluster_rolls_git_out_and_keeps_the_harness() {
+    let mut g = GitCluster::with_interval("repository-expiry", Some(1));
+    let env = g.env.clone();
+    let _worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    admin(
+        &env,
+        &[
+            "repository",
+            "grant",
+            &ns,
+            APP,
+            "--scope",
+            "write",
+            "--actor",
+            "admin",
+        ],
+    );
+    let revision = g.deploy(&[&format!("{APP}=write")]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    assert!(!harness_git_env(&g.fake, &k8s, &revision).0.is_empty());
+    // The deadline passes (the revision guard refuses changes, so triggers are bypassed).
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET repository_credentials = jsonb_set(repository_credentials,
+             '{deadlineAt}', '\"2020-01-01T00:00:00.000Z\"') WHERE id = $1",
+        &[&revision],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    let maintenance = format!("agent_revision:{revision}:maintenance:%");
+    wait_for("Git withdrawn", Duration::from_secs(120), || {
+        let withdrawn: i64 =
+            g.db.client()
+                .query_one(
+                    "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1
+                     AND reason_code = 'REPOSITORY_ACCESS_WITHDRAWN'",
+                    &[&maintenance],
+                )
+                .unwrap()
+                .get(0);
+        withdrawn > 0
+    });
+    // The Deployment and every Pod of the revision run without Git; the Harness still serves.
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    assert!(template.is_empty(), "{template:?}");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| p.is_empty()),
+        "{pods:?}"
+    );
+    assert!(sessions(&env, &ns, "helper")
+        .iter()
+        .all(|s| s.1 == "disposed"));
+    let active: Option<String> = c
+        .query_one(
+            "SELECT active_revision_id FROM occ.agents WHERE id = $1",
+            &[&g.agent],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(active.as_deref(), Some(revision.as_str()));
 }
