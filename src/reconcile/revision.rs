@@ -1543,8 +1543,11 @@ pub enum RevisionFacts {
     /// chain, unless `settle` finds the Agent moved on (then it completes superseded).
     ActiveMaintenanceFailed,
     /// SPEC G14: an expired revision whose runtime must go: `publish` registers its
-    /// `terminal-runtime` cleanup, and the chain ends.
-    ExpiryRetiresRuntime,
+    /// `terminal-runtime` cleanup, and the chain ends; an authorization denial that decided
+    /// it is audited as a deploy denial.
+    ExpiryRetiresRuntime {
+        denial: Option<Box<super::report::Denial>>,
+    },
 }
 
 /// A refusal before any effect that ends a maintenance chain.
@@ -1731,7 +1734,10 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Own(RevisionFacts::ChainEnded | RevisionFacts::Refused) => (true, false),
             Facts::Own(RevisionFacts::ActiveMaintenanceFailed) => (false, false),
-            Facts::Own(RevisionFacts::ExpiryRetiresRuntime) => {
+            Facts::Own(RevisionFacts::ExpiryRetiresRuntime { denial }) => {
+                if let Some(denial) = denial {
+                    denial_audit(tx, pass, "openclaw.agents.deploy", agent_id, report, denial)?;
+                }
                 let cleanup = NewWork::repository_cleanup(
                     &claim.namespace_id,
                     agent_id,

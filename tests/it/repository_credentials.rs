@@ -1038,3 +1038,46 @@ fn g10_a_refusal_before_the_success_is_published_fails_the_deployment() {
         "no activation was audited"
     );
 }
+
+#[test]
+fn g14_a_denied_actor_retires_the_expired_runtime_and_is_audited() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // The deploying actor may no longer deploy the Agent, and the deadline passes.
+    c.execute(
+        "INSERT INTO occ.iam_restrictions (principal_id, actions, scope_kind, namespace_id,
+             resource_kind, resource_id)
+         VALUES ('admin', ARRAY['deploy'], 'resource', 'ns1', 'agent', $1)",
+        &[&f.agent],
+    )
+    .unwrap();
+    expire_deadline(&mut c, &rev);
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED") == 1
+    });
+    let denials = crate::agent::audits(&mut c, "openclaw.agents.deploy");
+    assert_eq!(denials.len(), 1, "{denials:?}");
+    assert_eq!(
+        (denials[0].0.as_str(), denials[0].3.as_str()),
+        ("authorization_denial", f.agent.as_str())
+    );
+    let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let registered: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key = $1",
+        &[&cleanup],
+    );
+    assert_eq!(registered, 1);
+    // Git was never withdrawn in place: the runtime goes whole.
+    assert!(driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+}

@@ -350,7 +350,8 @@ impl RevisionReconciler {
             true,
         )?;
         let settled = cleaned.settled() && !self.sessions_outstanding(pass, &revision.id)?;
-        let withdrawal = self.withdraw(pass, l)?;
+        let mut denial = None;
+        let withdrawal = self.withdraw(pass, l, &mut denial)?;
         let recheck = |cause: bool| {
             super::super::repository_cleanup::cleanup_recheck(
                 super::super::repository_cleanup::cleanup_interval(pass),
@@ -361,7 +362,7 @@ impl RevisionReconciler {
         };
         Ok(match withdrawal {
             Withdrawal::RetireRuntime => Report::success("REPOSITORY_RUNTIME_RETIREMENT_QUEUED")
-                .with_facts(Facts::Own(RevisionFacts::ExpiryRetiresRuntime)),
+                .with_facts(Facts::Own(RevisionFacts::ExpiryRetiresRuntime { denial })),
             Withdrawal::Withdrawn if settled => Report::success("REPOSITORY_ACCESS_WITHDRAWN"),
             _ => {
                 let mut pending = Report::waiting(
@@ -387,7 +388,12 @@ impl RevisionReconciler {
     }
 
     /// SPEC G14's withdrawal decision, read under the heartbeat.
-    fn withdraw(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Withdrawal, PassError> {
+    fn withdraw(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        denied: &mut Option<Box<super::super::report::Denial>>,
+    ) -> Result<Withdrawal, PassError> {
         let revision = &l.revision;
         let current = {
             let mut db = pass.db()?;
@@ -411,11 +417,13 @@ impl RevisionReconciler {
                 refusal.code.as_str(),
                 "AUTHORIZATION_DENIED" | "ACTOR_REVOKED" | "INVALID_AGENT_PRINCIPAL"
             );
-            return Ok(if retires {
-                Withdrawal::RetireRuntime
-            } else {
-                Withdrawal::Pending
-            });
+            if retires {
+                if let Facts::Denied(denial) = refusal.facts {
+                    *denied = Some(denial);
+                }
+                return Ok(Withdrawal::RetireRuntime);
+            }
+            return Ok(Withdrawal::Pending);
         }
         if revision_sources::harness_withdrawn(&l.sources) {
             return Ok(Withdrawal::RetireRuntime);
