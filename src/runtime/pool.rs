@@ -460,6 +460,14 @@ fn completed(
         if let Some(n) = stop_yields {
             fields["stopYields"] = json!(n);
         }
+        // SPEC G15: a deferred unverified execution says how its harness looked.
+        let harness = report
+            .result_data
+            .as_ref()
+            .and_then(|d| d.get("harnessState"));
+        if let (Outcome::Pending { .. }, Some(state)) = (report.outcome, harness) {
+            fields["harnessState"] = state.clone();
+        }
     }
     // F32: deploy and stop durations from admission (the work's age by the database clock).
     let measured = match (claim.operation, report.outcome, report.code.as_str()) {

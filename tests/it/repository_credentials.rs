@@ -837,7 +837,7 @@ fn g15_an_unverified_execution_defers_with_its_harness_state() {
     *driver.harness_state.lock() = Some(occ_worker::compute::HarnessState::Starting);
     let prepared = driver.calls_of("prepare_revision").len();
     let watched = rev.clone();
-    run_with(&f.db, driver.clone(), o, move |c| {
+    let events = crate::scripted::run_captured(&f.db, driver.clone(), o, move |c| {
         crate::support::one::<i64>(
             c,
             "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
@@ -847,6 +847,18 @@ fn g15_an_unverified_execution_defers_with_its_harness_state() {
     });
     assert_eq!(driver.calls_of("prepare_revision").len(), prepared);
     assert!(!driver.calls_of("observe_revision").is_empty());
+    let deferred: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["code"] == "REPOSITORY_EXECUTION_UNVERIFIED")
+        .collect();
+    assert!(!deferred.is_empty());
+    assert!(
+        deferred
+            .iter()
+            .all(|e| e["outcome"] == "pending" && e["harnessState"] == "starting"),
+        "{deferred:?}"
+    );
     assert!(driver.calls_of("stop_revision").is_empty());
     assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
     // Deferred, not failed: no maintenance work of the revision failed.
