@@ -44,6 +44,7 @@ mod revision;
 mod round_trips;
 mod runtime;
 mod sandbox;
+mod schema_window;
 mod scripted;
 mod scripts;
 mod stall;
