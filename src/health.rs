@@ -269,9 +269,10 @@ fn refuse_busy(mut stream: TcpStream) {
 }
 
 /// What a well-formed request asks for.
-struct Head {
-    head_only: bool,
-    path: String,
+#[derive(Debug, PartialEq, Eq)]
+pub struct Head {
+    pub head_only: bool,
+    pub path: String,
 }
 
 /// Why a request is refused before it is routed.
@@ -323,17 +324,40 @@ fn read_head(stream: &mut TcpStream) -> Result<Head, Refusal> {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return Err(Refusal::Gone),
         }
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut request = httparse::Request::new(&mut headers);
-        match request.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => return check(&request),
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-                return Err(Refusal::Status(431))
-            }
-            Ok(httparse::Status::Partial) => {}
-            Err(httparse::Error::TooManyHeaders) => return Err(Refusal::Status(431)),
-            Err(_) => return Err(Refusal::Status(400)),
+        match parse_head(&buf) {
+            HeadParse::Complete(head) => return Ok(head),
+            HeadParse::Refused(status) => return Err(Refusal::Status(status)),
+            HeadParse::Partial => {}
         }
+    }
+}
+
+/// What the bytes of a request received so far say (`parse_head`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeadParse {
+    /// A complete head the server routes: its path, and whether it is a `HEAD` request.
+    Complete(Head),
+    /// Refused with this status before routing.
+    Refused(u16),
+    /// Not yet a whole head, and still within `MAX_HEAD`.
+    Partial,
+}
+
+/// Parses the bytes of a request received so far: complete, refused (400, 405, 413, 431) or
+/// not yet whole. Pure: `read_head` feeds it what the socket gave.
+pub fn parse_head(buf: &[u8]) -> HeadParse {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => match check(&request) {
+            Ok(head) => HeadParse::Complete(head),
+            Err(Refusal::Status(status)) => HeadParse::Refused(status),
+            Err(Refusal::Gone) => HeadParse::Refused(400),
+        },
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => HeadParse::Refused(431),
+        Ok(httparse::Status::Partial) => HeadParse::Partial,
+        Err(httparse::Error::TooManyHeaders) => HeadParse::Refused(431),
+        Err(_) => HeadParse::Refused(400),
     }
 }
 

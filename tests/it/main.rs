@@ -35,6 +35,7 @@ mod migrate;
 mod namespace;
 mod observability;
 mod outage;
+mod properties;
 mod queue;
 mod queue_engine;
 mod queue_smoke;
