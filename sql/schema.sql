@@ -2539,6 +2539,15 @@ $$;
 
 
 --
+-- Name: schema_compatible_since(); Type: FUNCTION; Schema: occ; Owner: -
+--
+
+CREATE FUNCTION occ.schema_compatible_since() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 29 $$;
+
+
+--
 -- Name: scope_covers(text, text, text, text, text, text, text); Type: FUNCTION; Schema: occ; Owner: -
 --
 

@@ -14,6 +14,7 @@
 use crate::db::Pool;
 use crate::events::Events;
 use crate::metrics::Metrics;
+use crate::migrate::OutsideWindow;
 use crate::queue::{self, Pending};
 use crate::runtime::Progress;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
@@ -43,6 +44,11 @@ pub struct HealthOptions {
     pub db_timeout: Duration,
 }
 
+/// How often the probe reads the schema version again (docs/operating.md, "Upgrading"): a
+/// newer release's `migrate` that contracts the schema past this binary turns `/readyz` to
+/// `SCHEMA_OUTSIDE_WINDOW` within this.
+pub const SCHEMA_RECHECK: Duration = Duration::from_secs(10);
+
 /// The probe's last view of the database.
 #[derive(Default)]
 struct Readiness {
@@ -50,6 +56,9 @@ struct Readiness {
     pending: Pending,
     failing_since: Option<Instant>,
     last_reported: Option<Instant>,
+    /// When the schema window was last read, and what it said.
+    schema_checked: Option<Instant>,
+    schema_outside: Option<OutsideWindow>,
 }
 
 struct Shared {
@@ -149,16 +158,36 @@ impl Drop for HealthServer {
     }
 }
 
-/// Reads the queue depth once; keeps the answer for `/readyz` and the gauges. A failure is
-/// reported as `worker.error HEALTH_UNAVAILABLE` when it starts and at most every 10 s after.
+/// Reads the queue depth once, and the schema window every `SCHEMA_RECHECK`; keeps the answers
+/// for `/readyz` and the gauges. A failure is reported as `worker.error HEALTH_UNAVAILABLE`
+/// when it starts and at most every 10 s after; a schema that leaves the window as
+/// `worker.error SCHEMA_OUTSIDE_WINDOW` once.
 fn probe_once(pool: &Pool, shared: &Shared, events: &Events) {
-    let answer = pool
-        .get()
-        .ok()
-        .and_then(|mut client| queue::work_pending_count(&mut *client).ok());
+    let recheck = shared
+        .readiness
+        .lock()
+        .schema_checked
+        .is_none_or(|t| t.elapsed() >= SCHEMA_RECHECK);
+    let answer = pool.get().ok().and_then(|mut client| {
+        let pending = queue::work_pending_count(&mut *client).ok()?;
+        let window = recheck.then(|| schema_window(&mut client)).flatten();
+        Some((pending, window))
+    });
     let mut readiness = shared.readiness.lock();
     match answer {
-        Some(p) => {
+        Some((p, window)) => {
+            if let Some(outside) = window {
+                let changed = outside != readiness.schema_outside;
+                if let Some(o) = outside.filter(|_| changed) {
+                    events.emit(
+                        "worker.error",
+                        json!({"code": OutsideWindow::CODE, "schema": o.schema(),
+                               "knows": o.knows(), "remedy": o.remedy()}),
+                    );
+                }
+                readiness.schema_checked = Some(Instant::now());
+                readiness.schema_outside = outside;
+            }
             shared
                 .metrics
                 .queue_depth
@@ -186,6 +215,17 @@ fn probe_once(pool: &Pool, shared: &Shared, events: &Events) {
                 events.emit("worker.error", json!({"code": "HEALTH_UNAVAILABLE"}));
             }
         }
+    }
+}
+
+/// The schema window as the database says it now: `Some(None)` inside, `Some(Some(_))`
+/// outside, `None` when it could not be read (the last answer stands).
+fn schema_window(client: &mut postgres::Client) -> Option<Option<OutsideWindow>> {
+    let knows = crate::migrate::newest_known();
+    match crate::migrate::read_schema(client) {
+        Ok(Some(schema)) => Some(crate::migrate::check_window(schema, knows).err()),
+        Ok(None) => Some(Some(OutsideWindow::Behind { schema: 0, knows })),
+        Err(_) => None,
     }
 }
 
@@ -229,9 +269,10 @@ fn refuse_busy(mut stream: TcpStream) {
 }
 
 /// What a well-formed request asks for.
-struct Head {
-    head_only: bool,
-    path: String,
+#[derive(Debug, PartialEq, Eq)]
+pub struct Head {
+    pub head_only: bool,
+    pub path: String,
 }
 
 /// Why a request is refused before it is routed.
@@ -283,17 +324,40 @@ fn read_head(stream: &mut TcpStream) -> Result<Head, Refusal> {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return Err(Refusal::Gone),
         }
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut request = httparse::Request::new(&mut headers);
-        match request.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => return check(&request),
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-                return Err(Refusal::Status(431))
-            }
-            Ok(httparse::Status::Partial) => {}
-            Err(httparse::Error::TooManyHeaders) => return Err(Refusal::Status(431)),
-            Err(_) => return Err(Refusal::Status(400)),
+        match parse_head(&buf) {
+            HeadParse::Complete(head) => return Ok(head),
+            HeadParse::Refused(status) => return Err(Refusal::Status(status)),
+            HeadParse::Partial => {}
         }
+    }
+}
+
+/// What the bytes of a request received so far say (`parse_head`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeadParse {
+    /// A complete head the server routes: its path, and whether it is a `HEAD` request.
+    Complete(Head),
+    /// Refused with this status before routing.
+    Refused(u16),
+    /// Not yet a whole head, and still within `MAX_HEAD`.
+    Partial,
+}
+
+/// Parses the bytes of a request received so far: complete, refused (400, 405, 413, 431) or
+/// not yet whole. Pure: `read_head` feeds it what the socket gave.
+pub fn parse_head(buf: &[u8]) -> HeadParse {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => match check(&request) {
+            Ok(head) => HeadParse::Complete(head),
+            Err(Refusal::Status(status)) => HeadParse::Refused(status),
+            Err(Refusal::Gone) => HeadParse::Refused(400),
+        },
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => HeadParse::Refused(431),
+        Ok(httparse::Status::Partial) => HeadParse::Partial,
+        Err(httparse::Error::TooManyHeaders) => HeadParse::Refused(431),
+        Err(_) => HeadParse::Refused(400),
     }
 }
 
@@ -395,6 +459,17 @@ fn readyz(shared: &Shared) -> (u16, &'static str, Vec<u8>) {
             json!({"status": "unavailable", "code": "HEALTH_UNAVAILABLE"})
                 .to_string()
                 .into_bytes(),
+        );
+    }
+    if let Some(outside) = readiness.schema_outside {
+        return (
+            503,
+            JSON,
+            json!({"status": "unavailable", "code": OutsideWindow::CODE,
+                   "schema": outside.schema(), "knows": outside.knows(),
+                   "remedy": outside.remedy()})
+            .to_string()
+            .into_bytes(),
         );
     }
     if let Some(cause) = shared.progress.claim_failure() {

@@ -12,6 +12,33 @@
 use crate::db::DbError;
 use postgres::Client;
 
+mod window;
+pub use window::{check as check_window, read as read_schema, OutsideWindow, SchemaVersion};
+
+/// The far end of this release's expand/contract window: the oldest release its schema keeps
+/// working, named by the newest migration that release embeds. `migrate` declares it in the
+/// schema (`occ.schema_compatible_since()`, whose file says the same number), and a release
+/// that knows an older schema refuses to start on it (`OutsideWindow::Ahead`).
+///
+/// A release whose migrations only expand (add tables, columns, functions, values the older
+/// release ignores) leaves it, so the previous release keeps running while this one rolls
+/// out. A migration that contracts (drops, renames or narrows what an older release reads or
+/// writes) raises it to the newest migration of the oldest release that still works on it:
+/// contract one release after the expansion that made it safe. It never exceeds
+/// `newest_known()` (a unit test holds it to that).
+pub const OLDEST_SUPPORTED: i32 = 29;
+
+/// The newest migration this binary embeds: the schema version it runs on, and the near end of
+/// its window (a schema behind it is refused with "run `occ-worker migrate`").
+pub fn newest_known() -> i32 {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| m.version())
+        .max()
+        .unwrap_or(0)
+}
+
 mod embedded {
     refinery::embed_migrations!("sql");
 }
@@ -28,6 +55,12 @@ const MIGRATION_LOCK: i64 = 0x006f_6363_6d69_6772;
 pub struct Report {
     pub applied: Vec<String>,
     pub current: Option<i32>,
+    /// A newer release migrated the schema past every migration this binary embeds: nothing
+    /// was applied, and the newer release's functions and views were left as they are (a
+    /// rolled-back or restarting older Pod's `migrate` never downgrades them). Whether this
+    /// binary runs on it is the window's question (`run`, `check`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub newer_schema: bool,
 }
 
 #[derive(Debug)]
@@ -80,6 +113,23 @@ fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, M
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .map_err(|e| MigrateError::Db(e.into()))?;
+    if latest {
+        match window::read(client) {
+            Ok(Some(schema)) if schema.version > newest_known() => {
+                let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+                return Ok(Report {
+                    applied: Vec::new(),
+                    current: Some(schema.version),
+                    newer_schema: true,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+                return Err(MigrateError::Db(e));
+            }
+        }
+    }
     let result = embedded::migrations::runner()
         .set_abort_divergent(true)
         .set_abort_missing(true)
@@ -107,6 +157,7 @@ fn run_target(client: &mut Client, target: refinery::Target) -> Result<Report, M
             .iter()
             .map(|m| m.version())
             .max(),
+        newer_schema: false,
     })
 }
 
@@ -221,6 +272,26 @@ fn apply_order(files: &[(&str, &str)]) -> Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::apply_order;
+
+    #[test]
+    fn the_declared_window_is_within_the_migrations_this_release_embeds() {
+        assert!(
+            (1..=super::newest_known()).contains(&super::OLDEST_SUPPORTED),
+            "OLDEST_SUPPORTED {} outside V1..V{}",
+            super::OLDEST_SUPPORTED,
+            super::newest_known()
+        );
+        let declared = super::REPEATABLE
+            .iter()
+            .find(|(path, _)| *path == "functions/occ.schema_compatible_since.sql")
+            .map(|(_, text)| *text)
+            .expect("the schema's window declaration is embedded");
+        assert!(
+            declared.contains(&format!("$$ SELECT {} $$", super::OLDEST_SUPPORTED)),
+            "sql/functions/occ.schema_compatible_since.sql must return OLDEST_SUPPORTED ({})",
+            super::OLDEST_SUPPORTED
+        );
+    }
 
     fn paths<'a>(files: &[(&'a str, &str)]) -> Vec<&'a str> {
         apply_order(files)

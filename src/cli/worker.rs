@@ -58,6 +58,8 @@ struct Started {
     events: Events,
     /// The Installation configuration file's selections (`OCC_INSTALLATION_CONFIG`).
     installation: Installation,
+    /// The database's schema version and the window it declares (inside this binary's).
+    schema: occ_worker::migrate::SchemaVersion,
     /// The codes of the Compute preflight's warnings (logged; `check` fails on any).
     preflight_warnings: Vec<String>,
     /// The selected native repository sender's client (SPEC G6, G20).
@@ -87,6 +89,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         })?;
     let budget = check_connection_budget(globals, &config, &events)?;
     let pool = open_pool(globals, &config, budget)?;
+    let schema = check_schema(&pool)?;
     let installation_id = read_installation(&pool, &config)?;
     validate_iam(&pool)?;
     let (compute, installation) = build_compute(&config)?;
@@ -100,6 +103,7 @@ fn start(globals: &Globals) -> Result<Started, CliError> {
         compute,
         events,
         installation,
+        schema,
         preflight_warnings,
         repository_sender,
     })
@@ -174,6 +178,31 @@ fn open_pool(
             error_chain(&e)
         ))
     })
+}
+
+/// The database's schema is inside this binary's window (docs/operating.md, "Upgrading"):
+/// every migration it embeds applied, and not contracted past it by a newer release. Outside,
+/// one line naming both versions and what to run, exit 2.
+fn check_schema(
+    pool: &occ_worker::db::Pool,
+) -> Result<occ_worker::migrate::SchemaVersion, CliError> {
+    let mut client = pool
+        .get()
+        .map_err(|e| CliError::new(format!("database unreachable: {}", error_chain(&e))))?;
+    let schema = occ_worker::migrate::read_schema(&mut client).map_err(|e| {
+        CliError::new(format!(
+            "cannot read the schema version: {}",
+            error_chain(&e)
+        ))
+    })?;
+    let Some(schema) = schema else {
+        return Err(CliError::new(
+            "the database has no occ schema: run `occ-worker migrate` first",
+        ));
+    };
+    occ_worker::migrate::check_window(schema, occ_worker::migrate::newest_known())
+        .map_err(|outside| CliError::config(outside.to_string()))?;
+    Ok(schema)
 }
 
 /// The Installation's id, once its Secret Driver is this worker's (SPEC Z4).
@@ -358,6 +387,9 @@ pub fn check(globals: &Globals) -> Result<(), CliError> {
         "computeDriver": s.compute.id(),
         "secretDriver": s.config.secret_driver,
         "mode": format!("{:?}", s.config.mode).to_lowercase(),
+        "schema": {"version": s.schema.version, "compatibleSince": s.schema.compatible_since,
+                   "knows": occ_worker::migrate::newest_known(),
+                   "oldestSupported": occ_worker::migrate::OLDEST_SUPPORTED},
         "lifecycleHooks": s.installation.lifecycle_hooks.iter().zip(&hooks)
             .map(|(h, checked)| json!({"driver": h.driver.as_str(), "url": h.url,
                 "phases": h.phases.iter().map(|p| p.as_str()).collect::<Vec<_>>(),

@@ -243,3 +243,32 @@ fn deploy_probes_ask_paths_the_health_server_answers() {
     }
     assert_eq!(get(server.addr, "/no-such-path"), Some(404));
 }
+
+// docs/operating.md, "Upgrading": a new Pod's worker starts only after its init container ran
+// `migrate` with the same image on the same database (the migration lock makes it once per
+// rollout), and the rolling update stops an old Pod only once a new one is ready.
+#[test]
+fn deploy_migrates_in_an_init_container_before_the_worker_claims() {
+    let worker = documents("worker.yaml");
+    let deployment = kind(&worker, "Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let init = pod["initContainers"].as_array().expect("an init container");
+    assert_eq!(init.len(), 1, "{init:?}");
+    let migrate = &init[0];
+    assert_eq!(migrate["args"], serde_json::json!(["migrate"]));
+    assert_eq!(migrate["image"], container(deployment)["image"]);
+    let url = |c: &Value| {
+        c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "OCC_DATABASE_URL")
+            .map(|e| e["valueFrom"].clone())
+    };
+    assert!(url(migrate).is_some());
+    assert_eq!(url(migrate), url(container(deployment)));
+    assert_eq!(container(deployment)["args"], serde_json::json!(["run"]));
+    let rolling = &deployment["spec"]["strategy"]["rollingUpdate"];
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(rolling["maxUnavailable"], 0);
+}

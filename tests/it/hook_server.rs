@@ -31,6 +31,8 @@ pub enum Answer {
     Status(u16),
     /// Answers `Allow` after this long.
     Slow(Duration),
+    /// This status and these bytes as the body (the property tests' generated answers).
+    Raw(u16, Vec<u8>),
 }
 
 /// One recorded call: the hook's path (its driver) and the request body.
@@ -206,6 +208,19 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         .cloned()
         .unwrap_or(Answer::Allow);
     let (status, text) = match answer {
+        Answer::Raw(status, bytes) => {
+            let head = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                bytes.len()
+            );
+            let mut response = head.into_bytes();
+            response.extend_from_slice(&bytes);
+            let _ = stream.write_all(&response);
+            let _ = stream.flush();
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+            return;
+        }
         Answer::Allow => (200, json!({"allowed": true}).to_string()),
         Answer::AllowWith(values) => (
             200,

@@ -98,10 +98,30 @@ fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
         "--no-kill",
         "--timeout",
         "--binary",
+        "--upgrade",
+        "--previous-binary",
+        "--upgrade-after",
         "--out",
         "Exit status",
     ] {
         assert!(help.contains(option), "--help lacks {option}: {help}");
+    }
+    // The upgrade drill's options are refused alone, and a previous release that is no commit.
+    for (args, says) in [
+        (&["--previous-binary", "/bin/true"][..], "--upgrade REV"),
+        (
+            &["--upgrade", "no-such-revision-x"][..],
+            "no-such-revision-x is no commit",
+        ),
+        (
+            &["--driver", "kubernetes", "--upgrade", "HEAD"][..],
+            "--upgrade is an option of --driver docker",
+        ),
+    ] {
+        let (ok, _, err) = script("chaos", args);
+        assert!(!ok, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
     let out = Command::new(
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -155,6 +155,9 @@ pub enum Action {
     /// Answer 403 as the ResourceQuota admission plugin does (`exceeded quota` in a Forbidden
     /// Status).
     QuotaExceeded,
+    /// Answer this status with these bytes as an `application/json` body (the property tests'
+    /// generated answers).
+    Raw { status: u16, body: Vec<u8> },
 }
 
 /// A failure-injection rule, consumed after `times` matching requests.
@@ -390,6 +393,11 @@ impl KubeFake {
         self.shared.state.lock().log.clear();
     }
 
+    /// Forgets every injection rule not yet consumed.
+    pub fn clear_injections(&self) {
+        self.shared.state.lock().injections.clear();
+    }
+
     pub fn inject(&self, rule: Inject) {
         self.shared.state.lock().injections.push(rule);
     }
@@ -585,8 +593,9 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
             return;
         };
         let (content_type, body) = match body {
-            Body::Json(value) => ("application/json", value.to_string()),
-            Body::Text(text) => ("text/plain; charset=utf-8", text),
+            Body::Json(value) => ("application/json", value.to_string().into_bytes()),
+            Body::Text(text) => ("text/plain; charset=utf-8", text.into_bytes()),
+            Body::Raw(bytes) => ("application/json", bytes),
         };
         let mut head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n",
@@ -598,11 +607,12 @@ fn serve_connection(shared: &Shared, socket: TcpStream) {
         }
         head.push_str("\r\n");
         // One write, so head and body leave in one TLS record.
-        head.push_str(&body);
+        let mut head = head.into_bytes();
+        head.extend_from_slice(&body);
         let close = request
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        if tls.write_all(head.as_bytes()).is_err() || tls.flush().is_err() || close {
+        if tls.write_all(&head).is_err() || tls.flush().is_err() || close {
             return;
         }
     }
@@ -690,6 +700,7 @@ fn read_request(tls: &mut Tls, buf: &mut Vec<u8>) -> Option<Request> {
 enum Body {
     Json(Value),
     Text(String),
+    Raw(Vec<u8>),
 }
 
 type Answer = (u16, Vec<(&'static str, String)>, Body);
@@ -735,6 +746,10 @@ fn handle(shared: &Shared, request: &Request, client_cert: bool) -> Option<Answe
                 "persistentvolumeclaims \"x\" is forbidden: exceeded quota: storage, requested: requests.storage=1Gi, used: requests.storage=10Gi, limited: requests.storage=10Gi",
             );
             return Some((403, vec![], Body::Json(e.body)));
+        }
+        Some(Action::Raw { status, body }) => {
+            record(status);
+            return Some((status, vec![], Body::Raw(body)));
         }
         Some(Action::Status(code)) => {
             record(code);
