@@ -460,6 +460,17 @@ fn completed(
         if let Some(n) = stop_yields {
             fields["stopYields"] = json!(n);
         }
+        // SPEC G15: a deferral whose execution is unverified says the Harness state it
+        // observed (a deferral stores no result data, so the event is where it is said).
+        if let (Outcome::Pending { .. }, Some(state)) = (
+            report.outcome,
+            report
+                .result_data
+                .as_ref()
+                .and_then(|d| d.get("harnessState")),
+        ) {
+            fields["harnessState"] = state.clone();
+        }
     }
     // F32: deploy and stop durations from admission (the work's age by the database clock).
     let measured = match (claim.operation, report.outcome, report.code.as_str()) {

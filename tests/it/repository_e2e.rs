@@ -1382,3 +1382,133 @@ fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
         assert!(!output.contains(&encoded), "{what} logged a Secret's data");
     }
 }
+
+// SPEC G15 and G19 *authorize* on the fake cluster: a standing revision's execution is the
+// sorted uids of its running Pods, captured when it went ready. Its Harness Pod is deleted and
+// the ReplicaSet makes another (a new uid): the next maintenance bucket finds an execution that
+// is not the captured one, observes the Harness and waits `REPOSITORY_EXECUTION_UNVERIFIED`
+// (deferred, never failed, `harnessState` on its `worker.completed`), neither preparing nor
+// opening a session again nor recapturing; the revision stays active and keeps serving with
+// its Git material.
+#[test]
+fn g15_on_the_fake_cluster_a_restarted_harness_is_unverified() {
+    let mut g = GitCluster::with_interval("repository-unverified", Some(1));
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+    admin(
+        &env,
+        &[
+            "repository",
+            "approve",
+            &ns,
+            "helper",
+            APP,
+            "--actor",
+            "admin",
+        ],
+    );
+    let revision = g.deploy_agent("helper", &[APP], &["--standing"]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let captured: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&revision],
+    );
+    assert_eq!(captured, json!(running_uids(&g.fake, &k8s, &revision)));
+    let harness = |fake: &KubeFake| -> Vec<Value> {
+        fake.objects("pods")
+            .into_iter()
+            .filter(|p| harness_of(p, &k8s, &revision))
+            .collect()
+    };
+    let pods = harness(&g.fake);
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let (old_name, old_uid) = (
+        pods[0]["metadata"]["name"].as_str().unwrap().to_string(),
+        pods[0]["metadata"]["uid"].clone(),
+    );
+    // Verified while nothing changed: the buckets go on.
+    wait_for("a verified bucket", Duration::from_secs(60), || {
+        maintenance_with(&mut c, &revision, "REVISION_ALREADY_ACTIVE") > 0
+    });
+
+    g.fake
+        .delete_object(&format!("/api/v1/namespaces/{k8s}/pods/{old_name}"));
+    wait_for(
+        "another Harness Pod running",
+        Duration::from_secs(60),
+        || {
+            let pods = harness(&g.fake);
+            pods.len() == 1
+                && pods[0]["metadata"]["uid"] != old_uid
+                && pods[0]["status"]["phase"] == "Running"
+        },
+    );
+    let unverified = |c: &mut postgres::Client| -> i64 {
+        crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key LIKE $1 AND a.code = 'REPOSITORY_EXECUTION_UNVERIFIED'
+               AND a.outcome = 'deferred'",
+            &[&format!("agent_revision:{revision}:maintenance:%")],
+        )
+    };
+    wait_for("the execution unverified", Duration::from_secs(120), || {
+        unverified(&mut c) >= 2
+    });
+    let deferral = wait_value(
+        "the deferral's worker.completed",
+        Duration::from_secs(30),
+        || {
+            worker.events().into_iter().find(|e| {
+                e["event"] == "worker.completed" && e["code"] == "REPOSITORY_EXECUTION_UNVERIFIED"
+            })
+        },
+    );
+    assert_eq!(deferral["harnessState"], "running", "{deferral}");
+
+    // Still serving with its Git material, the same session, nothing recaptured or failed.
+    let failed: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state LIKE 'failed%'",
+        &[&format!("agent_revision:{revision}:maintenance:%")],
+    );
+    assert_eq!(failed, 0);
+    assert_eq!(active_revision(&mut c, &agent), Some(revision.clone()));
+    let again: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&revision],
+    );
+    assert_eq!(again, captured, "the pass waits, it never recaptures");
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    let git = [
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string(),
+    ];
+    assert_eq!(template, git);
+    assert!(pods.len() == 1 && pods[0] == git, "{pods:?}");
+    let listed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(APP, "open")]
+    );
+    assert_eq!(
+        sender_calls(g.sender.as_ref().unwrap(), "open").len(),
+        1,
+        "never opened again"
+    );
+    let output = worker.signal_output("TERM", Duration::from_secs(30));
+    assert!(!output.contains(CANARY));
+}
