@@ -1168,6 +1168,25 @@ fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
         &[&reconcile],
     );
     assert_eq!(handled_by, None, "the claim is released once done");
+    // The killed claim is recorded as such, and the survivor's pass completed it.
+    let attempts: Vec<String> = c
+        .query(
+            "SELECT a.outcome FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 ORDER BY a.id",
+            &[&reconcile],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        (
+            attempts.first().map(String::as_str),
+            attempts.last().map(String::as_str)
+        ),
+        (Some("lease_expired"), Some("succeeded")),
+        "{attempts:?}"
+    );
     let opened = sessions(&env, &ns, "helper");
     assert_eq!(
         opened
@@ -1464,16 +1483,34 @@ fn g15_on_the_fake_cluster_a_restarted_harness_is_unverified() {
     wait_for("the execution unverified", Duration::from_secs(120), || {
         unverified(&mut c) >= 2
     });
-    let deferral = wait_value(
-        "the deferral's worker.completed",
-        Duration::from_secs(30),
-        || {
-            worker.events().into_iter().find(|e| {
+    // Each deferral says what it observed; once the new Pod runs, `running`.
+    let deferrals = |worker: &WorkerProcess| -> Vec<Value> {
+        worker
+            .events()
+            .into_iter()
+            .filter(|e| {
                 e["event"] == "worker.completed" && e["code"] == "REPOSITORY_EXECUTION_UNVERIFIED"
             })
+            .collect()
+    };
+    wait_for(
+        "a deferral observing it running",
+        Duration::from_secs(60),
+        || {
+            deferrals(&worker)
+                .iter()
+                .any(|e| e["harnessState"] == "running")
         },
     );
-    assert_eq!(deferral["harnessState"], "running", "{deferral}");
+    for e in deferrals(&worker) {
+        assert_eq!(e["outcome"], "pending", "{e}");
+        assert!(
+            ["running", "starting", "lost", "unknown"]
+                .iter()
+                .any(|s| e["harnessState"] == *s),
+            "{e}"
+        );
+    }
 
     // Still serving with its Git material, the same session, nothing recaptured or failed.
     let failed: i64 = crate::support::one(
