@@ -10,6 +10,8 @@
 //! closes both sessions before the runtime stops. No Secret value reaches any log line. A worker
 //! killed between a session write and its answer leaves a row the next worker opens again with
 //! the same admission (G19), and the docs/kubernetes.md step runs as written against the fake.
+//! The issue's walk-through runs it all on two workers: a kill mid-`open`, the deadline passing
+//! (G14), a standing approval removed (G15) and both Agents deleted (G13).
 
 use crate::agent::create_agent;
 use crate::kube_e2e::{k8s_namespace, kube_env, ready_namespaces, scratch};
@@ -286,6 +288,12 @@ impl GitCluster {
 
     /// `admin agent deploy NS helper` on Kubernetes with `repositories`: the revision id.
     pub fn deploy(&self, repositories: &[&str]) -> String {
+        self.deploy_agent("helper", repositories, &[])
+    }
+
+    /// `admin agent deploy NS AGENT` on Kubernetes with `repositories` and the flags `extra`
+    /// (`--standing`, `--repository-deadline D`): the revision id.
+    pub fn deploy_agent(&self, agent: &str, repositories: &[&str], extra: &[&str]) -> String {
         let mut more = vec![
             "--harness-secret",
             "key",
@@ -297,7 +305,8 @@ impl GitCluster {
         for r in repositories {
             more.extend(["--repository", r]);
         }
-        let args = crate::support::deploy_args(&self.ns, "helper", "cfg", &more).split_off(1);
+        more.extend_from_slice(extra);
+        let args = crate::support::deploy_args(&self.ns, agent, "cfg", &more).split_off(1);
         admin(&self.env, &args)["revisionId"]
             .as_str()
             .unwrap()
@@ -991,4 +1000,552 @@ fn g14_expiry_on_the_fake_cluster_rolls_git_out_and_keeps_the_harness() {
         .unwrap()
         .get(0);
     assert_eq!(active.as_deref(), Some(revision.as_str()));
+}
+
+/// The sessions of `agent` as the database holds them: (REF, phase, admission id), sorted by
+/// REF then admission id (a cheap probe for waits; `sessions` is the operator's view).
+fn session_rows(c: &mut postgres::Client, agent: &str) -> Vec<(String, String, String)> {
+    c.query(
+        "SELECT repository_ref::text, phase, admission_id::text FROM occ.repository_sessions
+         WHERE agent_id = $1 ORDER BY repository_ref, admission_id",
+        &[&agent],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// The sorted uids of the running Pods of revision `rev` in namespace `ns`, as the driver
+/// captures an execution (SPEC G15, G19).
+fn running_uids(fake: &KubeFake, ns: &str, rev: &str) -> Vec<String> {
+    let mut uids: Vec<String> = fake
+        .objects("pods")
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["namespace"] == ns
+                && p["metadata"]["labels"]["occ.revision"] == rev
+                && p["metadata"].get("deletionTimestamp").is_none()
+                && p["status"]["phase"] == "Running"
+        })
+        .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+        .collect();
+    uids.sort_unstable();
+    uids
+}
+
+/// How many maintenance works of `revision` completed with `code`.
+fn maintenance_with(c: &mut postgres::Client, revision: &str, code: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_status WHERE idempotency_key LIKE $1 AND reason_code = $2",
+        &[&format!("agent_revision:{revision}:maintenance:%"), &code],
+    )
+}
+
+/// Whether Agent `agent` still exists.
+fn agent_exists(c: &mut postgres::Client, agent: &str) -> bool {
+    crate::support::one::<i64>(
+        c,
+        "SELECT count(*) FROM occ.agents WHERE id = $1",
+        &[&agent],
+    ) == 1
+}
+
+/// The active revision of Agent `agent`.
+fn active_revision(c: &mut postgres::Client, agent: &str) -> Option<String> {
+    crate::support::one(
+        c,
+        "SELECT active_revision_id FROM occ.agents WHERE id = $1",
+        &[&agent],
+    )
+}
+
+// The issue's walk-through on two `occ-worker run` processes sharing one database, the TLS
+// fake API server and `occ-git-sender`, with 1 s maintenance buckets:
+// - the Namespace is granted APP and DOCS (G8) and Agent `helper` deployed with both until a
+//   deadline (G22). The sender is held (SIGSTOP: it accepts and never answers) so the worker
+//   holding the reconcile has written the APP row `opening` (G19: committed before the call
+//   it announces) and waits on its `open`; that worker is SIGKILLed; the survivor recovers the
+//   stale claim and opens the same admission again, then DOCS, and activates;
+// - the deadline passes (G14): the next maintenance bucket rolls the Harness out without
+//   OCC_GIT_*, disposes of both sessions and keeps the revision active and serving;
+// - Agent `reviewer` is approved for DOCS and deployed `--standing` (G8, G15); the approval is
+//   removed (`admin repository unapprove`): maintenance hands off
+//   `REPOSITORY_STANDING_APPROVAL_REMOVED` to the `standing-withdrawal` cleanup (G2, G3), and
+//   the next bucket withdraws Git `REPOSITORY_ACCESS_WITHDRAWN` with the runtime kept;
+// - both Agents are deleted (G13): every session was closed at the sender and disposed, the
+//   rows and the Agents are gone with their Harness Pods;
+// - the canary value of the operator's Secrets is in no line either worker or the sender wrote.
+#[test]
+fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
+    let dir = scratch("repository-walkthrough");
+    let policy = dir.join("git-policy.json");
+    std::fs::write(
+        &policy,
+        json!({"repositories": {
+            APP: {"secret": "git-acme-app", "key": "token"},
+            DOCS: {"secret": "git-acme-docs", "key": "token"},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let (sender, addr) = start_git_sender(&dir, &policy);
+    // A 30 s call timeout: the held `open` outlasts the kill by far.
+    let mut g = GitCluster::with_sender(dir, Some(sender), &format!("https://{addr}"), 30, Some(1));
+    let env = g.env.clone();
+    let mut workers = vec![
+        WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap()),
+        WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap()),
+    ];
+    g.namespace_and_agent();
+    let (ns, k8s, helper) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-docs", "token", CANARY);
+    for (reference, scope) in [(APP, "write"), (DOCS, "read")] {
+        admin(
+            &env,
+            &[
+                "repository",
+                "grant",
+                &ns,
+                reference,
+                "--scope",
+                scope,
+                "--actor",
+                "admin",
+            ],
+        );
+    }
+
+    // Agent `helper` with both REFs until a deadline; the sender holds every call.
+    g.sender.as_ref().unwrap().signal("STOP");
+    let first = g.deploy_agent(
+        "helper",
+        &[&format!("{APP}=write"), DOCS],
+        &["--repository-deadline", "8h"],
+    );
+    let reconcile = format!("agent_revision:{first}:reconcile");
+    let admission =
+        wait_value(
+            "the APP row opening",
+            Duration::from_secs(120),
+            || match session_rows(&mut c, &helper).as_slice() {
+                [(r, phase, admission)] if r == APP && phase == "opening" => {
+                    Some(admission.clone())
+                }
+                _ => None,
+            },
+        );
+    let holder: Option<i32> = crate::support::one(
+        &mut c,
+        "SELECT claim_pid FROM occ.work_status WHERE idempotency_key = $1",
+        &[&reconcile],
+    );
+    let victim = workers
+        .iter()
+        .position(|w| Some(w.pid()) == holder)
+        .unwrap_or_else(|| panic!("the reconcile held by neither worker: {holder:?}"));
+    let killed = workers
+        .remove(victim)
+        .signal_output("KILL", Duration::from_secs(30));
+    let survivor = workers.remove(0);
+    // Still `opening` with no answer: nothing was recorded for the killed call.
+    assert_eq!(
+        session_rows(&mut c, &helper),
+        [(APP.into(), "opening".into(), admission.clone())]
+    );
+    g.sender.as_ref().unwrap().signal("CONT");
+
+    assert_eq!(
+        wait_ended(&mut c, &reconcile),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let handled_by: Option<i32> = crate::support::one(
+        &mut c,
+        "SELECT claim_pid FROM occ.work_status WHERE idempotency_key = $1",
+        &[&reconcile],
+    );
+    assert_eq!(handled_by, None, "the claim is released once done");
+    // The killed claim is recorded as such, and the survivor's pass completed it.
+    let attempts: Vec<String> = c
+        .query(
+            "SELECT a.outcome FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1 ORDER BY a.id",
+            &[&reconcile],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        (
+            attempts.first().map(String::as_str),
+            attempts.last().map(String::as_str)
+        ),
+        (Some("lease_expired"), Some("succeeded")),
+        "{attempts:?}"
+    );
+    let opened = sessions(&env, &ns, "helper");
+    assert_eq!(
+        opened
+            .iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(APP, "open"), (DOCS, "open")],
+        "one session per REF: {opened:?}"
+    );
+    assert_eq!(opened[0].3, admission, "the same admission opened again");
+    assert_eq!(opened[0].2, format!("s-{admission}"));
+    let sender_opens = sender_calls(g.sender.as_ref().unwrap(), "open");
+    for s in &opened {
+        assert!(
+            sender_opens.contains(&(s.3.clone(), s.0.clone(), json!("opened"))),
+            "{sender_opens:?}"
+        );
+    }
+    let both = vec![
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string(),
+        format!("OCC_GIT_REPOSITORY_2={DOCS}"),
+        "OCC_GIT_CREDENTIAL_2=git-acme-docs/token".to_string(),
+    ];
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &first);
+    assert_eq!(template, both);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == both),
+        "{pods:?}"
+    );
+
+    // The deadline passes (the revision guard refuses changes, so triggers are bypassed): the
+    // next bucket withdraws Git and keeps the Harness (G14).
+    c.batch_execute("SET session_replication_role = replica")
+        .unwrap();
+    c.execute(
+        "UPDATE occ.agent_revisions SET repository_credentials = jsonb_set(repository_credentials,
+             '{deadlineAt}', '\"2020-01-01T00:00:00.000Z\"') WHERE id = $1",
+        &[&first],
+    )
+    .unwrap();
+    c.batch_execute("SET session_replication_role = origin")
+        .unwrap();
+    wait_for("helper's Git withdrawn", Duration::from_secs(180), || {
+        maintenance_with(&mut c, &first, "REPOSITORY_ACCESS_WITHDRAWN") > 0
+    });
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &first);
+    assert!(template.is_empty(), "{template:?}");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| p.is_empty()),
+        "{pods:?}"
+    );
+    let expired = session_rows(&mut c, &helper);
+    assert_eq!(expired.len(), 2, "{expired:?}");
+    assert!(expired.iter().all(|s| s.1 == "disposed"), "{expired:?}");
+    assert_eq!(active_revision(&mut c, &helper), Some(first.clone()));
+
+    // Agent `reviewer`, approved for DOCS and deployed `--standing`; then unapproved (G15).
+    let reviewer = create_agent(&mut c, &ns, "reviewer").0;
+    admin(
+        &env,
+        &[
+            "repository",
+            "approve",
+            &ns,
+            "reviewer",
+            DOCS,
+            "--actor",
+            "admin",
+        ],
+    );
+    let standing = g.deploy_agent("reviewer", &[DOCS], &["--standing"]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{standing}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let docs_only = vec![
+        format!("OCC_GIT_REPOSITORY_1={DOCS}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-docs/token".to_string(),
+    ];
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &standing);
+    assert_eq!(template, docs_only);
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == docs_only),
+        "{pods:?}"
+    );
+    let reviewing = session_rows(&mut c, &reviewer);
+    assert_eq!(
+        reviewing
+            .iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(DOCS, "open")]
+    );
+    // The execution that got the material was captured: the sorted uids of the running Pods
+    // of the revision (its Harness and whatever else runs it).
+    let captured: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&standing],
+    );
+    assert_eq!(captured, json!(running_uids(&g.fake, &k8s, &standing)));
+
+    admin(
+        &env,
+        &[
+            "repository",
+            "unapprove",
+            &ns,
+            "reviewer",
+            DOCS,
+            "--actor",
+            "admin",
+        ],
+    );
+    wait_for("reviewer's Git withdrawn", Duration::from_secs(180), || {
+        maintenance_with(&mut c, &standing, "REPOSITORY_ACCESS_WITHDRAWN") > 0
+    });
+    assert_eq!(
+        maintenance_with(&mut c, &standing, "REPOSITORY_STANDING_APPROVAL_REMOVED"),
+        1,
+        "handed off once"
+    );
+    // The hand-off's cleanup completes on its own (it may run after the bucket withdrew Git).
+    assert_eq!(
+        wait_ended(
+            &mut c,
+            &format!("agent_revision:{standing}:repository_cleanup:standing-withdrawal")
+        ),
+        (
+            "succeeded".into(),
+            Some("REPOSITORY_CLEANUP_COMPLETE".into())
+        )
+    );
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &standing);
+    assert!(template.is_empty(), "{template:?}");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| p.is_empty()),
+        "{pods:?}"
+    );
+    assert_eq!(
+        session_rows(&mut c, &reviewer),
+        [(DOCS.into(), "disposed".into(), reviewing[0].2.clone())]
+    );
+    assert_eq!(active_revision(&mut c, &reviewer), Some(standing.clone()));
+    // Helper's revision kept serving all along.
+    assert_eq!(active_revision(&mut c, &helper), Some(first.clone()));
+
+    // Every session was disposed by its admission at the sender: helper's by `close` (G12's
+    // closeRevision during the expiry); reviewer's was moved to `closing` by the hand-off, so
+    // the cleanup asks `status` (G19 *cleanup*), which the reference sender, holding nothing,
+    // answers `closed`.
+    let helper_sessions = session_rows(&mut c, &helper);
+    assert_eq!(helper_sessions.len(), 2, "{helper_sessions:?}");
+    let reviewer_sessions = session_rows(&mut c, &reviewer);
+    let sender = g.sender.as_ref().unwrap();
+    let closes = sender_calls(sender, "close");
+    for s in &helper_sessions {
+        assert!(
+            closes.iter().any(|(a, _, o)| *a == s.2 && *o == "closed"),
+            "{s:?} not closed: {closes:?}"
+        );
+    }
+    let statuses = sender_calls(sender, "status");
+    assert!(
+        statuses
+            .iter()
+            .chain(&closes)
+            .any(|(a, _, o)| *a == reviewer_sessions[0].2 && *o == "closed"),
+        "{reviewer_sessions:?} not confirmed closed: {statuses:?} {closes:?}"
+    );
+
+    // Both Agents deleted: they go, with their session rows and their Harness Pods (G13).
+    for agent in ["helper", "reviewer"] {
+        admin(&env, &["agent", "delete", &ns, agent, "--actor", "admin"]);
+    }
+    wait_for("both Agents deleted", Duration::from_secs(180), || {
+        !agent_exists(&mut c, &helper) && !agent_exists(&mut c, &reviewer)
+    });
+    let left: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.repository_sessions WHERE agent_id = ANY($1)",
+        &[&vec![helper.clone(), reviewer.clone()]],
+    );
+    assert_eq!(left, 0);
+    wait_for("the Harness Pods gone", Duration::from_secs(120), || {
+        harness_git_env(&g.fake, &k8s, &first).1.is_empty()
+            && harness_git_env(&g.fake, &k8s, &standing).1.is_empty()
+    });
+    assert_eq!(
+        sender_calls(g.sender.as_ref().unwrap(), "open").len(),
+        3,
+        "no session opened after a withdrawal"
+    );
+
+    // No Secret value in any line either worker or the sender wrote.
+    let sender = g.sender.take().unwrap();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    for (what, output) in [
+        ("the killed worker", killed),
+        (
+            "the surviving worker",
+            survivor.signal_output("TERM", Duration::from_secs(30)),
+        ),
+        (
+            "the sender",
+            sender.signal_output("TERM", Duration::from_secs(30)),
+        ),
+    ] {
+        assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
+        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+        assert!(!output.contains(&encoded), "{what} logged a Secret's data");
+    }
+}
+
+// SPEC G15 and G19 *authorize* on the fake cluster: a standing revision's execution is the
+// sorted uids of its running Pods, captured when it went ready. Its Harness Pod is deleted and
+// the ReplicaSet makes another (a new uid): the next maintenance bucket finds an execution that
+// is not the captured one, observes the Harness and waits `REPOSITORY_EXECUTION_UNVERIFIED`
+// (deferred, never failed, `harnessState` on its `worker.completed`), neither preparing nor
+// opening a session again nor recapturing; the revision stays active and keeps serving with
+// its Git material.
+#[test]
+fn g15_on_the_fake_cluster_a_restarted_harness_is_unverified() {
+    let mut g = GitCluster::with_interval("repository-unverified", Some(1));
+    let env = g.env.clone();
+    let worker = WorkerProcess::capture(worker_command(&["run"], &env).spawn().unwrap());
+    g.namespace_and_agent();
+    let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
+    let mut c = g.db.client();
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
+    admin(
+        &env,
+        &[
+            "repository",
+            "approve",
+            &ns,
+            "helper",
+            APP,
+            "--actor",
+            "admin",
+        ],
+    );
+    let revision = g.deploy_agent("helper", &[APP], &["--standing"]);
+    assert_eq!(
+        wait_ended(&mut c, &format!("agent_revision:{revision}:reconcile")),
+        ("succeeded".into(), Some("REVISION_ACTIVATED".into()))
+    );
+    let captured: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&revision],
+    );
+    assert_eq!(captured, json!(running_uids(&g.fake, &k8s, &revision)));
+    let harness = |fake: &KubeFake| -> Vec<Value> {
+        fake.objects("pods")
+            .into_iter()
+            .filter(|p| harness_of(p, &k8s, &revision))
+            .collect()
+    };
+    let pods = harness(&g.fake);
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let (old_name, old_uid) = (
+        pods[0]["metadata"]["name"].as_str().unwrap().to_string(),
+        pods[0]["metadata"]["uid"].clone(),
+    );
+    // Verified while nothing changed: the buckets go on.
+    wait_for("a verified bucket", Duration::from_secs(60), || {
+        maintenance_with(&mut c, &revision, "REVISION_ALREADY_ACTIVE") > 0
+    });
+
+    g.fake
+        .delete_object(&format!("/api/v1/namespaces/{k8s}/pods/{old_name}"));
+    wait_for(
+        "another Harness Pod running",
+        Duration::from_secs(60),
+        || {
+            let pods = harness(&g.fake);
+            pods.len() == 1
+                && pods[0]["metadata"]["uid"] != old_uid
+                && pods[0]["status"]["phase"] == "Running"
+        },
+    );
+    let unverified = |c: &mut postgres::Client| -> i64 {
+        crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key LIKE $1 AND a.code = 'REPOSITORY_EXECUTION_UNVERIFIED'
+               AND a.outcome = 'deferred'",
+            &[&format!("agent_revision:{revision}:maintenance:%")],
+        )
+    };
+    wait_for("the execution unverified", Duration::from_secs(120), || {
+        unverified(&mut c) >= 2
+    });
+    // Each deferral says what it observed; once the new Pod runs, `running`.
+    let deferrals = |worker: &WorkerProcess| -> Vec<Value> {
+        worker
+            .events()
+            .into_iter()
+            .filter(|e| {
+                e["event"] == "worker.completed" && e["code"] == "REPOSITORY_EXECUTION_UNVERIFIED"
+            })
+            .collect()
+    };
+    wait_for(
+        "a deferral observing it running",
+        Duration::from_secs(60),
+        || {
+            deferrals(&worker)
+                .iter()
+                .any(|e| e["harnessState"] == "running")
+        },
+    );
+    for e in deferrals(&worker) {
+        assert_eq!(e["outcome"], "pending", "{e}");
+        assert!(
+            ["running", "starting", "lost", "unknown"]
+                .iter()
+                .any(|s| e["harnessState"] == *s),
+            "{e}"
+        );
+    }
+
+    // Still serving with its Git material, the same session, nothing recaptured or failed.
+    let failed: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state LIKE 'failed%'",
+        &[&format!("agent_revision:{revision}:maintenance:%")],
+    );
+    assert_eq!(failed, 0);
+    assert_eq!(active_revision(&mut c, &agent), Some(revision.clone()));
+    let again: Value = crate::support::one(
+        &mut c,
+        "SELECT execution FROM occ.repository_executions WHERE revision_id = $1",
+        &[&revision],
+    );
+    assert_eq!(again, captured, "the pass waits, it never recaptures");
+    let (template, pods) = harness_git_env(&g.fake, &k8s, &revision);
+    let git = [
+        format!("OCC_GIT_REPOSITORY_1={APP}"),
+        "OCC_GIT_CREDENTIAL_1=git-acme-app/token".to_string(),
+    ];
+    assert_eq!(template, git);
+    assert!(pods.len() == 1 && pods[0] == git, "{pods:?}");
+    let listed = sessions(&env, &ns, "helper");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.0.as_str(), s.1.as_str()))
+            .collect::<Vec<_>>(),
+        [(APP, "open")]
+    );
+    assert_eq!(
+        sender_calls(g.sender.as_ref().unwrap(), "open").len(),
+        1,
+        "never opened again"
+    );
+    let output = worker.signal_output("TERM", Duration::from_secs(30));
+    assert!(!output.contains(CANARY));
 }

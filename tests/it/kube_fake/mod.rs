@@ -462,6 +462,21 @@ impl KubeFake {
         }
     }
 
+    /// Deletes an object as a DELETE request would (a Pod gracefully: terminating, then gone,
+    /// its ReplicaSet making another), bypassing authentication.
+    pub fn delete_object(&self, api_path: &str) {
+        let target = parse_path(api_path).unwrap_or_else(|| panic!("not a path: {api_path}"));
+        let name = target
+            .name
+            .clone()
+            .unwrap_or_else(|| panic!("not an object path: {api_path}"));
+        let mut state = self.shared.state.lock();
+        let ns = target.namespace.clone().unwrap_or_default();
+        if let Err(e) = state.store.delete(target.res, &ns, &name) {
+            panic!("delete_object {api_path}: {}", e.body);
+        }
+    }
+
     pub fn set_deployment_behaviour(&self, namespace: &str, name_prefix: &str, b: PodBehaviour) {
         let mut state = self.shared.state.lock();
         state
