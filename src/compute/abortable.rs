@@ -154,3 +154,41 @@ impl<T: Transport> Transport for AbortableTransport<T> {
         self.inner.is_tls()
     }
 }
+
+/// An HTTPS client for a webhook the Installation names (lifecycle hooks, SPEC H2; the
+/// repository sender, SPEC G20): verified against `ca_pem`'s certificates only, no proxy, no
+/// redirects, every status an answer, and its calls interruptible by the pass's cancellation.
+/// `None` when the bundle holds no certificate.
+pub fn webhook_agent(ca_pem: &[u8]) -> Option<ureq::Agent> {
+    use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
+    use ureq::unversioned::resolver::DefaultResolver;
+    use ureq::unversioned::transport::{RustlsConnector, TcpConnector};
+    let certs: Vec<_> = ureq::tls::parse_pem(ca_pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return None;
+    }
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::new_with_certs(&certs))
+        .build();
+    let config = ureq::config::Config::builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .https_only(true)
+        .tls_config(tls)
+        .user_agent(concat!("occ-worker/", env!("CARGO_PKG_VERSION")))
+        .max_idle_connections_per_host(4)
+        .build();
+    let connector = AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
+    Some(ureq::Agent::with_parts(
+        config,
+        connector,
+        DefaultResolver::default(),
+    ))
+}

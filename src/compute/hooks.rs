@@ -7,7 +7,7 @@
 //! drivers decide when to call (H3). It never logs: an error carries the hook's driver name,
 //! a class and an HTTP status, never the hook's text or a launch value.
 
-use super::abortable::AbortableConnector;
+use super::abortable::webhook_agent;
 use super::error::ComputeError;
 use super::observation::is_code;
 use crate::cancel::CancelToken;
@@ -16,9 +16,6 @@ use serde_json::{json, Map, Value};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
-use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
-use ureq::unversioned::resolver::DefaultResolver;
-use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
 
 /// A refusal of a workload start's launch values (H5), permanent.
 pub const LAUNCH_VALUE_REFUSED: &str = "LIFECYCLE_LAUNCH_VALUE_REFUSED";
@@ -158,39 +155,18 @@ impl LifecycleHooks {
         let hooks = entries
             .iter()
             .map(|entry| {
-                let certs: Vec<_> = ureq::tls::parse_pem(&entry.ca_pem)
-                    .filter_map(|item| match item {
-                        Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                        _ => None,
-                    })
-                    .collect();
-                if certs.is_empty() {
+                let Some(agent) = webhook_agent(&entry.ca_pem) else {
                     return Err(format!(
                         "lifecycle hook {}: caFile holds no PEM certificate",
                         entry.driver.as_str()
                     ));
-                }
-                let tls = TlsConfig::builder()
-                    .provider(TlsProvider::Rustls)
-                    .root_certs(RootCerts::new_with_certs(&certs))
-                    .build();
-                let config = ureq::config::Config::builder()
-                    .http_status_as_error(false)
-                    .max_redirects(0)
-                    .proxy(None)
-                    .https_only(true)
-                    .tls_config(tls)
-                    .user_agent(concat!("occ-worker/", env!("CARGO_PKG_VERSION")))
-                    .max_idle_connections_per_host(4)
-                    .build();
-                let connector =
-                    AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
+                };
                 Ok(Hook {
                     driver: entry.driver,
                     url: entry.url.clone(),
                     phases: entry.phases.clone(),
                     timeout: entry.timeout,
-                    agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
+                    agent,
                 })
             })
             .collect::<Result<_, _>>()?;

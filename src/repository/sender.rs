@@ -8,16 +8,13 @@
 //! HTTP status, never a request's or an answer's text.
 
 use crate::cancel::{CancelToken, Cancelled};
-use crate::compute::abortable::AbortableConnector;
+use crate::compute::abortable::webhook_agent;
 use crate::compute::kubernetes::names::is_dns_label;
 use crate::compute::{is_code, ComputeError};
 use crate::installation::RepositorySenderEntry;
 use serde_json::{json, Map, Value};
 use std::fmt;
 use std::time::Duration;
-use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
-use ureq::unversioned::resolver::DefaultResolver;
-use ureq::unversioned::transport::{Connector, RustlsConnector, TcpConnector};
 
 /// No valid answer from the sender (SPEC G21): a retry in preparation, a cleanup's cause.
 pub const REPOSITORY_SENDER_UNAVAILABLE: &str = "REPOSITORY_SENDER_UNAVAILABLE";
@@ -178,33 +175,12 @@ impl RepositorySender {
         entry: &RepositorySenderEntry,
         installation_id: &str,
     ) -> Result<RepositorySender, String> {
-        let certs: Vec<_> = ureq::tls::parse_pem(&entry.ca_pem)
-            .filter_map(|item| match item {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
+        let Some(agent) = webhook_agent(&entry.ca_pem) else {
             return Err(format!(
                 "repositorySender.caFile {} holds no PEM certificate",
                 entry.ca_file.display()
             ));
-        }
-        let tls = TlsConfig::builder()
-            .provider(TlsProvider::Rustls)
-            .root_certs(RootCerts::new_with_certs(&certs))
-            .build();
-        let config = ureq::config::Config::builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .proxy(None)
-            .https_only(true)
-            .tls_config(tls)
-            .user_agent(concat!("occ-worker/", env!("CARGO_PKG_VERSION")))
-            .max_idle_connections_per_host(4)
-            .build();
-        let connector =
-            AbortableConnector(TcpConnector::default()).chain(RustlsConnector::default());
+        };
         Ok(RepositorySender {
             id: entry.id.clone(),
             installation_id: installation_id.to_string(),
@@ -212,7 +188,7 @@ impl RepositorySender {
             timeout: entry.timeout,
             cleanup_interval: entry.cleanup_interval,
             durable_broker_receipts: entry.durable_broker_receipts,
-            agent: ureq::Agent::with_parts(config, connector, DefaultResolver::default()),
+            agent,
         })
     }
 
