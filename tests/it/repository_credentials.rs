@@ -1093,3 +1093,41 @@ fn g14_a_denied_actor_retires_the_expired_runtime_and_is_audited() {
         .calls_of("retire_expired_repository_access")
         .is_empty());
 }
+
+#[test]
+fn g14_a_moved_on_agent_queues_terminal_runtime() {
+    // The revision's runtime retirement is already registered (expiry state `retiring`): its
+    // maintenance never withdraws in place, it completes REPOSITORY_RUNTIME_RETIREMENT_QUEUED
+    // and the chain ends.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // Registered as a superseding deployment's would be, but not yet run: it is due later.
+    let cleanup = register_cleanup(&mut c, &f.agent, &rev, "terminal-runtime");
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() + interval '1 hour'
+         WHERE idempotency_key = $1",
+        &[&cleanup],
+    )
+    .unwrap();
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED") == 1
+    });
+    assert!(driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    let queued: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state = 'queued'",
+        &[&format!("agent_revision:{rev}:maintenance:%")],
+    );
+    assert_eq!(queued, 0, "the chain ended");
+    assert_eq!(work(&mut c, &cleanup).0, "queued");
+}
