@@ -321,16 +321,9 @@ impl Reconciler for AgentDelete {
             super::repository::agent_sessions_outstanding(&mut *db, &ns, &agent_id)?
         };
         if outstanding {
-            let interval = pass
-                .ctx
-                .repository_sender
-                .as_ref()
-                .map_or(crate::installation::DEFAULT_CLEANUP_INTERVAL, |s| {
-                    s.cleanup_interval()
-                });
             return Ok(Report::waiting(
                 super::repository_cleanup::PENDING,
-                interval,
+                super::repository_cleanup::cleanup_interval(pass),
                 super::report::Wait::Unbounded,
             ));
         }

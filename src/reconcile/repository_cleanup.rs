@@ -300,13 +300,7 @@ impl RepositoryCleanupReconciler {
         {
             facts.sessions_pending = true;
         }
-        let runs = agent.is_some_and(|a| {
-            a.namespace_status == super::rows::NamespaceStatus::Ready
-                && a.status == super::rows::AgentStatus::Active
-                && a.desired_runtime_state == super::rows::RuntimeState::Running
-                && a.service_principal_id == revision.service_principal_id
-                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
-        });
+        let runs = agent.is_some_and(|a| a.runs_revision(revision));
         let driver = pass.ctx.compute.clone();
         let answer = match driver.repository() {
             Some(runtime) if runs => {

@@ -592,7 +592,7 @@ impl RevisionReconciler {
         }
         let agent = l.agent.spec(&pass.ctx.installation_id);
         // SPEC G12: a refused candidate's sessions are closed before its stop.
-        self.close_before_stop(pass, &l.revision)?;
+        super::repository::close_before_stop(pass, &l.revision)?;
         let started = std::time::Instant::now();
         let stopped = match effect(pass, "bind", |c| driver.bind_agent(&agent, c))? {
             Ok(()) => effect(pass, "stop", |c| driver.stop_revision(&spec, c))?,
@@ -683,7 +683,7 @@ impl RevisionReconciler {
                 let driver = pass.ctx.compute.clone();
                 let agent = l.agent.spec(&pass.ctx.installation_id);
                 let spec = l.revision.spec(&pass.ctx.installation_id);
-                self.close_before_stop(pass, &l.revision)?;
+                super::repository::close_before_stop(pass, &l.revision)?;
                 try_effect!(pass, "bind", |c| driver.bind_agent(&agent, c));
                 try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
             }
@@ -897,7 +897,7 @@ impl RevisionReconciler {
         let agent_spec = agent.spec(&pass.ctx.installation_id);
         try_effect!(pass, "bind", |c| driver.bind_agent(&agent_spec, c));
         // SPEC G12: sessions closed before every stop and retirement.
-        self.close_before_stop(pass, revision)?;
+        super::repository::close_before_stop(pass, revision)?;
         try_effect!(pass, "stop", |c| driver.stop_revision(&spec, c));
         // Once this work published its candidate it owns retiring every predecessor, even
         // after a stop cleared the pointer; a different active revision means it never
@@ -915,7 +915,7 @@ impl RevisionReconciler {
             .iter()
             .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
         {
-            self.close_before_stop(pass, earlier)?;
+            super::repository::close_before_stop(pass, earlier)?;
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }
@@ -1075,7 +1075,7 @@ impl RevisionReconciler {
                 .filter(|r| r.revision < revision.revision && !r.retired && r.owned_by(pass))
             {
                 // SPEC G12: its sessions closed before it stops.
-                self.close_before_stop(pass, earlier)?;
+                super::repository::close_before_stop(pass, earlier)?;
                 let earlier = earlier.spec(&pass.ctx.installation_id);
                 if let Err(e) = effect(pass, "stop", |c| driver.stop_revision(&earlier, c))? {
                     let mut report = compute_report(&e, pass).at("stop");
@@ -1423,10 +1423,10 @@ impl RevisionReconciler {
                 load_agent(&mut *db, &agent.namespace_id, &agent.id)?
             };
             if current.is_none_or(|a| a.desired_runtime_state != RuntimeState::Running) {
-                self.close_before_stop(pass, revision)?;
+                super::repository::close_before_stop(pass, revision)?;
                 try_effect!(pass, "stop", |c| driver.stop_revision(spec, c));
                 for earlier in earlier.iter().filter(|r| !r.retired) {
-                    self.close_before_stop(pass, earlier)?;
+                    super::repository::close_before_stop(pass, earlier)?;
                     let earlier = earlier.spec(&pass.ctx.installation_id);
                     try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
                 }
@@ -1457,7 +1457,7 @@ impl RevisionReconciler {
         }
         for earlier in earlier.iter().filter(|r| !r.retired) {
             // SPEC G12: an earlier revision's sessions are closed before its retirement.
-            self.close_before_stop(pass, earlier)?;
+            super::repository::close_before_stop(pass, earlier)?;
             let earlier = earlier.spec(&pass.ctx.installation_id);
             try_effect!(pass, "retire", |c| driver.retire_revision(&earlier, c));
         }

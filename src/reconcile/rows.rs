@@ -82,6 +82,22 @@ pub struct AgentRow {
 }
 
 impl AgentRow {
+    /// Whether the Agent runs under `principal`: its Namespace ready, itself active and
+    /// running with that service principal (SPEC G10).
+    pub fn runs_as(&self, principal: &str) -> bool {
+        self.namespace_status == NamespaceStatus::Ready
+            && self.status == AgentStatus::Active
+            && self.desired_runtime_state == RuntimeState::Running
+            && self.service_principal_id == principal
+    }
+
+    /// Whether the Agent still runs `revision`: `runs_as` its principal, pointing at it
+    /// (SPEC G14, G15).
+    pub fn runs_revision(&self, revision: &RevisionRow) -> bool {
+        self.runs_as(&revision.service_principal_id)
+            && self.active_revision_id.as_deref() == Some(revision.id.as_str())
+    }
+
     /// What a driver needs to know about this Agent.
     pub fn spec(&self, installation_id: &str) -> AgentSpec {
         AgentSpec {

@@ -8,7 +8,6 @@ use crate::compute::{
     REPOSITORY_RECIPIENT_UNVERIFIED,
 };
 use crate::reconcile::repository::{self, Credentials, Prepared};
-use crate::reconcile::rows::{AgentStatus, NamespaceStatus};
 
 const EXPIRY: &str = include_str!("../../../sql/queries/repository_expiry.sql");
 const APPROVAL_LOAD: &str = include_str!("../../../sql/queries/repository_approval_load.sql");
@@ -23,8 +22,16 @@ const APPROVAL_REMOVED: &str = "REPOSITORY_STANDING_APPROVAL_REMOVED";
 const POLICY_CHANGED: &str = "REPOSITORY_STANDING_POLICY_CHANGED";
 /// SPEC G15: the running execution is not the one that received the material.
 const EXECUTION_UNVERIFIED: &str = "REPOSITORY_EXECUTION_UNVERIFIED";
-/// SPEC G15: how long an unverified execution waits: min(5 000 ms, the Compute interval).
-const UNVERIFIED_RECHECK: Duration = Duration::from_secs(5);
+/// SPEC G15: how long a standing revision's maintenance waits, on an unverified execution
+/// or a predecessor's session still disposing: min(5 000 ms, the Compute interval).
+fn standing_recheck(pass: &Pass<'_>) -> Duration {
+    const MOST: Duration = Duration::from_secs(5);
+    pass.ctx
+        .compute
+        .policy()
+        .maintenance_interval()
+        .map_or(MOST, |i| i.min(MOST))
+}
 
 /// A revision's expiry state (SPEC G14), derived from its cleanup works and its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,10 +50,6 @@ enum Withdrawal {
     RetireRuntime,
     Pending,
 }
-
-/// How long a standing revision waits for a predecessor's session to dispose (SPEC G15):
-/// min(5 000 ms, the revision's maintenance interval or 5 000 ms).
-const SUCCESSION_RECHECK: Duration = Duration::from_secs(5);
 
 impl RevisionReconciler {
     /// The revision's repository credentials, when it has them (SPEC §19).
@@ -92,12 +95,9 @@ impl RevisionReconciler {
             };
             (current, number)
         };
-        let stopped = current.as_ref().is_none_or(|a| {
-            a.namespace_status != NamespaceStatus::Ready
-                || a.status != AgentStatus::Active
-                || a.desired_runtime_state != RuntimeState::Running
-                || a.service_principal_id != revision.service_principal_id
-        });
+        let stopped = !current
+            .as_ref()
+            .is_some_and(|a| a.runs_as(&revision.service_principal_id));
         if stopped {
             return Ok(Some(Report::permanent("REPOSITORY_REVISION_STOPPED")));
         }
@@ -265,11 +265,11 @@ impl RevisionReconciler {
                     .with_facts(Facts::Own(RevisionFacts::ChainEnded)),
             ));
         }
-        let recheck = driver
-            .policy()
-            .maintenance_interval()
-            .map_or(UNVERIFIED_RECHECK, |i| i.min(UNVERIFIED_RECHECK));
-        let mut wait = Report::waiting(EXECUTION_UNVERIFIED, recheck, Wait::Unbounded);
+        let mut wait = Report::waiting(
+            EXECUTION_UNVERIFIED,
+            standing_recheck(pass),
+            Wait::Unbounded,
+        );
         wait.result_data = Some(json!({ "harnessState": state.as_str() }));
         Ok(Some(wait.at("repository")))
     }
@@ -281,13 +281,7 @@ impl RevisionReconciler {
             let mut db = pass.db()?;
             load_agent(&mut *db, &revision.namespace_id, &revision.agent_id)?
         };
-        Ok(current.as_ref().is_some_and(|a| {
-            a.namespace_status == NamespaceStatus::Ready
-                && a.status == AgentStatus::Active
-                && a.desired_runtime_state == RuntimeState::Running
-                && a.service_principal_id == revision.service_principal_id
-                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
-        }))
+        Ok(current.is_some_and(|a| a.runs_revision(revision)))
     }
 
     /// SPEC G15's hand-off: in one fenced transaction (Namespace, then Agent locked) the live
@@ -395,17 +389,7 @@ impl RevisionReconciler {
         denied: &mut Option<Box<super::super::report::Denial>>,
     ) -> Result<Withdrawal, PassError> {
         let revision = &l.revision;
-        let current = {
-            let mut db = pass.db()?;
-            load_agent(&mut *db, &revision.namespace_id, &revision.agent_id)?
-        };
-        let current_ok = current.as_ref().is_some_and(|a| {
-            a.namespace_status == NamespaceStatus::Ready
-                && a.status == AgentStatus::Active
-                && a.desired_runtime_state == RuntimeState::Running
-                && a.service_principal_id == revision.service_principal_id
-                && a.active_revision_id.as_deref() == Some(revision.id.as_str())
-        });
+        let current_ok = self.is_current(pass, revision)?;
         match self.expiry(pass, &revision.id)? {
             _ if !current_ok => return Ok(Withdrawal::RetireRuntime),
             Expiry::Retiring => return Ok(Withdrawal::RetireRuntime),
@@ -487,13 +471,11 @@ impl RevisionReconciler {
                 return Ok(Some(compute_report(&e, pass).at("repository")));
             }
             Prepared::SuccessionPending => {
-                let recheck = pass
-                    .ctx
-                    .compute
-                    .policy()
-                    .maintenance_interval()
-                    .map_or(SUCCESSION_RECHECK, |i| i.min(SUCCESSION_RECHECK));
-                let wait = Report::waiting(repository::SUCCESSION, recheck, Wait::Unbounded);
+                let wait = Report::waiting(
+                    repository::SUCCESSION,
+                    standing_recheck(pass),
+                    Wait::Unbounded,
+                );
                 return Ok(Some(wait.at("repository")));
             }
         }
@@ -529,14 +511,5 @@ impl RevisionReconciler {
                 repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
         }
         self.prepare_sessions(pass, l, spec, credentials)
-    }
-
-    /// SPEC G12 (`repository::close_before_stop`).
-    pub(super) fn close_before_stop(
-        &self,
-        pass: &Pass<'_>,
-        revision: &RevisionRow,
-    ) -> Result<(), PassError> {
-        repository::close_before_stop(pass, revision)
     }
 }
