@@ -180,6 +180,23 @@ impl CancelToken {
         CancelToken::new(Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
     }
 
+    /// A token for one effect that may take at most `bound`: cancelled with this token's
+    /// cause when this one is cancelled, and lapsing by itself `bound` from now (its own lease,
+    /// never renewed). The guard keeps the link; drop it once the effect returned. `Err` when
+    /// this token is cancelled already. After a cancelled effect, `self.check()` tells a lost
+    /// pass from a bound that ran out.
+    pub fn bounded(&self, bound: Duration) -> Result<(CancelToken, AbortGuard), Cancelled> {
+        let child = CancelToken::new(Instant::now() + bound);
+        child.state.lock().patience = self.state.lock().patience;
+        let (parent, linked) = (self.clone(), child.clone());
+        let guard = self.on_cancel(Arc::new(move || {
+            if let Some(cause) = parent.state.lock().cause {
+                linked.cancel(cause);
+            }
+        }))?;
+        Ok((child, guard))
+    }
+
     /// Cancels the token; the first cause wins and interrupts the effects blocked now.
     pub fn cancel(&self, cause: LossCause) {
         let aborts = self.state.lock().set_cause(cause);
@@ -334,6 +351,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(token.cause(), Some(LossCause::LeaseLapsed));
         assert!(ran.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_bounded_token_lapses_by_itself_or_with_its_parent() {
+        let parent = CancelToken::unbounded();
+        let (child, _link) = parent.bounded(Duration::ZERO).unwrap();
+        assert_eq!(child.cause(), Some(LossCause::LeaseLapsed));
+        assert!(parent.check().is_ok(), "the bound is the child's alone");
+        let (child, link) = parent.bounded(Duration::from_secs(3600)).unwrap();
+        parent.cancel(LossCause::RenewalRefused);
+        assert_eq!(child.check(), Err(Cancelled(LossCause::RenewalRefused)));
+        drop(link);
+        assert!(parent.bounded(Duration::from_secs(1)).is_err());
     }
 
     #[test]

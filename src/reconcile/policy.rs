@@ -46,13 +46,15 @@ pub fn resolve<F>(
             wait: Wait::StopYield,
             ..
         } if expired => {
-            let outcome = if attempt >= max_attempts {
+            let exhausted = attempt >= max_attempts;
+            let outcome = if exhausted {
                 Outcome::Permanent
             } else {
                 Outcome::Retry
             };
             Report {
                 outcome,
+                exhausted,
                 code: "DEPENDENCY_UNAVAILABLE".into(),
                 record_evidence: true,
                 ..report
@@ -83,6 +85,7 @@ pub fn resolve<F>(
         Outcome::Retry if attempt >= max_attempts => Report {
             outcome: Outcome::Permanent,
             code: report.exhausted_code.clone().unwrap_or(report.code),
+            exhausted: true,
             ..report
         },
         _ => report,
@@ -126,7 +129,9 @@ mod tests {
             (early.outcome, early.code.as_str()),
             (Outcome::Retry, "DEPENDENCY_UNAVAILABLE")
         );
+        assert!(!early.exhausted);
         let last = resolve(report, 5, 5, Duration::ZERO, Duration::from_secs(5));
+        assert!(last.exhausted, "the budget is spent");
         assert_eq!(
             (last.outcome, last.code.as_str()),
             (Outcome::Permanent, "KUBERNETES_FORBIDDEN")

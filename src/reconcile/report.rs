@@ -205,6 +205,8 @@ pub struct Report<F = ()> {
     /// retry's own (a permissions refusal retries as `DEPENDENCY_UNAVAILABLE` and fails as
     /// the refusal it kept meeting).
     pub exhausted_code: Option<String>,
+    /// Set by the policy: a retry that spent the attempt budget and failed (Q8).
+    pub exhausted: bool,
 }
 
 impl<F> Report<F> {
@@ -222,6 +224,7 @@ impl<F> Report<F> {
             deploy: None,
             already_published: false,
             exhausted_code: None,
+            exhausted: false,
         }
     }
 
@@ -292,6 +295,7 @@ impl<F> Report<F> {
             deploy: self.deploy,
             already_published: self.already_published,
             exhausted_code: self.exhausted_code,
+            exhausted: self.exhausted,
         }
     }
 }

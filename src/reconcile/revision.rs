@@ -367,6 +367,20 @@ impl RevisionReconciler {
     /// order; `Some(report)` refuses the pass. Whether each Secret resolves is decided later
     /// (`check_secret_resolution`), after R3 and R4.
     fn authorize(&self, pass: &Pass<'_>, l: &Loaded) -> Result<Option<Report>, PassError> {
+        match self.authorize_r2(pass, l)? {
+            Err(refusal) => Ok(Some(refusal)),
+            Ok(account) => self.check_backend(pass, &l.revision, account.as_ref()),
+        }
+    }
+
+    /// R2's authorization, harness auth and Secret-binding checks, without M2's backend step:
+    /// the refusal, or the managed account the backend step checks (SPEC G14 decides the two
+    /// apart).
+    fn authorize_r2(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+    ) -> Result<Result<Option<ManagedAccountAuth>, Report>, PassError> {
         let (agent, revision) = (&l.agent, &l.revision);
         let policy = {
             let mut db = pass.db()?;
@@ -381,7 +395,8 @@ impl RevisionReconciler {
                 Action::Deploy,
                 Resource::owned(ResourceKind::Agent, ns, &agent.id),
             );
-            return Ok(deny(&policy, request, actor));
+            // An actor that no longer exists is refused (`ACTOR_REVOKED`).
+            return Ok(deny(&policy, request, actor).map_or(Ok(None), Err));
         }
         let principal_ok = policy
             .identity(&revision.service_principal_id)
@@ -391,31 +406,31 @@ impl RevisionReconciler {
                     && i.agent_id.as_deref() == Some(agent.id.as_str())
             });
         if !principal_ok {
-            return Ok(Some(Report::permanent("INVALID_AGENT_PRINCIPAL")));
+            return Ok(Err(Report::permanent("INVALID_AGENT_PRINCIPAL")));
         }
         if let Some(denied) = first_denial(&policy, deploy_requests(actor, l), actor) {
-            return Ok(Some(denied));
+            return Ok(Err(denied));
         }
         // SPEC E19: `operate` on every source without a withdrawal row, by both principals,
         // after the Configuration `read` and before the Secret checks.
         let sources =
             revision_sources::requests(actor, &revision.service_principal_id, ns, &l.sources);
         if let Some(denied) = sources.into_iter().find_map(|r| deny(&policy, r, actor)) {
-            return Ok(Some(denied));
+            return Ok(Err(denied));
         }
         let Some(auth) = &revision.harness_auth else {
-            return Ok(Some(Report::permanent("HARNESS_AUTH_REQUIRED")));
+            return Ok(Err(Report::permanent("HARNESS_AUTH_REQUIRED")));
         };
         let mut refs = match secret_refs(revision) {
             Ok(refs) => refs,
-            Err(code) => return Ok(Some(Report::permanent(code))),
+            Err(code) => return Ok(Err(Report::permanent(code))),
         };
         let source_ns = auth["source"]["namespaceId"].as_str().unwrap_or_default();
         let source_id = auth["source"]["id"].as_str().unwrap_or_default();
         let account = match auth["method"].as_str() {
             Some("secret") => {
                 if source_ns != ns.as_str() {
-                    return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH")));
+                    return Ok(Err(Report::permanent("INVALID_HARNESS_AUTH")));
                 }
                 if !refs.iter().any(|(_, id)| id == source_id) {
                     refs.push((ns.clone(), source_id.to_string()));
@@ -427,7 +442,7 @@ impl RevisionReconciler {
             Some("credential_source") => None,
             // SPEC M5: no Secret, account or source to check; it reaches Compute unchanged.
             Some("runtime") => None,
-            _ => return Ok(Some(Report::permanent("INVALID_HARNESS_AUTH"))),
+            _ => return Ok(Err(Report::permanent("INVALID_HARNESS_AUTH"))),
         };
         for (_, secret) in &refs {
             let resource = Resource::owned(ResourceKind::Secret, ns, secret);
@@ -436,16 +451,16 @@ impl RevisionReconciler {
                 Request::new(&revision.service_principal_id, Action::Operate, resource),
             ];
             if let Some(denied) = first_denial(&policy, requests, actor) {
-                return Ok(Some(denied));
+                return Ok(Err(denied));
             }
         }
         if let Some(refused) = account
             .as_ref()
             .and_then(|a| check_account_access(&policy, actor, ns, a))
         {
-            return Ok(Some(refused));
+            return Ok(Err(refused));
         }
-        self.check_backend(pass, revision, account.as_ref())
+        Ok(Ok(account))
     }
 
     /// M2 steps 2-4, decided again on every
@@ -715,33 +730,12 @@ impl RevisionReconciler {
         if let Some(refused) = self.check_execution_admission(pass, &l)? {
             return Ok(refused);
         }
-        if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
-        {
-            return self.refuse_secret_context(pass, &l, refusal);
-        }
-        let gateway = pass.ctx.credential_gateway.as_deref();
-        let attach = match revision_sources::resolve(
-            &l.sources,
-            l.revision.harness_auth.as_ref(),
-            gateway,
-        ) {
+        let attach = match self.secret_context(pass, &l, &l.sources) {
             Ok(attach) => attach,
             Err(code) => {
-                return self.refuse_secret_context(pass, &l, Report::permanent(code));
+                return self.refuse_secret_context(pass, &l, Report::permanent(&code));
             }
         };
-        // SPEC WS2, last in the Secret step: an Agent with a workspace setup, completed or
-        // not, whose driver does not run one for this revision.
-        if l.workspace_setup.is_some()
-            && !pass
-                .ctx
-                .compute
-                .policy()
-                .supports_workspace_setup(&l.revision.spec(&pass.ctx.installation_id))
-        {
-            let refusal = Report::permanent("WORKSPACE_SETUP_UNSUPPORTED");
-            return self.refuse_secret_context(pass, &l, refusal);
-        }
         // SPEC G10 before preparing: R2 and the backend step were decided above.
         if let Some(credentials) = Self::git(&l)? {
             if let Some(refusal) = self.repository_authority(pass, &l, &credentials, false)? {
@@ -749,6 +743,36 @@ impl RevisionReconciler {
             }
         }
         self.deploy(pass, &l, attach, &scratch.phases)
+    }
+
+    /// The Secret step after Z1 (SPEC Z4, E19, WS2), decided on `sources`: each Secret
+    /// resolves, the credential sources resolve (the ones to attach), and an Agent with a
+    /// workspace setup, completed or not, has a driver that runs one for this revision. The
+    /// first refusal's code (permanent).
+    fn secret_context(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        sources: &[revision_sources::SourceState],
+    ) -> Result<Vec<CredentialAttachment>, String> {
+        if let Some(refusal) = self.check_secret_resolution(&l.revision, l.secret_driver.as_deref())
+        {
+            return Err(refusal.code);
+        }
+        let gateway = pass.ctx.credential_gateway.as_deref();
+        let attach = revision_sources::resolve(sources, l.revision.harness_auth.as_ref(), gateway)
+            .map_err(String::from)?;
+        // SPEC WS2, last in the Secret step.
+        if l.workspace_setup.is_some()
+            && !pass
+                .ctx
+                .compute
+                .policy()
+                .supports_workspace_setup(&l.revision.spec(&pass.ctx.installation_id))
+        {
+            return Err("WORKSPACE_SETUP_UNSUPPORTED".into());
+        }
+        Ok(attach)
     }
 
     /// A maintenance pass of the running active revision, before the Secret context: SPEC
@@ -776,7 +800,19 @@ impl RevisionReconciler {
                     .with_facts(Facts::Own(RevisionFacts::CredentialWithdrawn)),
             ));
         }
-        if l.sources.iter().any(|s| s.withdrawal.is_some()) {
+        self.requeue_withdrawals(pass, l, &l.sources)?;
+        Ok(None)
+    }
+
+    /// SPEC E14's re-queue of the revision's pending withdrawals, when `sources` has any
+    /// withdrawal row, in a fenced transaction (Namespace first).
+    fn requeue_withdrawals(
+        &self,
+        pass: &Pass<'_>,
+        l: &Loaded,
+        sources: &[revision_sources::SourceState],
+    ) -> Result<(), PassError> {
+        if sources.iter().any(|s| s.withdrawal.is_some()) {
             let (ns, agent, revision) = (&l.revision.namespace_id, &l.agent.id, &l.revision.id);
             pass.fenced(|tx| {
                 tx.query_opt(NAMESPACE_LOCK, &[ns])?;
@@ -784,7 +820,7 @@ impl RevisionReconciler {
                 Ok(())
             })?;
         }
-        Ok(None)
+        Ok(())
     }
 
     /// SPEC Z1, first in the Secret step: a stored execution admission the driver does not
@@ -1783,6 +1819,10 @@ impl Reconciler for RevisionReconciler {
             }
             Facts::Plain => (false, false),
         };
+        // SPEC G14: a published revision whose non-standing repository credentials are past
+        // their deadline is not continued after exhausted retries (its expiry withdraws them).
+        let ends_chain = ends_chain
+            || (maintenance && report.exhausted && repository_deadline_passed(tx, revision_id)?);
         // R11: an active revision of a driver with a maintenance interval gets its next bucket.
         let terminal = matches!(report.outcome, Outcome::Success | Outcome::Permanent);
         let keeps_running = activated || (maintenance && !ends_chain);
@@ -1863,6 +1903,17 @@ fn repository_kind(
     Ok(tx
         .query_opt(REPOSITORY_KIND, &[&revision_id])?
         .map_or((false, false), |r| (r.get(0), r.get(1))))
+}
+
+/// SPEC G14: whether a revision's non-standing repository credentials are past their
+/// deadline, by the database clock.
+fn repository_deadline_passed(
+    tx: &mut crate::db::Tx<'_>,
+    revision_id: &str,
+) -> Result<bool, PassError> {
+    Ok(tx
+        .query_opt(REPOSITORY_KIND, &[&revision_id])?
+        .is_some_and(|r| r.get(2)))
 }
 
 /// SPEC R11, G9: the revision's maintenance interval: the Compute's; a revision with

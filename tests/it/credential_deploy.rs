@@ -38,7 +38,7 @@ fn snapshot_entry(id: &str, kind: &str, gateway: &str) -> Value {
 /// `tools` (created here), as a deployment with `--credential-source` and `--tool-source`
 /// freezes them. Revisions are immutable, so the guard trigger is bypassed for this one
 /// statement (CHECK constraints still apply).
-fn with_sources(f: &Fixture, c: &mut Client, rev: &str, harness: &str, tools: &[&str]) {
+pub fn with_sources(f: &Fixture, c: &mut Client, rev: &str, harness: &str, tools: &[&str]) {
     source(f, c, harness, "model_key");
     let mut snapshot = vec![snapshot_entry(harness, "model_key", GATEWAY)];
     for tool in tools {
@@ -65,7 +65,7 @@ fn store_snapshot(c: &mut Client, rev: &str, harness: &str, gateway: &str, snaps
 }
 
 /// A withdrawal row of `rev`'s `source`, as a request and its attempts leave it.
-fn withdrawal(
+pub fn withdrawal(
     c: &mut Client,
     agent: &str,
     rev: &str,

@@ -1131,3 +1131,231 @@ fn g14_a_moved_on_agent_queues_terminal_runtime() {
     assert_eq!(queued, 0, "the chain ended");
     assert_eq!(work(&mut c, &cleanup).0, "queued");
 }
+
+/// Attempts of `revision`'s maintenance works that ended with `code` (deferrals included).
+fn maintenance_attempts(c: &mut Client, revision: &str, code: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key LIKE $1 AND a.code = $2",
+        &[&format!("agent_revision:{revision}:maintenance:%"), &code],
+    )
+}
+
+/// Works of `revision` whose key is `agent_revision:<revision>:<suffix>` in `state`.
+fn works_in(c: &mut Client, revision: &str, suffix: &str, states: &[&str]) -> i64 {
+    let states: Vec<String> = states.iter().map(|s| s.to_string()).collect();
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key LIKE $1 AND state = ANY($2)",
+        &[&format!("agent_revision:{revision}:{suffix}"), &states],
+    )
+}
+
+#[test]
+fn g14_a_withdrawn_model_key_retires_the_runtime() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    crate::credential_deploy::with_sources(&f, &mut c, &rev, "model", &[]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // The deadline passes and the model key is withdrawn (E18): a pending withdrawal row that
+    // needs the runtime retired.
+    expire_deadline(&mut c, &rev);
+    crate::credential_deploy::withdrawal(
+        &mut c,
+        &f.agent,
+        &rev,
+        "model",
+        "pending",
+        Some("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"),
+    );
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED") == 1
+    });
+    // The runtime goes whole: terminal-runtime cleanup registered, Git never withdrawn in
+    // place, no denial audited, and the chain ended.
+    let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let registered: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key = $1",
+        &[&cleanup],
+    );
+    assert_eq!(registered, 1);
+    assert!(driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    assert!(crate::agent::audits(&mut c, "openclaw.agents.deploy").is_empty());
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_ACCESS_WITHDRAWN"),
+        0
+    );
+    assert_eq!(maintenance_with(&mut c, &rev, "CREDENTIAL_WITHDRAWN"), 0);
+    assert_eq!(
+        works_in(&mut c, &rev, "maintenance:%", &["queued", "claimed"]),
+        0,
+        "the chain ended"
+    );
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+}
+
+#[test]
+fn g14_a_secret_step_refusal_leaves_the_withdrawal_pending() {
+    // SPEC G14, WS2: inside the expiry the Secret step's refusal (here the Agent's workspace
+    // setup, which the scripted driver does not run) only leaves the withdrawal pending.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    let _: Value = crate::support::one(
+        &mut c,
+        "SELECT occ.workspace_setup_put('admin', 'ns1', $1, $2)",
+        &[&f.agent, &json!({"a": 1})],
+    );
+    expire_deadline(&mut c, &rev);
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_attempts(c, &watched, "REPOSITORY_CLEANUP_PENDING") >= 2
+    });
+    // G4's pending completion: sessions closed, nothing withdrawn in place, nothing retired,
+    // no cleanup registered, the runtime kept and still active.
+    assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
+    assert!(driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(
+        works_in(
+            &mut c,
+            &rev,
+            "repository_cleanup:%",
+            &["queued", "claimed", "succeeded"]
+        ),
+        0
+    );
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_ACCESS_WITHDRAWN"),
+        0
+    );
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED"),
+        0
+    );
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "WORKSPACE_SETUP_UNSUPPORTED"),
+        0
+    );
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn g14_exhausted_retries_past_the_deadline_end_the_chain() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    let failed = |c: &mut Client| works_in(c, &rev, "maintenance:%", &["failed_permanent"]);
+    let exhaust = || {
+        for _ in 0..5 {
+            driver.fail(
+                "verify_repository_execution",
+                &rev,
+                occ_worker::compute::ComputeError::retryable("scripted", None),
+            );
+        }
+    };
+    // Before the deadline a maintenance claim that spends its attempts fails, and the chain
+    // goes on: the next bucket is queued in the same transaction.
+    exhaust();
+    run_with(&f.db, driver.clone(), o, |c| failed(c) == 1);
+    assert!(
+        works_in(
+            &mut c,
+            &rev,
+            "maintenance:%",
+            &["queued", "claimed", "succeeded"]
+        ) >= 1,
+        "the chain is kept"
+    );
+
+    // The deadline passes during the last attempt: that failure is not continued.
+    exhaust();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (url, revision, seen) = (f.db.url.clone(), rev.clone(), calls.clone());
+    driver.on_call(move |method, _target| {
+        if method == "verify_repository_execution"
+            && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 4
+        {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            expire_deadline(&mut c, &revision);
+        }
+    });
+    run_with(&f.db, driver.clone(), o, |c| failed(c) == 2);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(
+        works_in(&mut c, &rev, "maintenance:%", &["queued", "claimed"]),
+        0,
+        "the chain ended"
+    );
+    // Nothing was withdrawn or retired by that failure: the runtime is still the active one.
+    assert!(driver.calls_of("stop_revision").is_empty());
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}
+
+#[test]
+fn g15_an_observation_that_never_answers_defers_as_unknown() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_standing(&mut c, &f.agent);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    // Another execution runs, and the Harness never answers the observation: its 5 s bound
+    // ends it, not the claim.
+    *driver.execution.lock() = Some(json!(["pod-other"]));
+    driver
+        .observe_blocks
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let watched = rev.clone();
+    let events = crate::scripted::run_captured(&f.db, driver.clone(), o, move |c| {
+        maintenance_attempts(c, &watched, "REPOSITORY_EXECUTION_UNVERIFIED") >= 1
+    });
+    assert!(!driver.calls_of("observe_revision").is_empty());
+    let deferred: Vec<Value> = events
+        .named("worker.completed")
+        .into_iter()
+        .filter(|e| e["code"] == "REPOSITORY_EXECUTION_UNVERIFIED")
+        .collect();
+    assert!(!deferred.is_empty());
+    assert!(
+        deferred
+            .iter()
+            .all(|e| e["outcome"] == "pending" && e["harnessState"] == "unknown"),
+        "{deferred:?}"
+    );
+    // The claim was never lost to the observation.
+    assert!(events
+        .named("worker.error")
+        .iter()
+        .all(|e| e["code"] != "CLAIM_LOST"));
+    assert_eq!(active(&mut c, &f.agent), Some(rev));
+}

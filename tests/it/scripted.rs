@@ -186,6 +186,8 @@ pub struct ScriptedDriver {
     pub execution: Mutex<Option<serde_json::Value>>,
     /// What `observe_revision` answers (SPEC G15): `Running` unless set.
     pub harness_state: Mutex<Option<HarnessState>>,
+    /// Whether `observe_revision` blocks until its token is cancelled (SPEC G15's bound).
+    pub observe_blocks: std::sync::atomic::AtomicBool,
 }
 
 /// The cross-process lane recorder: one connection per worker thread.
@@ -275,6 +277,7 @@ impl Default for ScriptedDriver {
             expiry: Mutex::default(),
             execution: Mutex::default(),
             harness_state: Mutex::default(),
+            observe_blocks: Default::default(),
         }
     }
 }
@@ -602,6 +605,15 @@ impl RepositoryRuntime for ScriptedDriver {
     ) -> Result<HarnessState, ComputeError> {
         let (agent, target) = (&revision.agent_id, &revision.revision_id);
         self.record_for(agent, "observe_revision", target, cancel)?;
+        if self
+            .observe_blocks
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            // A Harness that never answers: only the token ends the call.
+            loop {
+                cancel.sleep(Duration::from_secs(60))?;
+            }
+        }
         Ok(self.harness_state.lock().unwrap_or(HarnessState::Running))
     }
 

@@ -22,6 +22,8 @@ const APPROVAL_REMOVED: &str = "REPOSITORY_STANDING_APPROVAL_REMOVED";
 const POLICY_CHANGED: &str = "REPOSITORY_STANDING_POLICY_CHANGED";
 /// SPEC G15: the running execution is not the one that received the material.
 const EXECUTION_UNVERIFIED: &str = "REPOSITORY_EXECUTION_UNVERIFIED";
+/// SPEC G15: how long `observe_revision` may take.
+const OBSERVE_BOUND: Duration = Duration::from_millis(5_000);
 /// SPEC G15: how long a standing revision's maintenance waits, on an unverified execution
 /// or a predecessor's session still disposing: min(5 000 ms, the Compute interval).
 fn standing_recheck(pass: &Pass<'_>) -> Duration {
@@ -257,8 +259,22 @@ impl RevisionReconciler {
         if verified {
             return Ok(None);
         }
-        let state = effect(pass, "repository", |c| runtime.observe_revision(&spec, c))?
-            .unwrap_or(HarnessState::Unknown);
+        // Observed only while the Agent is current, for at most `OBSERVE_BOUND`: a bound
+        // that ran out, or any error, is `unknown`.
+        let state = if self.is_current(pass, revision)? {
+            effect(pass, "repository", |c| {
+                let (bounded, _link) = c.bounded(OBSERVE_BOUND)?;
+                runtime
+                    .observe_revision(&spec, &bounded)
+                    .or_else(|e| match (e.kind(), c.check()) {
+                        (ComputeErrorKind::Cancelled(_), Ok(())) => Ok(HarnessState::Unknown),
+                        _ => Err(e),
+                    })
+            })?
+            .unwrap_or(HarnessState::Unknown)
+        } else {
+            HarnessState::Unknown
+        };
         if !self.is_current(pass, revision)? {
             return Ok(Some(
                 Report::success("REVISION_MAINTENANCE_SUPERSEDED")
@@ -381,7 +397,13 @@ impl RevisionReconciler {
             .any(|s| s.phase != repository::Phase::Disposed))
     }
 
-    /// SPEC G14's withdrawal decision, read under the heartbeat.
+    /// SPEC G14's withdrawal decision, read under the heartbeat, in order: the Agent moved on
+    /// or the runtime's retirement registered retires it; no expiry state waits; R2's decision
+    /// and E18's model-key test, read independently (a failed read of one hides nothing the
+    /// other established), or a driver without `retire_expired_repository_access`, may retire
+    /// it (`decide_authority`); E14's re-queue; any other R2 refusal or a failed read waits;
+    /// the Secret step (Z4, E19, WS2) on the sources read again (`decide_secret_step`); a
+    /// backend refusal waits; then the driver withdraws. It never prepares or activates.
     fn withdraw(
         &self,
         pass: &Pass<'_>,
@@ -396,24 +418,48 @@ impl RevisionReconciler {
             Expiry::None => return Ok(Withdrawal::Pending),
             Expiry::Expired => {}
         }
-        if let Some(refusal) = self.authorize(pass, l)? {
-            let retires = matches!(
-                refusal.code.as_str(),
-                "AUTHORIZATION_DENIED" | "ACTOR_REVOKED" | "INVALID_AGENT_PRINCIPAL"
-            );
-            if retires {
-                if let Facts::Denied(denial) = refusal.facts {
-                    *denied = Some(denial);
-                }
-                return Ok(Withdrawal::RetireRuntime);
-            }
-            return Ok(Withdrawal::Pending);
-        }
-        if revision_sources::harness_withdrawn(&l.sources) {
-            return Ok(Withdrawal::RetireRuntime);
-        }
+        // R2 without the backend step, which comes after the Secret step; `None`: the read
+        // failed.
+        let authorization = match self.authorize_r2(pass, l) {
+            Ok(decided) => Some(decided),
+            Err(e) if e.is_claim_loss() => return Err(e),
+            Err(_) => None,
+        };
+        let refused = authorization.as_ref().map(|a| match a {
+            Err(refusal) => Some(refusal.code.as_str()),
+            Ok(_) => None,
+        });
         let driver = pass.ctx.compute.clone();
-        let Some(runtime) = driver.repository() else {
+        let runtime = driver.repository();
+        let model_withdrawn = revision_sources::harness_withdrawn(&l.sources);
+        if let Some(decided) = decide_authority(refused, model_withdrawn, runtime.is_some()) {
+            if let Some(Err(Report {
+                facts: Facts::Denied(denial),
+                ..
+            })) = authorization
+            {
+                *denied = Some(denial);
+            }
+            return Ok(decided);
+        }
+        let sources = {
+            let mut db = pass.db()?;
+            revision_sources::load(&mut *db, revision)?
+        };
+        self.requeue_withdrawals(pass, l, &sources)?;
+        let Some(Ok(account)) = authorization else {
+            return Ok(Withdrawal::Pending);
+        };
+        let secret_step = self.secret_context(pass, l, &sources).err();
+        if let Some(decided) = decide_secret_step(secret_step.as_deref()) {
+            return Ok(decided);
+        }
+        match self.check_backend(pass, revision, account.as_ref()) {
+            Ok(None) => {}
+            Err(e) if e.is_claim_loss() => return Err(e),
+            Ok(Some(_)) | Err(_) => return Ok(Withdrawal::Pending),
+        }
+        let Some(runtime) = runtime else {
             return Ok(Withdrawal::RetireRuntime);
         };
         let spec = revision.spec(&pass.ctx.installation_id);
@@ -511,5 +557,85 @@ impl RevisionReconciler {
                 repository::close_session(pass, sender.as_deref(), &spec.namespace_id, session)?;
         }
         self.prepare_sessions(pass, l, spec, credentials)
+    }
+}
+
+/// SPEC G14: what R2's decision (`refused`: its refusal's code, `Some(None)` authorized,
+/// `None` a failed read) and E18's model-key test decide before anything else is read: an
+/// authorization denial (`AUTHORIZATION_DENIED`, `ACTOR_REVOKED`, `INVALID_AGENT_PRINCIPAL`),
+/// a withdrawn model key or a driver without `retire_expired_repository_access` retires the
+/// runtime; `None` reads on.
+fn decide_authority(
+    refused: Option<Option<&str>>,
+    model_withdrawn: bool,
+    withdraws_in_place: bool,
+) -> Option<Withdrawal> {
+    let denied = matches!(
+        refused.flatten(),
+        Some("AUTHORIZATION_DENIED" | "ACTOR_REVOKED" | "INVALID_AGENT_PRINCIPAL")
+    );
+    (denied || model_withdrawn || !withdraws_in_place).then_some(Withdrawal::RetireRuntime)
+}
+
+/// SPEC G14: the Secret step's refusal (Z4, E19, WS2) inside the expiry: only the harness
+/// source's `CREDENTIAL_WITHDRAWN` retires the runtime (a withdrawn model key never comes
+/// back), any other refusal leaves the withdrawal pending; `None` reads on.
+fn decide_secret_step(refusal: Option<&str>) -> Option<Withdrawal> {
+    match refusal? {
+        "CREDENTIAL_WITHDRAWN" => Some(Withdrawal::RetireRuntime),
+        _ => Some(Withdrawal::Pending),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn g14_an_authorization_denial_a_withdrawn_model_key_or_no_call_retires_the_runtime() {
+        for code in [
+            "AUTHORIZATION_DENIED",
+            "ACTOR_REVOKED",
+            "INVALID_AGENT_PRINCIPAL",
+        ] {
+            assert_eq!(
+                decide_authority(Some(Some(code)), false, true),
+                Some(Withdrawal::RetireRuntime)
+            );
+        }
+        // The two reads are independent: a failed R2 read hides no withdrawn model key.
+        assert_eq!(
+            decide_authority(None, true, true),
+            Some(Withdrawal::RetireRuntime)
+        );
+        assert_eq!(
+            decide_authority(Some(None), false, false),
+            Some(Withdrawal::RetireRuntime)
+        );
+        // Any other refusal, a failed read or an authorized revision reads on.
+        assert_eq!(
+            decide_authority(Some(Some("HARNESS_AUTH_REQUIRED")), false, true),
+            None
+        );
+        assert_eq!(decide_authority(None, false, true), None);
+        assert_eq!(decide_authority(Some(None), false, true), None);
+    }
+
+    #[test]
+    fn g14_the_secret_step_retires_only_on_a_withdrawn_credential() {
+        assert_eq!(
+            decide_secret_step(Some("CREDENTIAL_WITHDRAWN")),
+            Some(Withdrawal::RetireRuntime)
+        );
+        for code in [
+            "WORKSPACE_SETUP_UNSUPPORTED",
+            "SECRET_BINDING_UNAVAILABLE",
+            "SECRET_DRIVER_MISMATCH",
+            "CREDENTIAL_GATEWAY_MISMATCH",
+            "HARNESS_AUTH_SOURCE_UNAVAILABLE",
+        ] {
+            assert_eq!(decide_secret_step(Some(code)), Some(Withdrawal::Pending));
+        }
+        assert_eq!(decide_secret_step(None), None);
     }
 }
