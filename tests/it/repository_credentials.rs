@@ -1359,3 +1359,67 @@ fn g15_an_observation_that_never_answers_defers_as_unknown() {
         .all(|e| e["code"] != "CLAIM_LOST"));
     assert_eq!(active(&mut c, &f.agent), Some(rev));
 }
+
+#[test]
+fn g14_a_secret_step_credential_withdrawn_retires_the_runtime() {
+    // SPEC G14: the Secret step is decided on the sources read again under the heartbeat. A
+    // model key withdrawn while the expiry pass runs (after the pass read its sources, while
+    // the sender closes the session) is the Secret step's CREDENTIAL_WITHDRAWN: the runtime
+    // retires, Git is never withdrawn in place.
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write")]);
+    crate::credential_deploy::with_sources(&f, &mut c, &rev, "model", &[]);
+    let s = sender();
+    let driver = git_driver();
+    let o = fast_opts(&s);
+    run_with(&f.db, driver.clone(), o, |c| {
+        work(c, &key(&rev)).1.as_deref() == Some("REVISION_ACTIVATED")
+    });
+    expire_deadline(&mut c, &rev);
+    let withdrawn = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (url, agent, revision, once) = (
+        f.db.url.clone(),
+        f.agent.clone(),
+        rev.clone(),
+        withdrawn.clone(),
+    );
+    s.on_call("close", move || {
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            crate::credential_deploy::withdrawal(
+                &mut c,
+                &agent,
+                &revision,
+                "model",
+                "pending",
+                Some("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"),
+            );
+        }
+    });
+    let watched = rev.clone();
+    run_with(&f.db, driver.clone(), o, move |c| {
+        maintenance_with(c, &watched, "REPOSITORY_RUNTIME_RETIREMENT_QUEUED") == 1
+    });
+    assert!(withdrawn.load(std::sync::atomic::Ordering::SeqCst));
+    // Decided by that very pass, which never waited.
+    assert_eq!(
+        maintenance_attempts(&mut c, &rev, "REPOSITORY_CLEANUP_PENDING"),
+        0
+    );
+    assert!(driver
+        .calls_of("retire_expired_repository_access")
+        .is_empty());
+    assert_eq!(
+        maintenance_with(&mut c, &rev, "REPOSITORY_ACCESS_WITHDRAWN"),
+        0
+    );
+    let registered: i64 = crate::support::one(
+        &mut c,
+        "SELECT count(*) FROM occ.work WHERE idempotency_key = $1",
+        &[&format!(
+            "agent_revision:{rev}:repository_cleanup:terminal-runtime"
+        )],
+    );
+    assert_eq!(registered, 1);
+}

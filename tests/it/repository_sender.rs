@@ -55,8 +55,12 @@ pub struct Call {
     pub body: Value,
 }
 
+/// What the test does when the sender receives a call, before it answers.
+type Hook = Arc<dyn Fn() + Send + Sync>;
+
 struct Shared {
     answers: Mutex<HashMap<String, Answer>>,
+    hooks: Mutex<HashMap<String, Hook>>,
     calls: Mutex<Vec<Call>>,
     stop: AtomicBool,
 }
@@ -96,6 +100,7 @@ impl SenderServer {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             answers: Mutex::new(HashMap::new()),
+            hooks: Mutex::new(HashMap::new()),
             calls: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
@@ -130,6 +135,14 @@ impl SenderServer {
             .answers
             .lock()
             .insert(format!("/sender/{call}"), answer);
+    }
+
+    /// Runs `hook` on every `call` received from now on, before answering it.
+    pub fn on_call(&self, call: &str, hook: impl Fn() + Send + Sync + 'static) {
+        self.shared
+            .hooks
+            .lock()
+            .insert(format!("/sender/{call}"), Arc::new(hook));
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -202,6 +215,10 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         path: path.clone(),
         body: body.clone(),
     });
+    let hook = shared.hooks.lock().get(&path).cloned();
+    if let Some(hook) = hook {
+        hook();
+    }
     let answer = shared.answers.lock().get(&path).cloned();
     let (status, text) = match answer {
         None => (404, "{}".to_string()),
