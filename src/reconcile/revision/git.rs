@@ -345,7 +345,9 @@ impl RevisionReconciler {
     /// the revision with its principal, or its Namespace not ready) or the state `retiring`
     /// retires the runtime; an R2 denial (`AUTHORIZATION_DENIED`, `ACTOR_REVOKED`,
     /// `INVALID_AGENT_PRINCIPAL`), a withdrawn model key, or a driver without the call retires
-    /// it too; any other refusal waits; else the driver withdraws (`withdrawn`,
+    /// it too, and so does the Secret step's `CREDENTIAL_WITHDRAWN` (`withdraw`); any other
+    /// refusal of R2, the Secret step or the backend step waits; else the driver withdraws
+    /// (`withdrawn`,
     /// `retire-runtime` or pending). Retiring completes `REPOSITORY_RUNTIME_RETIREMENT_QUEUED`
     /// and `publish` registers `terminal-runtime` cleanup (the chain ends); settled and
     /// withdrawn completes `REPOSITORY_ACCESS_WITHDRAWN` and keeps the chain; else the pass
