@@ -338,7 +338,13 @@ fn g10_each_refusal_stops_a_candidate() {
         &s,
         "REPOSITORY_RECIPIENT_UNVERIFIED",
     );
+}
 
+/// G19's *validate*: the selected sender not the snapshot's, no sender, or a REF no longer
+/// granted at its scope, each refused permanently before any Compute or sender call; a grant
+/// revoked once the sessions are open refuses at the next check and closes them first.
+#[test]
+fn g19_a_revoked_grant_or_sender_refuses() {
     // Another sender selected than the revision was admitted with (SPEC G16), or none.
     let f = granted();
     let mut c = f.db.client();
@@ -418,6 +424,121 @@ fn g10_each_refusal_stops_a_candidate() {
     assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
     assert_eq!(calls_to(&s, "close").len(), 1);
     assert!(driver.calls_of("stop_revision").contains(&rev));
+}
+
+/// G19's *cleanup*: each `closing` or `invalidated` row is asked `status`; `closed` disposes
+/// of it, `unknown` invalidates it (the sender cannot confirm disposal), and the cleanup stays
+/// pending until no row is `closing` or `invalidated`.
+#[test]
+fn g19_cleanup_disposes_closed_and_invalidates_unknown() {
+    let f = granted();
+    let mut c = f.db.client();
+    let rev = deploy_git(&mut c, &f.agent, &[(APP, "write"), (LIB, "read")]);
+    let s = sender();
+    s.answer("open", Answer::Session(Duration::ZERO));
+    let driver = git_driver();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(active(&mut c, &f.agent), Some(rev.clone()));
+    // The stop cannot close the sessions: both stay `closing` under terminal-runtime cleanup.
+    s.answer("close", Answer::Status(503, json!({})));
+    s.answer("status", Answer::Status(503, json!({})));
+    stop(&mut c, &f.agent, "admin");
+    let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
+    let attempts = |c: &mut Client, key: &str| -> i64 {
+        crate::support::one(
+            c,
+            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+             WHERE w.idempotency_key = $1",
+            &[&key],
+        )
+    };
+    let watched = cleanup.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        attempts(c, &watched) >= 1
+    });
+    assert_eq!(
+        phases(&mut c, &rev),
+        [
+            (APP.into(), "closing".into()),
+            (LIB.into(), "closing".into())
+        ]
+    );
+    // The sender answers `status`: the first session asked is closed, the second unknown.
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (asked, shared) = (asked.clone(), s.answers_handle("status"));
+        s.on_call("status", move || {
+            let state = match asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => "closed",
+                _ => "unknown",
+            };
+            shared(Answer::Json(json!({"state": state})));
+        });
+    }
+    let before = attempts(&mut c, &cleanup);
+    let status_before = calls_to(&s, "status").len();
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
+        &[&cleanup],
+    )
+    .unwrap();
+    let watched = cleanup.clone();
+    run_with(&f.db, driver.clone(), opts(&s), move |c| {
+        attempts(c, &watched) > before
+    });
+    let asked_sessions: Vec<String> = calls_to(&s, "status")[status_before..]
+        .iter()
+        .take(2)
+        .map(|b| b["sessionId"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let by_session: Vec<(Option<String>, String)> = sessions(&mut c, &rev)
+        .into_iter()
+        .map(|(_, phase, _, session)| (session, phase))
+        .collect();
+    let phase_of = |session: &str| {
+        by_session
+            .iter()
+            .find(|(s, _)| s.as_deref() == Some(session))
+            .map(|(_, p)| p.clone())
+    };
+    assert_eq!(
+        asked_sessions
+            .iter()
+            .map(|s| phase_of(s))
+            .collect::<Vec<_>>(),
+        [
+            Some("disposed".to_string()),
+            Some("invalidated".to_string())
+        ],
+        "{by_session:?}"
+    );
+    assert_eq!(work(&mut c, &cleanup).0, "queued");
+    let last = crate::agent::evidence(&mut c, &cleanup).pop();
+    assert!(
+        last.as_deref()
+            .is_some_and(|e| e.ends_with(":REPOSITORY_CLEANUP_PENDING")),
+        "{last:?}"
+    );
+    // Once the sender confirms the invalidated session closed, the cleanup settles.
+    s.on_call("status", || {});
+    s.answer("status", Answer::Json(json!({"state": "closed"})));
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
+        &[&cleanup],
+    )
+    .unwrap();
+    run_with(&f.db, driver.clone(), opts(&s), quiet);
+    assert_eq!(
+        work(&mut c, &cleanup).1.as_deref(),
+        Some("REPOSITORY_CLEANUP_COMPLETE")
+    );
+    assert_eq!(
+        phases(&mut c, &rev),
+        [
+            (APP.into(), "disposed".into()),
+            (LIB.into(), "disposed".into())
+        ]
+    );
 }
 
 #[test]

@@ -137,6 +137,16 @@ impl SenderServer {
             .insert(format!("/sender/{call}"), answer);
     }
 
+    /// A setter of answers a hook can hold: `set(Answer)` answers its call from now on,
+    /// including the call whose hook sets it.
+    pub fn answers_handle(&self, call: &str) -> impl Fn(Answer) + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        let path = format!("/sender/{call}");
+        move |answer| {
+            shared.answers.lock().insert(path.clone(), answer);
+        }
+    }
+
     /// Runs `hook` on every `call` received from now on, before answering it.
     pub fn on_call(&self, call: &str, hook: impl Fn() + Send + Sync + 'static) {
         self.shared
