@@ -703,3 +703,31 @@ fn the_benchmark_runs_the_worker_statements_as_they_are() {
     }
     assert!(embedded > 0, "the benchmark embeds the claim for its plan");
 }
+
+/// Every text file the repository tracks is free of merge-conflict markers: a merge that left
+/// `<<<<<<<` / `>>>>>>>` lines in a document or a source file never lands.
+#[test]
+fn no_tracked_file_holds_a_merge_conflict_marker() {
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root())
+        .output()
+        .expect("git ls-files");
+    assert!(out.status.success(), "git ls-files failed");
+    let mut found = Vec::new();
+    let mut checked = 0;
+    for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let name = String::from_utf8_lossy(name).to_string();
+        let Ok(text) = std::fs::read_to_string(root().join(&name)) else {
+            continue; // binary or removed in the work tree
+        };
+        checked += 1;
+        for (n, line) in text.lines().enumerate() {
+            if line.starts_with("<<<<<<< ") || line.starts_with(">>>>>>> ") {
+                found.push(format!("{name}:{}", n + 1));
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} tracked text files read");
+    assert!(found.is_empty(), "merge-conflict markers at {found:?}");
+}
