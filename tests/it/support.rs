@@ -312,10 +312,15 @@ pub fn log_dir() -> Option<&'static std::path::Path> {
 pub fn log_file(what: &str) -> Option<std::fs::File> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = log_dir()?;
-    let test = std::thread::current()
+    // A file name holds at most 255 bytes: the test's name is cut to leave room for the rest.
+    let test: String = std::thread::current()
         .name()
         .unwrap_or("unnamed")
-        .replace("::", ".");
+        .replace("::", ".")
+        .chars()
+        .take(160)
+        .collect();
+    let what: String = what.chars().take(48).collect();
     let name: String = format!(
         "{test}.{what}.{}-{}.log",
         std::process::id(),
@@ -330,7 +335,8 @@ pub fn log_file(what: &str) -> Option<std::fs::File> {
         }
     })
     .collect();
-    Some(std::fs::File::create(dir.join(name)).expect("create a test log file"))
+    let path = dir.join(&name);
+    Some(std::fs::File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display())))
 }
 
 /// Appends `out`'s stdout and stderr (a finished worker, hook or sender process) to the
