@@ -390,9 +390,12 @@ pub fn logged_events() -> Events {
 pub fn install_test_logger() {
     struct FileLogger(Mutex<std::fs::File>);
     impl log::Log for FileLogger {
-        // What the worker's own logger could write at its most verbose.
+        // What the worker's own logger could write at its most verbose, but for the database
+        // driver's connection state machine: only fixed words ("poll_read: done"), and
+        // most of the volume.
         fn enabled(&self, m: &log::Metadata) -> bool {
             occ_worker::events::log_target_allowed(m.target())
+                && !(m.target() == "tokio_postgres::connection" && m.level() == log::Level::Trace)
         }
         fn log(&self, r: &log::Record) {
             if !self.enabled(r.metadata()) {
