@@ -20,9 +20,7 @@ pub fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
     }
     let out = cmd.output().expect("run occ-worker");
     // Its diagnostics (stdout is the command's answer, not a log) for the canary scan.
-    if let Some(mut f) = crate::support::log_file("cli.stderr") {
-        std::io::Write::write_all(&mut f, &out.stderr).unwrap();
-    }
+    crate::support::log_stderr("cli", &out.stderr);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -375,6 +375,14 @@ pub fn logged_lines(out: impl Read, what: &str) -> impl Iterator<Item = std::io:
     })
 }
 
+/// A finished command's stderr (its diagnostics; its stdout is an answer, not a log) into the
+/// capture directory under `what`.
+pub fn log_stderr(what: &str, stderr: &[u8]) {
+    if let Some(mut f) = log_file(&format!("{what}.stderr")) {
+        let _ = f.write_all(stderr);
+    }
+}
+
 /// Events written to the capture directory (or dropped without one): what a `Context`
 /// whose events no test reads emits.
 pub fn logged_events() -> Events {
