@@ -13,6 +13,22 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// Log targets whose records are never written, whatever `RUST_LOG` says (SPEC W7: logs never
+/// carry provider free text, secret values or tokens). ureq-proto's trace records dump every
+/// request and answer byte for byte: the bearer token and client headers, Kubernetes Secrets'
+/// data, hook and sender bodies.
+pub const NEVER_LOGGED: &[&str] = &["ureq_proto"];
+
+/// Whether a `log` record of `target` may be written (`NEVER_LOGGED`).
+pub fn log_target_allowed(target: &str) -> bool {
+    !NEVER_LOGGED.iter().any(|t| {
+        target == *t
+            || target
+                .strip_prefix(t)
+                .is_some_and(|rest| rest.starts_with("::"))
+    })
+}
+
 /// How often an idle worker's unchanged `worker.health` is written as JSON: often enough that
 /// a log shows the process alive, rare enough that an idle worker's log stays small.
 pub const IDLE_HEALTH_REPEAT: Duration = Duration::from_secs(600);
@@ -178,6 +194,19 @@ fn text_line(at_ms: u64, object: &Map<String, Value>) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // W7: the HTTP wire dump is never logged; its neighbours (ureq's own header-redacting
+    // lines, the worker's records) are.
+    #[test]
+    fn the_wire_dump_is_never_logged() {
+        assert!(!log_target_allowed("ureq_proto"));
+        assert!(!log_target_allowed("ureq_proto::util"));
+        assert!(log_target_allowed("ureq_protocol"));
+        assert!(log_target_allowed("ureq::run"));
+        assert!(log_target_allowed(
+            "occ_worker::compute::kubernetes::client"
+        ));
+    }
 
     /// A writer the test reads back.
     #[derive(Clone, Default)]

@@ -8,6 +8,8 @@
 //! the full sizes; under `cargo test` (no `--bench` argument) a small smoke run that fails if
 //! any deployment does not activate. It never asserts a timing.
 
+#[path = "canary.rs"]
+mod canary;
 #[path = "fleet.rs"]
 mod fleet;
 #[path = "it/kube_fake/mod.rs"]
@@ -56,6 +58,9 @@ fn run(admin: &str, spec: &Run) -> Measured {
     let db = format!("occ_bench_rollout_{}", spec.concurrency);
     let url = fleet::database(admin, &db);
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_occ-worker"));
+    let captured = |what: &str| {
+        fleet::log_dir("rollout").map(|d| d.join(format!("c{}.{what}", spec.concurrency)))
+    };
     let mut child = fleet::worker(
         &fake,
         &WorkerRun {
@@ -66,9 +71,14 @@ fn run(admin: &str, spec: &Run) -> Measured {
             concurrency: spec.concurrency,
             lease_ms: 10_000,
             // The worker's event lines, to see where a run spends its time.
-            events: std::env::var_os("OCC_BENCH_WORKER_EVENTS").map(PathBuf::from),
+            // Under scripts/test, both go to its capture directory for the canary scan.
+            events: std::env::var_os("OCC_BENCH_WORKER_EVENTS")
+                .map(PathBuf::from)
+                .or_else(|| captured("events.jsonl")),
             // The worker's log (RUST_LOG is passed on), e.g. trace for request timings.
-            log: std::env::var_os("OCC_BENCH_WORKER_LOG").map(PathBuf::from),
+            log: std::env::var_os("OCC_BENCH_WORKER_LOG")
+                .map(PathBuf::from)
+                .or_else(|| captured("stderr")),
         },
     );
     let mut c = Client::connect(&url, NoTls).unwrap();

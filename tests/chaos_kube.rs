@@ -18,6 +18,8 @@
 //! violation. The database server comes from `OCC_BENCH_DATABASE_URL` (scripts/chaos) or
 //! `OCC_TEST_DATABASE_URL` (scripts/test). It never asserts a timing.
 
+#[path = "canary.rs"]
+mod canary;
 #[path = "fleet.rs"]
 mod fleet;
 #[path = "it/kube_fake/mod.rs"]
@@ -827,6 +829,20 @@ fn main() {
         .expect("OCC_BENCH_DATABASE_URL (scripts/chaos) or OCC_TEST_DATABASE_URL (scripts/test)");
     let (report, violations) = drill(&admin, &o);
     print!("{report}");
+    // The workers' logs and events go to scripts/test's capture directory for its canary
+    // scan (their kubeconfigs, which hold the fake's token, stay behind).
+    if let Some(dir) = fleet::log_dir("chaos-kube") {
+        for entry in std::fs::read_dir(o.out.join("workers"))
+            .into_iter()
+            .flatten()
+        {
+            let path = entry.expect("a worker log").path();
+            if path.is_file() {
+                std::fs::copy(&path, dir.join(path.file_name().unwrap()))
+                    .expect("copy a worker log");
+            }
+        }
+    }
     if !bench {
         let _ = std::fs::remove_dir_all(&o.out);
     }

@@ -69,6 +69,25 @@ pub struct WorkerRun<'a> {
     pub log: Option<PathBuf>,
 }
 
+/// The suite's capture directory (`OCC_TEST_LOG_DIR`, set by `scripts/test`), where a smoke
+/// run's worker logs go for `scripts/canary-scan`.
+pub fn log_dir(run: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("OCC_TEST_LOG_DIR")?).join(run);
+    std::fs::create_dir_all(&dir).expect("create the test log directory");
+    Some(dir)
+}
+
+/// The workers' log filter without `RUST_LOG`: under `scripts/test` every record of the worker
+/// itself and of ureq-proto's wire dump (which the worker must drop, events::NEVER_LOGGED), so
+/// the canary scan reads what an operator's most verbose setting would write.
+fn log_filter() -> &'static str {
+    if std::env::var_os("OCC_TEST_LOG_DIR").is_some() {
+        "warn,occ_worker=trace,ureq_proto=trace"
+    } else {
+        "warn"
+    }
+}
+
 fn append(path: &Option<PathBuf>) -> Stdio {
     match path {
         Some(p) => Stdio::from(
@@ -98,7 +117,7 @@ pub fn worker(fake: &KubeFake, run: &WorkerRun<'_>) -> Child {
         .env("OCC_WORKER_LEASE_MS", run.lease_ms.to_string())
         .env(
             "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            std::env::var("RUST_LOG").unwrap_or_else(|_| log_filter().into()),
         )
         .stdin(Stdio::null())
         .stdout(append(&run.events))

@@ -455,6 +455,23 @@ fn registry(args: &RunArgs) -> Registry {
     }
 }
 
+/// The worker's logger without the targets that are never logged (events::NEVER_LOGGED).
+struct Redacted(env_logger::Logger);
+
+impl log::Log for Redacted {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        occ_worker::events::log_target_allowed(metadata.target()) && self.0.enabled(metadata)
+    }
+    fn log(&self, record: &log::Record) {
+        if occ_worker::events::log_target_allowed(record.target()) {
+            self.0.log(record);
+        }
+    }
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
 /// The log filter when `RUST_LOG` is unset (`reference::LOG` lists it in `run --help`).
 pub const DEFAULT_LOG_FILTER: &str = "warn,r2d2=off";
 
@@ -462,11 +479,17 @@ pub fn run(globals: &Globals, args: RunArgs) -> Result<(), CliError> {
     // r2d2 logs every failed connection attempt with the driver's free text; the worker
     // reports database trouble itself (one start-up line, `worker.error` events), so its
     // logger stays off.
-    let _ = env_logger::Builder::from_env(
+    // Whatever RUST_LOG says, the targets that would echo a request, an answer or a header
+    // are dropped (events::NEVER_LOGGED).
+    let logger = env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or(DEFAULT_LOG_FILTER),
     )
     .target(env_logger::Target::Stderr)
-    .try_init();
+    .build();
+    let level = logger.filter();
+    if log::set_boxed_logger(Box::new(Redacted(logger))).is_ok() {
+        log::set_max_level(level);
+    }
     // Handlers first: a SIGTERM during start-up is held until the worker runs, which then
     // stops at once and exits 0 instead of dying by the signal's default action (W4).
     let mut signals = signal_hook::iterator::Signals::new([

@@ -19,6 +19,8 @@ pub fn run(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
         cmd.env("OCC_DATABASE_URL", url);
     }
     let out = cmd.output().expect("run occ-worker");
+    // Its diagnostics (stdout is the command's answer, not a log) for the canary scan.
+    crate::support::log_stderr("cli", &out.stderr);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -515,7 +517,10 @@ fn database_trouble_names_the_address_and_the_variable() {
         .0
         .to_string();
     let port = free_port();
-    let closed = format!("postgres://alice:s3cret@127.0.0.1:{port}/occ");
+    let closed = format!(
+        "postgres://alice:{}@127.0.0.1:{port}/occ",
+        crate::support::canary("db-password")
+    );
     refused(
         Some("garbage"),
         &["admin", "namespace", "list"],

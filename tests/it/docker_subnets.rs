@@ -14,7 +14,6 @@ use crate::support::{
     WorkerProcess,
 };
 use occ_worker::compute::docker::SubnetPool;
-use occ_worker::events::Events;
 use postgres::Client;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -140,7 +139,7 @@ fn in_process(db: &TestDb, pool: &str) -> NamespaceWorker {
             docker_host: "unix:///var/run/docker.sock",
             pool,
             lease: Duration::from_secs(10),
-            events: Events::discard(),
+            events: crate::support::logged_events(),
         },
     )
 }

@@ -118,7 +118,10 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
             .env("OCC_COMPUTE_DRIVER", "docker")
             .env("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0")
             .env("OCC_WORKER_CONCURRENCY", "8")
-            .stdout(Stdio::null())
+            .stdout(crate::support::log_stdio("worker.stdout"))
+            .stderr(
+                crate::support::log_file("worker.stderr").map_or_else(Stdio::inherit, Stdio::from),
+            )
             .spawn()
             .expect("start worker"),
     );

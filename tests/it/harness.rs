@@ -39,8 +39,8 @@ fn start_with(port: u16, env: &[(&str, &OsStr)]) -> Running {
     cmd.env_clear()
         .env("OCC_HARNESS_ADDR", format!("127.0.0.1:{port}"))
         .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(crate::support::log_stdio("occ-harness.stdout"))
+        .stderr(crate::support::log_stdio("occ-harness.stderr"));
     let running = Running(cmd.spawn().expect("spawn occ-harness"));
     wait_for("the harness to listen", Duration::from_secs(10), || {
         get(port, "/livez") == Some(200)
@@ -65,7 +65,7 @@ fn the_reference_harness_is_ready_once_it_has_its_document_and_token() {
     let port = free_port();
     let _harness = start(port, Some(r#"{"model":"m"}"#), &token);
     assert_eq!(get(port, "/readyz"), Some(503));
-    std::fs::write(&token, "eyJ-token").unwrap();
+    std::fs::write(&token, crate::support::canary("harness-token")).unwrap();
     assert_eq!(get(port, "/readyz"), Some(200));
     assert_eq!(get(port, "/other"), Some(404));
     let _ = std::fs::remove_dir_all(&dir);
@@ -81,7 +81,7 @@ fn the_reference_harness_holds_a_failure_on_demand_the_contracts_way() {
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("termination-log");
     let token = dir.join("token");
-    std::fs::write(&token, "eyJ-token").unwrap();
+    std::fs::write(&token, crate::support::canary("harness-token")).unwrap();
     let port = free_port();
     let mut harness = start_with(
         port,
@@ -142,7 +142,7 @@ fn as_the_gateway_the_reference_harness_is_ready_while_its_upstream_is() {
     let dir = std::env::temp_dir().join(format!("occ-gateway-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
-    std::fs::write(&token, "t").unwrap();
+    std::fs::write(&token, crate::support::canary("harness-token")).unwrap();
     let upstream_port = free_port();
     let upstream = format!("http://127.0.0.1:{upstream_port}");
     let gateway_port = free_port();

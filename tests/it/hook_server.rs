@@ -228,16 +228,25 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         ),
         Answer::Deny(None) => (200, json!({"allowed": false}).to_string()),
         Answer::Deny(Some(code)) => (200, json!({"allowed": false, "code": code}).to_string()),
-        Answer::Garbage => (200, "<html>ok</html>".to_string()),
-        Answer::Status(status) => (status, json!({"allowed": true}).to_string()),
+        // An answer's text, which the worker must never echo: a canary (tests/canary.rs).
+        Answer::Garbage => (
+            200,
+            format!("<html>{}</html>", crate::support::canary("hook-answer")),
+        ),
+        Answer::Status(status) => (
+            status,
+            json!({"allowed": true, "message": crate::support::canary("hook-answer")}).to_string(),
+        ),
         Answer::Slow(delay) => {
             std::thread::sleep(delay);
             (200, json!({"allowed": true}).to_string())
         }
     };
+    // A header the worker must never echo either.
     let response = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Answer-Note: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len(),
+        crate::support::canary("hook-header")
     );
     let _ = stream.write_all(response.as_bytes());
     let _ = stream.flush();

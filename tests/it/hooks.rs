@@ -330,8 +330,9 @@ fn h5_good_launch_values_reach_the_workload_as_plain_values() {
 fn h5_a_bad_launch_value_refuses_the_start_and_reaches_nothing() {
     let r = rig("hooks-launch-bad", &["configuration", "iam"], 5);
     r.ready();
+    let leaked = &format!("sk-live-{}", crate::support::canary("api-key"));
     let bad: Vec<(Value, &str)> = vec![
-        (json!({"API_KEY": "sk-live-leaked-1"}), "sk-live-leaked-1"),
+        (json!({"API_KEY": leaked}), leaked),
         (json!({"OCC_AGENT_ID": "opaque-x"}), "opaque-x"),
         (json!({"lower": "opaque-lower"}), "opaque-lower"),
         (
@@ -488,7 +489,7 @@ fn check_with(env: &[(&'static str, String)], dir: &Path, contents: &str) -> (Op
     std::fs::write(&path, contents).unwrap();
     let mut env = env.to_vec();
     env.push(("OCC_INSTALLATION_CONFIG", path.display().to_string()));
-    let out = worker_command(&["check"], &env).output().unwrap();
+    let out = crate::support::logged("worker", worker_command(&["check"], &env).output().unwrap());
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).to_string(),
@@ -540,7 +541,10 @@ fn h1_start_up_refuses_each_bad_configuration_with_one_line_each() {
     std::fs::write(&path, good.to_string()).unwrap();
     let mut env = env.clone();
     env.push(("OCC_INSTALLATION_CONFIG", path.display().to_string()));
-    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let out = crate::support::logged(
+        "worker",
+        worker_command(&["check", "--json"], &env).output().unwrap(),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -682,6 +686,11 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
             &[&rev],
         )
     };
+    // Planted values (canaries the suite's log scan looks for, tests/canary.rs).
+    let (raw_key, route) = (
+        format!("sk-live-{}", crate::support::canary("api-key")),
+        format!("opaque-{}", crate::support::canary("launch-value")),
+    );
     // A refusal with the hook's code: the deployment fails for good, nothing is written.
     server.answer(
         "configuration",
@@ -701,7 +710,7 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
     server.answer(
         "configuration",
         "beforeWorkloadStart",
-        Answer::AllowWith(json!({"API_KEY": "sk-live-never-logged"})),
+        Answer::AllowWith(json!({"API_KEY": raw_key})),
     );
     let (leaky, _) = crate::agent::create_agent(&mut c, &ns, "leaky");
     let rev = deploy(&mut c, &ns, &leaky, "codex", "dedicated");
@@ -713,7 +722,7 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
     server.answer(
         "configuration",
         "beforeWorkloadStart",
-        Answer::AllowWith(json!({"MODEL_ROUTE": "opaque-route-7"})),
+        Answer::AllowWith(json!({"MODEL_ROUTE": route})),
     );
     let (good, _) = crate::agent::create_agent(&mut c, &ns, "good");
     let rev = deploy(&mut c, &ns, &good, "codex", "dedicated");
@@ -721,8 +730,8 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
         state(&mut c, &rev).0 == "active"
     });
     let deployments = serde_json::to_string(&fake.objects("deployments")).unwrap();
-    assert!(deployments.contains("opaque-route-7"));
-    assert!(!deployments.contains("sk-live-never-logged"));
+    assert!(deployments.contains(&route));
+    assert!(!deployments.contains(&raw_key));
     assert!(
         fake.objects("deployments")
             .iter()
@@ -736,21 +745,14 @@ fn h5_on_kubernetes_a_refused_start_fails_the_deployment_and_no_value_is_logged(
     worker.signal("TERM");
     let (_, stderr) = worker.wait(Duration::from_secs(30));
     let logs = format!("{events}{stderr}");
-    assert!(
-        !logs.contains("sk-live-never-logged"),
-        "the refused value was logged"
-    );
-    assert!(
-        !logs.contains("opaque-route-7"),
-        "a launch value was logged"
-    );
+    assert!(!logs.contains(&raw_key), "the refused value was logged");
+    assert!(!logs.contains(&route), "a launch value was logged");
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn the_reference_hook_answers_from_its_policy_file() {
     use crate::kube_fake::tls::{leaf, new_ca};
-    use std::io::{BufRead, BufReader};
     let dir = scratch("occ-hook");
     let ca = new_ca("occ-hook-test-ca");
     let (cert, key) = leaf(
@@ -782,7 +784,7 @@ fn the_reference_hook_answers_from_its_policy_file() {
             .spawn()
             .unwrap(),
     );
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut lines = crate::support::logged_lines(child.0.stdout.take().unwrap(), "occ-hook.stdout");
     let listening: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(listening["event"], "hook.listening");
     let file = json!({"lifecycleHooks": [{
@@ -872,7 +874,10 @@ fn h1_check_calls_each_hook_once_and_names_each_that_does_not_answer() {
         format!("lifecycle hook iam at {} answered HTTP 503, not 200 (LIFECYCLE_HOOK_UNAVAILABLE)", server.url("iam")),
     ];
 
-    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let out = crate::support::logged(
+        "worker",
+        worker_command(&["check", "--json"], &env).output().unwrap(),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
@@ -918,7 +923,10 @@ fn h1_check_calls_each_hook_once_and_names_each_that_does_not_answer() {
         json!({"lifecycleHooks": [server.entry("iam", &["beforeNamespaceDelete"], 5)]}).to_string(),
     )
     .unwrap();
-    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let out = crate::support::logged(
+        "worker",
+        worker_command(&["check", "--json"], &env).output().unwrap(),
+    );
     assert_eq!(out.status.code(), Some(0));
     assert!(
         out.stderr.is_empty(),

@@ -287,9 +287,12 @@ fn c3_twenty_namespaces_fifty_agents_two_revisions_on_two_worker_processes() {
 
 /// Runs `occ-worker check --json` with `env`; (exit code, stdout, stderr).
 fn check(env: &Env) -> (Option<i32>, String, String) {
-    let out = worker_command(&["check", "--json"], env)
-        .output()
-        .expect("run occ-worker check");
+    let out = crate::support::logged(
+        "worker.check",
+        worker_command(&["check", "--json"], env)
+            .output()
+            .expect("run occ-worker check"),
+    );
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

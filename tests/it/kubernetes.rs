@@ -41,7 +41,11 @@ pub(crate) const APPS: &str = "/apis/apps/v1";
 /// The Kubernetes namespace of the agent fixture's Namespace `ns1`.
 pub(crate) const NS1: &str = "occ-ns1";
 /// A Secret value that lives only in the fake cluster: no request may ever carry it.
-const SECRET_VALUE: &str = "sk-live-never-leaves-the-cluster";
+/// The planted value: a canary (tests/canary.rs) the suite's log scan looks for.
+fn secret_value() -> &'static str {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| crate::support::canary("secret-data"))
+}
 
 /// A directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -486,7 +490,7 @@ pub(crate) fn agent_world_with(opts: FakeOptions, settings: &str) -> AgentWorld 
     for (name, key) in [("keys", "api"), ("tokens", "value")] {
         kube.fake.put_object(
             &format!("{CORE}/namespaces/{NS1}/secrets"),
-            json!({"metadata": {"name": name}, "data": {key: b64(SECRET_VALUE)}}),
+            json!({"metadata": {"name": name}, "data": {key: b64(secret_value())}}),
         );
     }
     kube.fake.clear_requests();
@@ -677,12 +681,12 @@ fn r6_a_dedicated_revision_runs_hardened_with_secret_references_only_and_activat
 
     // No request reads a Secret or carries its value, in any encoding.
     use base64::Engine;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(secret_value());
     for r in w.kube.fake.requests() {
         assert!(!r.path.contains("/secrets"), "{} {}", r.method, r.path);
         let body = r.body.map(|b| b.to_string()).unwrap_or_default();
         assert!(
-            !body.contains(SECRET_VALUE) && !body.contains(&encoded),
+            !body.contains(secret_value()) && !body.contains(&encoded),
             "{} {}",
             r.method,
             r.path
@@ -701,7 +705,7 @@ fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_r
     w.kube.fake.put_object(
         &format!("{CORE}/namespaces/{NS1}/secrets"),
         json!({"metadata": {"name": "chatgpt"},
-               "data": {"token": base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE)}}),
+               "data": {"token": base64::engine::general_purpose::STANDARD.encode(secret_value())}}),
     );
     w.kube.fake.clear_requests();
     c.batch_execute(
@@ -738,12 +742,12 @@ fn m3_a_managed_account_reaches_the_workload_as_a_secret_key_ref_to_its_secret_r
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert!(!names.contains(&"OCC_HARNESS_API_KEY"), "{names:?}");
-    let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(secret_value());
     for r in w.kube.fake.requests() {
         assert!(!r.path.contains("/secrets"), "{} {}", r.method, r.path);
         let body = r.body.map(|b| b.to_string()).unwrap_or_default();
         assert!(
-            !body.contains(SECRET_VALUE) && !body.contains(&encoded),
+            !body.contains(secret_value()) && !body.contains(&encoded),
             "{} {}",
             r.method,
             r.path

@@ -4,6 +4,8 @@
 mod admission;
 mod agent;
 mod behaviours;
+#[path = "../canary.rs"]
+mod canary;
 mod cli;
 mod cli_output;
 mod cli_wait;

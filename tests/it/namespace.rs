@@ -1126,6 +1126,8 @@ fn cli(h: &Harness, args: &[&str]) -> (bool, String, String) {
         .env("OCC_DATABASE_URL", &h.db.url)
         .output()
         .expect("run occ-worker");
+    // Its diagnostics (stdout is the command's answer) for the canary scan.
+    crate::support::log_stderr("cli", &out.stderr);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).trim().to_string(),

@@ -28,7 +28,11 @@ use std::time::Duration;
 const APP: &str = "github.com/acme/app";
 const DOCS: &str = "github.com/acme/docs";
 /// What the operator's Secrets hold: it must appear in no log line of the worker or the sender.
-const CANARY: &str = "canary-git-token-7f3a9c";
+/// The planted value: a canary (tests/canary.rs) the suite's log scan looks for.
+fn git_token() -> &'static str {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| crate::support::canary("git-token"))
+}
 
 /// `occ-worker --json admin …` with `env`; its JSON answer.
 fn admin(env: &Env, args: &[&str]) -> Value {
@@ -282,7 +286,13 @@ impl GitCluster {
         self.k8s = k8s_namespace(&self.ns);
         // The harness key `ready_namespaces` admitted (NAMESPACE/keys/api), which the kubelet
         // resolves too.
-        put_secret(&self.fake, &self.k8s, "keys", "api", "not-a-real-key");
+        put_secret(
+            &self.fake,
+            &self.k8s,
+            "keys",
+            "api",
+            &crate::support::canary("harness-key"),
+        );
         self.agent = create_agent(&mut c, &self.ns, "helper").0;
     }
 
@@ -331,8 +341,8 @@ fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it
 
     // The operator creates the Secrets the sender's policy file names, in the Agent's own
     // Kubernetes namespace, and grants the Namespace both repositories (SPEC G8, G22).
-    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
-    put_secret(&g.fake, &k8s, "git-acme-docs", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", git_token());
+    put_secret(&g.fake, &k8s, "git-acme-docs", "token", git_token());
     for (reference, scope) in [(APP, "write"), (DOCS, "read")] {
         admin(
             &env,
@@ -436,8 +446,11 @@ fn g22_a_fake_cluster_deployment_gets_the_operator_secret_and_a_stop_disposes_it
         ),
     ] {
         assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
-        assert!(!output.contains(CANARY), "{what} logged a Secret value");
-        let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+        assert!(
+            !output.contains(git_token()),
+            "{what} logged a Secret value"
+        );
+        let encoded = base64::engine::general_purpose::STANDARD.encode(git_token());
         assert!(!output.contains(&encoded), "{what} logged a Secret's data");
     }
 }
@@ -497,7 +510,7 @@ fn g11_a_missing_operator_secret_is_repaired_once_then_fails_and_a_redeploy_acti
     );
 
     // The operator creates the Secret; the next deployment gets it.
-    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", git_token());
     let second = g.deploy(&[APP]);
     assert_eq!(
         wait_ended(&mut c, &format!("agent_revision:{second}:reconcile")),
@@ -562,7 +575,10 @@ trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
 #[test]
 fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     use crate::workspace_setup::guide_block;
-    let block = guide_block("repository_e2e::g22_the_kubernetes_guide_step_runs_against_the_fake");
+    // The guide's example Secret value, planted as a canary (tests/canary.rs).
+    let planted = crate::support::canary("git-token");
+    let block = guide_block("repository_e2e::g22_the_kubernetes_guide_step_runs_against_the_fake")
+        .replace("not-a-real-token", &planted);
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(50),
@@ -607,7 +623,13 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
         &[&ns, &format!("{k8s}/harness/api-key")],
     )
     .unwrap();
-    put_secret(&fake, &k8s, "harness", "api-key", "not-a-real-key");
+    put_secret(
+        &fake,
+        &k8s,
+        "harness",
+        "api-key",
+        &crate::support::canary("harness-key"),
+    );
     let (agent, _) = create_agent(&mut c, &ns, "helper");
 
     let mut cmd = std::process::Command::new("bash");
@@ -619,7 +641,9 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     for (k, v) in &env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("bash");
+    let out = crate::support::logged("guide", cmd.output().expect("bash"));
+    crate::support::log_copy("kind-worker", &dir.join("target/kind-worker.log"));
+    crate::support::log_copy("kind-git.calls", &dir.join("target/kind-git/calls.log"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let log = std::fs::read_to_string(dir.join("target/kind-worker.log")).unwrap_or_default();
     assert!(
@@ -634,7 +658,7 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
         .expect("the step's Secret");
     assert_eq!(
         secret["data"]["token"],
-        base64::engine::general_purpose::STANDARD.encode("not-a-real-token")
+        base64::engine::general_purpose::STANDARD.encode(&planted)
     );
     let revision: String = crate::support::one(
         &mut c,
@@ -680,7 +704,7 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
             ("close".into(), "closed".into())
         ]
     );
-    assert!(!log.contains("not-a-real-token") && !stdout.contains("not-a-real-token"));
+    assert!(!log.contains(&planted) && !stdout.contains(&planted));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -705,8 +729,8 @@ fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
     g.namespace_and_agent();
     let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
     let mut c = g.db.client();
-    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
-    put_secret(&g.fake, &k8s, "git-docs", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-app", "token", git_token());
+    put_secret(&g.fake, &k8s, "git-docs", "token", git_token());
     for reference in [APP, DOCS] {
         admin(
             &env,
@@ -813,7 +837,10 @@ fn g19_a_crash_before_the_answer_reopens_the_same_admission() {
         ),
     ] {
         assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
-        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+        assert!(
+            !output.contains(git_token()),
+            "{what} logged a Secret value"
+        );
     }
 }
 
@@ -838,7 +865,7 @@ fn g13_on_the_fake_cluster_deletion_waits_until_the_sender_confirms_the_close() 
     g.namespace_and_agent();
     let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
     let mut c = g.db.client();
-    put_secret(&g.fake, &k8s, "git-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-app", "token", git_token());
     admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
     let revision = g.deploy(&[APP]);
     assert_eq!(
@@ -927,7 +954,7 @@ fn g13_on_the_fake_cluster_deletion_waits_until_the_sender_confirms_the_close() 
     assert_eq!(asked.first().map(|(call, _)| call.as_str()), Some("close"));
     assert!(asked.iter().any(|(call, _)| call == "status"), "{asked:?}");
     let output = worker.signal_output("TERM", Duration::from_secs(30));
-    assert!(!output.contains(CANARY));
+    assert!(!output.contains(git_token()));
 }
 
 #[test]
@@ -938,7 +965,7 @@ fn g14_expiry_on_the_fake_cluster_rolls_git_out_and_keeps_the_harness() {
     g.namespace_and_agent();
     let (ns, k8s) = (g.ns.clone(), g.k8s.clone());
     let mut c = g.db.client();
-    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", git_token());
     admin(
         &env,
         &[
@@ -1101,8 +1128,8 @@ fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
     g.namespace_and_agent();
     let (ns, k8s, helper) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
     let mut c = g.db.client();
-    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
-    put_secret(&g.fake, &k8s, "git-acme-docs", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", git_token());
+    put_secret(&g.fake, &k8s, "git-acme-docs", "token", git_token());
     for (reference, scope) in [(APP, "write"), (DOCS, "read")] {
         admin(
             &env,
@@ -1384,7 +1411,7 @@ fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
 
     // No Secret value in any line either worker or the sender wrote.
     let sender = g.sender.take().unwrap();
-    let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(git_token());
     for (what, output) in [
         ("the killed worker", killed),
         (
@@ -1397,7 +1424,10 @@ fn g_the_issue_walkthrough_two_workers_kill_expiry_standing_and_deletion() {
         ),
     ] {
         assert!(output.contains("\"event\""), "{what} wrote lines: {output}");
-        assert!(!output.contains(CANARY), "{what} logged a Secret value");
+        assert!(
+            !output.contains(git_token()),
+            "{what} logged a Secret value"
+        );
         assert!(!output.contains(&encoded), "{what} logged a Secret's data");
     }
 }
@@ -1417,7 +1447,7 @@ fn g15_on_the_fake_cluster_a_restarted_harness_is_unverified() {
     g.namespace_and_agent();
     let (ns, k8s, agent) = (g.ns.clone(), g.k8s.clone(), g.agent.clone());
     let mut c = g.db.client();
-    put_secret(&g.fake, &k8s, "git-acme-app", "token", CANARY);
+    put_secret(&g.fake, &k8s, "git-acme-app", "token", git_token());
     admin(&env, &["repository", "grant", &ns, APP, "--actor", "admin"]);
     admin(
         &env,
@@ -1547,5 +1577,5 @@ fn g15_on_the_fake_cluster_a_restarted_harness_is_unverified() {
         "never opened again"
     );
     let output = worker.signal_output("TERM", Duration::from_secs(30));
-    assert!(!output.contains(CANARY));
+    assert!(!output.contains(git_token()));
 }

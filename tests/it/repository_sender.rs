@@ -24,7 +24,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -249,8 +249,10 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         }
     };
     let response = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Answer-Note: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len(),
+        // A header the worker must never echo: a canary (tests/canary.rs).
+        crate::support::canary("sender-header")
     );
     let _ = stream.write_all(response.as_bytes());
     let _ = stream.flush();
@@ -412,7 +414,13 @@ fn g20_each_call_sends_its_request_and_accepts_only_its_answer() {
         );
         unavailable(got, "open", answer_class, Some(200));
     }
-    server.answer("open", Answer::Raw("<html>ok</html>".into()));
+    server.answer(
+        "open",
+        Answer::Raw(format!(
+            "<html>{}</html>",
+            crate::support::canary("sender-answer")
+        )),
+    );
     unavailable(sender.open(&OPEN, &cancel), "open", answer_class, Some(200));
     // Over 64 KiB: not read whole, no answer.
     let huge = json!({"opened": false, "pad": "x".repeat(70 * 1024)});
@@ -670,10 +678,13 @@ impl Drop for Reaped {
 
 /// `occ-git-sender` with `args`: (exit code, stderr) once it exits.
 fn git_sender_exit(args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-git-sender"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = crate::support::logged(
+        "occ-git-sender",
+        std::process::Command::new(env!("CARGO_BIN_EXE_occ-git-sender"))
+            .args(args)
+            .output()
+            .unwrap(),
+    );
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -787,7 +798,8 @@ fn g22_occ_git_sender_answers_from_its_policy_file() {
             .spawn()
             .unwrap(),
     );
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut lines =
+        crate::support::logged_lines(child.0.stdout.take().unwrap(), "occ-git-sender.stdout");
     let mut next_line =
         || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
     let listening = next_line();
@@ -1051,7 +1063,8 @@ fn g6_start_up_refuses_a_sender_without_a_policy_or_a_sandbox_in_one_line() {
         std::fs::write(&path, file.to_string()).unwrap();
         let mut env = kube_env(&db, &fake, &dir, 1);
         env.push(("OCC_INSTALLATION_CONFIG", path.display().to_string()));
-        let out = worker_command(&["run"], &env).output().unwrap();
+        let out =
+            crate::support::logged("worker", worker_command(&["run"], &env).output().unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
         assert_eq!(

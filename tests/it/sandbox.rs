@@ -65,7 +65,10 @@ fn s1_preflight_refuses_a_missing_runtime_class_in_one_line_and_check_names_the_
     let mut env = kube_env(&db, &fake, &dir, 1);
     let file = installation_file(&dir, &["runtime-class", "read-only-root"], json!([]));
     env.push(("OCC_INSTALLATION_CONFIG", file));
-    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let out = crate::support::logged(
+        "worker",
+        worker_command(&["check", "--json"], &env).output().unwrap(),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -80,7 +83,10 @@ fn s1_preflight_refuses_a_missing_runtime_class_in_one_line_and_check_names_the_
         .any(|r| r.method == "GET" && r.path == "/apis/node.k8s.io/v1/runtimeclasses/gvisor"));
     // With the RuntimeClass, `check` passes and names the Sandbox Driver.
     runtime_class(&fake, "gvisor");
-    let out = worker_command(&["check", "--json"], &env).output().unwrap();
+    let out = crate::support::logged(
+        "worker",
+        worker_command(&["check", "--json"], &env).output().unwrap(),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -899,7 +905,7 @@ fn s3_the_cli_puts_a_policy_within_the_installation_ceiling_and_shows_it() {
         ("OCC_INSTALLATION_CONFIG", installation),
     ];
     let run = |args: &[&str]| {
-        let out = worker_command(args, &env).output().unwrap();
+        let out = crate::support::logged("worker", worker_command(args, &env).output().unwrap());
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).to_string(),

@@ -807,7 +807,7 @@ pub fn run_on(
     opts: Opts,
     done: impl Fn(&mut postgres::Client) -> bool,
 ) {
-    let ok = run_events(url, driver, opts, done, Events::discard);
+    let ok = run_events(url, driver, opts, done, crate::support::logged_events);
     assert_reached(ok, opts.timeout);
 }
 
@@ -880,7 +880,13 @@ pub fn run_for(db: &TestDb, driver: Arc<dyn ComputeDriver>, time: Duration) {
         timeout: time,
         ..Opts::default()
     };
-    run_events(&db.url, driver, opts, |_| false, Events::discard);
+    run_events(
+        &db.url,
+        driver,
+        opts,
+        |_| false,
+        crate::support::logged_events,
+    );
 }
 
 fn assert_reached(ok: bool, timeout: Duration) {

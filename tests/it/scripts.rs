@@ -465,3 +465,66 @@ fn a_second_scripts_dev_names_the_running_one_and_leaves_it_alone() {
     );
     assert!(Client::connect(&url, NoTls).is_err(), "PostgreSQL stopped");
 }
+
+// The suite's secret rule (issue text: no secret in any log): `scripts/canary-scan` fails on a
+// planted canary in a captured log, plain or base64 in each alignment, naming the file and
+// line with the canary masked, and passes on a clean directory, so the check in
+// `scripts/test` can fail.
+#[test]
+fn the_canary_scan_fails_on_a_planted_canary_plain_or_base64_and_passes_a_clean_log() {
+    use crate::support::{canary, holds_canary, CANARY_MARKER};
+    use base64::Engine as _;
+    let dir = std::env::temp_dir().join(format!("occ-canary-scan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("it")).unwrap();
+    let dir_arg = dir.display().to_string();
+    let clean = "{\"event\":\"worker.started\",\"computeDriverId\":\"docker\"}\nWARN kubernetes GET /api/v1/namespaces/{name}: 401\n";
+    std::fs::write(dir.join("it/clean.log"), clean).unwrap();
+    let (ok, stdout, stderr) = script("canary-scan", &[&dir_arg]);
+    assert!(ok, "a clean directory passes: {stdout}{stderr}");
+    assert!(!holds_canary(clean));
+
+    let planted = canary("scan-test");
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "plain",
+            format!("{{\"event\":\"x\",\"token\":\"{planted}\"}}"),
+        ),
+        (
+            "upper",
+            format!("Authorization: Bearer {}", planted.to_uppercase()),
+        ),
+        ("hex", planted.bytes().map(|b| format!("{b:02x}")).collect()),
+    ]
+    .into_iter()
+    .chain((0..3).map(|shift| {
+        // The canary at each byte offset modulo 3 of a base64-encoded Secret.
+        let data = format!("{}{planted}", "k".repeat(shift));
+        (
+            "base64",
+            format!(
+                "data: {}",
+                base64::engine::general_purpose::STANDARD.encode(data)
+            ),
+        )
+    }))
+    .collect();
+    for (what, line) in cases {
+        assert!(holds_canary(&line), "{what}: {line}");
+        let file = dir.join("it/leak.log");
+        std::fs::write(&file, format!("{clean}{line}\n")).unwrap();
+        let (ok, _, stderr) = script("canary-scan", &[&dir_arg]);
+        assert!(!ok, "{what}: a canary fails the scan");
+        assert!(
+            stderr.contains(&format!("{}:3:", file.display())),
+            "{what}: names the file and line: {stderr}"
+        );
+        assert!(
+            !holds_canary(&stderr) && !stderr.to_lowercase().contains(CANARY_MARKER),
+            "{what}: the report masks the canary: {stderr}"
+        );
+    }
+    let (ok, _, stderr) = script("canary-scan", &["/nonexistent/occ-test-logs"]);
+    assert!(!ok && stderr.contains("does not exist"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

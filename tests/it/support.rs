@@ -23,6 +23,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+pub use crate::canary::{canary, holds_canary, CANARY_MARKER};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -97,6 +99,7 @@ impl TestDb {
 
     /// `CREATE DATABASE` of a fresh name, with `options`.
     fn create(options: &str) -> TestDb {
+        install_test_logger();
         let name = format!(
             "occ_t_{}_{}",
             std::process::id(),
@@ -292,13 +295,163 @@ impl DriverPolicy for InertCompute {
     }
 }
 
-/// Event lines captured in memory.
-#[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<u8>>>);
+/// The suite's capture directory (`OCC_TEST_LOG_DIR`, set by `scripts/test`): every worker log
+/// line and event a test produces is also written under it, for `scripts/canary-scan`.
+pub fn log_dir() -> Option<&'static std::path::Path> {
+    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::path::PathBuf::from(std::env::var_os("OCC_TEST_LOG_DIR")?).join("it");
+        std::fs::create_dir_all(&dir).expect("create the test log directory");
+        Some(dir)
+    })
+    .as_deref()
+}
+
+/// A new file in the capture directory for `what` (`worker.stdout`, `events`), named after the
+/// running test; `None` when no capture directory is set.
+pub fn log_file(what: &str) -> Option<std::fs::File> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = log_dir()?;
+    // A file name holds at most 255 bytes: the test's name is cut to leave room for the rest.
+    let test: String = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .replace("::", ".")
+        .chars()
+        .take(160)
+        .collect();
+    let what: String = what.chars().take(48).collect();
+    let name: String = format!(
+        "{test}.{what}.{}-{}.log",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+    .chars()
+    .map(|c| {
+        if c.is_ascii_alphanumeric() || "._-".contains(c) {
+            c
+        } else {
+            '_'
+        }
+    })
+    .collect();
+    let path = dir.join(&name);
+    Some(std::fs::File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display())))
+}
+
+/// Appends `out`'s stdout and stderr (a finished worker, hook or sender process) to the
+/// capture directory under `what`; returns `out`.
+pub fn logged(what: &str, out: std::process::Output) -> std::process::Output {
+    if let Some(mut f) = log_file(what) {
+        let _ = f.write_all(&out.stdout);
+        let _ = f.write_all(b"\n--- stderr ---\n");
+        let _ = f.write_all(&out.stderr);
+    }
+    out
+}
+
+/// A child's stdout or stderr into a new capture file for `what` (`Stdio::null()` without a
+/// capture directory): for a process whose output no test reads.
+pub fn log_stdio(what: &str) -> Stdio {
+    log_file(what).map_or_else(Stdio::null, Stdio::from)
+}
+
+/// Copies a log a script wrote (`target/kind-worker.log`) into the capture directory under
+/// `what`; nothing when it does not exist.
+pub fn log_copy(what: &str, path: &std::path::Path) {
+    if let (Ok(text), Some(mut f)) = (std::fs::read(path), log_file(what)) {
+        let _ = f.write_all(&text);
+    }
+}
+
+/// The lines of a reference server's stdout (`occ-hook`, `occ-git-sender`) that a test reads
+/// itself, each also written to the capture directory under `what`.
+pub fn logged_lines(out: impl Read, what: &str) -> impl Iterator<Item = std::io::Result<String>> {
+    let mut file = log_file(what);
+    BufReader::new(out).lines().inspect(move |line| {
+        if let (Some(f), Ok(line)) = (&mut file, line) {
+            let _ = writeln!(f, "{line}");
+        }
+    })
+}
+
+/// A finished command's stderr (its diagnostics; its stdout is an answer, not a log) into the
+/// capture directory under `what`.
+pub fn log_stderr(what: &str, stderr: &[u8]) {
+    if let Some(mut f) = log_file(&format!("{what}.stderr")) {
+        let _ = f.write_all(stderr);
+    }
+}
+
+/// Events written to the capture directory (or dropped without one): what a `Context`
+/// whose events no test reads emits.
+pub fn logged_events() -> Events {
+    install_test_logger();
+    match log_file("events") {
+        Some(f) => Events::to(Box::new(f)),
+        None => Events::discard(),
+    }
+}
+
+/// The `log` records of every in-process runtime, at trace level, into the capture directory
+/// (one file per test process); installed once, by the helpers nearly every test calls.
+pub fn install_test_logger() {
+    struct FileLogger(Mutex<std::fs::File>);
+    impl log::Log for FileLogger {
+        // What the worker's own logger could write at its most verbose, but for the database
+        // driver's connection state machine: only fixed words ("poll_read: done"), and
+        // most of the volume.
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            occ_worker::events::log_target_allowed(m.target())
+                && !(m.target() == "tokio_postgres::connection" && m.level() == log::Level::Trace)
+        }
+        fn log(&self, r: &log::Record) {
+            if !self.enabled(r.metadata()) {
+                return;
+            }
+            let thread = std::thread::current();
+            let line = format!(
+                "{} {} [{}] {}\n",
+                r.level(),
+                r.target(),
+                thread.name().unwrap_or("-"),
+                r.args()
+            );
+            let _ = self.0.lock().unwrap().write_all(line.as_bytes());
+        }
+        fn flush(&self) {}
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(dir) = log_dir() else { return };
+        let file = std::fs::File::create(dir.join(format!("log-{}.log", std::process::id())))
+            .expect("create the test log");
+        if log::set_boxed_logger(Box::new(FileLogger(Mutex::new(file)))).is_ok() {
+            log::set_max_level(log::LevelFilter::Trace);
+        }
+    });
+}
+
+/// Event lines captured in memory, and in the capture directory when there is one.
+#[derive(Clone)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>, Option<Arc<Mutex<std::fs::File>>>);
+
+impl Default for Captured {
+    fn default() -> Captured {
+        install_test_logger();
+        Captured(
+            Arc::default(),
+            log_file("events").map(|f| Arc::new(Mutex::new(f))),
+        )
+    }
+}
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
+        if let Some(f) = &self.1 {
+            let _ = f.lock().unwrap().write_all(buf);
+        }
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -337,7 +490,7 @@ pub fn context_with(pool: db::Pool, compute: Arc<dyn ComputeDriver>) -> ContextB
         installation_id: "inst".into(),
         queue: QueueOptions::new(Duration::from_secs(30), 3),
         convergence_timeout: Duration::from_secs(900),
-        events: Events::discard(),
+        events: logged_events(),
         metrics: Metrics::new(),
         sandbox: Default::default(),
         credential_gateway: None,
@@ -355,7 +508,7 @@ impl ContextBuilder {
             installation_id: ctx.installation_id.clone(),
             queue: ctx.queue,
             convergence_timeout: ctx.convergence_timeout,
-            events: Events::discard(),
+            events: logged_events(),
             metrics: ctx.metrics.clone(),
             sandbox: ctx.sandbox.clone(),
             credential_gateway: ctx.credential_gateway.clone(),
@@ -569,7 +722,10 @@ pub fn deploy_args<'a>(
 
 /// Runs `cmd`; panics with `what` and its stderr unless it exits successfully.
 pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let out = logged(
+        what,
+        cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}")),
+    );
     assert!(
         out.status.success(),
         "{what} failed: {}",
@@ -742,15 +898,22 @@ impl WorkerProcess {
         let err = child.stderr.take().expect("piped stderr");
         let lines = stdout.clone();
         let text = stderr.clone();
+        let (mut out_log, mut err_log) = (log_file("worker.stdout"), log_file("worker.stderr"));
         let readers = vec![
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    if let Some(f) = &mut out_log {
+                        let _ = writeln!(f, "{line}");
+                    }
                     lines.lock().unwrap().push(line);
                 }
             }),
             std::thread::spawn(move || {
                 let mut s = String::new();
                 let _ = BufReader::new(err).read_to_string(&mut s);
+                if let Some(f) = &mut err_log {
+                    let _ = f.write_all(s.as_bytes());
+                }
                 text.lock().unwrap().push_str(&s);
             }),
         ];

@@ -864,7 +864,7 @@ fn ws3_the_kubernetes_guide_step_runs_against_the_fake() {
     for (k, v) in &env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("bash");
+    let out = crate::support::logged("guide", cmd.output().expect("bash"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -236,7 +236,12 @@ pub struct KubeFake {
 }
 
 fn new_token(store: &mut Store) -> String {
-    format!("fake-token-{:016x}", store.next_random())
+    // A planted credential: the canary scan proves no log line carries it.
+    format!(
+        "{}-{:016x}",
+        crate::canary::canary("kube-token"),
+        store.next_random()
+    )
 }
 
 impl KubeFake {

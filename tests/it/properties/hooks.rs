@@ -12,7 +12,11 @@ use proptest::prelude::*;
 use serde_json::json;
 
 /// A launch value no error may repeat.
-const CANARY: &str = "opaque-canary-launch-value-5b2c";
+/// The planted value: a canary (tests/canary.rs) the suite's log scan looks for.
+fn launch_value() -> &'static str {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| format!("opaque-{}", crate::support::canary("launch-value")))
+}
 
 #[test]
 fn a_lifecycle_hook_answer_allows_refuses_or_is_unavailable_and_never_panics() {
@@ -30,7 +34,8 @@ fn a_lifecycle_hook_answer_allows_refuses_or_is_unavailable_and_never_panics() {
         compute_driver_id: "kubernetes",
     };
     let cancel = CancelToken::unbounded();
-    let allow = json!({"allowed": true, "launchValues": {"MODEL_URL": CANARY, "TEAM": "opaque-b"}});
+    let allow =
+        json!({"allowed": true, "launchValues": {"MODEL_URL": launch_value(), "TEAM": "opaque-b"}});
     let deny = json!({"allowed": false, "code": "POLICY_DENIED"});
     server.answer(
         "configuration",
@@ -66,7 +71,10 @@ fn a_lifecycle_hook_answer_allows_refuses_or_is_unavailable_and_never_panics() {
                 }
                 Err(e) => {
                     let shown = format!("{e} {e:?}");
-                    prop_assert!(!shown.contains(CANARY), "a launch value in: {shown}");
+                    prop_assert!(
+                        !shown.contains(launch_value()),
+                        "a launch value in: {shown}"
+                    );
                     Ok(())
                 }
             }

@@ -11,7 +11,11 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// A credential value no error may repeat.
-const CANARY: &str = "canary-credential-7d1f3a";
+/// The planted value: a canary (tests/canary.rs) the suite's log scan looks for.
+fn credential() -> &'static str {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| crate::support::canary("kube-credential"))
+}
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -30,13 +34,13 @@ fn valid_kubeconfig(ca_pem: &str, plugin_output: &str) -> Value {
             {"name": "cert", "context": {"cluster": "k", "user": "cert"}},
         ],
         "users": [
-            {"name": "token", "user": {"token": CANARY}},
+            {"name": "token", "user": {"token": credential()}},
             {"name": "exec", "user": {"exec": {
                 "apiVersion": "client.authentication.k8s.io/v1",
                 "command": "/bin/cat", "args": [plugin_output],
-                "env": [{"name": "SECRET", "value": CANARY}]}}},
+                "env": [{"name": "SECRET", "value": credential()}]}}},
             {"name": "cert", "user": {"client-certificate-data": b64(ca_pem.as_bytes()),
-                                      "client-key-data": b64(CANARY.as_bytes())}},
+                                      "client-key-data": b64(credential().as_bytes())}},
         ],
     })
 }
@@ -64,7 +68,10 @@ fn a_kubeconfig_resolves_or_names_the_problem_without_its_credentials() {
                 Err(e) => {
                     let message = e.to_string();
                     clear_error(&message, 1)?;
-                    prop_assert!(!message.contains(CANARY), "a credential in: {message}");
+                    prop_assert!(
+                        !message.contains(credential()),
+                        "a credential in: {message}"
+                    );
                     Ok(())
                 }
             }
@@ -87,11 +94,11 @@ fn an_exec_plugins_answer_is_a_token_or_an_error_without_it() {
     let valid = json!({
         "apiVersion": "client.authentication.k8s.io/v1",
         "kind": "ExecCredential",
-        "status": {"token": CANARY, "expirationTimestamp": "2030-01-02T03:04:05Z"},
+        "status": {"token": credential(), "expirationTimestamp": "2030-01-02T03:04:05Z"},
     });
     std::fs::write(&output, valid.to_string()).unwrap();
     let token = exec::run(&config, &dir, Duration::from_secs(5)).expect("the valid answer");
-    assert_eq!(token.token, CANARY);
+    assert_eq!(token.token, credential());
     let answers = prop_oneof![
         4 => near(valid.clone()).prop_map(|v| v.to_string().into_bytes()),
         2 => near_bytes(valid.to_string().into_bytes()),
@@ -104,7 +111,7 @@ fn an_exec_plugins_answer_is_a_token_or_an_error_without_it() {
             Err(e) => {
                 let message = e.to_string();
                 clear_error(&message, 1)?;
-                prop_assert!(!message.contains(CANARY), "the token in: {message}");
+                prop_assert!(!message.contains(credential()), "the token in: {message}");
                 Ok(())
             }
         }

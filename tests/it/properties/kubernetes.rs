@@ -15,7 +15,11 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 /// The server's free text (a Status message), which no error may repeat.
-const CANARY: &str = "canary-server-text-31c9";
+/// The planted value: a canary (tests/canary.rs) the suite's log scan looks for.
+fn server_text() -> &'static str {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VALUE.get_or_init(|| crate::support::canary("server-text"))
+}
 
 fn deployment() -> Value {
     json!({"kind": "Deployment", "metadata": {"name": "rev-1", "generation": 2,
@@ -34,14 +38,14 @@ fn pod() -> Value {
            "status": {"phase": "Running",
                       "conditions": [{"type": "Ready", "status": "False"},
                                      {"type": "PodScheduled", "status": "False",
-                                      "reason": "Unschedulable", "message": CANARY}],
+                                      "reason": "Unschedulable", "message": server_text()}],
                       "initContainerStatuses": [{"name": "workspace-setup", "ready": false,
                            "restartCount": 1,
                            "state": {"terminated": {"exitCode": 3, "reason": "Error",
                                                     "message": "WORKSPACE_SETUP_REFUSED"}}}],
                       "containerStatuses": [{"name": "harness", "ready": false,
                            "restartCount": 6,
-                           "state": {"waiting": {"reason": "CrashLoopBackOff", "message": CANARY}},
+                           "state": {"waiting": {"reason": "CrashLoopBackOff", "message": server_text()}},
                            "lastState": {"terminated": {"exitCode": 1,
                                                         "message": "AUTHENTICATION_FAILED"}}}]}})
 }
@@ -58,10 +62,10 @@ fn endpoint_slice() -> Value {
 }
 
 fn status() -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": CANARY,
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": server_text(),
            "reason": "Invalid", "code": 422,
            "details": {"name": "x", "causes": [{"reason": "FieldValueInvalid",
-                                                "message": CANARY, "field": "spec.template"}]}})
+                                                "message": server_text(), "field": "spec.template"}]}})
 }
 
 fn status_code() -> impl Strategy<Value = u16> {
@@ -103,15 +107,15 @@ fn the_driver_decodes_any_deployment_pod_replica_set_endpoint_slice_or_status_wi
             let _ = observe::terminating(&deployment);
             let findings = observe::pods(&pods);
             let shown = format!("{findings:?}");
-            prop_assert!(!shown.contains(CANARY), "server text in {shown}");
+            prop_assert!(!shown.contains(server_text()), "server text in {shown}");
             let _ = observe::held_candidate(&pods);
             let _ = observe::quota_exceeded(&replica_sets);
             let _ = observe::has_ready_endpoint(&slices);
             let kind = format!("{:?}", classify(status, &body));
-            prop_assert!(!kind.contains(CANARY), "server text in {}", kind);
+            prop_assert!(!kind.contains(server_text()), "server text in {}", kind);
             if let Some(code) = observe::held_code(proxied, &readyz) {
                 prop_assert!(
-                    code.len() <= 64 && !code.contains(CANARY),
+                    code.len() <= 64 && !code.contains(server_text()),
                     "an unbounded held code: {code:?}"
                 );
             }
@@ -141,7 +145,7 @@ fn wire(name: &str) -> (KubeFake, Client, KubernetesDriver, std::path::PathBuf) 
 
 fn without_text(e: &dyn std::fmt::Display) -> Result<(), TestCaseError> {
     let shown = e.to_string();
-    prop_assert!(!shown.contains(CANARY), "server text in: {}", shown);
+    prop_assert!(!shown.contains(server_text()), "server text in: {}", shown);
     prop_assert!(
         !shown.trim().is_empty() && shown.lines().count() <= 1,
         "{}",
@@ -199,7 +203,7 @@ fn self_subject_access_reviews_decode_or_fail_preflight_without_the_servers_text
     let cancel = CancelToken::unbounded();
     let review = json!({"kind": "SelfSubjectAccessReview",
                         "apiVersion": "authorization.k8s.io/v1",
-                        "status": {"allowed": true, "reason": CANARY}});
+                        "status": {"allowed": true, "reason": server_text()}});
     holds(run(
         file!(),
         super::cases(600),
@@ -215,7 +219,7 @@ fn self_subject_access_reviews_decode_or_fail_preflight_without_the_servers_text
             match driver.preflight(&cancel) {
                 Ok(warnings) => {
                     for w in warnings {
-                        prop_assert!(!w.code.contains(CANARY));
+                        prop_assert!(!w.code.contains(server_text()));
                     }
                 }
                 Err(e) => without_text(&e)?,
