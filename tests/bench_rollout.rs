@@ -119,6 +119,10 @@ fn run(admin: &str, spec: &Run) -> Measured {
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
+    if !bench && !fleet::smoke_selected("rollout") {
+        println!("rollout: the smoke run is not selected by the filter");
+        return;
+    }
     let admin = std::env::var("OCC_BENCH_DATABASE_URL")
         .or_else(|_| std::env::var("OCC_TEST_DATABASE_URL"))
         .expect("OCC_BENCH_DATABASE_URL (scripts/bench-rollout) or OCC_TEST_DATABASE_URL (scripts/test)");

@@ -121,7 +121,12 @@ fn parse(bench: bool) -> Result<Options, String> {
             out: std::env::temp_dir().join(format!("occ-chaos-kube-{}", std::process::id())),
         }
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Options are the drill's (`cargo bench`); under `cargo test` the arguments are libtest's.
+    let args: Vec<String> = if bench {
+        std::env::args().skip(1).collect()
+    } else {
+        Vec::new()
+    };
     let mut it = args.iter().filter(|a| *a != "--bench");
     let secs = |v: &str, flag: &str| -> Result<Duration, String> {
         v.parse::<f64>()
@@ -817,6 +822,10 @@ fn drill(admin: &str, o: &Options) -> (String, i64) {
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
+    if !bench && !fleet::smoke_selected("chaos_kube") {
+        println!("chaos_kube: the smoke run is not selected by the filter");
+        return;
+    }
     let o = match parse(bench) {
         Ok(o) => o,
         Err(e) => {

@@ -16,6 +16,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Under `cargo test` (no `--bench`), whether this harness-less target's smoke run named
+/// `name` is selected by the arguments `cargo test` passes on, as libtest selects a test: a
+/// filter (an argument that is not a flag) must be contained in `name` (equal with `--exact`),
+/// `--skip S` skips a name containing S, and other flags (`--nocapture`, `--test-threads N`)
+/// change nothing. So `scripts/test cli_` runs no smoke run and `scripts/test chaos` this one.
+pub fn smoke_selected(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut filters, mut skips, mut exact) = (Vec::new(), Vec::new(), false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--exact" => exact = true,
+            "--skip" => skips.extend(it.next().cloned()),
+            "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" | "--shuffle-seed" => {
+                it.next();
+            }
+            flag if flag.starts_with('-') => {}
+            filter => filters.push(filter.to_string()),
+        }
+    }
+    let matches = |f: &String| {
+        if exact {
+            name == f
+        } else {
+            name.contains(f.as_str())
+        }
+    };
+    (filters.is_empty() || filters.iter().any(matches))
+        && !skips.iter().any(|s| name.contains(s.as_str()))
+}
+
 pub fn with_db(url: &str, db: &str) -> String {
     let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
     format!("{base}/{db}")
