@@ -1,0 +1,325 @@
+//! The Kubernetes walk-throughs of README.md and docs/kubernetes.md run as written against the
+//! TLS API server fake, as the Docker ones run against the Engine (tests/it/readme.rs): every
+//! block marked `readme-test: run against the Kubernetes API fake`, in order, in one shell per
+//! document section, as a reader types them, with the tests' `kubectl` (tests/it/kubectl.rs).
+//! Only what truly needs kind (creating the cluster, loading the image) stays skipped; the
+//! shell starts where that block leaves a reader: `bin` naming the built binaries and a
+//! kubeconfig for the cluster. Each test asserts what the blocks leave behind, in the fake and
+//! in the worker's own answers, not only their exit codes.
+
+use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
+use crate::readme::{blocks, scratch_checkout_for, Marker, Scratch};
+use serde_json::Value;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The blocks marked to run against the fake in the section of `page` under `heading` (up to
+/// the next heading of the same level), with their lines.
+fn section_blocks(page: &str, heading: &str) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap();
+    let start = text
+        .lines()
+        .position(|l| l == heading)
+        .unwrap_or_else(|| panic!("{page} has {heading}"));
+    let level = heading.split(' ').next().unwrap();
+    let end = text
+        .lines()
+        .enumerate()
+        .skip(start + 1)
+        .find(|(_, l)| l.split(' ').next() == Some(level))
+        .map_or(usize::MAX, |(i, _)| i);
+    let found: Vec<(usize, String)> = blocks(&text)
+        .into_iter()
+        .filter(|(line, marker, _)| *marker == Marker::Fake && *line > start && *line <= end)
+        .map(|(line, _, text)| (line, text))
+        .collect();
+    assert!(!found.is_empty(), "{page}, {heading}: no block runs");
+    found
+}
+
+/// Stops the PostgreSQL a walk-through started with `scripts/pg-start DIR` (before the scratch
+/// checkout that holds it goes).
+struct PgStop<'a>(&'a Scratch, &'static str);
+
+impl Drop for PgStop<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new(self.0.checkout.join("scripts/pg-stop"))
+            .args(["--reset", self.1])
+            .current_dir(&self.0.checkout)
+            .status();
+    }
+}
+
+/// Runs `blocks` of `page` in one bash, in the scratch checkout, after `prelude` and the
+/// `kubectl` stand-in, then `trailer`; every job is killed at the end. Returns whether it
+/// succeeded and everything it printed.
+fn run_section(
+    fake: &KubeFake,
+    scratch: &Scratch,
+    page: &str,
+    blocks: &[(usize, String)],
+    prelude: &str,
+    trailer: &str,
+) -> (bool, String) {
+    let dir = &scratch.checkout;
+    let kubeconfig = fake.write_kubeconfig(&scratch.base, KubeconfigAuth::Token);
+    let mut script = format!(
+        "set -euo pipefail\nset -x\n{}trap 'kill $(jobs -p) 2> /dev/null || true' EXIT\n{prelude}\n",
+        crate::kubectl::stand_in(fake, dir)
+    );
+    for (line, text) in blocks {
+        script.push_str(&format!("# {page}:{line}\n{text}"));
+    }
+    script.push_str(trailer);
+    let log = scratch.base.join(format!("{}.log", page.replace('/', "-")));
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .expect("bash");
+    let status = crate::support::child_exit(&mut child, Duration::from_secs(400));
+    if status.is_none() {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status();
+        let _ = child.wait();
+    }
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    (status.is_some_and(|s| s.success()), output)
+}
+
+fn json_file(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+// docs/kubernetes.md, "On kind": after the cluster's creation, the recipe, the workspace setup,
+// the lifecycle hook and the Git access steps run in one shell as written. The Namespace goes
+// ready once the step's RoleBinding exists, revision 1 activates with the step's Secret, the
+// setup completes by revision 2, the hook refuses revision 3 before anything is written, and
+// revision 4 gets the Git credential from the step's Secret, its session closed by the stop.
+#[test]
+fn the_kind_walk_through_runs_block_by_block_against_the_fake() {
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(50),
+        pod_termination: Duration::from_millis(50),
+        resolve_secret_refs: true,
+        ..FakeOptions::default()
+    });
+    let scratch = scratch_checkout_for("kube-guide");
+    let _pg = PgStop(&scratch, "target/pg-kind");
+    let page = "docs/kubernetes.md";
+    let blocks = section_blocks(page, "## On kind");
+    assert_eq!(blocks.len(), 4, "the recipe and its three steps");
+    let state = ".kubectl";
+    let (ok, output) = run_section(
+        &fake,
+        &scratch,
+        page,
+        &blocks,
+        // What the skipped block leaves: the binaries (here the debug ones).
+        "bin=target/debug",
+        &format!(
+            "$occ admin namespace show team-a --json > {state}/team-a.json\n\
+             $occ admin agent show team-a helper --json > {state}/helper.json\n"
+        ),
+    );
+    assert!(ok, "the kind walk-through failed:\n{output}");
+    std::fs::write("/tmp/kind-guide.log", &output).unwrap();
+    let dir = &scratch.checkout;
+
+    // The recipe: rbac.yaml applied, the Namespace ready once the RoleBinding the step created
+    // exists, the harness Secret the step created.
+    assert!(fake
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterroles/occ-worker")
+        .is_some());
+    let team_a = json_file(&dir.join(state).join("team-a.json"));
+    assert_eq!(team_a["status"], "ready", "{team_a}");
+    let ns = team_a["kubernetesNamespace"].as_str().unwrap().to_string();
+    let namespace = fake.get(&format!("/api/v1/namespaces/{ns}")).unwrap();
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    let binding = fake
+        .get(&format!(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/occ-tenant"
+        ))
+        .expect("the step's RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], "edit");
+    assert_eq!(binding["subjects"][0]["kind"], "Group");
+    assert_eq!(binding["subjects"][0]["name"], "tenant");
+    let harness = fake
+        .get(&format!("/api/v1/namespaces/{ns}/secrets/harness"))
+        .expect("the step's Secret");
+    assert_eq!(harness["data"]["api-key"], b64("not-a-real-key"));
+    assert!(
+        output.contains(&format!("namespace/{ns} condition met")),
+        "{output}"
+    );
+    // `get deployments,pods,services` showed the hardened runtime ready.
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with("deployment.apps/agent-") && l.contains("\t1/1\t")),
+        "{output}"
+    );
+
+    // The revisions, one per step: activated, activated with the setup, refused by the hook,
+    // activated with the repository and then stopped.
+    let helper = json_file(&dir.join(state).join("helper.json"));
+    let revisions = helper["revisions"].as_array().expect("revisions");
+    let codes: Vec<(i64, String)> = revisions
+        .iter()
+        .map(|r| {
+            (
+                r["revision"].as_i64().unwrap_or(0),
+                r["reasonCode"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        codes.contains(&(3, "TEAM_FROZEN".into())),
+        "the hook refused revision 3: {helper}"
+    );
+    let agent = helper["id"].as_str().unwrap().to_string();
+    assert!(
+        fake.get(&format!(
+            "{}/namespaces/{ns}/deployments/agent-{agent}-r3",
+            crate::kubernetes::APPS
+        ))
+        .is_none(),
+        "nothing was written for revision 3"
+    );
+    let calls = std::fs::read_to_string(dir.join("target/kind-hook/calls.log")).unwrap();
+    assert!(
+        calls.contains("beforeWorkloadStart") && calls.contains("TEAM_FROZEN"),
+        "{calls}"
+    );
+    // The workspace setup: its init container ran in revision 2's Harness.
+    let r2 = fake.get(&format!(
+        "{}/namespaces/{ns}/deployments/agent-{agent}-r2",
+        crate::kubernetes::APPS
+    ));
+    if let Some(r2) = r2 {
+        assert_eq!(
+            r2["spec"]["template"]["spec"]["initContainers"][0]["name"],
+            "workspace-setup"
+        );
+    }
+    assert!(
+        output.lines().any(|l| l.contains("completed")),
+        "workspace-setup show: completed\n{output}"
+    );
+    // Git access: the step's Secret, the session opened and closed, never the token.
+    let git = fake
+        .get(&format!("/api/v1/namespaces/{ns}/secrets/git-acme-app"))
+        .expect("the step's Secret");
+    assert_eq!(git["data"]["token"], b64("not-a-real-token"));
+    let sender: Vec<String> = std::fs::read_to_string(dir.join("target/kind-git/calls.log"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "sender.call")
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["call"].as_str().unwrap_or(""),
+                e["outcome"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(sender, ["open:opened", "close:closed"]);
+    let worker_log = std::fs::read_to_string(dir.join("target/kind-worker.log")).unwrap();
+    assert!(!worker_log.contains("not-a-real-token") && !worker_log.contains("not-a-real-key"));
+}
+
+// docs/kubernetes.md, the worker inside the cluster: the block creates occ-system and the
+// database Secret and applies the kustomization, which leaves the worker's Deployment (the
+// pinned image, the generated driver ConfigMap mounted) rolled out with its two replicas, its
+// ServiceAccount bound to the ClusterRole, and the PodDisruptionBudget.
+#[test]
+fn the_in_cluster_install_runs_against_the_fake() {
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(20),
+        ..FakeOptions::default()
+    });
+    let scratch = scratch_checkout_for("kube-install");
+    let page = "docs/kubernetes.md";
+    let blocks = section_blocks(page, "# Kubernetes guide");
+    let install: Vec<(usize, String)> = blocks
+        .into_iter()
+        .filter(|(_, t)| t.contains("apply -k"))
+        .collect();
+    assert_eq!(install.len(), 1);
+    let (ok, output) = run_section(&fake, &scratch, page, &install, "", "");
+    assert!(ok, "the install failed:\n{output}");
+    assert!(fake.get("/api/v1/namespaces/occ-system").is_some());
+    let secret = fake
+        .get("/api/v1/namespaces/occ-system/secrets/occ-worker-database")
+        .unwrap();
+    assert_eq!(
+        secret["data"]["url"],
+        b64("postgres://occ@db.example:5432/occ?sslmode=verify-full")
+    );
+    assert!(fake
+        .get("/api/v1/namespaces/occ-system/serviceaccounts/occ-worker")
+        .is_some());
+    let binding = fake
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/occ-worker")
+        .unwrap();
+    assert_eq!(binding["roleRef"]["name"], "occ-worker");
+    assert_eq!(binding["subjects"][0]["namespace"], "occ-system");
+    assert!(fake
+        .get("/apis/policy/v1/namespaces/occ-system/poddisruptionbudgets/occ-worker")
+        .is_some());
+    let deployment = fake
+        .get("/apis/apps/v1/namespaces/occ-system/deployments/occ-worker")
+        .unwrap();
+    let spec = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["containers"][0]["image"],
+        format!("occ-worker:{}", env!("CARGO_PKG_VERSION"))
+    );
+    let config_map = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["configMap"]["name"].as_str())
+        .expect("the driver ConfigMap's volume")
+        .to_string();
+    assert!(config_map.starts_with("occ-worker-driver-"), "{config_map}");
+    let driver = fake
+        .get(&format!(
+            "/api/v1/namespaces/occ-system/configmaps/{config_map}"
+        ))
+        .expect("the generated ConfigMap");
+    assert_eq!(
+        driver["data"]["driver.json"],
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/driver.json")
+        )
+        .unwrap()
+    );
+    crate::support::wait_for("the worker rolled out", Duration::from_secs(30), || {
+        fake.get("/apis/apps/v1/namespaces/occ-system/deployments/occ-worker")
+            .is_some_and(|d| d["status"]["availableReplicas"] == 2)
+    });
+}
