@@ -7,6 +7,7 @@
 //! kubeconfig for the cluster. Each test asserts what the blocks leave behind, in the fake and
 //! in the worker's own answers, not only their exit codes.
 
+use crate::kube_e2e::k8s_namespace;
 use crate::kube_fake::{FakeOptions, KubeFake, KubeconfigAuth};
 use crate::readme::{blocks, scratch_checkout_for, Marker, Scratch};
 use serde_json::Value;
@@ -14,6 +15,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+/// The walk-throughs listen where the documents say (the worker's 127.0.0.1:9465, the hook's
+/// 9443, the sender's 9444): the tests that run them take turns.
+pub static DOCUMENTED_PORTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 /// The blocks marked to run against the fake in the section of `page` under `heading` (up to
 /// the next heading of the same level), with their lines.
@@ -117,6 +122,7 @@ fn b64(s: &str) -> String {
 // revision 4 gets the Git credential from the step's Secret, its session closed by the stop.
 #[test]
 fn the_kind_walk_through_runs_block_by_block_against_the_fake() {
+    let _ports = DOCUMENTED_PORTS.lock();
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(50),
         pod_termination: Duration::from_millis(50),
@@ -142,7 +148,6 @@ fn the_kind_walk_through_runs_block_by_block_against_the_fake() {
         ),
     );
     assert!(ok, "the kind walk-through failed:\n{output}");
-    std::fs::write("/tmp/kind-guide.log", &output).unwrap();
     let dir = &scratch.checkout;
 
     // The recipe: rbac.yaml applied, the Namespace ready once the RoleBinding the step created
@@ -322,4 +327,144 @@ fn the_in_cluster_install_runs_against_the_fake() {
         fake.get("/apis/apps/v1/namespaces/occ-system/deployments/occ-worker")
             .is_some_and(|d| d["status"]["availableReplicas"] == 2)
     });
+}
+
+// README.md's Kubernetes sections, in one shell after docs/kubernetes.md's kind recipe (which
+// they continue) on a cluster with the RuntimeClass `gvisor`: the worker restarted with the
+// Installation file pins the Sandbox Driver and its five facets into the deployment, whose
+// Pods get the RuntimeClass; the sandbox policy's NetworkPolicy is written, shown and removed;
+// the leaked tool source is revoked by a rollout, the model key once a revision with the
+// other key replaced the runtime.
+#[test]
+fn the_readme_kubernetes_walk_throughs_run_block_by_block_against_the_fake() {
+    let _ports = DOCUMENTED_PORTS.lock();
+    let fake = KubeFake::start(FakeOptions {
+        pod_start: Duration::from_millis(50),
+        pod_termination: Duration::from_millis(50),
+        resolve_secret_refs: true,
+        ..FakeOptions::default()
+    });
+    // The cluster has gVisor installed.
+    fake.put_object(
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                           "metadata": {"name": "gvisor"}, "handler": "runsc"}),
+    );
+    let scratch = scratch_checkout_for("kube-readme");
+    let _pg = PgStop(&scratch, "target/pg-kind");
+    let (recipe_line, recipe) = section_blocks("docs/kubernetes.md", "## On kind").remove(0);
+    let mut blocks = section_blocks("README.md", "### Isolation: facets and egress");
+    blocks.extend(section_blocks("README.md", "### Withdrawing a leaked key"));
+    assert_eq!(blocks.len(), 2);
+    let state = ".kubectl";
+    let (ok, output) = run_section(
+        &fake,
+        &scratch,
+        "README.md",
+        &blocks,
+        &format!("bin=target/debug\n# docs/kubernetes.md:{recipe_line}\n{recipe}"),
+        &format!(
+            "$occ admin agent show team-a helper --json > {state}/helper.json\n\
+             timeout 60 sh -c 'until $0 admin withdrawal list team-a helper --json \
+                 | jq -e \"length == 2 and all(.state == \\\"revoked\\\")\" > /dev/null; do sleep 0.2; done' $occ\n\
+             $occ admin withdrawal list team-a helper --json > {state}/withdrawals.json\n"
+        ),
+    );
+    assert!(
+        ok,
+        "the README's Kubernetes walk-throughs failed:\n{output}"
+    );
+    let dir = &scratch.checkout;
+    let helper = json_file(&dir.join(state).join("helper.json"));
+    let agent = helper["id"].as_str().unwrap().to_string();
+    let ns = k8s_namespace(helper["namespaceId"].as_str().unwrap());
+    let revision = |n: i64| {
+        helper["revisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["revision"] == n)
+            .unwrap_or_else(|| panic!("revision {n}: {helper}"))
+            .clone()
+    };
+    // Isolation: revision 2 pinned the Sandbox Driver and its five facets, and the worker
+    // restarted with the file activated it.
+    let r2 = revision(2);
+    assert_eq!(r2["reasonCode"], "REVISION_ACTIVATED", "{r2}");
+    assert_eq!(r2["sandboxDriverId"], "sandbox-1");
+    assert_eq!(r2["sandboxFacets"].as_array().unwrap().len(), 5, "{r2}");
+    let harness = |n: i64| {
+        fake.get(&format!(
+            "{}/namespaces/{ns}/deployments/agent-{agent}-r{n}",
+            crate::kubernetes::APPS
+        ))
+        .unwrap_or_else(|| panic!("revision {n}'s Harness Deployment"))
+    };
+    // The sandbox policy's NetworkPolicy was shown, then removed by the empty allowlist.
+    let policy = format!("occ-egress-{agent}");
+    assert!(
+        output.contains(&format!("\"name\": \"{policy}\"")) && output.contains("10.20.0.0/16"),
+        "{output}"
+    );
+    assert!(fake
+        .get(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{policy}"
+        ))
+        .is_none());
+    // The leaked key: revision 3 had both sources; both withdrawals are revoked, requested by
+    // admin; revision 4 runs on the other key, without the tool source.
+    let r3 = revision(3);
+    assert_eq!(r3["credentialSources"].as_array().unwrap().len(), 2, "{r3}");
+    let withdrawals = json_file(&dir.join(state).join("withdrawals.json"));
+    let mut rows: Vec<(String, String, String, i64)> = withdrawals
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["sourceId"].as_str().unwrap_or("").to_string(),
+                w["state"].as_str().unwrap_or("").to_string(),
+                w["requestedBy"].as_str().unwrap_or("").to_string(),
+                w["revision"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("model".into(), "revoked".into(), "admin".into(), 3),
+            ("search".into(), "revoked".into(), "admin".into(), 3)
+        ]
+    );
+    assert!(output.contains("CREDENTIAL_WITHDRAWAL_REQUIRES_RUNTIME_RETIREMENT"));
+    let r4 = revision(4);
+    assert_eq!(
+        (&r4["state"], &r4["reasonCode"]),
+        (
+            &serde_json::json!("active"),
+            &serde_json::json!("REVISION_ACTIVATED")
+        )
+    );
+    let env: Vec<Value> = harness(4)["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let key = env
+        .iter()
+        .find(|e| e["name"] == "OCC_HARNESS_API_KEY")
+        .expect("the model key");
+    assert_eq!(
+        key["valueFrom"]["secretKeyRef"],
+        serde_json::json!({"name": "llm", "key": "key-2"})
+    );
+    assert!(!env.iter().any(|e| e["name"] == "OCC_CREDENTIAL_SEARCH"));
+    // Every revision since the restart pins the Sandbox Driver: the RuntimeClass on its Pods.
+    assert_eq!(r4["sandboxDriverId"], "sandbox-1");
+    assert_eq!(
+        harness(4)["spec"]["template"]["spec"]["runtimeClassName"],
+        "gvisor"
+    );
 }

@@ -550,6 +550,7 @@ trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
 fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     use crate::workspace_setup::guide_block;
     let block = guide_block("occ-git-sender");
+    let _ports = crate::kube_guide::DOCUMENTED_PORTS.lock();
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(50),
