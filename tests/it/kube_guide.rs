@@ -57,9 +57,69 @@ impl Drop for PgStop<'_> {
     }
 }
 
-/// Runs `blocks` of `page` in one bash, in the scratch checkout, after `prelude` and the
-/// `kubectl` stand-in, then `trailer`; every job is killed at the end. Returns whether it
+/// The bash of a section: the `kubectl` stand-in, `prelude`, the blocks of `page` and
+/// `trailer`; every job is killed at the end.
+fn section_script(
+    fake: &KubeFake,
+    scratch: &Scratch,
+    page: &str,
+    blocks: &[(usize, String)],
+    prelude: &str,
+    trailer: &str,
+) -> String {
+    let mut script = format!(
+        "set -euo pipefail\nset -x\n{}trap 'kill $(jobs -p) 2> /dev/null || true' EXIT\n{prelude}\n",
+        crate::kubectl::stand_in(fake, &scratch.checkout)
+    );
+    for (line, text) in blocks {
+        script.push_str(&format!("# {page}:{line}\n{text}"));
+    }
+    script.push_str(trailer);
+    script
+}
+
+/// Starts `command` (a bash running a section's script) in the scratch checkout with the
+/// reader's environment (`PATH`, `HOME`, a kubeconfig for the fake, and `env`), its output to
+/// the returned log file, in a process group of its own.
+fn spawn_section(
+    fake: &KubeFake,
+    scratch: &Scratch,
+    mut command: Command,
+    env: &[(&str, String)],
+) -> (std::process::Child, std::path::PathBuf) {
+    let kubeconfig = fake.write_kubeconfig(&scratch.base, KubeconfigAuth::Token);
+    let log = scratch.base.join("walk-through.log");
+    let out = std::fs::File::create(&log).unwrap();
+    command
+        .current_dir(&scratch.checkout)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
+        .env("KUBECONFIG", &kubeconfig)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .process_group(0);
+    (command.spawn().expect("bash"), log)
+}
+
+/// Waits for a section's bash to end (killing its process group after 400 s); whether it
 /// succeeded and everything it printed.
+fn finish_section(mut child: std::process::Child, log: &Path) -> (bool, String) {
+    let status = crate::support::child_exit(&mut child, Duration::from_secs(400));
+    if status.is_none() {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status();
+        let _ = child.wait();
+    }
+    let output = std::fs::read_to_string(log).unwrap_or_default();
+    (status.is_some_and(|s| s.success()), output)
+}
+
+/// Runs `blocks` of `page` in one bash, in the scratch checkout, after `prelude` and the
+/// `kubectl` stand-in, then `trailer`. Returns whether it succeeded and everything it printed.
 fn run_section(
     fake: &KubeFake,
     scratch: &Scratch,
@@ -68,41 +128,41 @@ fn run_section(
     prelude: &str,
     trailer: &str,
 ) -> (bool, String) {
-    let dir = &scratch.checkout;
-    let kubeconfig = fake.write_kubeconfig(&scratch.base, KubeconfigAuth::Token);
-    let mut script = format!(
-        "set -euo pipefail\nset -x\n{}trap 'kill $(jobs -p) 2> /dev/null || true' EXIT\n{prelude}\n",
-        crate::kubectl::stand_in(fake, dir)
-    );
-    for (line, text) in blocks {
-        script.push_str(&format!("# {page}:{line}\n{text}"));
+    let mut bash = Command::new("bash");
+    bash.arg("-c").arg(section_script(
+        fake, scratch, page, blocks, prelude, trailer,
+    ));
+    let (child, log) = spawn_section(fake, scratch, bash, &[]);
+    finish_section(child, &log)
+}
+
+/// A bash whose `/etc` is the host's under a private, writable overlay (a mount namespace of
+/// its own, as root of a user namespace): what it writes there is gone with it. None when
+/// this machine allows neither.
+fn bash_with_private_etc(scratch: &Scratch, script: &str) -> Option<Command> {
+    let layer = scratch.base.join("etc-layer");
+    std::fs::create_dir_all(&layer).unwrap();
+    let wrapped = |script: &str| {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--map-root-user", "bash", "-c"])
+            .arg(
+                "mount -t tmpfs tmpfs \"$0\" && mkdir \"$0/upper\" \"$0/work\" \
+                 && mount -t overlay overlay -o \"lowerdir=/etc,upperdir=$0/upper,workdir=$0/work\" /etc \
+                 && exec bash -c \"$1\"",
+            )
+            .arg(&layer)
+            .arg(script);
+        c
+    };
+    let probe = wrapped("mkdir /etc/occ-probe")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: no private mount namespace with an overlay on /etc here");
+        return None;
     }
-    script.push_str(trailer);
-    let log = scratch.base.join(format!("{}.log", page.replace('/', "-")));
-    let out = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new("bash")
-        .arg("-c")
-        .arg(&script)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", std::env::var("HOME").unwrap_or_else(|_| "/".into()))
-        .env("KUBECONFIG", &kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .process_group(0)
-        .spawn()
-        .expect("bash");
-    let status = crate::support::child_exit(&mut child, Duration::from_secs(400));
-    if status.is_none() {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", child.id())])
-            .status();
-        let _ = child.wait();
-    }
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
-    (status.is_some_and(|s| s.success()), output)
+    Some(wrapped(script))
 }
 
 fn json_file(path: &Path) -> Value {
@@ -218,20 +278,19 @@ fn the_kind_walk_through_runs_block_by_block_against_the_fake() {
         calls.contains("beforeWorkloadStart") && calls.contains("TEAM_FROZEN"),
         "{calls}"
     );
-    // The workspace setup: its init container ran in revision 2's Harness.
-    let r2 = fake.get(&format!(
-        "{}/namespaces/{ns}/deployments/agent-{agent}-r2",
-        crate::kubernetes::APPS
-    ));
-    if let Some(r2) = r2 {
-        assert_eq!(
-            r2["spec"]["template"]["spec"]["initContainers"][0]["name"],
-            "workspace-setup"
-        );
-    }
+    // The workspace setup: completed by revision 2, as `workspace-setup show` said.
+    let r2 = revisions
+        .iter()
+        .find(|r| r["revision"] == 2)
+        .expect("revision 2");
+    assert_eq!(r2["reasonCode"], "REVISION_ACTIVATED", "{r2}");
     assert!(
-        output.lines().any(|l| l.contains("completed")),
-        "workspace-setup show: completed\n{output}"
+        output.contains("completed: true")
+            && output.contains(&format!(
+                "completedRevisionId: {}",
+                r2["id"].as_str().unwrap()
+            )),
+        "{output}"
     );
     // Git access: the step's Secret, the session opened and closed, never the token.
     let git = fake
@@ -467,4 +526,127 @@ fn the_readme_kubernetes_walk_throughs_run_block_by_block_against_the_fake() {
         harness(4)["spec"]["template"]["spec"]["runtimeClassName"],
         "gvisor"
     );
+}
+
+// docs/kubernetes.md, on a real cluster from this repository: with the operator's database
+// (`OCC_DATABASE_URL`) and `occ-worker` on PATH, the block applies rbac.yaml, writes the driver
+// file to /etc/occ (here a private overlay of /etc, gone with the shell), and `check` passes
+// before `run` starts the worker, which serves until it is told to stop: SIGTERM, as Ctrl-C
+// would, and the block ends with exit 0.
+#[test]
+fn the_real_cluster_steps_run_against_the_fake() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let scratch = scratch_checkout_for("kube-real");
+    let page = "docs/kubernetes.md";
+    let steps: Vec<(usize, String)> = section_blocks(page, "# Kubernetes guide")
+        .into_iter()
+        .filter(|(_, t)| t.contains("mkdir -p /etc/occ"))
+        .collect();
+    assert_eq!(steps.len(), 1);
+    let installed = scratch.checkout.join("target/debug").display().to_string();
+    let script = section_script(
+        &fake,
+        &scratch,
+        page,
+        &steps,
+        &format!("export PATH={installed}:$PATH   # occ-worker installed"),
+        "",
+    );
+    let host_had_one = Path::new("/etc/occ/driver.json").exists();
+    let Some(bash) = bash_with_private_etc(&scratch, &script) else {
+        return;
+    };
+    let db = crate::support::TestDb::bootstrapped();
+    let (mut child, log) = spawn_section(
+        &fake,
+        &scratch,
+        bash,
+        &[
+            ("OCC_DATABASE_URL", db.url.clone()),
+            ("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0".into()),
+        ],
+    );
+    let mut started = None;
+    crate::support::wait_for("the worker started", Duration::from_secs(60), || {
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        started = output
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["event"] == "worker.started");
+        started.is_some() || child.try_wait().ok().flatten().is_some()
+    });
+    let started = started.unwrap_or_else(|| {
+        panic!(
+            "the worker never started:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(started["computeDriverId"], "kubernetes", "{started}");
+    let pid = started["pid"]
+        .as_i64()
+        .expect("the worker's pid")
+        .to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let (ok, output) = finish_section(child, &log);
+    assert!(ok, "the steps failed:\n{output}");
+    // rbac.yaml applied; `check` answered ok (the RBAC reviews, the version) before `run`.
+    assert!(fake
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterroles/occ-worker")
+        .is_some());
+    assert!(output.contains("status: ok"), "{output}");
+    assert!(output.contains("\"event\":\"worker.stopped\""), "{output}");
+    let reviews = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews"))
+        .count();
+    assert!(
+        reviews > 0,
+        "check and run asked the API server verb by verb"
+    );
+    assert_eq!(
+        Path::new("/etc/occ/driver.json").exists(),
+        host_had_one,
+        "the driver file stayed in the shell's own /etc"
+    );
+}
+
+// The stand-in does what the walk-throughs type and refuses anything else in one line, exit 1:
+// another verb, a manifest outside deploy/kubernetes, a `get` of a type no walk-through reads.
+#[test]
+fn the_kubectl_stand_in_refuses_what_no_walk_through_types() {
+    let fake = KubeFake::start(FakeOptions::default());
+    let scratch = scratch_checkout_for("kubectl-refusals");
+    for (command, said) in [
+        (
+            "kubectl delete namespace occ-system",
+            "kubectl stand-in: not supported: delete namespace occ-system",
+        ),
+        (
+            "kubectl apply -f other.yaml",
+            "kubectl stand-in: not supported: apply -f other.yaml (only deploy/kubernetes manifests)",
+        ),
+        (
+            "kubectl -n occ-system get secrets",
+            "kubectl stand-in: not supported: get secrets",
+        ),
+        (
+            "kubectl create namespace",
+            "kubectl stand-in: not supported: create namespace",
+        ),
+    ] {
+        let script = section_script(&fake, &scratch, "test", &[], "set +x", command);
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&scratch.checkout)
+            .output()
+            .expect("bash");
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        // The script's own trace (`set -x` until the prelude's `set +x`) aside.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said_lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("+ ")).collect();
+        assert_eq!(said_lines, [said], "{command}");
+    }
+    assert!(fake.writes().is_empty(), "{:?}", fake.writes());
 }
