@@ -335,6 +335,15 @@ fn the_in_cluster_install_runs_against_the_fake() {
     assert_eq!(install.len(), 1);
     let (ok, output) = run_section(&fake, &scratch, page, &install, "", "");
     assert!(ok, "the install failed:\n{output}");
+    // rbac.yaml declares occ-system too: the kustomization configures what `create` made.
+    for applied in [
+        "namespace/occ-system configured",
+        "clusterrole.rbac.authorization.k8s.io/occ-worker created",
+        "deployment.apps/occ-worker created",
+        "poddisruptionbudget.policy/occ-worker created",
+    ] {
+        assert!(output.lines().any(|l| l == applied), "{applied}: {output}");
+    }
     assert!(fake.get("/api/v1/namespaces/occ-system").is_some());
     let secret = fake
         .get("/api/v1/namespaces/occ-system/secrets/occ-worker-database")

@@ -6,7 +6,7 @@
 //!
 //! What it does, as kubectl does it:
 //! - `apply -f deploy/kubernetes/FILE.yaml` and `apply -k deploy/kubernetes`: each object
-//!   created, or merge-patched when it exists (`KIND/NAME created|configured`). The YAML is
+//!   created, or merge-patched when it exists (`KIND.GROUP/NAME created|configured`). The YAML is
 //!   rendered to JSON here, in Rust (the shell has no YAML parser), and `-k` as kustomize
 //!   renders `kustomization.yaml`: its namespace on namespaced objects, the `configMapGenerator`
 //!   ConfigMap with a content-hash suffix (and the Deployment's reference to it), the `images`
@@ -84,8 +84,8 @@ fn kustomize(dir: &Path) -> Vec<Value> {
                 json!(std::fs::read_to_string(dir.join(file)).unwrap()),
             );
         }
-        // kustomize's suffix: ten characters of the content's SHA-256, vowels and some digits
-        // replaced so that it never spells a word.
+        // A suffix as kustomize makes one (ten characters of a SHA-256 of the content, some
+        // letters and digits swapped so that it never spells a word), not byte for byte its.
         let digest = sha2::Sha256::digest(
             json!({"data": data, "kind": "ConfigMap", "name": name}).to_string(),
         );
@@ -151,7 +151,17 @@ pub fn stand_in(fake: &KubeFake, dir: &Path) -> String {
     let write = |name: &str, objects: Vec<Value>| {
         let entries: Vec<Value> = objects
             .into_iter()
-            .map(|o| json!({"path": collection(&o), "object": o}))
+            .map(|o| {
+                // As kubectl names what it applied: `clusterrole.rbac.authorization.k8s.io/NAME`.
+                let api = o["apiVersion"].as_str().unwrap_or("v1");
+                let kind = o["kind"].as_str().unwrap_or("").to_lowercase();
+                let name = o["metadata"]["name"].as_str().unwrap_or("");
+                let named = match api.split_once('/') {
+                    Some((group, _)) => format!("{kind}.{group}/{name}"),
+                    None => format!("{kind}/{name}"),
+                };
+                json!({"path": collection(&o), "name": named, "object": o})
+            })
             .collect();
         std::fs::write(rendered.join(name), Value::Array(entries).to_string()).unwrap();
     };
@@ -203,7 +213,7 @@ pub fn stand_in(fake: &KubeFake, dir: &Path) -> String {
         for i in $(seq 0 $(( $(jq length "$rendered") - 1 ))); do
             path=$(jq -r ".[$i].path" "$rendered")
             object=$(jq -c ".[$i].object" "$rendered")
-            name="$(jq -r '.kind | ascii_downcase' <<< "$object")/$(jq -r .metadata.name <<< "$object")"
+            name=$(jq -r ".[$i].name" "$rendered")
             _kubectl_curl POST "$path" "$object"
             if [ "$_kubectl_code" = 201 ]; then
                 echo "$name created"
