@@ -18,7 +18,21 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RUN: &str = "<!-- readme-test: run -->";
+/// A Kubernetes walk-through's block: run by tests/it/kube_guide.rs against the API server fake,
+/// with the tests' `kubectl` (tests/it/kubectl.rs), never by the Docker walk-through below.
+pub const FAKE: &str = "<!-- readme-test: run against the Kubernetes API fake -->";
 const SKIP: &str = "<!-- readme-test: skip (";
+
+/// How a `sh` block is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    /// In the Docker walk-through.
+    Run,
+    /// Against the Kubernetes API fake.
+    Fake,
+    /// Not at all, for the reason its marker gives.
+    Skip,
+}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,8 +54,8 @@ fn documentation() -> String {
     text
 }
 
-/// Each `sh` block of the README: (line of its fence, run?, text).
-fn blocks(readme: &str) -> Vec<(usize, bool, String)> {
+/// Each `sh` block of the README: (line of its fence, its marker, text).
+pub fn blocks(readme: &str) -> Vec<(usize, Marker, String)> {
     let lines: Vec<&str> = readme.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -54,12 +68,14 @@ fn blocks(readme: &str) -> Vec<(usize, bool, String)> {
                 .map(|l| l.trim())
                 .unwrap_or("");
             let run = if marker == RUN {
-                true
+                Marker::Run
+            } else if marker == FAKE {
+                Marker::Fake
             } else if marker.starts_with(SKIP) && marker.ends_with(") -->") {
-                false
+                Marker::Skip
             } else {
                 panic!(
-                    "README.md:{}: a sh block needs `{RUN}` or `{SKIP}why) -->` on the line before it",
+                    "README.md:{}: a sh block needs `{RUN}`, `{FAKE}` or `{SKIP}why) -->` on the line before it",
                     i + 1
                 );
             };
@@ -113,8 +129,8 @@ impl Drop for Scratch {
     }
 }
 
-/// A scratch checkout named for this process and `what`: `scripts/` and the built binary,
-/// linked, under a mode-700 directory.
+/// A scratch checkout named for this process and `what`: `scripts/`, `deploy/` and the built
+/// binaries, linked, under a mode-700 directory.
 pub fn scratch_checkout_for(what: &str) -> Scratch {
     let base = std::env::temp_dir().join(format!("occ-{what}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
@@ -122,10 +138,13 @@ pub fn scratch_checkout_for(what: &str) -> Scratch {
     let checkout = private.join("checkout");
     std::fs::create_dir_all(checkout.join("target/debug")).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::os::unix::fs::symlink(root().join("scripts"), checkout.join("scripts")).unwrap();
+    for dir in ["scripts", "deploy"] {
+        std::os::unix::fs::symlink(root().join(dir), checkout.join(dir)).unwrap();
+    }
     for (bin, path) in [
         ("occ-worker", env!("CARGO_BIN_EXE_occ-worker")),
         ("occ-hook", env!("CARGO_BIN_EXE_occ-hook")),
+        ("occ-git-sender", env!("CARGO_BIN_EXE_occ-git-sender")),
     ] {
         std::os::unix::fs::symlink(path, checkout.join("target/debug").join(bin)).unwrap();
     }
@@ -140,28 +159,33 @@ fn scratch_checkout() -> Scratch {
     scratch_checkout_for("readme")
 }
 
-// Every sh block is marked, the Kubernetes ones are skipped by their marker, and
-// the development walk-throughs run as written against a throwaway cluster and the Docker
-// Engine.
+// Every sh block is marked; every Kubernetes block runs against the API server fake
+// (tests/it/kube_guide.rs) except the kind cluster's creation, and none runs in the Docker
+// walk-through; the
+// development walk-throughs run as written against a throwaway cluster and the Docker Engine.
 #[test]
 fn the_readme_walk_throughs_run_as_written() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let all = blocks(&readme);
-    // Every block of the docs is marked too; the Kubernetes ones live in docs/kubernetes.md.
+    // Every block of the docs is marked too.
     let documented = blocks(&documentation());
     let kubernetes: Vec<_> = documented
         .iter()
-        .filter(|b| b.2.contains("kubectl"))
+        .filter(|b| b.2.contains("kubectl") || b.2.contains("kind "))
         .collect();
-    assert!(!kubernetes.is_empty(), "the Kubernetes blocks are found");
+    assert!(kubernetes.len() >= 8, "the Kubernetes blocks are found");
     for block in &kubernetes {
-        assert!(
-            !block.1,
-            "a Kubernetes block is skipped by its marker: {}",
-            block.2
-        );
+        match block.1 {
+            Marker::Fake => {}
+            Marker::Run => panic!("a Kubernetes block in the Docker walk-through: {}", block.2),
+            Marker::Skip => assert!(
+                block.2.contains("kind create cluster"),
+                "a Kubernetes block runs against the fake unless it creates the kind cluster: {}",
+                block.2
+            ),
+        }
     }
-    let run: Vec<&(usize, bool, String)> = all.iter().filter(|b| b.1).collect();
+    let run: Vec<&(usize, Marker, String)> = all.iter().filter(|b| b.1 == Marker::Run).collect();
     assert!(run.len() >= 4, "the walk-throughs are marked to run");
     if !docker_available() {
         return;

@@ -532,11 +532,9 @@ fn g11_a_missing_operator_secret_is_repaired_once_then_fails_and_a_redeploy_acti
 }
 
 /// The bash the guide's step runs in: the kind recipe's variables (`occ`, `bin`, `ns`), its
-/// worker started as the recipe starts it (a job the step restarts), and a `kubectl` that
-/// does the one thing the step asks of it, `-n NS create secret generic NAME
-/// --from-literal=KEY=VALUE`, against the fake with curl. Every job is killed at the end.
+/// worker started as the recipe starts it (a job the step restarts), and the tests' `kubectl`
+/// (tests/it/kubectl.rs) against the fake. Every job is killed at the end.
 fn guide_script(block: &str, ns: &str, fake: &KubeFake, dir: &Path) -> String {
-    std::fs::write(dir.join("fake-ca.pem"), fake.ca_pem()).unwrap();
     let occ = env!("CARGO_BIN_EXE_occ-worker");
     let bin = Path::new(env!("CARGO_BIN_EXE_occ-git-sender"))
         .parent()
@@ -548,22 +546,11 @@ fn guide_script(block: &str, ns: &str, fake: &KubeFake, dir: &Path) -> String {
 occ={occ}
 bin={bin}
 ns={ns}
-kubectl() {{
-    [ "$1 $3 $4 $5" = "-n create secret generic" ] && [ "${{7%%=*}}" = --from-literal ] \
-        || {{ echo "kubectl stand-in: not supported: $*" >&2; return 1; }}
-    local literal=${{7#--from-literal=}}
-    local value
-    value=$(printf %s "${{literal#*=}}" | base64 -w0)
-    curl -sSf --cacert fake-ca.pem -H "Authorization: Bearer {token}" \
-        -H 'Content-Type: application/json' -X POST "{url}/api/v1/namespaces/$2/secrets" \
-        -d "{{\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {{\"name\": \"$6\"}},
-              \"data\": {{\"${{literal%%=*}}\": \"$value\"}}}}" > /dev/null
-}}
+{kubectl}
 $occ run > target/kind-worker.log 2>&1 &
 trap 'kill $(jobs -p) 2> /dev/null || true' EXIT
 {block}"#,
-        token = fake.token(),
-        url = fake.url(),
+        kubectl = crate::kubectl::stand_in(fake, dir),
     )
 }
 
@@ -577,8 +564,8 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     use crate::workspace_setup::guide_block;
     // The guide's example Secret value, planted as a canary (tests/canary.rs).
     let planted = crate::support::canary("git-token");
-    let block = guide_block("repository_e2e::g22_the_kubernetes_guide_step_runs_against_the_fake")
-        .replace("not-a-real-token", &planted);
+    let block = guide_block("occ-git-sender").replace("not-a-real-token", &planted);
+    let _ports = crate::kube_guide::DOCUMENTED_PORTS.lock();
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(50),

@@ -788,19 +788,26 @@ fn ws5_binding_and_reconnect_codes_are_readiness_evidence() {
 // docs/kubernetes.md's workspace-setup step, as written, against the TLS fake
 // ---------------------------------------------------------------------------------------------
 
-/// The `sh` block of docs/kubernetes.md that follows the marker naming `test`.
-pub fn guide_block(test: &str) -> String {
+/// The `sh` block of docs/kubernetes.md, marked to run against the Kubernetes API fake, that
+/// contains `text`.
+pub fn guide_block(text: &str) -> String {
     let guide = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes.md"),
     )
     .unwrap();
-    let marker = guide
-        .find(&format!("{test} runs it) -->"))
-        .unwrap_or_else(|| panic!("docs/kubernetes.md names {test}"));
-    let rest = &guide[marker..];
-    let start = rest.find("```sh\n").expect("its block") + "```sh\n".len();
-    let end = rest[start..].find("```").expect("the block's end");
-    rest[start..start + end].to_string()
+    let mut found = crate::readme::blocks(&guide)
+        .into_iter()
+        .filter(|(_, marker, block)| {
+            *marker == crate::readme::Marker::Fake && block.contains(text)
+        });
+    let block = found
+        .next()
+        .unwrap_or_else(|| panic!("docs/kubernetes.md runs a block with {text}"));
+    assert!(
+        found.next().is_none(),
+        "one block of docs/kubernetes.md has {text}"
+    );
+    block.2
 }
 
 // The guide's step after the kind recipe: with the recipe's state (the ready Namespace team-a,
@@ -812,7 +819,7 @@ fn ws3_the_kubernetes_guide_step_runs_against_the_fake() {
     use crate::kube_e2e::{k8s_namespace, kube_env, scratch};
     use crate::kube_fake::KubeFake;
     use crate::support::{wait_for, worker_command, TestDb, WorkerProcess};
-    let block = guide_block("workspace_setup::ws3_the_kubernetes_guide_step_runs_against_the_fake");
+    let block = guide_block("workspace-setup put");
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(50),
         ..FakeOptions::default()

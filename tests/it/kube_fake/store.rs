@@ -118,6 +118,35 @@ pub static RESOURCES: &[Resource] = &[
         Subdomain,
         false,
     ),
+    // Served for the operator's own manifests (`deploy/kubernetes`, applied by the tests'
+    // `kubectl` stand-in); the driver never touches them.
+    res(
+        "clusterroles",
+        "ClusterRole",
+        "rbac.authorization.k8s.io",
+        "v1",
+        false,
+        Subdomain,
+        false,
+    ),
+    res(
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        "rbac.authorization.k8s.io",
+        "v1",
+        false,
+        Subdomain,
+        false,
+    ),
+    res(
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        "policy",
+        "v1",
+        true,
+        Subdomain,
+        true,
+    ),
     res(
         "runtimeclasses",
         "RuntimeClass",
