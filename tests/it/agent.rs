@@ -3,6 +3,7 @@
 //! the exact Compute calls.
 
 use crate::scripted::{quiet, run_captured, run_until, run_with, Opts, ScriptedDriver};
+use crate::support::LoggedOutput;
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::compute::ComputeError;
 use postgres::Client;
@@ -723,7 +724,7 @@ fn o_cli_admits_an_agent_deployment_and_shows_its_revision_status() {
             "--actor",
             "admin",
         ])
-        .output()
+        .logged_output("agent.occ-worker")
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is being deleted"));
@@ -1198,7 +1199,7 @@ fn f105_a_deployment_in_another_mode_than_the_agents_is_refused_and_writes_nothi
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
         .args(&args)
         .env("OCC_WORKER_MODE", "production")
-        .output()
+        .logged_output("agent.occ-worker")
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(

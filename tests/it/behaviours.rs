@@ -6,6 +6,7 @@ use crate::agent::{active, audits, evidence, fixture, stop, work, Fixture};
 use crate::scripted::{
     ns_observation, quiet, run_captured, run_until, run_with, Opts, Prepare, ScriptedDriver,
 };
+use crate::support::LoggedOutput;
 use crate::support::TestDb;
 use occ_worker::compute::{
     ComputeError, FailureClass, PrepareDiagnostic, RequestDiagnostic, RuntimeCredentials,
@@ -170,7 +171,7 @@ fn z4_start_up_refuses_a_secret_driver_the_installation_does_not_select() {
         .env("OCC_DATABASE_URL", &db.url)
         .env("OCC_COMPUTE_DRIVER", "docker")
         .env("OCC_SECRET_DRIVER", "vault")
-        .output()
+        .logged_output("behaviours.occ-worker")
         .unwrap();
     assert_eq!(
         (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
@@ -833,7 +834,7 @@ fn z4_admin_secret_create_names_the_owning_driver_and_backend_uid() {
             "--actor",
             "admin",
         ])
-        .output()
+        .logged_output("behaviours.occ-worker")
         .unwrap();
     assert_eq!(
         (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),

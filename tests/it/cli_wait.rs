@@ -4,6 +4,7 @@
 //! no worker seems to run. The worker is played by the test: it writes the attempts and the
 //! outcome a pass would, between the lines it reads.
 
+use crate::support::LoggedOutput;
 use crate::support::TestDb;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Command, Stdio};
@@ -314,7 +315,7 @@ fn on_a_terminal_wait_redraws_one_line() {
         .env("OCC_DATABASE_URL", &db.url)
         .env("TERM", "dumb")
         .stdin(Stdio::null())
-        .output()
+        .logged_output("cli_wait.occ-worker")
         .expect("script");
     assert_eq!(
         seconds(&String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")),
@@ -334,7 +335,7 @@ fn on_a_terminal(db: &TestDb, args: &str) -> (Option<i32>, String) {
         .arg("/dev/null")
         .env("OCC_DATABASE_URL", &db.url)
         .stdin(Stdio::null())
-        .output()
+        .logged_output("cli_wait.occ-worker")
         .expect("script");
     (
         out.status.code(),

@@ -4,6 +4,7 @@
 
 use crate::cli::{ok, refused};
 use crate::kube_e2e::scratch;
+use crate::support::LoggedOutput;
 use crate::support::{insert_namespace, TestDb};
 use serde_json::{json, Value};
 use std::process::Command;
@@ -336,7 +337,9 @@ fn run_with(db: &TestDb, config: Option<&std::path::Path>, args: &[&str]) -> (i3
     if let Some(path) = config {
         cmd.env("OCC_INSTALLATION_CONFIG", path);
     }
-    let out = cmd.output().expect("run occ-worker");
+    let out = cmd
+        .logged_output("credential_sources.occ-worker")
+        .expect("run occ-worker");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

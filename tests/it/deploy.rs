@@ -4,6 +4,7 @@
 //! worker reads, the ClusterRole grants what preflight reviews, and the probes ask paths the
 //! health server answers with 200.
 
+use crate::support::LoggedOutput;
 use crate::support::{http_get as get, TestDb};
 use occ_worker::compute::kubernetes::driver::ACCESS;
 use occ_worker::compute::kubernetes::settings::Settings;
@@ -91,7 +92,7 @@ fn deploy_manifests_parse_and_the_kustomization_names_real_files() {
     let version = env!("CARGO_PKG_VERSION");
     let reported = std::process::Command::new(env!("CARGO_BIN_EXE_occ-worker"))
         .arg("--version")
-        .output()
+        .logged_output("deploy.occ-worker")
         .expect("occ-worker --version");
     assert_eq!(
         String::from_utf8_lossy(&reported.stdout).trim(),

@@ -6,6 +6,7 @@
 //! for its exit code, its one line, and that nothing was written.
 
 use crate::agent::{audits, fixture, user, Fixture};
+use crate::support::LoggedOutput;
 use crate::support::{one, TestDb};
 use postgres::error::SqlState;
 use postgres::Client as Sql;
@@ -87,7 +88,9 @@ fn run(db: &TestDb, config: Option<&Path>, args: &[&str]) -> (i32, Value, String
     if let Some(path) = config {
         cmd.env("OCC_INSTALLATION_CONFIG", path);
     }
-    let out = cmd.output().expect("run occ-worker");
+    let out = cmd
+        .logged_output("repository_policy.occ-worker")
+        .expect("run occ-worker");
     let stdout = String::from_utf8_lossy(&out.stdout);
     (
         out.status.code().unwrap_or(-1),

@@ -4,6 +4,7 @@
 //! newer release only expanded is inside the window and the worker starts on it; `/readyz`
 //! answers `SCHEMA_OUTSIDE_WINDOW` outside it.
 
+use crate::support::LoggedOutput;
 use crate::support::{http_get_text, wait_value, worker_env, TestDb, WorkerProcess};
 use occ_worker::migrate::{newest_known, OLDEST_SUPPORTED};
 use serde_json::Value;
@@ -21,7 +22,7 @@ fn start_up(url: &str, command: &str) -> (i32, String) {
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .env("OCC_WORKER_HTTP_ADDR", "127.0.0.1:0")
         .env("OCC_WORKER_DB_TIMEOUT_MS", "3000")
-        .output()
+        .logged_output("schema_window.occ-worker")
         .expect("run occ-worker");
     (
         out.status.code().unwrap_or(-1),

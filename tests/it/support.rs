@@ -350,6 +350,18 @@ pub fn logged(what: &str, out: std::process::Output) -> std::process::Output {
     out
 }
 
+/// `Command::output` that also appends what the process wrote to the capture directory (see
+/// `logged`): for every `occ-worker` a test runs and reads itself.
+pub trait LoggedOutput {
+    fn logged_output(&mut self, what: &str) -> std::io::Result<std::process::Output>;
+}
+
+impl LoggedOutput for Command {
+    fn logged_output(&mut self, what: &str) -> std::io::Result<std::process::Output> {
+        self.output().map(|out| logged(what, out))
+    }
+}
+
 /// A child's stdout or stderr into a new capture file for `what` (`Stdio::null()` without a
 /// capture directory): for a process whose output no test reads.
 pub fn log_stdio(what: &str) -> Stdio {
