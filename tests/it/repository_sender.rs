@@ -38,6 +38,8 @@ pub enum Answer {
     Json(Value),
     /// `200` with this text.
     Raw(String),
+    /// This status with this text, whatever it is.
+    RawStatus(u16, String),
     /// This status with a well-formed body.
     Status(u16, Value),
     /// This JSON after this long.
@@ -234,6 +236,7 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
         None => (404, "{}".to_string()),
         Some(Answer::Json(v)) => (200, v.to_string()),
         Some(Answer::Raw(text)) => (200, text),
+        Some(Answer::RawStatus(status, text)) => (status, text),
         Some(Answer::Status(status, v)) => (status, v.to_string()),
         Some(Answer::Slow(delay, v)) => {
             std::thread::sleep(delay);
@@ -260,7 +263,7 @@ fn serve(shared: &Shared, tls: Arc<ServerConfig>, socket: TcpStream) {
     let _ = stream.flush();
 }
 
-const OPEN: OpenRequest<'static> = OpenRequest {
+pub const OPEN: OpenRequest<'static> = OpenRequest {
     namespace_id: "ns-1",
     agent_id: "agent-1",
     revision_id: "rev-1",
@@ -272,7 +275,7 @@ const OPEN: OpenRequest<'static> = OpenRequest {
     standing: false,
 };
 
-const SESSION: SessionRequest<'static> = SessionRequest {
+pub const SESSION: SessionRequest<'static> = SessionRequest {
     namespace_id: "ns-1",
     admission_id: "4f7d6c1e-9d4b-4d6e-8c0a-2b1f5e3a9c77",
     session_id: Some("s-1"),

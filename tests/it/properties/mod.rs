@@ -17,6 +17,7 @@ mod hooks;
 mod installation;
 mod kubeconfig;
 mod kubernetes;
+mod sender;
 mod settings;
 
 use proptest::prelude::*;
