@@ -101,6 +101,35 @@ fn calls_to(sender: &SenderServer, call: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The attempts recorded for the work `key`.
+fn attempts_of(c: &mut Client, key: &str) -> i64 {
+    crate::support::one(
+        c,
+        "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1",
+        &[&key],
+    )
+}
+
+/// The cause of the last attempt of the work `key`.
+fn last_cause(c: &mut Client, key: &str) -> Option<String> {
+    crate::support::one(
+        c,
+        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
+         WHERE w.idempotency_key = $1 ORDER BY a.id DESC LIMIT 1",
+        &[&key],
+    )
+}
+
+/// Makes the queued work `key` due now, instead of at its recheck.
+fn due_now(c: &mut Client, key: &str) {
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
+        &[&key],
+    )
+    .unwrap();
+}
+
 /// A fixture with both REFs granted (APP write, LIB read).
 fn granted() -> Fixture {
     let f = fixture();
@@ -444,17 +473,9 @@ fn g19_cleanup_disposes_closed_and_invalidates_unknown() {
     s.answer("status", Answer::Status(503, json!({})));
     stop(&mut c, &f.agent, "admin");
     let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
-    let attempts = |c: &mut Client, key: &str| -> i64 {
-        crate::support::one(
-            c,
-            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-             WHERE w.idempotency_key = $1",
-            &[&key],
-        )
-    };
     let watched = cleanup.clone();
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
-        attempts(c, &watched) >= 1
+        attempts_of(c, &watched) >= 1
     });
     assert_eq!(
         phases(&mut c, &rev),
@@ -475,16 +496,12 @@ fn g19_cleanup_disposes_closed_and_invalidates_unknown() {
             shared(Answer::Json(json!({"state": state})));
         });
     }
-    let before = attempts(&mut c, &cleanup);
+    let before = attempts_of(&mut c, &cleanup);
     let status_before = calls_to(&s, "status").len();
-    c.execute(
-        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
-        &[&cleanup],
-    )
-    .unwrap();
+    due_now(&mut c, &cleanup);
     let watched = cleanup.clone();
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
-        attempts(c, &watched) > before
+        attempts_of(c, &watched) > before
     });
     let asked_sessions: Vec<String> = calls_to(&s, "status")[status_before..]
         .iter()
@@ -522,11 +539,7 @@ fn g19_cleanup_disposes_closed_and_invalidates_unknown() {
     // Once the sender confirms the invalidated session closed, the cleanup settles.
     s.on_call("status", || {});
     s.answer("status", Answer::Json(json!({"state": "closed"})));
-    c.execute(
-        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
-        &[&cleanup],
-    )
-    .unwrap();
+    due_now(&mut c, &cleanup);
     run_with(&f.db, driver.clone(), opts(&s), quiet);
     assert_eq!(
         work(&mut c, &cleanup).1.as_deref(),
@@ -617,12 +630,7 @@ fn g12_sessions_are_closed_before_every_stop_and_an_unreachable_sender_leaves_cl
     let cleanup = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
     let cleanup_key = cleanup.clone();
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
-        crate::support::one::<i64>(
-            c,
-            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-             WHERE w.idempotency_key = $1",
-            &[&cleanup_key],
-        ) >= 1
+        attempts_of(c, &cleanup_key) >= 1
     });
     assert_eq!(work(&mut c, &stop_key).0, "succeeded");
     assert!(driver.calls_of("stop_revision").contains(&rev));
@@ -634,21 +642,12 @@ fn g12_sessions_are_closed_before_every_stop_and_an_unreachable_sender_leaves_cl
             .is_some_and(|e| e.ends_with(":REPOSITORY_CLEANUP_PENDING")),
         "{last:?}"
     );
-    let cause: Option<String> = crate::support::one(
-        &mut c,
-        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-         WHERE w.idempotency_key = $1 ORDER BY a.id DESC LIMIT 1",
-        &[&cleanup],
-    );
+    let cause = last_cause(&mut c, &cleanup);
     assert_eq!(cause.as_deref(), Some("REPOSITORY_SENDER_UNAVAILABLE"));
     // The sender answers again: the cleanup asks `status`, disposes of the session and
     // completes.
     s.answer("status", Answer::Json(json!({"state": "closed"})));
-    c.execute(
-        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
-        &[&cleanup],
-    )
-    .unwrap();
+    due_now(&mut c, &cleanup);
     run_with(&f.db, driver.clone(), opts(&s), quiet);
     assert_eq!(
         work(&mut c, &cleanup).1.as_deref(),
@@ -959,12 +958,7 @@ fn g15_an_unverified_execution_defers_with_its_harness_state() {
     let prepared = driver.calls_of("prepare_revision").len();
     let watched = rev.clone();
     let events = crate::scripted::run_captured(&f.db, driver.clone(), o, move |c| {
-        crate::support::one::<i64>(
-            c,
-            "SELECT count(*) FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-             WHERE w.idempotency_key LIKE $1 AND a.code = 'REPOSITORY_EXECUTION_UNVERIFIED'",
-            &[&format!("agent_revision:{watched}:maintenance:%")],
-        ) >= 2
+        maintenance_attempts(c, &watched, "REPOSITORY_EXECUTION_UNVERIFIED") >= 2
     });
     assert_eq!(driver.calls_of("prepare_revision").len(), prepared);
     assert!(!driver.calls_of("observe_revision").is_empty());
@@ -1060,20 +1054,11 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
         !crate::agent::evidence(c, &watched).is_empty()
     });
-    let cause: Option<String> = crate::support::one(
-        &mut c,
-        "SELECT a.cause FROM occ.work_attempts a JOIN occ.work w ON w.id = a.work_id
-         WHERE w.idempotency_key = $1 ORDER BY a.id DESC LIMIT 1",
-        &[&cleanup],
-    );
+    let cause = last_cause(&mut c, &cleanup);
     assert_eq!(cause.as_deref(), Some("REPOSITORY_WITHDRAWAL_UNCONFIRMED"));
     assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
     // Withdrawn: settled, the runtime kept.
-    c.execute(
-        "UPDATE occ.work SET available_at = clock_timestamp() WHERE idempotency_key = $1",
-        &[&cleanup],
-    )
-    .unwrap();
+    due_now(&mut c, &cleanup);
     let watched = cleanup.clone();
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
         work(c, &watched).0 == "succeeded"
