@@ -536,6 +536,11 @@ fn g19_cleanup_disposes_closed_and_invalidates_unknown() {
             .is_some_and(|e| e.ends_with(":REPOSITORY_CLEANUP_PENDING")),
         "{last:?}"
     );
+    // Unsettled without a failed call, with an invalidated session: its cause says so (G3).
+    assert_eq!(
+        last_cause(&mut c, &cleanup).as_deref(),
+        Some("REPOSITORY_ATTEMPT_INVALIDATED")
+    );
     // Once the sender confirms the invalidated session closed, the cleanup settles.
     s.on_call("status", || {});
     s.answer("status", Answer::Json(json!({"state": "closed"})));
