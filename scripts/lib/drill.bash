@@ -4,7 +4,8 @@
 
 # Times in microseconds (EPOCHREALTIME, bash 5), seconds as decimals for people.
 now_us() { local t=$EPOCHREALTIME; echo $(( 10#${t/./} )); }
-us_of() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000000 }'; }
+# %.0f, not %d: mawk's %d stops at 2^31 (2,147 s in microseconds).
+us_of() { awk -v s="$1" 'BEGIN { printf "%.0f", s * 1000000 }'; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1000000 }'; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
