@@ -137,6 +137,50 @@ fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
     assert!(err.contains("--kill-everything"), "{err}");
 }
 
+// The soak documents its options, its verdicts and its exit statuses, and refuses a wrong
+// argument in one line with exit status 2 before anything is built or started.
+#[test]
+fn the_soak_documents_its_options_and_refuses_a_wrong_one() {
+    let (ok, help, err) = script("soak", &["--help"]);
+    assert!(ok, "soak --help: {err}");
+    for option in [
+        "--minutes",
+        "--workers",
+        "--kill-every",
+        "--restart-after",
+        "--sample-every",
+        "--warmup",
+        "--binary",
+        "--kube-helper",
+        "--out",
+        "application_name",
+        "slope per hour",
+        "Exit status",
+    ] {
+        assert!(help.contains(option), "--help lacks {option}: {help}");
+    }
+    for (args, says) in [
+        (
+            &["--minutes", "0"][..],
+            "--minutes must be a positive number",
+        ),
+        (&["--kill-everything"][..], "--kill-everything"),
+    ] {
+        let out = Command::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("scripts")
+                .join("soak"),
+        )
+        .args(args)
+        .output()
+        .expect("run script");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 // The dev loop's scripts print their own usage on --help and start nothing: no cargo, no
 // PostgreSQL (PATH holds neither).
 #[test]
