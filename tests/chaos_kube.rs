@@ -46,19 +46,7 @@ const WRITTEN: [&str; 7] = [
     "secrets",
     "configmaps",
 ];
-/// Everything that must be gone once an Agent is deleted.
-const ALL: [&str; 10] = [
-    "deployments",
-    "services",
-    "networkpolicies",
-    "persistentvolumeclaims",
-    "serviceaccounts",
-    "secrets",
-    "configmaps",
-    "pods",
-    "replicasets",
-    "endpointslices",
-];
+use fleet::AGENT_OBJECT_KINDS as ALL;
 
 #[derive(Clone, Debug)]
 struct Options {

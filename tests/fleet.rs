@@ -16,6 +16,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Everything an Agent may own in the fake: none may be left once it is deleted.
+pub const AGENT_OBJECT_KINDS: [&str; 10] = [
+    "deployments",
+    "services",
+    "networkpolicies",
+    "persistentvolumeclaims",
+    "serviceaccounts",
+    "secrets",
+    "configmaps",
+    "pods",
+    "replicasets",
+    "endpointslices",
+];
+
 /// Under `cargo test` (no `--bench`), whether this harness-less target's smoke run named
 /// `name` is selected by the arguments `cargo test` passes on, as libtest selects a test: a
 /// filter (an argument that is not a flag) must be contained in `name` (equal with `--exact`),

@@ -37,19 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Everything an Agent may own in the fake: none may be left once it is deleted.
-const ALL: [&str; 10] = [
-    "deployments",
-    "services",
-    "networkpolicies",
-    "persistentvolumeclaims",
-    "serviceaccounts",
-    "secrets",
-    "configmaps",
-    "pods",
-    "replicasets",
-    "endpointslices",
-];
+use fleet::AGENT_OBJECT_KINDS as ALL;
 const GATEWAY: &str = "gateway-1";
 /// The Credential Gateway needs a Sandbox Driver selected (the Installation file).
 const SANDBOX: &str = "sandbox-1";
