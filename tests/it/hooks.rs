@@ -577,6 +577,9 @@ fn namespace_work(c: &mut postgres::Client, ns: &str) -> (String, Option<String>
 
 #[test]
 fn h4_on_docker_a_namespace_stays_provisioning_then_deleting_while_its_hooks_refuse() {
+    if !crate::docker::docker_available() {
+        return;
+    }
     let _docker = crate::support::docker_heavy();
     let db = TestDb::bootstrapped();
     let dir = scratch("hooks-docker");
