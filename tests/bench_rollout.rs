@@ -118,6 +118,9 @@ fn run(admin: &str, spec: &Run) -> Measured {
 }
 
 fn main() {
+    if fleet::answered_list("rollout") {
+        return;
+    }
     let bench = std::env::args().any(|a| a == "--bench");
     if !bench && !fleet::smoke_selected("rollout") {
         println!("rollout: the smoke run is not selected by the filter");

@@ -809,6 +809,9 @@ fn drill(admin: &str, o: &Options) -> (String, i64) {
 }
 
 fn main() {
+    if fleet::answered_list("chaos_kube") {
+        return;
+    }
     let bench = std::env::args().any(|a| a == "--bench");
     if !bench && !fleet::smoke_selected("chaos_kube") {
         println!("chaos_kube: the smoke run is not selected by the filter");

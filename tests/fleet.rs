@@ -61,6 +61,21 @@ pub fn smoke_selected(name: &str) -> bool {
         && !skips.iter().any(|s| name.contains(s.as_str()))
 }
 
+/// Whether this is a test runner asking for the target's tests (`--list`, as libtest answers
+/// it: nextest lists with `--list --format terse`, and again with `--ignored`), answered here:
+/// the one smoke run `name` as `NAME: test`, none of them ignored. The runner then runs it with
+/// `--exact NAME`, which `smoke_selected` selects.
+pub fn answered_list(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--list") {
+        return false;
+    }
+    if !args.iter().any(|a| a == "--ignored") && smoke_selected(name) {
+        println!("{name}: test");
+    }
+    true
+}
+
 pub fn with_db(url: &str, db: &str) -> String {
     let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
     format!("{base}/{db}")

@@ -388,6 +388,9 @@ fn smoke() {
 }
 
 fn main() {
+    if fleet::answered_list("soak_kube") {
+        return;
+    }
     if !std::env::args().any(|a| a == "--serve") {
         if std::env::args().any(|a| a == "--bench") {
             eprintln!("soak_kube: run by scripts/soak (--serve); see scripts/soak --help");
