@@ -43,41 +43,93 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
+/// The migrated template every `TestDb::new` clones: one per test build, shared by every test
+/// process of it (nextest runs each test in a process of its own, and a migration run per test
+/// would cost more than most tests). Its name is a hash of this binary's path, size and
+/// modification time, so a rebuild (new migrations) gets a new template. The first process
+/// builds it under a PostgreSQL advisory lock, as `occ_tpl_build_HASH` renamed when migrated,
+/// so a process killed half-way never leaves a half-migrated template to clone; the others
+/// wait on the lock and find it. Templates of other builds and test databases of processes
+/// that are gone are dropped then, so repeated runs do not pile databases up.
 fn template() -> &'static str {
     TEMPLATE.get_or_init(|| {
+        use sha2::Digest;
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let meta = std::fs::metadata(&exe).expect("the test binary's metadata");
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let digest = sha2::Sha256::digest(format!("{}\n{}\n{modified}", exe.display(), meta.len()));
+        let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let name = format!("occ_tpl_{hash}");
         let admin = admin_url();
         let mut client = Client::connect(&admin, NoTls).expect("connect to test server");
-        let name = format!("occ_template_{}", std::process::id());
-        // Templates (and test databases) of earlier runs whose process is gone are dropped,
-        // so repeated runs do not pile databases up in the throwaway cluster.
-        let stale: Vec<String> = client
-            .query(
-                "SELECT datname FROM pg_database WHERE datname ~ '^occ_(template|t)_[0-9]+'",
+        // One key for every template build: builds of two test binaries take turns too.
+        client
+            .execute(
+                "SELECT pg_advisory_lock(hashtext('occ test template'))",
                 &[],
             )
-            .expect("list test databases")
-            .iter()
-            .map(|r| r.get(0))
-            .filter(|db: &String| {
-                let pid = db.split('_').nth(2).unwrap_or("");
-                pid != std::process::id().to_string()
-                    && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            })
-            .collect();
-        for db in stale {
-            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            .expect("take the template lock");
+        let exists: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)",
+                &[&name],
+            )
+            .expect("look for the template")
+            .get(0);
+        if !exists {
+            drop_stale_databases(&mut client, &name);
+            let building = format!("occ_tpl_build_{hash}");
+            client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+                .expect("drop a template build left half-way");
+            client
+                .batch_execute(&format!("CREATE DATABASE {building}"))
+                .expect("create the template database");
+            let mut tpl =
+                Client::connect(&with_db(&admin, &building), NoTls).expect("connect template");
+            occ_worker::migrate::run(&mut tpl).expect("migrate template");
+            drop(tpl);
+            client
+                .batch_execute(&format!("ALTER DATABASE {building} RENAME TO {name}"))
+                .expect("name the migrated template");
         }
         client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .expect("drop old template database");
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create template database");
-        let mut tpl = Client::connect(&with_db(&admin, &name), NoTls).expect("connect template");
-        occ_worker::migrate::run(&mut tpl).expect("migrate template");
-        drop(tpl);
+            .execute(
+                "SELECT pg_advisory_unlock(hashtext('occ test template'))",
+                &[],
+            )
+            .expect("release the template lock");
         name
     })
+}
+
+/// Drops the templates of other test builds and the test databases (`occ_t_PID_N`) whose
+/// process is gone.
+fn drop_stale_databases(client: &mut Client, keep: &str) {
+    let stale: Vec<String> = client
+        .query(
+            "SELECT datname FROM pg_database
+             WHERE datname ~ '^occ_(tpl_[0-9a-f]+|tpl_build_[0-9a-f]+|template_[0-9]+|t_[0-9]+_[0-9]+)$'",
+            &[],
+        )
+        .expect("list test databases")
+        .iter()
+        .map(|r| r.get(0))
+        .filter(|db: &String| match db.strip_prefix("occ_t_") {
+            Some(rest) => {
+                let pid = rest.split('_').next().unwrap_or("");
+                !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            }
+            None => db != keep,
+        })
+        .collect();
+    for db in stale {
+        let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+    }
 }
 
 /// A fresh migrated database, dropped when this value drops.
