@@ -731,3 +731,89 @@ fn no_tracked_file_holds_a_merge_conflict_marker() {
     assert!(checked > 100, "only {checked} tracked text files read");
     assert!(found.is_empty(), "merge-conflict markers at {found:?}");
 }
+
+/// The tests of `tests/it` (as `module::name`) whose body calls `take_turn(Turn::VARIANT)`,
+/// with the group that variant names.
+fn tests_taking_turns() -> Vec<(String, String)> {
+    let turns = [
+        ("Turn::DockerHeavy", crate::support::Turn::DockerHeavy),
+        (
+            "Turn::DocumentedPorts",
+            crate::support::Turn::DocumentedPorts,
+        ),
+    ];
+    let mut files = Vec::new();
+    rust_files(&root().join("tests/it"), &mut files);
+    let mut taking = Vec::new();
+    for path in files {
+        let module = path
+            .strip_prefix(root().join("tests/it"))
+            .unwrap()
+            .with_extension("")
+            .to_string_lossy()
+            .replace('/', "::");
+        let source = std::fs::read_to_string(&path).expect("read test source");
+        // Each test runs from its `#[test]` to the next one (or the end of the file).
+        for body in source.split("#[test]").skip(1) {
+            let Some(name) = body
+                .split_once("fn ")
+                .and_then(|(_, rest)| rest.split_once('('))
+                .map(|(name, _)| name.trim().to_string())
+            else {
+                continue;
+            };
+            for (spelt, turn) in turns {
+                if body.contains(&format!("take_turn({spelt})"))
+                    || body.contains(&format!("take_turn(crate::support::{spelt})"))
+                {
+                    taking.push((format!("{module}::{name}"), turn.group().to_string()));
+                }
+            }
+        }
+    }
+    taking.sort();
+    taking
+}
+
+/// The tests `.config/nextest.toml` puts in a group by name (`test(=NAME)` in the filter of an
+/// override whose `test-group` is the group), with the group.
+fn tests_in_nextest_groups() -> Vec<(String, String)> {
+    let config = std::fs::read_to_string(root().join(".config/nextest.toml"))
+        .expect("read .config/nextest.toml");
+    let mut grouped = Vec::new();
+    for table in config.split("[[profile.default.overrides]]").skip(1) {
+        let value = |key: &str| {
+            table.lines().find_map(|line| {
+                let (k, v) = line.split_once('=')?;
+                (k.trim() == key).then(|| v.trim().trim_matches('\'').to_string())
+            })
+        };
+        let (Some(filter), Some(group)) = (value("filter"), value("test-group")) else {
+            continue;
+        };
+        for part in filter.split("test(=").skip(1) {
+            let name = part.split_once(')').expect("test(=NAME)").0;
+            grouped.push((name.to_string(), group.clone()));
+        }
+    }
+    grouped.sort();
+    grouped
+}
+
+// A test that takes a turn (tests/it/support.rs, `take_turn`) is serialized by its file lock
+// under either runner, but nextest only schedules it apart when its group says so: a test
+// missing from the group would hold a runner slot waiting for the lock, and a group naming a
+// test that no longer takes the turn would serialize it for nothing.
+#[test]
+fn every_test_taking_a_turn_is_in_its_nextest_group() {
+    let taking = tests_taking_turns();
+    assert!(
+        taking.len() >= 6,
+        "the turn-taking tests are found: {taking:?}"
+    );
+    assert_eq!(
+        taking,
+        tests_in_nextest_groups(),
+        "the tests calling take_turn (left) and .config/nextest.toml's test groups (right)"
+    );
+}

@@ -160,7 +160,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
     if !docker_available() {
         return;
     }
-    let _heavy = crate::support::docker_heavy();
+    let _heavy = crate::support::take_turn(crate::support::Turn::DockerHeavy);
     let total: usize = std::env::var("OCC_TEST_SUBNET_NAMESPACES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -72,7 +72,7 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
     if !docker_available() {
         return;
     }
-    let _heavy = crate::support::docker_heavy();
+    let _heavy = crate::support::take_turn(crate::support::Turn::DockerHeavy);
     let db = TestDb::bootstrapped();
     cli(
         &db,

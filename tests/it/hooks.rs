@@ -580,7 +580,7 @@ fn h4_on_docker_a_namespace_stays_provisioning_then_deleting_while_its_hooks_ref
     if !crate::docker::docker_available() {
         return;
     }
-    let _docker = crate::support::docker_heavy();
+    let _heavy = crate::support::take_turn(crate::support::Turn::DockerHeavy);
     let db = TestDb::bootstrapped();
     let dir = scratch("hooks-docker");
     let server = HookServer::start(&dir);

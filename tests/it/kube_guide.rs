@@ -16,10 +16,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// The walk-throughs listen where the documents say (the worker's 127.0.0.1:9465, the hook's
-/// 9443, the sender's 9444): the tests that run them take turns.
-pub static DOCUMENTED_PORTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-
 /// The blocks marked to run against the fake in the section of `page` under `heading` (up to
 /// the next heading of the same level), with their lines.
 fn section_blocks(page: &str, heading: &str) -> Vec<(usize, String)> {
@@ -182,7 +178,7 @@ fn b64(s: &str) -> String {
 // revision 4 gets the Git credential from the step's Secret, its session closed by the stop.
 #[test]
 fn the_kind_walk_through_runs_block_by_block_against_the_fake() {
-    let _ports = DOCUMENTED_PORTS.lock();
+    let _ports = crate::support::take_turn(crate::support::Turn::DocumentedPorts);
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(50),
         pod_termination: Duration::from_millis(50),
@@ -405,7 +401,7 @@ fn the_in_cluster_install_runs_against_the_fake() {
 // other key replaced the runtime.
 #[test]
 fn the_readme_kubernetes_walk_throughs_run_block_by_block_against_the_fake() {
-    let _ports = DOCUMENTED_PORTS.lock();
+    let _ports = crate::support::take_turn(crate::support::Turn::DocumentedPorts);
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(50),
         pod_termination: Duration::from_millis(50),

@@ -565,7 +565,7 @@ fn g22_the_kubernetes_guide_step_runs_against_the_fake() {
     // The guide's example Secret value, planted as a canary (tests/canary.rs).
     let planted = crate::support::canary("git-token");
     let block = guide_block("occ-git-sender").replace("not-a-real-token", &planted);
-    let _ports = crate::kube_guide::DOCUMENTED_PORTS.lock();
+    let _ports = crate::support::take_turn(crate::support::Turn::DocumentedPorts);
     let fake = KubeFake::start(FakeOptions {
         pod_start: Duration::from_millis(20),
         pod_termination: Duration::from_millis(50),

@@ -637,15 +637,61 @@ pub fn runtime_options(db: &TestDb, concurrency: usize) -> RuntimeOptions {
     }
 }
 
-/// Serializes the tests that load the shared Docker Engine with hundreds of network
-/// operations (the 600-Namespace subnet run, the 50-Namespace CLI run): run side by side on a
-/// 2-core machine, the daemon answers later than a lease-bounded request may wait, and each
-/// would measure the other's load instead of its own behaviour.
-pub fn docker_heavy() -> std::sync::MutexGuard<'static, ()> {
-    static HEAVY: Mutex<()> = Mutex::new(());
-    HEAVY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The resources some tests must not share with another test running at the same time. Each
+/// is a nextest test group of the same name with `max-threads = 1` (`.config/nextest.toml`);
+/// `conventions::every_test_taking_a_turn_is_in_its_nextest_group` keeps the two lists one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// The shared Docker Engine under hundreds of network operations (the subnet run, the
+    /// 50-Namespace CLI run, the hooks' Docker run): run side by side on a 2-core machine, the
+    /// daemon answers later than a lease-bounded request may wait, and each would measure the
+    /// other's load instead of its own behaviour.
+    DockerHeavy,
+    /// The walk-throughs that listen where the documents say (the worker's 127.0.0.1:9465, the
+    /// hook's 9443, the sender's 9444).
+    DocumentedPorts,
+}
+
+impl Turn {
+    /// The nextest test group (and lock file) name.
+    pub fn group(self) -> &'static str {
+        match self {
+            Turn::DockerHeavy => "docker-heavy",
+            Turn::DocumentedPorts => "documented-ports",
+        }
+    }
+}
+
+/// Held while a test has its turn; released (the file lock with its descriptor) on drop.
+pub struct TurnGuard(std::fs::File);
+
+/// Waits until no other test, in this process or another (nextest runs every test in a process
+/// of its own; another checkout's `scripts/test` shares the Engine and the ports), holds
+/// `turn`, and holds it until the guard drops: an exclusive `flock` on
+/// `/tmp/occ-test-turn-GROUP.lock`, which the kernel releases when the process dies. Locks
+/// of separate opens conflict within one process too, so libtest's threads take turns as well.
+pub fn take_turn(turn: Turn) -> TurnGuard {
+    use std::os::unix::io::AsRawFd;
+    let path = std::env::temp_dir().join(format!("occ-test-turn-{}.lock", turn.group()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    loop {
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return TurnGuard(file);
+        }
+        let error = std::io::Error::last_os_error();
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::Interrupted,
+            "flock {}: {error}",
+            path.display()
+        );
+    }
 }
 
 /// Removes, on drop, every Docker network and container labelled `label` (`KEY=VALUE`), so a
