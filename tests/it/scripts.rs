@@ -194,7 +194,7 @@ fn dev_and_test_print_their_usage_without_starting_anything() {
         (
             "test",
             "Runs the whole test suite: starts a throwaway PostgreSQL (scripts/pg-start, cluster",
-            "  scripts/test --help          print this and exit (cargo's own: cargo test --help)",
+            "  scripts/test --help          print this and exit (nextest's own: cargo nextest run --help)",
         ),
     ] {
         let out = Command::new(
@@ -570,5 +570,75 @@ fn the_canary_scan_fails_on_a_planted_canary_plain_or_base64_and_passes_a_clean_
     }
     let (ok, _, stderr) = script("canary-scan", &["/nonexistent/occ-test-logs"]);
     assert!(!ok && stderr.contains("does not exist"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// scripts/test's closing block, from a JUnit report as nextest writes it: the counts (a
+// failure counted and marked), and the ten slowest of twelve tests, slowest first, with their
+// durations; without a report it still prints the wall time and says there is none.
+#[test]
+fn the_test_summary_names_the_ten_slowest_tests_from_the_junit_report() {
+    let dir = std::env::temp_dir().join(format!("occ-test-summary-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: String = (1..=12)
+        .map(|i| {
+            let failure = if i == 7 {
+                r#"<failure type="test failure">panicked</failure>"#
+            } else {
+                ""
+            };
+            format!(r#"<testcase name="m::t{i}" classname="occ-worker::it" time="{i}.300">{failure}</testcase>"#)
+        })
+        .collect();
+    let report = dir.join("junit.xml");
+    std::fs::write(
+        &report,
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run" tests="12" failures="1" errors="0" time="95.5">
+<testsuite name="occ-worker::it" tests="12" disabled="0" errors="0" failures="1">{cases}</testsuite>
+</testsuites>"#
+        ),
+    )
+    .unwrap();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 125.0;
+    let summary = |path: &std::path::Path| {
+        let out = Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/lib/test-summary"))
+            .arg(format!("{started}"))
+            .arg(path)
+            .output()
+            .expect("run scripts/lib/test-summary");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let printed = summary(&report);
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines[0], "== scripts/test summary", "{printed}");
+    assert!(lines[1].starts_with("wall time 2 min 0"), "{printed}");
+    assert!(
+        lines[1].ends_with("(tests 1 min 36 s, the rest building and scanning); 12 tests: 11 passed, 1 failed, 0 skipped"),
+        "{printed}"
+    );
+    assert_eq!(lines[2], "the ten slowest tests:");
+    let slowest: Vec<String> = (3..=12)
+        .rev()
+        .map(|i| {
+            let mark = if i == 7 { "  FAILED" } else { "" };
+            format!("  {:>7} s  occ-worker::it m::t{i}{mark}", format!("{i}.3"))
+        })
+        .collect();
+    assert_eq!(lines[3..], slowest, "{printed}");
+
+    let printed = summary(&dir.join("missing.xml"));
+    assert!(
+        printed.contains("wall time 2 min 0") && printed.contains("no test report"),
+        "{printed}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
