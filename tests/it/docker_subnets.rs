@@ -21,10 +21,24 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How many Namespaces the three-process test creates unless `OCC_TEST_SUBNET_NAMESPACES`
-/// says otherwise: 600, which took 99 s to create and 167 s to delete on the
-/// project's 2-core machine under other builds. A smaller count (`OCC_TEST_SUBNET_NAMESPACES=60
-/// scripts/test docker_subnets`) is for quick local runs.
-const DEFAULT_NAMESPACES: usize = 600;
+/// says otherwise: 64, on a pool of exactly 64 subnets, so the 24 passes of three processes at
+/// concurrency 8 all aim at the same few lowest free subnets from the first claim on, and the
+/// last Namespace gets the pool's last subnet: a subnet reserved twice, or a reservation moved
+/// and not released, would leave a Namespace without one (`NAMESPACE_SUBNET_POOL_EXHAUSTED`).
+/// Any count fits (`OCC_TEST_SUBNET_NAMESPACES=600 scripts/test c2_three`, the count this test
+/// once ran with: about 100 s to create and 170 s to delete on a 2-core machine, bound by the
+/// Docker Engine, which creates and removes one network at a time).
+const DEFAULT_NAMESPACES: usize = 64;
+
+/// The smallest pool of `/26` subnets in 10.215.0.0/16 that holds `total`.
+fn pool_for(total: usize) -> SubnetPool {
+    let bits = total.max(1).next_power_of_two().trailing_zeros();
+    assert!(
+        bits <= 10,
+        "at most 1024 Namespaces fit in 10.215.0.0/16 as /26s"
+    );
+    format!("10.215.0.0/{}:26", 26 - bits).parse().unwrap()
+}
 
 /// Runs the `docker` CLI; panics with its stderr on failure.
 fn docker(args: &[&str]) -> String {
@@ -150,11 +164,12 @@ fn status(c: &mut Client, id: &str) -> Option<String> {
         .map(|r| r.get(0))
 }
 
-// C2, N3, N4, Q4: three `occ-worker run` processes at concurrency 8 drain the creation of
-// `OCC_TEST_SUBNET_NAMESPACES` (default 600, see `DEFAULT_NAMESPACES`) Namespaces on one pool: every one ends `ready`
-// on its first attempt with no deferral or retry, owns exactly one network whose subnet is its
-// reservation, and no two share a subnet; deleting them releases every reservation and
-// removes every network.
+// C2, N3, N4, Q4: three `occ-worker run` processes at concurrency 8, all started before the
+// first Namespace is admitted, drain the creation of `OCC_TEST_SUBNET_NAMESPACES` (default 64,
+// see `DEFAULT_NAMESPACES`) Namespaces on a pool that holds exactly that many subnets: every
+// one ends `ready` on its first attempt with no deferral or retry, owns exactly one network
+// whose subnet is its reservation, and no two share a subnet; deleting them releases every
+// reservation and removes every network.
 #[test]
 fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() {
     if !docker_available() {
@@ -165,7 +180,7 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_NAMESPACES);
-    let pool: SubnetPool = "10.215.0.0/16:26".parse().unwrap();
+    let pool = pool_for(total);
     assert!(total <= pool.capacity() as usize, "the pool holds them all");
     let installation = format!("sub{}", std::process::id());
     let db = TestDb::new();
@@ -174,6 +189,22 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
         .expect("bootstrap");
     let label = format!("occ.installation={installation}");
     let _leftovers = crate::support::DockerLeftovers(vec![label.clone()]);
+
+    let mut env = worker_env(&db.url);
+    env.push(("OCC_WORKER_CONCURRENCY", "8".into()));
+    env.push(("OCC_DOCKER_SUBNET_POOL", pool.to_string()));
+    // A generous lease: on a loaded 2-core machine a starved heartbeat must not show up as
+    // LEASE_EXPIRED evidence, which this test counts.
+    env.push(("OCC_WORKER_LEASE_MS", "20000".into()));
+    let workers: Vec<WorkerProcess> = (0..3)
+        .map(|_| WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn")))
+        .collect();
+    // Every process is listening with its 8 threads before the Namespaces arrive, in one
+    // transaction: the first claims of all three contend for the same subnets.
+    wait_for("three started workers", Duration::from_secs(60), || {
+        workers.iter().all(|w| w.has_event("worker.started"))
+    });
+    let started = Instant::now();
     let mut ids = Vec::with_capacity(total);
     {
         let mut tx = c.transaction().unwrap();
@@ -182,17 +213,6 @@ fn c2_three_worker_processes_create_namespaces_on_distinct_subnets_first_time() 
         }
         tx.commit().unwrap();
     }
-
-    let mut env = worker_env(&db.url);
-    env.push(("OCC_WORKER_CONCURRENCY", "8".into()));
-    env.push(("OCC_DOCKER_SUBNET_POOL", pool.to_string()));
-    // A generous lease: on a loaded 2-core machine a starved heartbeat must not show up as
-    // LEASE_EXPIRED evidence, which this test counts.
-    env.push(("OCC_WORKER_LEASE_MS", "20000".into()));
-    let started = Instant::now();
-    let workers: Vec<WorkerProcess> = (0..3)
-        .map(|_| WorkerProcess::capture(worker_command(&["run"], &env).spawn().expect("spawn")))
-        .collect();
     wait_for(
         &format!("{total} ready Namespaces"),
         Duration::from_secs(600),
