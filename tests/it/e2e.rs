@@ -22,28 +22,29 @@ fn cli(db: &TestDb, args: &[&str]) -> Value {
     crate::support::json_ok(&mut cmd, &format!("occ-worker {args:?}"))
 }
 
-fn network_exists(name: &str) -> bool {
-    Command::new("docker")
-        .args(["network", "inspect", name])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("docker CLI")
-        .success()
-}
-
-fn network_label(name: &str, label: &str) -> String {
+/// The labels `occ.namespace` and `occ.managed-by` of each of the networks `names` that
+/// exists, by name, in one `docker network inspect` (which names the missing ones on stderr).
+fn network_labels(names: &[String]) -> std::collections::HashMap<String, (String, String)> {
     let out = Command::new("docker")
         .args([
             "network",
             "inspect",
-            "-f",
-            &format!("{{{{index .Labels \"{label}\"}}}}"),
-            name,
+            "--format",
+            r#"{{.Name}} {{index .Labels "occ.namespace"}} {{index .Labels "occ.managed-by"}}"#,
         ])
+        .args(names)
         .output()
         .expect("docker CLI");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(str::to_string);
+            let name = fields.next()?;
+            let namespace = fields.next().unwrap_or_default();
+            let managed_by = fields.next().unwrap_or_default();
+            Some((name, (namespace, managed_by)))
+        })
+        .collect()
 }
 
 /// Polls `done` until it holds, failing after `limit`.
@@ -133,11 +134,14 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
             &ids,
         ) == 50
     });
-    for id in &ids {
-        let network = format!("occ-inst-{id}");
-        assert!(network_exists(&network), "{network} exists");
-        assert_eq!(network_label(&network, "occ.namespace"), *id);
-        assert_eq!(network_label(&network, "occ.managed-by"), "occ-worker");
+    let networks: Vec<String> = ids.iter().map(|id| format!("occ-inst-{id}")).collect();
+    let labels = network_labels(&networks);
+    for (id, network) in ids.iter().zip(&networks) {
+        assert_eq!(
+            labels.get(network),
+            Some(&(id.clone(), "occ-worker".to_string())),
+            "{network} exists with its labels"
+        );
     }
     let listed = cli(&db, &["admin", "namespace", "list"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(50));
@@ -165,12 +169,16 @@ fn o_cli_creates_fifty_namespaces_with_networks_and_tears_them_down() {
             &ids,
         ) == 50
     });
-    for id in &ids {
-        assert!(
-            !network_exists(&format!("occ-inst-{id}")),
-            "network of {id} removed"
-        );
-    }
+    let listed = crate::support::output_ok(
+        Command::new("docker").args(["network", "ls", "--format", "{{.Name}}"]),
+        "docker network ls",
+    );
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    let left: Vec<&str> = listed
+        .lines()
+        .filter(|name| networks.iter().any(|n| n == name))
+        .collect();
+    assert!(left.is_empty(), "every network removed: {left:?} are left");
     let gone = Command::new("docker")
         .args(["container", "inspect", &container])
         .stdout(Stdio::null())
