@@ -302,8 +302,8 @@ fn write(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// The smoke run under `cargo test` (and so `scripts/test`): `scripts/soak` for 45 s with this
-/// program as its Kubernetes half and the test build's binary, a SIGKILL every 10 s; it fails
+/// The smoke run under `cargo test` (and so `scripts/test`): `scripts/soak` for 24 s with this
+/// program as its Kubernetes half and the test build's binary, a SIGKILL every 6 s; it fails
 /// unless every verdict holds. Skipped without a Docker Engine.
 fn smoke() {
     if !fleet::smoke_selected("soak_kube") {
@@ -333,9 +333,9 @@ fn smoke() {
     let status = std::process::Command::new(root.join("scripts/soak"))
         .args([
             "--minutes",
-            "0.75",
+            "0.4",
             "--kill-every",
-            "10",
+            "6",
             "--restart-after",
             "1",
             "--sample-every",
