@@ -120,19 +120,11 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
     for child in &mut children {
         child.wait_for("ready")?;
     }
-    // The processes that do the queue's work: the children and their database sessions.
-    let mut pids: Vec<String> = children.iter().map(|c| c.child.id().to_string()).collect();
-    let backends = c
-        .query(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .map_err(step("scale-out backends"))?;
-    pids.extend(backends.iter().map(|r| r.get::<_, i32>(0).to_string()));
-    let queue_ticks =
-        |pids: &[String]| -> u64 { pids.iter().filter_map(|p| worker::process_ticks(p)).sum() };
+    // The processes that do the queue's work: the children and their database sessions (a
+    // session opened during the drain counts from its start).
+    let children_pids: Vec<String> = children.iter().map(|c| c.child.id().to_string()).collect();
+    let queue_before = queue_ticks(&mut c, &children_pids)?;
     let load_before = load_average();
-    let queue_before = queue_ticks(&pids);
     let busy_before = worker::machine_busy_ticks();
     let started = Instant::now();
     for child in &mut children {
@@ -149,7 +141,11 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
     }
     let elapsed = started.elapsed();
     let busy_after = worker::machine_busy_ticks();
-    let queue_after = queue_ticks(&pids);
+    let queue_after = queue_ticks(&mut c, &children_pids)?;
+    let queue_cpu: u64 = queue_after
+        .iter()
+        .map(|(pid, t)| t.saturating_sub(queue_before.get(pid).copied().unwrap_or(0)))
+        .sum();
     let mut ran: HashMap<String, u32> = HashMap::new();
     for child in children {
         for id in child.finish()? {
@@ -183,7 +179,7 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         // The worker processes' and their sessions' CPU per work, in ms: what the layout
         // itself costs, whatever else the machine runs.
         "queueCpuMsPerWork": round(
-            queue_after.saturating_sub(queue_before) as f64 * 1000.0
+            queue_cpu as f64 * 1000.0
                 / worker::clock_ticks()
                 / succeeded.max(1) as f64,
             3,
@@ -195,6 +191,27 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
             )
         }),
     }))
+}
+
+/// The CPU time so far, in clock ticks, of each of `children` and of every other session of
+/// `c`'s database.
+fn queue_ticks(
+    c: &mut postgres::Client,
+    children: &[String],
+) -> Result<HashMap<String, u64>, BenchError> {
+    let sessions = c
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .map_err(step("scale-out sessions"))?;
+    let pids = sessions
+        .iter()
+        .map(|r| r.get::<_, i32>(0).to_string())
+        .chain(children.iter().cloned());
+    Ok(pids
+        .filter_map(|p| Some((p.clone(), worker::process_ticks(&p)?)))
+        .collect())
 }
 
 /// Queues `works` works of `load`; what the children must report having run, once each
