@@ -1,4 +1,5 @@
-//! Smoke test of the queue statements against a real PostgreSQL (Q1, Q4, Q5, Q7, Q8, Q10).
+//! Smoke tests of the queue statements against a real PostgreSQL (Q1, Q4, Q5, Q7, Q8, Q10),
+//! and of the scale-out benchmark's processes draining one queue (Q4, Q6).
 
 use crate::support::{insert_namespace, TestDb};
 use occ_worker::queue::*;
@@ -107,4 +108,40 @@ fn enqueue_at_is_claimable_only_when_due_and_a_deferral_keeps_its_refusal() {
             Some("INVALID_DRIVER_OBSERVATION".into())
         )
     );
+}
+
+// The scale-out benchmark's smoke run (docs/benchmarks.md, `occ-bench --only scale-out`):
+// several worker processes and one process drain the same small queue, each drain checked
+// exactly once (Q4, Q6) by the benchmark itself; no figure is asserted.
+#[test]
+fn scale_out_bench_drains_exactly_once_across_processes() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-bench"))
+        .args([
+            "--database-url",
+            &crate::support::admin_url(),
+            "--json",
+            "--only",
+            "scale-out",
+            "--scale-out-works",
+            "300",
+            "--scale-out",
+            "1x4,2x2",
+            "--scale-out-rounds",
+            "1",
+        ])
+        .output()
+        .expect("run occ-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "occ-bench failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let loads = report["scaleOut"].as_array().expect("scaleOut");
+    let names: Vec<&str> = loads.iter().filter_map(|l| l["load"].as_str()).collect();
+    assert_eq!(names, ["noop", "namespaces"]);
+    for load in loads {
+        let layouts = load["layouts"].as_array().expect("layouts");
+        assert_eq!(layouts.len(), 2, "{load}");
+        for layout in layouts {
+            assert_eq!(layout["runs"][0]["works"], 300, "{layout}");
+        }
+    }
 }

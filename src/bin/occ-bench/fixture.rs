@@ -86,13 +86,22 @@ impl Drop for BenchDb {
 /// The context of a worker on `url` with `concurrency` threads, its pool sized as
 /// `occ-worker run` sizes it (docs/operating.md, "Connection budget").
 pub fn context(url: &str, concurrency: usize) -> Result<Arc<Context>, BenchError> {
+    context_with(url, concurrency, Arc::new(Unused))
+}
+
+/// `context` with `compute` as its Compute Driver.
+pub fn context_with(
+    url: &str,
+    concurrency: usize,
+    compute: Arc<dyn ComputeDriver>,
+) -> Result<Arc<Context>, BenchError> {
     Ok(Arc::new(Context {
         pool: occ_worker::db::pool(
             url,
             TIMEOUT,
             occ_worker::runtime::budget::ConnectionBudget::new(concurrency).pool_size(),
         )?,
-        compute: Arc::new(Unused),
+        compute,
         installation_id: "bench".into(),
         queue: QueueOptions::new(LEASE, 5),
         convergence_timeout: Duration::from_secs(900),

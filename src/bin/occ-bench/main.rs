@@ -9,7 +9,8 @@
 //! drain paired with the bare ceiling measured right before it, enqueue-to-claim latency on an
 //! idle worker and an idle worker process's CPU and RSS (`worker`); the claim's cost as the
 //! table changes around it (`claim`); and admission throughput with wake-ups on and off
-//! (`admission`). It runs the worker's statements only through the library (`queue`,
+//! (`admission`); and one queue drained by several worker processes against one process with
+//! as many threads (`scale_out`). It runs the worker's statements only through the library (`queue`,
 //! `runtime::Worker`), never a copy or a rewrite of them, and never touches infrastructure:
 //! its Compute Driver refuses every call.
 
@@ -17,6 +18,7 @@ mod admission;
 mod ceiling;
 mod claim;
 mod fixture;
+mod scale_out;
 mod worker;
 
 use clap::Parser;
@@ -85,13 +87,36 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        value_parser = ["ceilings", "drain", "paired", "latency", "claim", "admission", "idle"],
-        default_value = "ceilings,drain,paired,latency,claim,admission,idle"
+        value_parser = ["ceilings", "drain", "paired", "latency", "claim", "admission", "idle", "scale-out"],
+        default_value = "ceilings,drain,paired,latency,claim,admission,idle,scale-out"
     )]
     only: Vec<String>,
+    /// Works per drain of the `scale-out` measurement (each load).
+    #[arg(long, default_value_t = 20_000)]
+    scale_out_works: i64,
+    /// Layouts of the `scale-out` measurement, PROCESSESxTHREADS; the first is the yardstick
+    /// each other's ratio is taken to.
+    #[arg(long, value_delimiter = ',', default_value = "1x24,3x8,6x4")]
+    scale_out: Vec<scale_out::Layout>,
+    /// Loads of the `scale-out` measurement.
+    #[arg(long, value_delimiter = ',', value_parser = scale_out::LOADS, default_value = "noop,namespaces")]
+    scale_out_loads: Vec<String>,
+    /// Rounds of the `scale-out` measurement: each round drains once with every layout in
+    /// turn; the figure is the median of the rounds' ratios.
+    #[arg(long, default_value_t = 3)]
+    scale_out_rounds: usize,
     /// Internal: run an idle worker against this database for the idle measurement's child.
     #[arg(long, hide = true)]
     idle_child: Option<String>,
+    /// Internal: run a worker against this database for the scale-out measurement's child.
+    #[arg(long, hide = true)]
+    worker_child: Option<String>,
+    /// Internal: the scale-out child's load (noop | namespaces).
+    #[arg(long, hide = true, default_value = "noop")]
+    child_load: String,
+    /// Internal: the scale-out child's threads.
+    #[arg(long, hide = true, default_value_t = 8)]
+    child_threads: usize,
 }
 
 /// A failed measurement, as one line.
@@ -131,6 +156,9 @@ fn run(args: Args) -> Result<(), BenchError> {
     if let Some(url) = &args.idle_child {
         return worker::idle_child(url);
     }
+    if let Some(url) = &args.worker_child {
+        return scale_out::child(url, &args.child_load, args.child_threads);
+    }
     let admin = args
         .database_url
         .clone()
@@ -169,6 +197,9 @@ fn run(args: Args) -> Result<(), BenchError> {
     }
     if wants("idle") {
         idle(&args, &admin, text, &mut report)?;
+    }
+    if wants("scale-out") && args.scale_out_rounds > 0 && !args.scale_out.is_empty() {
+        scale(&args, &admin, text, &mut report)?;
     }
     if args.json {
         println!("{}", Value::Object(report));
@@ -424,6 +455,57 @@ fn idle(
     Ok(())
 }
 
+/// The `scale-out` measurement into `report`.
+fn scale(
+    args: &Args,
+    admin: &str,
+    text: bool,
+    report: &mut Map<String, Value>,
+) -> Result<(), BenchError> {
+    let scale = scale_out::scale_out(
+        admin,
+        &args.scale_out_loads,
+        args.scale_out_works,
+        &args.scale_out,
+        args.scale_out_rounds,
+    )?;
+    if text {
+        for load in scale.as_array().into_iter().flatten() {
+            let layouts: Vec<String> = load["layouts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|l| {
+                    let cpu: Vec<String> = l["runs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            format!("{}/{}", r["queueCpuMsPerWork"], r["machineCpuMsPerWork"])
+                        })
+                        .collect();
+                    format!(
+                        "{} works/s {} (ratio to the first {}; median {}; CPU ms/work, processes and their sessions/machine [{}])",
+                        l["layout"].as_str().unwrap_or_default(),
+                        l["worksPerSecond"],
+                        l["ratios"],
+                        l["medianRatio"],
+                        cpu.join(",")
+                    )
+                })
+                .collect();
+            println!(
+                "scale-out load={} works={} a drain, each exactly once: {}",
+                load["load"].as_str().unwrap_or_default(),
+                load["works"],
+                layouts.join("; ")
+            );
+        }
+    }
+    report.insert("scaleOut".into(), scale);
+    Ok(())
+}
+
 /// The pgbench binary: `--pgbench`, else `pgbench` on PATH, else the newest server's.
 fn find_pgbench(given: Option<PathBuf>) -> Option<PathBuf> {
     if given.is_some() {
@@ -496,5 +578,9 @@ mod tests {
         let args = Args::try_parse_from(["occ-bench", "--only", "drain,paired"]).unwrap();
         assert_eq!(args.only, ["drain", "paired"]);
         assert!(Args::try_parse_from(["occ-bench", "--only", "drains"]).is_err());
+        let args = Args::try_parse_from(["occ-bench", "--only", "scale-out", "--scale-out", "2x3"])
+            .unwrap();
+        assert_eq!(args.scale_out.len(), 1);
+        assert_eq!(args.scale_out[0].to_string(), "2x3");
     }
 }

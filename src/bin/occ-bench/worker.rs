@@ -121,14 +121,14 @@ pub fn paired(
 }
 
 /// Clock ticks per second (`/proc`'s CPU time unit).
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// The machine's busy CPU time so far, in clock ticks, all cores (`/proc/stat`: every state
 /// but idle and iowait).
-fn machine_busy_ticks() -> Option<u64> {
+pub fn machine_busy_ticks() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let cpu: Vec<u64> = stat
         .lines()
@@ -143,7 +143,7 @@ fn machine_busy_ticks() -> Option<u64> {
 
 /// A process's CPU time so far (user and system), in clock ticks; `pid` as `/proc` names it
 /// (`self` for this one).
-fn process_ticks(pid: &str) -> Option<u64> {
+pub fn process_ticks(pid: &str) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
