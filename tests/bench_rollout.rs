@@ -99,7 +99,13 @@ fn run(admin: &str, spec: &Run) -> Measured {
         ) == 0
     });
     let wall = started.elapsed();
-    let requests = fake.requests().len();
+    let recorded = fake.requests();
+    if std::env::var_os("OCC_BENCH_DUMP").is_some() {
+        for r in &recorded {
+            eprintln!("REQ {} {} {}", r.method, r.status, r.path);
+        }
+    }
+    let requests = recorded.len();
     let activated = count(
         &mut c,
         "SELECT count(*) FROM occ.agents WHERE active_revision_id IS NOT NULL",
