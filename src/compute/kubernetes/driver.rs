@@ -393,6 +393,15 @@ impl KubernetesDriver {
         seen.insert(path.to_string(), (cancel.mark(), object.cloned()));
     }
 
+    /// Forgets what the pass of `cancel` saw: a preparation starts from fresh reads, and an
+    /// activation leaves nothing behind for a later call under the same token (a caller that
+    /// keeps one token over several passes, as tests and tools do, sees no stale object).
+    fn forget_seen(&self, cancel: &CancelToken) {
+        self.seen
+            .lock()
+            .retain(|_, (mark, _)| !mark.ended() && !mark.is(cancel));
+    }
+
     fn remember(&self, path: &str) {
         let mut known = self.known.lock();
         if known.len() >= KNOWN_LIMIT {
@@ -550,8 +559,35 @@ impl KubernetesDriver {
         resource: &str,
         cancel: &CancelToken,
     ) -> Result<Option<Value>, ComputeError> {
-        if self.is_known(&format!("{collection}/{}", name_of(desired))) {
+        let path = format!("{collection}/{}", name_of(desired));
+        if self.is_known(&path) {
             return Ok(None);
+        }
+        if self.was_known(&path) {
+            // Known before, no longer trusted (`KNOWN_FOR`): one list of this installation's
+            // objects in the collection checks it and every other Agent's of the namespace at
+            // once, instead of one read per object.
+            let labels = selector(&[(LABEL_INSTALLATION, names::label_value(installation_id))]);
+            let listed = self
+                .client
+                .list(collection, Some(&labels), cancel)
+                .map_err(|e| fail(e, resource))?;
+            let mut found = None;
+            for object in listed {
+                let at = format!("{collection}/{}", name_of(&object));
+                if !owned(&object, installation_id) {
+                    continue;
+                }
+                self.remember(&at);
+                if at == path {
+                    found = Some(object);
+                }
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+            // Gone (deleted behind the driver's back): created again.
+            self.forget(&path);
         }
         self.create_absent(collection, desired, installation_id, resource, cancel)
             .map(Some)

@@ -259,6 +259,7 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
+        self.forget_seen(cancel);
         let (namespace, desired) = self.desired_workload(revision, cancel)?;
         if revision.harness_mode != HarnessMode::Dedicated {
             // The shared gateway: an unknown one is created running the candidate (409 reads
@@ -335,25 +336,9 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        if revision.harness_mode != HarnessMode::Dedicated {
-            let (namespace, desired) = self.desired_workload(revision, cancel)?;
-            self.before_gateway_takeover(revision, &namespace, cancel)?;
-            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
-            let (gateway, _) =
-                self.run_workload(revision, &namespace, &desired, current, cancel)?;
-            match observe::rollout(&gateway) {
-                Rollout::Failed | Rollout::Progressing => {
-                    return Err(ComputeError::pending(
-                        "REVISION_ACTIVATION_PENDING",
-                        "kubernetes_gateway_rollout",
-                        None,
-                    )
-                    .with_reason("RolloutPending"))
-                }
-                Rollout::Complete => {}
-            }
-        }
-        self.route(revision, Some(&revision.revision_id), cancel)
+        let activated = self.activate(revision, cancel);
+        self.forget_seen(cancel);
+        activated
     }
 
     /// Scales the Agent's gateway to zero while it serves the revision, then, for a dedicated
@@ -663,6 +648,31 @@ impl RepositoryRuntime for KubernetesDriver {
             .collect();
         uids.sort_unstable();
         Ok(json!(uids))
+    }
+}
+
+impl KubernetesDriver {
+    /// `activate_revision`'s steps, using what the pass's preparation just saw.
+    fn activate(&self, revision: &RevisionSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        if revision.harness_mode != HarnessMode::Dedicated {
+            let (namespace, desired) = self.desired_workload(revision, cancel)?;
+            self.before_gateway_takeover(revision, &namespace, cancel)?;
+            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
+            let (gateway, _) =
+                self.run_workload(revision, &namespace, &desired, current, cancel)?;
+            match observe::rollout(&gateway) {
+                Rollout::Failed | Rollout::Progressing => {
+                    return Err(ComputeError::pending(
+                        "REVISION_ACTIVATION_PENDING",
+                        "kubernetes_gateway_rollout",
+                        None,
+                    )
+                    .with_reason("RolloutPending"))
+                }
+                Rollout::Complete => {}
+            }
+        }
+        self.route(revision, Some(&revision.revision_id), cancel)
     }
 }
 

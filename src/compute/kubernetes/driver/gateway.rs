@@ -13,8 +13,9 @@ impl KubernetesDriver {
     }
 
     /// Points the Agent Service at `revision` (or at nothing). A Service the driver knows (it
-    /// made or read it within `KNOWN_FOR`, so it is owned) is patched without a read, and the
-    /// patch's answer is the route remembered; an unknown one is created first (409 reads it,
+    /// made or read it within `KNOWN_FOR`, so it is owned) and remembers routing elsewhere is
+    /// patched without a read, one it remembers routing there is left alone, and the patch's
+    /// answer is the route remembered; an unknown one is created first (409 reads it,
     /// and an unowned one is refused), and patched when it routes elsewhere.
     pub(super) fn route(
         &self,
@@ -28,6 +29,10 @@ impl KubernetesDriver {
         let wanted = manifests::route_selector(&agent, to);
         let patch = json!({"spec": {"selector": wanted}});
         if self.is_known(&path) {
+            // Routed so by this process's last write or read: nothing to change.
+            if self.remembered_route(&path).is_some_and(|s| s == wanted) {
+                return Ok(());
+            }
             match self.client.merge_patch(&path, &patch, cancel) {
                 Ok(service) => {
                     self.remember_route(&path, &service);

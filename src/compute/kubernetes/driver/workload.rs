@@ -276,7 +276,7 @@ impl KubernetesDriver {
             Rollout::Complete => Ok(None),
             _ if *written => Ok(Some(observation(revision, false))),
             Rollout::Failed => {
-                let mut unready = self.unready(revision, namespace, cancel)?;
+                let mut unready = self.unready(revision, namespace, workload, cancel)?;
                 if unready.runtime_failure.is_none() {
                     unready.runtime_failure = Some(crate::compute::RuntimeFailure::new(
                         PROGRESS_DEADLINE_EXCEEDED,
@@ -284,7 +284,9 @@ impl KubernetesDriver {
                 }
                 Ok(Some(unready))
             }
-            Rollout::Progressing => self.unready(revision, namespace, cancel).map(Some),
+            Rollout::Progressing => self
+                .unready(revision, namespace, workload, cancel)
+                .map(Some),
         }
     }
 
@@ -414,11 +416,14 @@ impl KubernetesDriver {
             .filter(|w| revision.harness_mode == HarnessMode::Dedicated || Self::runs(w, revision)))
     }
 
-    /// Why an unready workload waits: Pods first, then its ReplicaSets' quota failures.
+    /// Why an unready workload waits: the revision's Pods first, then, while `workload` has no
+    /// Pod of its own (the Harness may have none while the gateway written beside it runs), its
+    /// ReplicaSets' quota failures.
     pub(super) fn unready(
         &self,
         revision: &RevisionSpec,
         namespace: &str,
+        workload: &Value,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
         let pods = self.pods(namespace, &Self::revision_pods(revision), cancel)?;
@@ -434,7 +439,11 @@ impl KubernetesDriver {
             // SPEC WS5: the Harness claim not bound while its Pod cannot be scheduled.
             reason = Some("WORKSPACE_NODE_PENDING");
         }
-        if reason.is_none() && pods.is_empty() {
+        let component = &workload["spec"]["template"]["metadata"]["labels"][LABEL_COMPONENT];
+        let own_pods = pods
+            .iter()
+            .any(|p| &p["metadata"]["labels"][LABEL_COMPONENT] == component);
+        if reason.is_none() && !own_pods {
             let sets = self
                 .client
                 .list(
