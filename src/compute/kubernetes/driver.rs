@@ -4,10 +4,11 @@
 //!
 //! Expected flow: `ensure_namespace` creates (or adopts) the namespace, writes the
 //! default-deny NetworkPolicy and waits, pending, for the operator's tenant RoleBinding;
-//! `bind_agent` makes the Agent's ServiceAccount, Service and NetworkPolicy exist;
-//! `prepare_revision` writes a dedicated revision's Harness Deployment and Service, then points
-//! the gateway at it, observing each rollout (an embedded revision runs inside the gateway,
-//! which it takes only at activation); `activate_revision` points the Service at the
+//! `bind_agent` makes the Agent's ServiceAccount and Service exist;
+//! `prepare_revision` writes a dedicated revision's Harness Deployment and Service (with the
+//! Agent's NetworkPolicy and Harness claim) and points the gateway at it in one pass, then
+//! observes both rollouts (an embedded revision runs inside the gateway, which it takes only
+//! at activation); `activate_revision` points the Service at the
 //! revision's gateway Pods; `stop_revision` scales the gateway, then the Harness, to zero and
 //! stays pending until their Pods are gone; `retire_revision` deletes them;
 //! `delete_namespace` deletes what the driver created; `withdraw_credential_source` writes a
@@ -15,6 +16,11 @@
 //! until none carries it (SPEC E6). A revision's stored execution admission
 //! is run only when `executionAdmissions` lists it, and a rejected active one is withdrawn by
 //! its stop (SPEC Z1).
+//!
+//! Requests: a write's answer is the observation (a workload just written is pending without
+//! a read); a pass reads the Agent's Deployments once (one list, or the embedded gateway once)
+//! and its later steps use that read (`seen`, trusted by that pass only); the Agent Service's
+//! route is remembered from the driver's own writes and reads (`routes`, `KNOWN_FOR`).
 //!
 //! Guarantees: every request checks the pass's cancel token first, is bounded by
 //! `OCC_COMPUTE_REQUEST_TIMEOUT_MS` and is aborted when the claim is lost (`client`,
@@ -566,7 +572,7 @@ impl KubernetesDriver {
         if self.was_known(&path) {
             // Known before, no longer trusted (`KNOWN_FOR`): one list of this installation's
             // objects in the collection checks it and every other Agent's of the namespace at
-            // once, instead of one read per object.
+            // once, instead of one read per object (for Services, their routes too).
             let labels = selector(&[(LABEL_INSTALLATION, names::label_value(installation_id))]);
             let listed = self
                 .client
@@ -579,6 +585,10 @@ impl KubernetesDriver {
                     continue;
                 }
                 self.remember(&at);
+                if collection.ends_with("/services") {
+                    // The same list re-reads the Agent Services' routes (`routes`).
+                    self.remember_route(&at, &object);
+                }
                 if at == path {
                     found = Some(object);
                 }
