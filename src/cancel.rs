@@ -142,6 +142,24 @@ impl Drop for Entered {
     }
 }
 
+/// A token's mark (`CancelToken::mark`): it names the token while some clone of it lives, and
+/// nothing once the pass dropped it, so a later token at the same address is never taken for
+/// it.
+#[derive(Clone, Debug)]
+pub struct PassMark(std::sync::Weak<Mutex<State>>);
+
+impl PassMark {
+    /// Whether `token` is the token this mark was taken of, still alive.
+    pub fn is(&self, token: &CancelToken) -> bool {
+        self.0.strong_count() > 0 && std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&token.state))
+    }
+
+    /// Whether the token is gone (its pass ended).
+    pub fn ended(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
 /// A cloneable cancellation token shared by a pass, its lease thread and its effects.
 #[derive(Clone, Debug)]
 pub struct CancelToken {
@@ -224,6 +242,12 @@ impl CancelToken {
     pub fn enter(&self) -> Entered {
         let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
         Entered { previous }
+    }
+
+    /// A mark of this token that knows it again while the token lives: what a driver observed
+    /// under one pass is trusted by that pass only, never by a later one.
+    pub fn mark(&self) -> PassMark {
+        PassMark(Arc::downgrade(&self.state))
     }
 
     /// When the last confirmed lease runs out.

@@ -1134,3 +1134,154 @@ fn rolling_updates_start_new_pods_before_removing_old_ones() {
         (pods.len() == 1 && image(&pods[0]) == "img:2").then_some(())
     });
 }
+
+// The rollout benchmark's accounting (`kube_fake::phases`): each request the Kubernetes driver
+// makes in a rollout lands in the phase it serves, a scale to zero is a stop, not a workload
+// write, and every phase is reported even when empty.
+#[test]
+fn every_rollout_request_is_counted_in_its_phase() {
+    let request = |method: &str, path: &str, body: Option<Value>| Recorded {
+        method: method.into(),
+        path: path.into(),
+        body,
+        status: 200,
+    };
+    let ns = "/api/v1/namespaces/occ-ns-1";
+    let apps = "/apis/apps/v1/namespaces/occ-ns-1";
+    let cases = [
+        (
+            request("POST", &format!("{ns}/serviceaccounts"), None),
+            "agent_objects",
+        ),
+        (
+            request("POST", &format!("{ns}/services"), None),
+            "agent_objects",
+        ),
+        (
+            request("POST", &format!("{ns}/persistentvolumeclaims"), None),
+            "agent_objects",
+        ),
+        (
+            request(
+                "POST",
+                "/apis/networking.k8s.io/v1/namespaces/occ-ns-1/networkpolicies",
+                None,
+            ),
+            "agent_objects",
+        ),
+        (
+            request("POST", &format!("{apps}/deployments"), None),
+            "workload_writes",
+        ),
+        (
+            request("PUT", &format!("{apps}/deployments/agent-a-gateway"), None),
+            "workload_writes",
+        ),
+        (
+            request(
+                "PATCH",
+                &format!("{apps}/deployments/agent-a-r1"),
+                Some(json!({"spec": {"replicas": 1}})),
+            ),
+            "workload_writes",
+        ),
+        (
+            request(
+                "PATCH",
+                &format!("{apps}/deployments/agent-a-r1"),
+                Some(json!({"spec": {"replicas": 0}})),
+            ),
+            "stops_and_deletes",
+        ),
+        (
+            request(
+                "GET",
+                &format!("{apps}/deployments?limit=500&labelSelector=occ.agent%3Da"),
+                None,
+            ),
+            "rollout_reads",
+        ),
+        (
+            request("GET", &format!("{apps}/deployments/agent-a-gateway"), None),
+            "rollout_reads",
+        ),
+        (
+            request("GET", &format!("{ns}/pods?labelSelector=x"), None),
+            "pod_reads",
+        ),
+        (
+            request("GET", &format!("{ns}/pods/p-1:8080/proxy/readyz"), None),
+            "pod_reads",
+        ),
+        (
+            request("GET", &format!("{apps}/replicasets?labelSelector=x"), None),
+            "pod_reads",
+        ),
+        (
+            request(
+                "GET",
+                "/apis/discovery.k8s.io/v1/namespaces/occ-ns-1/endpointslices",
+                None,
+            ),
+            "pod_reads",
+        ),
+        (
+            request("GET", &format!("{ns}/services/agent-a"), None),
+            "route",
+        ),
+        (
+            request("PATCH", &format!("{ns}/services/agent-a"), None),
+            "route",
+        ),
+        (
+            request(
+                "GET",
+                &format!("{ns}/serviceaccounts?limit=500&labelSelector=occ.installation%3Di"),
+                None,
+            ),
+            "known_for_recheck",
+        ),
+        (
+            request("GET", &format!("{ns}/services?labelSelector=x"), None),
+            "known_for_recheck",
+        ),
+        (
+            request("DELETE", &format!("{apps}/deployments/agent-a-r1"), None),
+            "stops_and_deletes",
+        ),
+        (
+            request("GET", "/api/v1/namespaces?labelSelector=x", None),
+            "namespace",
+        ),
+        (request("GET", ns, None), "namespace"),
+        (
+            request(
+                "GET",
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/occ-ns-1/rolebindings/occ-tenant",
+                None,
+            ),
+            "namespace",
+        ),
+        (request("GET", "/version", None), "other"),
+    ];
+    for (r, expected) in &cases {
+        assert_eq!(
+            crate::kube_fake::phase(r),
+            *expected,
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+    let all: Vec<Recorded> = cases.iter().map(|(r, _)| r.clone()).collect();
+    let counts = crate::kube_fake::phases(&all);
+    assert_eq!(counts.len(), crate::kube_fake::PHASES.len());
+    assert_eq!(counts.values().sum::<usize>(), cases.len());
+    assert_eq!(counts["agent_objects"], 4);
+    assert_eq!(counts["stops_and_deletes"], 2);
+    assert_eq!(
+        crate::kube_fake::phases(&[])["route"],
+        0,
+        "an empty phase is reported"
+    );
+}

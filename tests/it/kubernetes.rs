@@ -1386,8 +1386,12 @@ fn r5_a_harness_holding_unready_fails_at_once_with_its_code_and_no_restart_loop(
         json!({"code": "MODEL_PROBE_FAILED", "container": "harness", "restartCount": 0})
     );
     assert_eq!(active(&mut c, &w.agent), None);
-    // One Pod, running unready and never restarted, kept for diagnosis.
-    let pods = agent_objects(&w, "pods");
+    // One Harness Pod, running unready and never restarted, kept for diagnosis (the gateway,
+    // written in the same pass, fronts it unrouted).
+    let pods: Vec<Value> = agent_objects(&w, "pods")
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["occ.component"] == "harness")
+        .collect();
     assert_eq!(pods.len(), 1);
     let harness = &pods[0]["status"]["containerStatuses"][0];
     assert_eq!(

@@ -4,10 +4,11 @@
 //!
 //! Expected flow: `ensure_namespace` creates (or adopts) the namespace, writes the
 //! default-deny NetworkPolicy and waits, pending, for the operator's tenant RoleBinding;
-//! `bind_agent` makes the Agent's ServiceAccount, Service and NetworkPolicy exist;
-//! `prepare_revision` writes a dedicated revision's Harness Deployment and Service, then points
-//! the gateway at it, observing each rollout (an embedded revision runs inside the gateway,
-//! which it takes only at activation); `activate_revision` points the Service at the
+//! `bind_agent` makes the Agent's ServiceAccount and Service exist;
+//! `prepare_revision` writes a dedicated revision's Harness Deployment and Service (with the
+//! Agent's NetworkPolicy and Harness claim) and points the gateway at it in one pass, then
+//! observes both rollouts (an embedded revision runs inside the gateway, which it takes only
+//! at activation); `activate_revision` points the Service at the
 //! revision's gateway Pods; `stop_revision` scales the gateway, then the Harness, to zero and
 //! stays pending until their Pods are gone; `retire_revision` deletes them;
 //! `delete_namespace` deletes what the driver created; `withdraw_credential_source` writes a
@@ -15,6 +16,11 @@
 //! until none carries it (SPEC E6). A revision's stored execution admission
 //! is run only when `executionAdmissions` lists it, and a rejected active one is withdrawn by
 //! its stop (SPEC Z1).
+//!
+//! Requests: a write's answer is the observation (a workload just written is pending without
+//! a read); a pass reads the Agent's Deployments once (one list, or the embedded gateway once)
+//! and its later steps use that read (`seen`, trusted by that pass only); the Agent Service's
+//! route is remembered from the driver's own writes and reads (`routes`, `KNOWN_FOR`).
 //!
 //! Guarantees: every request checks the pass's cancel token first, is bounded by
 //! `OCC_COMPUTE_REQUEST_TIMEOUT_MS` and is aborted when the claim is lost (`client`,
@@ -50,7 +56,7 @@ use super::names::{
 use super::observe::{self, Rollout};
 use super::sandbox;
 use super::settings::Settings;
-use crate::cancel::CancelToken;
+use crate::cancel::{CancelToken, PassMark};
 use crate::compute::hooks::{HookSubject, LifecycleHooks, Phase};
 use crate::compute::sandbox::{EgressRule, Sandbox, SandboxDriver};
 use crate::compute::{
@@ -124,6 +130,14 @@ pub struct KubernetesDriver {
     /// Agent's ServiceAccount, Service and Harness claim are not read again on every pass,
     /// and an unknown object is created first (read only when it already exists).
     known: Mutex<HashMap<String, Instant>>,
+    /// The Agent Services' selectors as this process last wrote or read them, and when: for
+    /// `KNOWN_FOR` whether a Service routes a revision is answered from here, not read again
+    /// on every pass (a route is only ever changed by a write whose answer lands here).
+    routes: Mutex<HashMap<String, (Value, Instant)>>,
+    /// Deployments by path as a pass last read or wrote them (`None`: a list showed none),
+    /// trusted by that pass only: a later step of the pass does not read again what an earlier
+    /// step just read or wrote, and the next pass reads afresh.
+    seen: Mutex<HashMap<String, (PassMark, Option<Value>)>>,
     /// The workloads' `progressDeadlineSeconds`: past the worker's convergence deadline.
     progress_deadline_seconds: u64,
     /// A production worker's driver runs `PRODUCTION_HARNESSES` only.
@@ -255,6 +269,8 @@ impl KubernetesDriver {
             settings,
             namespaces: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
             progress_deadline_seconds: manifests::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             production: false,
             hooks: Arc::default(),
@@ -337,6 +353,61 @@ impl KubernetesDriver {
             .is_some_and(|at| at.elapsed() < KNOWN_FOR)
     }
 
+    /// Whether this process ever saw the object at `path` exist (however long ago): such an
+    /// object is read first, not created first, when it is no longer known.
+    fn was_known(&self, path: &str) -> bool {
+        self.known.lock().contains_key(path)
+    }
+
+    /// The selector of the Agent Service at `path` as last written or read, within `KNOWN_FOR`.
+    fn remembered_route(&self, path: &str) -> Option<Value> {
+        self.routes
+            .lock()
+            .get(path)
+            .filter(|(_, at)| at.elapsed() < KNOWN_FOR)
+            .map(|(selector, _)| selector.clone())
+    }
+
+    /// Remembers the selector of the Agent Service `service` (a write's answer or a read).
+    fn remember_route(&self, path: &str, service: &Value) {
+        let mut routes = self.routes.lock();
+        if routes.len() >= KNOWN_LIMIT {
+            routes.retain(|_, (_, at)| at.elapsed() < KNOWN_FOR);
+        }
+        routes.insert(
+            path.to_string(),
+            (service["spec"]["selector"].clone(), Instant::now()),
+        );
+    }
+
+    /// The Deployment at `path` as this pass last saw it: `Some(None)` when a list of this pass
+    /// showed none, `None` when this pass has not seen it.
+    fn seen_in_pass(&self, path: &str, cancel: &CancelToken) -> Option<Option<Value>> {
+        self.seen
+            .lock()
+            .get(path)
+            .filter(|(mark, _)| mark.is(cancel))
+            .map(|(_, object)| object.clone())
+    }
+
+    /// Records what this pass saw at `path` (an answer to a read or a write).
+    fn saw(&self, path: &str, object: Option<&Value>, cancel: &CancelToken) {
+        let mut seen = self.seen.lock();
+        if seen.len() >= KNOWN_LIMIT {
+            seen.retain(|_, (mark, _)| !mark.ended());
+        }
+        seen.insert(path.to_string(), (cancel.mark(), object.cloned()));
+    }
+
+    /// Forgets what the pass of `cancel` saw: a preparation starts from fresh reads, and an
+    /// activation leaves nothing behind for a later call under the same token (a caller that
+    /// keeps one token over several passes, as tests and tools do, sees no stale object).
+    fn forget_seen(&self, cancel: &CancelToken) {
+        self.seen
+            .lock()
+            .retain(|_, (mark, _)| !mark.ended() && !mark.is(cancel));
+    }
+
     fn remember(&self, path: &str) {
         let mut known = self.known.lock();
         if known.len() >= KNOWN_LIMIT {
@@ -347,12 +418,16 @@ impl KubernetesDriver {
 
     fn forget(&self, path: &str) {
         self.known.lock().remove(path);
+        self.routes.lock().remove(path);
+        self.seen.lock().remove(path);
     }
 
     /// Forgets every object inside Kubernetes namespace `name`, whatever its API group.
     fn forget_namespace(&self, name: &str) {
         let inside = format!("/namespaces/{name}/");
         self.known.lock().retain(|p, _| !p.contains(&inside));
+        self.routes.lock().retain(|p, _| !p.contains(&inside));
+        self.seen.lock().retain(|p, _| !p.contains(&inside));
     }
 
     /// API requests sent so far (benchmarks).
@@ -426,6 +501,19 @@ impl KubernetesDriver {
         resource: &str,
         cancel: &CancelToken,
     ) -> Result<Value, ComputeError> {
+        self.create_or_read(collection, desired, installation_id, resource, cancel)
+            .map(|(object, _)| object)
+    }
+
+    /// `create_absent`, answering also whether this call created the object.
+    fn create_or_read(
+        &self,
+        collection: &str,
+        desired: &Value,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<(Value, bool), ComputeError> {
         let path = format!("{collection}/{}", name_of(desired));
         let create = || match self.client.create(collection, desired, cancel) {
             Ok(created) => Ok(Some(created)),
@@ -433,10 +521,12 @@ impl KubernetesDriver {
             Err(e) => Err(self.terminating_or(e, resource)),
         };
         let mut created_first = false;
-        if !self.is_known(&path) {
+        // An object this process saw before is read first (one request while it still
+        // exists); one it never saw is created first (one request while it does not).
+        if !self.is_known(&path) && !self.was_known(&path) {
             if let Some(created) = create()? {
                 self.remember(&path);
-                return Ok(created);
+                return Ok((created, true));
             }
             created_first = true;
         }
@@ -449,8 +539,10 @@ impl KubernetesDriver {
             // Known but gone (deleted behind the driver's back): create it again.
             None if !created_first => {
                 self.forget(&path);
-                create()?
-                    .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?
+                let created = create()?
+                    .ok_or_else(|| ComputeError::retryable("kubernetes_conflict", Some(409)))?;
+                self.remember(&path);
+                return Ok((created, true));
             }
             None => return Err(ComputeError::retryable("kubernetes_conflict", Some(409))),
         };
@@ -459,11 +551,12 @@ impl KubernetesDriver {
             return Err(not_owned());
         }
         self.remember(&path);
-        Ok(current)
+        Ok((current, false))
     }
 
     /// `create_absent` for an object only its existence matters of (the Agent's
     /// ServiceAccount and Service, the Harness claim): nothing is sent while it is known.
+    /// Answers the object when a request was sent (the answer of its create, or its read).
     fn ensure_exists(
         &self,
         collection: &str,
@@ -471,12 +564,43 @@ impl KubernetesDriver {
         installation_id: &str,
         resource: &str,
         cancel: &CancelToken,
-    ) -> Result<(), ComputeError> {
-        if self.is_known(&format!("{collection}/{}", name_of(desired))) {
-            return Ok(());
+    ) -> Result<Option<Value>, ComputeError> {
+        let path = format!("{collection}/{}", name_of(desired));
+        if self.is_known(&path) {
+            return Ok(None);
+        }
+        if self.was_known(&path) {
+            // Known before, no longer trusted (`KNOWN_FOR`): one list of this installation's
+            // objects in the collection checks it and every other Agent's of the namespace at
+            // once, instead of one read per object (for Services, their routes too).
+            let labels = selector(&[(LABEL_INSTALLATION, names::label_value(installation_id))]);
+            let listed = self
+                .client
+                .list(collection, Some(&labels), cancel)
+                .map_err(|e| fail(e, resource))?;
+            let mut found = None;
+            for object in listed {
+                let at = format!("{collection}/{}", name_of(&object));
+                if !owned(&object, installation_id) {
+                    continue;
+                }
+                self.remember(&at);
+                if collection.ends_with("/services") {
+                    // The same list re-reads the Agent Services' routes (`routes`).
+                    self.remember_route(&at, &object);
+                }
+                if at == path {
+                    found = Some(object);
+                }
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+            // Gone (deleted behind the driver's back): created again.
+            self.forget(&path);
         }
         self.create_absent(collection, desired, installation_id, resource, cancel)
-            .map(drop)
+            .map(Some)
     }
 
     /// Like `create_absent`, then replaces an owned object whose stamp differs from
@@ -489,9 +613,30 @@ impl KubernetesDriver {
         resource: &str,
         cancel: &CancelToken,
     ) -> Result<Value, ComputeError> {
+        let current = self.create_absent(collection, desired, installation_id, resource, cancel)?;
+        self.converge_from(
+            collection,
+            desired,
+            current,
+            installation_id,
+            resource,
+            cancel,
+        )
+    }
+
+    /// `converge` from `current`, the object as the pass last saw it (owned): replaced when its
+    /// stamp differs from `desired`'s, a concurrent change (409 `Conflict`) re-read and retried
+    /// once. Answers the object as stored.
+    fn converge_from(
+        &self,
+        collection: &str,
+        desired: &Value,
+        mut current: Value,
+        installation_id: &str,
+        resource: &str,
+        cancel: &CancelToken,
+    ) -> Result<Value, ComputeError> {
         let path = format!("{collection}/{}", name_of(desired));
-        let mut current =
-            self.create_absent(collection, desired, installation_id, resource, cancel)?;
         for _ in 0..2 {
             if stamped(&current) == stamped(desired) {
                 return Ok(current);

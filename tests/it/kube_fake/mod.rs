@@ -118,6 +118,74 @@ pub enum PodBehaviour {
     SetupFailing,
 }
 
+/// The phases of a rollout's API requests, in pass order, as the rollout benchmark reports
+/// them (`phases`).
+pub const PHASES: &[&str] = &[
+    "agent_objects",
+    "workload_writes",
+    "rollout_reads",
+    "pod_reads",
+    "route",
+    "known_for_recheck",
+    "stops_and_deletes",
+    "namespace",
+    "other",
+];
+
+/// The phase of one request: the Agent's own objects (ServiceAccount, Service create, Harness
+/// claim, NetworkPolicy, the Harness Service), workload writes (a Deployment created, replaced
+/// or scaled up), rollout reads (a Deployment read or listed), Pod reads (Pods, ReplicaSets,
+/// the held code, EndpointSlices), the route (the Agent Service read or patched), the 60 s
+/// re-check of the Agents' own objects (a list of ServiceAccounts, Services, claims or
+/// NetworkPolicies), stops and deletes (a scale to zero, a delete), namespace lookups
+/// (namespaces, RoleBindings).
+pub fn phase(request: &Recorded) -> &'static str {
+    let path = request.path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
+    // `…/namespaces/<ns>/<resource>[/<name>[/<subresource>…]]`, or a cluster-scoped path.
+    let (resource, named) = match segments.iter().rposition(|s| *s == "namespaces") {
+        Some(i) if segments.len() > i + 2 => (segments[i + 2], segments.len() > i + 3),
+        Some(_) => ("namespaces", segments.len() > 1),
+        None => (segments.last().copied().unwrap_or_default(), false),
+    };
+    let method = request.method.as_str();
+    match (resource, method) {
+        (_, "DELETE") => "stops_and_deletes",
+        ("deployments", "PATCH")
+            if request
+                .body
+                .as_ref()
+                .is_some_and(|b| b["spec"]["replicas"] == 0) =>
+        {
+            "stops_and_deletes"
+        }
+        ("deployments", "GET") => "rollout_reads",
+        ("deployments", _) => "workload_writes",
+        ("pods" | "replicasets" | "endpointslices", _) => "pod_reads",
+        ("services", "POST") => "agent_objects",
+        ("services", _) if named => "route",
+        // A list of the Agents' own objects is the driver's 60 s re-check (`KNOWN_FOR`).
+        ("services" | "serviceaccounts" | "persistentvolumeclaims" | "networkpolicies", "GET")
+            if !named =>
+        {
+            "known_for_recheck"
+        }
+        ("serviceaccounts" | "persistentvolumeclaims" | "networkpolicies", _) => "agent_objects",
+        ("namespaces" | "rolebindings", _) => "namespace",
+        _ => "other",
+    }
+}
+
+/// Requests per phase (`phase`), every phase of `PHASES` present.
+pub fn phases(requests: &[Recorded]) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut counts: std::collections::BTreeMap<&'static str, usize> =
+        PHASES.iter().map(|p| (*p, 0)).collect();
+    for request in requests {
+        *counts.entry(phase(request)).or_default() += 1;
+    }
+    counts
+}
+
 /// How a kubeconfig written by the fake authenticates.
 #[derive(Clone, Debug)]
 pub enum KubeconfigAuth {

@@ -218,8 +218,10 @@ impl ComputeDriver for KubernetesDriver {
         ))
     }
 
-    /// The Agent's ServiceAccount (no automounted token), its Service (routing nothing until a
-    /// revision activates) and its NetworkPolicy (gateway to Harness) exist.
+    /// The Agent's ServiceAccount (no automounted token) and its Service (routing nothing until
+    /// a revision activates) exist; the Service's selector, as created or read, is remembered
+    /// (`routes`). The Agent's NetworkPolicy (gateway to Harness) comes with its first dedicated
+    /// revision (`prepare_revision`): an embedded Agent has no Harness Pod for it to open.
     fn bind_agent(&self, agent: &AgentSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
         let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
         self.ensure_exists(
@@ -229,26 +231,23 @@ impl ComputeDriver for KubernetesDriver {
             "serviceaccounts",
             cancel,
         )?;
-        self.ensure_exists(
+        if let Some(service) = self.ensure_exists(
             &format!("{CORE}/namespaces/{namespace}/services"),
             &manifests::service(agent, &namespace),
             &agent.installation_id,
             "services",
             cancel,
-        )?;
-        self.ensure_exists(
-            &format!("{NETWORKING}/namespaces/{namespace}/networkpolicies"),
-            &manifests::agent_network_policy(agent, &namespace),
-            &agent.installation_id,
-            "networkpolicies",
-            cancel,
-        )
+        )? {
+            self.remember_route(&Self::service_path(agent, &namespace), &service);
+        }
+        Ok(())
     }
 
     /// Dedicated: writes the revision's Harness Deployment and Service (and the Agent's Harness
-    /// claim), observes the Harness rollout, then points the Agent's gateway at it and observes
-    /// that rollout too; the Agent Service routes the gateway at activation (SPEC C3). Every
-    /// predecessor was stopped first (exclusive replacement), so the gateway served nothing.
+    /// claim and NetworkPolicy) and points the Agent's gateway at it in one pass, then observes
+    /// both rollouts (one Deployment list, from the second pass on); the Agent Service routes
+    /// the gateway at activation (SPEC C3). Every predecessor was stopped first (exclusive
+    /// replacement, R8), so the gateway served nothing while its Harness rolled out.
     /// Embedded: while the Agent's shared gateway runs another revision the candidate is only
     /// validated (image, Secret references) and reported ready; the worker then activates it
     /// before the pointer commit (`activates_before_commit`), which replaces the gateway and
@@ -260,15 +259,18 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
+        self.forget_seen(cancel);
         let (namespace, desired) = self.desired_workload(revision, cancel)?;
         if revision.harness_mode != HarnessMode::Dedicated {
-            let path = self.workload_path(revision, &namespace);
-            let gateway = self
-                .client
-                .get(&path, cancel)
-                .map_err(|e| fail(e, "deployments"))?;
-            if gateway.is_some_and(|g| !Self::runs(&g, revision)) {
+            // The shared gateway: an unknown one is created running the candidate (409 reads
+            // it); one running another revision is left to the activation.
+            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
+            if !Self::runs(&current.0, revision) {
                 return Ok(observation(revision, true));
+            }
+            let gateway = self.run_workload(revision, &namespace, &desired, current, cancel)?;
+            if let Some(unready) = self.rolled_out(revision, &namespace, &gateway, cancel)? {
+                return Ok(unready);
             }
         } else {
             let agent = manifests::agent_of(revision);
@@ -279,12 +281,24 @@ impl ComputeDriver for KubernetesDriver {
                 "persistentvolumeclaims",
                 cancel,
             )?;
-        }
-        let workload = self.run_workload(revision, &namespace, &desired, cancel)?;
-        if let Some(unready) = self.rolled_out(revision, &namespace, &workload, cancel)? {
-            return Ok(unready);
-        }
-        if revision.harness_mode == HarnessMode::Dedicated {
+            self.ensure_exists(
+                &format!("{NETWORKING}/namespaces/{namespace}/networkpolicies"),
+                &manifests::agent_network_policy(&agent, &namespace),
+                &revision.installation_id,
+                "networkpolicies",
+                cancel,
+            )?;
+            let gateway = self.desired_gateway(revision, &namespace)?;
+            let harness_path = self.workload_path(revision, &namespace);
+            let gateway_path = Self::gateway_path(revision, &namespace);
+            self.list_workloads(
+                revision,
+                &namespace,
+                &[&harness_path, &gateway_path],
+                cancel,
+            )?;
+            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
+            let harness = self.run_workload(revision, &namespace, &desired, current, cancel)?;
             self.ensure_exists(
                 &format!("{CORE}/namespaces/{namespace}/services"),
                 &manifests::harness_service(revision, &namespace),
@@ -292,10 +306,12 @@ impl ComputeDriver for KubernetesDriver {
                 "services",
                 cancel,
             )?;
-            let gateway = self.desired_gateway(revision, &namespace)?;
-            let gateway = self.run_workload(revision, &namespace, &gateway, cancel)?;
-            if let Some(unready) = self.rolled_out(revision, &namespace, &gateway, cancel)? {
-                return Ok(unready);
+            let current = self.current_workload(revision, &namespace, &gateway, cancel)?;
+            let gateway = self.run_workload(revision, &namespace, &gateway, current, cancel)?;
+            for workload in [&harness, &gateway] {
+                if let Some(unready) = self.rolled_out(revision, &namespace, workload, cancel)? {
+                    return Ok(unready);
+                }
             }
         }
         // A routed revision is ready only with a ready endpoint behind the Agent Service.
@@ -320,23 +336,9 @@ impl ComputeDriver for KubernetesDriver {
         revision: &RevisionSpec,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        if revision.harness_mode != HarnessMode::Dedicated {
-            let (namespace, desired) = self.desired_workload(revision, cancel)?;
-            self.before_gateway_takeover(revision, &namespace, cancel)?;
-            let gateway = self.run_workload(revision, &namespace, &desired, cancel)?;
-            match observe::rollout(&gateway) {
-                Rollout::Failed | Rollout::Progressing => {
-                    return Err(ComputeError::pending(
-                        "REVISION_ACTIVATION_PENDING",
-                        "kubernetes_gateway_rollout",
-                        None,
-                    )
-                    .with_reason("RolloutPending"))
-                }
-                Rollout::Complete => {}
-            }
-        }
-        self.route(revision, Some(&revision.revision_id), cancel)
+        let activated = self.activate(revision, cancel);
+        self.forget_seen(cancel);
+        activated
     }
 
     /// Scales the Agent's gateway to zero while it serves the revision, then, for a dedicated
@@ -646,6 +648,31 @@ impl RepositoryRuntime for KubernetesDriver {
             .collect();
         uids.sort_unstable();
         Ok(json!(uids))
+    }
+}
+
+impl KubernetesDriver {
+    /// `activate_revision`'s steps, using what the pass's preparation just saw.
+    fn activate(&self, revision: &RevisionSpec, cancel: &CancelToken) -> Result<(), ComputeError> {
+        if revision.harness_mode != HarnessMode::Dedicated {
+            let (namespace, desired) = self.desired_workload(revision, cancel)?;
+            self.before_gateway_takeover(revision, &namespace, cancel)?;
+            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
+            let (gateway, _) =
+                self.run_workload(revision, &namespace, &desired, current, cancel)?;
+            match observe::rollout(&gateway) {
+                Rollout::Failed | Rollout::Progressing => {
+                    return Err(ComputeError::pending(
+                        "REVISION_ACTIVATION_PENDING",
+                        "kubernetes_gateway_rollout",
+                        None,
+                    )
+                    .with_reason("RolloutPending"))
+                }
+                Rollout::Complete => {}
+            }
+        }
+        self.route(revision, Some(&revision.revision_id), cancel)
     }
 }
 

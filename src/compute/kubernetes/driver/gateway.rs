@@ -12,7 +12,11 @@ impl KubernetesDriver {
         )
     }
 
-    /// Points the Agent Service at `revision` (or at nothing).
+    /// Points the Agent Service at `revision` (or at nothing). A Service the driver knows (it
+    /// made or read it within `KNOWN_FOR`, so it is owned) and remembers routing elsewhere is
+    /// patched without a read, one it remembers routing there is left alone, and the patch's
+    /// answer is the route remembered; an unknown one is created first (409 reads it,
+    /// and an unowned one is refused), and patched when it routes elsewhere.
     pub(super) fn route(
         &self,
         revision: &RevisionSpec,
@@ -21,6 +25,24 @@ impl KubernetesDriver {
     ) -> Result<(), ComputeError> {
         let agent = manifests::agent_of(revision);
         let namespace = self.namespace_of(&agent.installation_id, &agent.namespace_id, cancel)?;
+        let path = Self::service_path(&agent, &namespace);
+        let wanted = manifests::route_selector(&agent, to);
+        let patch = json!({"spec": {"selector": wanted}});
+        if self.is_known(&path) {
+            // Routed so by this process's last write or read: nothing to change.
+            if self.remembered_route(&path).is_some_and(|s| s == wanted) {
+                return Ok(());
+            }
+            match self.client.merge_patch(&path, &patch, cancel) {
+                Ok(service) => {
+                    self.remember_route(&path, &service);
+                    return Ok(());
+                }
+                // Deleted behind the driver's back: made again below.
+                Err(e) if *e.kind() == KubeErrorKind::NotFound => self.forget(&path),
+                Err(e) => return Err(fail(e, "services")),
+            }
+        }
         let service = self.create_absent(
             &format!("{CORE}/namespaces/{namespace}/services"),
             &manifests::service(&agent, &namespace),
@@ -28,18 +50,20 @@ impl KubernetesDriver {
             "services",
             cancel,
         )?;
-        let wanted = manifests::route_selector(&agent, to);
         if service["spec"]["selector"] == wanted {
+            self.remember_route(&path, &service);
             return Ok(());
         }
-        let patch = json!({"spec": {"selector": wanted}});
-        self.client
-            .merge_patch(&Self::service_path(&agent, &namespace), &patch, cancel)
+        let service = self
+            .client
+            .merge_patch(&path, &patch, cancel)
             .map_err(|e| fail(e, "services"))?;
+        self.remember_route(&path, &service);
         Ok(())
     }
 
-    /// Whether the Agent Service routes `revision` and has a ready endpoint.
+    /// Whether the Agent Service routes `revision` and has a ready endpoint: the route as
+    /// remembered (`routes`), read only when the driver has none within `KNOWN_FOR`.
     pub(super) fn routed_and_ready(
         &self,
         revision: &RevisionSpec,
@@ -47,13 +71,23 @@ impl KubernetesDriver {
         cancel: &CancelToken,
     ) -> Result<Option<bool>, ComputeError> {
         let agent = manifests::agent_of(revision);
-        let service = self
-            .client
-            .get(&Self::service_path(&agent, namespace), cancel)
-            .map_err(|e| fail(e, "services"))?;
-        let routed = service.is_some_and(|s| {
-            s["spec"]["selector"] == manifests::route_selector(&agent, Some(&revision.revision_id))
-        });
+        let path = Self::service_path(&agent, namespace);
+        // The route as this process last wrote or read it (`routes`), else read.
+        let selector = match self.remembered_route(&path) {
+            Some(selector) => Some(selector),
+            None => {
+                let service = self
+                    .client
+                    .get(&path, cancel)
+                    .map_err(|e| fail(e, "services"))?;
+                if let Some(service) = &service {
+                    self.remember_route(&path, service);
+                }
+                service.map(|s| s["spec"]["selector"].clone())
+            }
+        };
+        let routed = selector
+            .is_some_and(|s| s == manifests::route_selector(&agent, Some(&revision.revision_id)));
         if !routed {
             return Ok(None);
         }

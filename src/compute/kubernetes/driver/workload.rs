@@ -124,50 +124,159 @@ impl KubernetesDriver {
         }
     }
 
-    /// Converges a Deployment to `desired` and makes sure it runs one replica: a stop scaled
-    /// it to zero without changing its stamp (a refused candidate whose refusal was lifted, a
-    /// gateway stopped with its Agent).
-    pub(super) fn run_workload(
+    /// The Agent's Deployments, read with one list when the pass will write or observe one the
+    /// driver knows: each is then seen by the pass (`seen`), and each of `paths` the list does
+    /// not show is seen absent. Nothing is read while the driver knows none of `paths` (its
+    /// first revision: they are created first, and the creates' answers are the observations).
+    pub(super) fn list_workloads(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        paths: &[&str],
+        cancel: &CancelToken,
+    ) -> Result<(), ComputeError> {
+        if !paths.iter().any(|p| self.is_known(p) || self.was_known(p)) {
+            return Ok(());
+        }
+        let collection = format!("{APPS}/namespaces/{namespace}/deployments");
+        let listed = self
+            .client
+            .list(
+                &collection,
+                Some(&selector(&[(
+                    LABEL_AGENT,
+                    names::label_value(&revision.agent_id),
+                )])),
+                cancel,
+            )
+            .map_err(|e| fail(e, "deployments"))?;
+        for workload in &listed {
+            self.saw(
+                &format!("{collection}/{}", name_of(workload)),
+                Some(workload),
+                cancel,
+            );
+        }
+        for path in paths {
+            if self.seen_in_pass(path, cancel).is_none() {
+                self.saw(path, None, cancel);
+            }
+        }
+        Ok(())
+    }
+
+    /// The Deployment at `path` as this pass saw it, else read (and seen by the pass); one
+    /// without this installation's labels is refused.
+    pub(super) fn workload_now(
+        &self,
+        path: &str,
+        installation_id: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<Value>, ComputeError> {
+        let current = match self.seen_in_pass(path, cancel) {
+            Some(seen) => seen,
+            None => {
+                let read = self
+                    .client
+                    .get(path, cancel)
+                    .map_err(|e| fail(e, "deployments"))?;
+                self.saw(path, read.as_ref(), cancel);
+                read
+            }
+        };
+        if current.as_ref().is_some_and(|c| !owned(c, installation_id)) {
+            return Err(not_owned());
+        }
+        Ok(current)
+    }
+
+    /// The Deployment `desired` names as it is now: as this pass saw it, else created when the
+    /// pass saw it absent or the driver never knew it (the create's answer is the observation;
+    /// 409 reads it), else read. Answers the object and whether this call wrote it.
+    pub(super) fn current_workload(
         &self,
         revision: &RevisionSpec,
         namespace: &str,
         desired: &Value,
         cancel: &CancelToken,
-    ) -> Result<Value, ComputeError> {
+    ) -> Result<(Value, bool), ComputeError> {
         let collection = format!("{APPS}/namespaces/{namespace}/deployments");
-        let workload = self.converge(
+        let path = format!("{collection}/{}", name_of(desired));
+        let installation = &revision.installation_id;
+        let seen = self.seen_in_pass(&path, cancel);
+        if let Some(Some(current)) = seen {
+            if !owned(&current, installation) {
+                return Err(not_owned());
+            }
+            self.remember(&path);
+            return Ok((current, false));
+        }
+        if seen.is_some() {
+            // Listed absent in this pass: created, not read again.
+            self.known.lock().remove(&path);
+        }
+        let (current, written) =
+            self.create_or_read(&collection, desired, installation, "deployments", cancel)?;
+        self.saw(&path, Some(&current), cancel);
+        Ok((current, written))
+    }
+
+    /// Converges a Deployment from `current` (`current_workload`) to `desired` and makes sure it
+    /// runs one replica: a stop scaled it to zero without changing its stamp (a refused
+    /// candidate whose refusal was lifted, a gateway stopped with its Agent). Answers the
+    /// Deployment as stored, seen by the pass, and whether it was written (here or by
+    /// `current_workload`, `written`).
+    pub(super) fn run_workload(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        desired: &Value,
+        (current, written): (Value, bool),
+        cancel: &CancelToken,
+    ) -> Result<(Value, bool), ComputeError> {
+        let collection = format!("{APPS}/namespaces/{namespace}/deployments");
+        let path = format!("{collection}/{}", name_of(desired));
+        let version = current["metadata"]["resourceVersion"].clone();
+        let workload = self.converge_from(
             &collection,
             desired,
+            current,
             &revision.installation_id,
             "deployments",
             cancel,
         )?;
-        if workload["spec"]["replicas"].as_i64() == Some(1) {
-            return Ok(workload);
-        }
-        self.client
-            .merge_patch(
-                &format!("{collection}/{}", name_of(desired)),
-                &json!({"spec": {"replicas": 1}}),
-                cancel,
-            )
-            .map_err(|e| fail(e, "deployments"))
+        let written = written || workload["metadata"]["resourceVersion"] != version;
+        let (workload, written) = if workload["spec"]["replicas"].as_i64() == Some(1) {
+            (workload, written)
+        } else {
+            let patched = self
+                .client
+                .merge_patch(&path, &json!({"spec": {"replicas": 1}}), cancel)
+                .map_err(|e| fail(e, "deployments"))?;
+            (patched, true)
+        };
+        self.saw(&path, Some(&workload), cancel);
+        Ok((workload, written))
     }
 
     /// `None` once `workload` rolled out; else why the revision is not ready. A rollout
     /// Kubernetes gave up on (`ProgressDeadlineExceeded`, a Deployment written with a shorter
     /// deadline) is kept and observed like any unready one: the worker's convergence deadline
-    /// decides, with the evidence.
+    /// decides, with the evidence. A workload this pass just wrote is not rolled out, and no
+    /// Pod of what was written can be observed yet: it is pending (`REVISION_INCOMPLETE`)
+    /// without a read, and the next pass observes its Pods.
     pub(super) fn rolled_out(
         &self,
         revision: &RevisionSpec,
         namespace: &str,
-        workload: &Value,
+        (workload, written): &(Value, bool),
         cancel: &CancelToken,
     ) -> Result<Option<RevisionObservation>, ComputeError> {
         match observe::rollout(workload) {
+            Rollout::Complete => Ok(None),
+            _ if *written => Ok(Some(observation(revision, false))),
             Rollout::Failed => {
-                let mut unready = self.unready(revision, namespace, cancel)?;
+                let mut unready = self.unready(revision, namespace, workload, cancel)?;
                 if unready.runtime_failure.is_none() {
                     unready.runtime_failure = Some(crate::compute::RuntimeFailure::new(
                         PROGRESS_DEADLINE_EXCEEDED,
@@ -175,8 +284,9 @@ impl KubernetesDriver {
                 }
                 Ok(Some(unready))
             }
-            Rollout::Progressing => self.unready(revision, namespace, cancel).map(Some),
-            Rollout::Complete => Ok(None),
+            Rollout::Progressing => self
+                .unready(revision, namespace, workload, cancel)
+                .map(Some),
         }
     }
 
@@ -240,10 +350,11 @@ impl KubernetesDriver {
         namespace: &str,
         cancel: &CancelToken,
     ) -> Result<(), ComputeError> {
-        let gateway = self
-            .client
-            .get(&Self::gateway_path(revision, namespace), cancel)
-            .map_err(|e| fail(e, "deployments"))?;
+        let gateway = self.workload_now(
+            &Self::gateway_path(revision, namespace),
+            &revision.installation_id,
+            cancel,
+        )?;
         let Some(gateway) = gateway else {
             return Ok(());
         };
@@ -305,11 +416,14 @@ impl KubernetesDriver {
             .filter(|w| revision.harness_mode == HarnessMode::Dedicated || Self::runs(w, revision)))
     }
 
-    /// Why an unready workload waits: Pods first, then its ReplicaSets' quota failures.
+    /// Why an unready workload waits: the revision's Pods first, then, while `workload` has no
+    /// Pod of its own (the Harness may have none while the gateway written beside it runs), its
+    /// ReplicaSets' quota failures.
     pub(super) fn unready(
         &self,
         revision: &RevisionSpec,
         namespace: &str,
+        workload: &Value,
         cancel: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
         let pods = self.pods(namespace, &Self::revision_pods(revision), cancel)?;
@@ -325,7 +439,11 @@ impl KubernetesDriver {
             // SPEC WS5: the Harness claim not bound while its Pod cannot be scheduled.
             reason = Some("WORKSPACE_NODE_PENDING");
         }
-        if reason.is_none() && pods.is_empty() {
+        let component = &workload["spec"]["template"]["metadata"]["labels"][LABEL_COMPONENT];
+        let own_pods = pods
+            .iter()
+            .any(|p| &p["metadata"]["labels"][LABEL_COMPONENT] == component);
+        if reason.is_none() && !own_pods {
             let sets = self
                 .client
                 .list(
