@@ -195,7 +195,8 @@ pub fn durability(admin: &str) -> Result<Value, BenchError> {
 /// The benchmark's Compute Driver: `Noop` never calls it, and every call is refused.
 pub struct Unused;
 
-fn unused<T>() -> Result<T, ComputeError> {
+/// The answer of a Compute Driver method a benchmark load never calls.
+pub fn unused<T>() -> Result<T, ComputeError> {
     Err(ComputeError::permanent(
         "BENCH_DRIVER_UNUSED",
         "bench",

@@ -174,8 +174,6 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         "seconds": round(elapsed.as_secs_f64(), 2),
         "worksPerSecond": round(succeeded as f64 / elapsed.as_secs_f64(), 0),
         "loadAverageBefore": load_before,
-        // The whole machine's busy CPU per work while it drained, in ms (PostgreSQL, the
-        // worker processes and anything else running).
         // The worker processes' and their sessions' CPU per work, in ms: what the layout
         // itself costs, whatever else the machine runs.
         "queueCpuMsPerWork": round(
@@ -184,6 +182,8 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
                 / succeeded.max(1) as f64,
             3,
         ),
+        // The whole machine's busy CPU per work while it drained, in ms (PostgreSQL, the
+        // worker processes and anything else running).
         "machineCpuMsPerWork": busy_before.zip(busy_after).map(|(a, b)| {
             round(
                 b.saturating_sub(a) as f64 * 1000.0 / worker::clock_ticks() / succeeded.max(1) as f64,
@@ -439,14 +439,6 @@ impl Scripted {
     }
 }
 
-fn refused<T>() -> Result<T, ComputeError> {
-    Err(ComputeError::permanent(
-        "BENCH_DRIVER_UNUSED",
-        "scripted",
-        None,
-    ))
-}
-
 impl ComputeDriver for Scripted {
     fn id(&self) -> &str {
         "scripted"
@@ -476,29 +468,29 @@ impl ComputeDriver for Scripted {
         _r: &RevisionSpec,
         _c: &CancelToken,
     ) -> Result<RevisionObservation, ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn deactivate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn bind_agent(&self, _a: &AgentSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn activate_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn stop_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn retire_revision(&self, _r: &RevisionSpec, _c: &CancelToken) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn delete_agent_runtime_credentials(
         &self,
         _a: &AgentSpec,
         _c: &CancelToken,
     ) -> Result<(), ComputeError> {
-        refused()
+        fixture::unused()
     }
     fn policy(&self) -> &dyn DriverPolicy {
         self

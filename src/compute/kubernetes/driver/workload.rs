@@ -213,7 +213,7 @@ impl KubernetesDriver {
         }
         if seen.is_some() {
             // Listed absent in this pass: created, not read again.
-            self.known.lock().remove(&path);
+            self.forget(&path);
         }
         let (current, written) =
             self.create_or_read(&collection, desired, installation, "deployments", cancel)?;
