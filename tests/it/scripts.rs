@@ -642,3 +642,20 @@ fn the_test_summary_names_the_ten_slowest_tests_from_the_junit_report() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// scripts/test runs the tests with a temporary directory of the run's own, removed when the
+// run ends, so no test leaves its kubeconfigs, installation files or sockets behind; the turn
+// locks stay in the shared one. Run outside scripts/test (plain cargo), it says so and checks
+// nothing more.
+#[test]
+fn scripts_test_gives_the_tests_a_temporary_directory_of_their_own() {
+    let Some(shared) = std::env::var_os("OCC_TEST_SHARED_TMPDIR") else {
+        eprintln!("not run by scripts/test (no OCC_TEST_SHARED_TMPDIR): nothing to check");
+        return;
+    };
+    let own = std::env::temp_dir();
+    assert_eq!(own.parent(), Some(std::path::Path::new(&shared)), "{own:?}");
+    let name = own.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("occ-test-scratch."), "{name}");
+    assert!(own.is_dir(), "{own:?}");
+}

@@ -668,11 +668,16 @@ pub struct TurnGuard(std::fs::File);
 /// Waits until no other test, in this process or another (nextest runs every test in a process
 /// of its own; another checkout's `scripts/test` shares the Engine and the ports), holds
 /// `turn`, and holds it until the guard drops: an exclusive `flock` on
-/// `/tmp/occ-test-turn-GROUP.lock`, which the kernel releases when the process dies. Locks
-/// of separate opens conflict within one process too, so libtest's threads take turns as well.
+/// `/tmp/occ-test-turn-GROUP.lock` (under `OCC_TEST_SHARED_TMPDIR` when it is set: `scripts/test`
+/// gives its tests a temporary directory of their own and names the shared one there), which
+/// the kernel releases when the process dies. Locks of separate opens conflict within one
+/// process too, so libtest's threads take turns as well.
 pub fn take_turn(turn: Turn) -> TurnGuard {
     use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join(format!("occ-test-turn-{}.lock", turn.group()));
+    let shared = std::env::var_os("OCC_TEST_SHARED_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let path = shared.join(format!("occ-test-turn-{}.lock", turn.group()));
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
