@@ -141,7 +141,18 @@ fn scale_out_bench_drains_exactly_once_across_processes() {
         let layouts = load["layouts"].as_array().expect("layouts");
         assert_eq!(layouts.len(), 2, "{load}");
         for layout in layouts {
-            assert_eq!(layout["runs"][0]["works"], 300, "{layout}");
+            let run = &layout["runs"][0];
+            assert_eq!(run["works"], 300, "{layout}");
+            // The CPU per work is reported whole and in its two parts, the worker processes'
+            // own and their database sessions'.
+            let part = |key: &str| run[key].as_f64().unwrap_or_else(|| panic!("{key}: {run}"));
+            let (whole, processes, sessions) = (
+                part("queueCpuMsPerWork"),
+                part("processesCpuMsPerWork"),
+                part("sessionsCpuMsPerWork"),
+            );
+            assert!(processes > 0.0 && sessions > 0.0, "{run}");
+            assert!((processes + sessions - whole).abs() <= 0.002, "{run}");
         }
     }
 }

@@ -481,11 +481,17 @@ fn scale(
                         .into_iter()
                         .flatten()
                         .map(|r| {
-                            format!("{}/{}", r["queueCpuMsPerWork"], r["machineCpuMsPerWork"])
+                            format!(
+                                "{}={}+{}/{}",
+                                r["queueCpuMsPerWork"],
+                                r["processesCpuMsPerWork"],
+                                r["sessionsCpuMsPerWork"],
+                                r["machineCpuMsPerWork"]
+                            )
                         })
                         .collect();
                     format!(
-                        "{} works/s {} (ratio to the first {}; median {}; CPU ms/work, processes and their sessions/machine [{}])",
+                        "{} works/s {} (ratio to the first {}; median {}; CPU ms/work, processes and their sessions=processes+sessions/machine [{}])",
                         l["layout"].as_str().unwrap_or_default(),
                         l["worksPerSecond"],
                         l["ratios"],

@@ -142,10 +142,18 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
     let elapsed = started.elapsed();
     let busy_after = worker::machine_busy_ticks();
     let queue_after = queue_ticks(&mut c, &children_pids)?;
-    let queue_cpu: u64 = queue_after
-        .iter()
-        .map(|(pid, t)| t.saturating_sub(queue_before.get(pid).copied().unwrap_or(0)))
-        .sum();
+    // The worker processes' own CPU and their database sessions', apart: on a cluster each
+    // replica runs on a node of its own, and the sessions are what they share, PostgreSQL.
+    let (mut processes_cpu, mut sessions_cpu) = (0u64, 0u64);
+    for (pid, t) in &queue_after {
+        let spent = t.saturating_sub(queue_before.get(pid).copied().unwrap_or(0));
+        if children_pids.contains(pid) {
+            processes_cpu += spent;
+        } else {
+            sessions_cpu += spent;
+        }
+    }
+
     let mut ran: HashMap<String, u32> = HashMap::new();
     for child in children {
         for id in child.finish()? {
@@ -157,6 +165,12 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         "SELECT count(*) FROM occ.work WHERE state = 'succeeded'",
     )?;
     exactly_once(load, layout, &ran, &expected, succeeded)?;
+    let per_work = |ticks: u64| {
+        round(
+            ticks as f64 * 1000.0 / worker::clock_ticks() / succeeded.max(1) as f64,
+            3,
+        )
+    };
     if load == "namespaces" {
         let ready = count(
             &mut c,
@@ -175,13 +189,10 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         "worksPerSecond": round(succeeded as f64 / elapsed.as_secs_f64(), 0),
         "loadAverageBefore": load_before,
         // The worker processes' and their sessions' CPU per work, in ms: what the layout
-        // itself costs, whatever else the machine runs.
-        "queueCpuMsPerWork": round(
-            queue_cpu as f64 * 1000.0
-                / worker::clock_ticks()
-                / succeeded.max(1) as f64,
-            3,
-        ),
+        // itself costs, whatever else the machine runs; then each part of it.
+        "queueCpuMsPerWork": per_work(processes_cpu + sessions_cpu),
+        "processesCpuMsPerWork": per_work(processes_cpu),
+        "sessionsCpuMsPerWork": per_work(sessions_cpu),
         // The whole machine's busy CPU per work while it drained, in ms (PostgreSQL, the
         // worker processes and anything else running).
         "machineCpuMsPerWork": busy_before.zip(busy_after).map(|(a, b)| {
