@@ -10,9 +10,10 @@
 //! idle worker and an idle worker process's CPU and RSS (`worker`); the claim's cost as the
 //! table changes around it (`claim`); and admission throughput with wake-ups on and off
 //! (`admission`); and one queue drained by several worker processes against one process with
-//! as many threads (`scale_out`). It runs the worker's statements only through the library (`queue`,
-//! `runtime::Worker`), never a copy or a rewrite of them, and never touches infrastructure:
-//! its Compute Driver refuses every call.
+//! as many threads (`scale_out`). It runs the worker's statements only through the library
+//! (`queue`, `runtime::Worker`), never a copy or a rewrite of them, and never touches
+//! infrastructure: its Compute Driver refuses every call (the scale-out's Namespace load has a
+//! scripted one of its own that reaches nothing).
 
 mod admission;
 mod ceiling;

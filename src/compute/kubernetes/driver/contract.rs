@@ -297,8 +297,7 @@ impl ComputeDriver for KubernetesDriver {
                 &[&harness_path, &gateway_path],
                 cancel,
             )?;
-            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
-            let harness = self.run_workload(revision, &namespace, &desired, current, cancel)?;
+            let harness = self.write_workload(revision, &namespace, &desired, cancel)?;
             self.ensure_exists(
                 &format!("{CORE}/namespaces/{namespace}/services"),
                 &manifests::harness_service(revision, &namespace),
@@ -306,8 +305,7 @@ impl ComputeDriver for KubernetesDriver {
                 "services",
                 cancel,
             )?;
-            let current = self.current_workload(revision, &namespace, &gateway, cancel)?;
-            let gateway = self.run_workload(revision, &namespace, &gateway, current, cancel)?;
+            let gateway = self.write_workload(revision, &namespace, &gateway, cancel)?;
             for workload in [&harness, &gateway] {
                 if let Some(unready) = self.rolled_out(revision, &namespace, workload, cancel)? {
                     return Ok(unready);
@@ -657,9 +655,7 @@ impl KubernetesDriver {
         if revision.harness_mode != HarnessMode::Dedicated {
             let (namespace, desired) = self.desired_workload(revision, cancel)?;
             self.before_gateway_takeover(revision, &namespace, cancel)?;
-            let current = self.current_workload(revision, &namespace, &desired, cancel)?;
-            let (gateway, _) =
-                self.run_workload(revision, &namespace, &desired, current, cancel)?;
+            let (gateway, _) = self.write_workload(revision, &namespace, &desired, cancel)?;
             match observe::rollout(&gateway) {
                 Rollout::Failed | Rollout::Progressing => {
                     return Err(ComputeError::pending(

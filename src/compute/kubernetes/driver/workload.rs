@@ -221,6 +221,18 @@ impl KubernetesDriver {
         Ok((current, written))
     }
 
+    /// `run_workload` from the Deployment as it is now (`current_workload`).
+    pub(super) fn write_workload(
+        &self,
+        revision: &RevisionSpec,
+        namespace: &str,
+        desired: &Value,
+        cancel: &CancelToken,
+    ) -> Result<(Value, bool), ComputeError> {
+        let current = self.current_workload(revision, namespace, desired, cancel)?;
+        self.run_workload(revision, namespace, desired, current, cancel)
+    }
+
     /// Converges a Deployment from `current` (`current_workload`) to `desired` and makes sure it
     /// runs one replica: a stop scaled it to zero without changing its stamp (a refused
     /// candidate whose refusal was lifted, a gateway stopped with its Agent). Answers the
