@@ -156,3 +156,45 @@ fn scale_out_bench_drains_exactly_once_across_processes() {
         }
     }
 }
+
+// The drain and paired benchmarks' smoke run (docs/benchmarks.md, `occ-bench --only
+// drain,paired`): a small drain beside a one-second bare ceiling, each reporting the WAL it
+// wrote per work next to its speed. The cluster is shared with the other tests, so the figures
+// are only checked to be there; no figure is asserted.
+#[test]
+fn drain_and_paired_benches_report_wal_per_work() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-bench"))
+        .args([
+            "--database-url",
+            &crate::support::admin_url(),
+            "--json",
+            "--only",
+            "drain,paired",
+            "--concurrency",
+            "2",
+            "--works",
+            "200",
+            "--paired-concurrency",
+            "2",
+            "--pairs",
+            "1",
+            "--pgbench-seconds",
+            "1",
+        ])
+        .output()
+        .expect("run occ-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "occ-bench failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let positive = |v: &serde_json::Value, key: &str| {
+        let n = v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
+        assert!(n > 0.0, "{key}: {v}");
+    };
+    let drain = &report["drain"][0];
+    assert_eq!(drain["works"], 200, "{drain}");
+    positive(drain, "walBytesPerWork");
+    let pair = &report["paired"][0]["pairs"][0];
+    positive(pair, "ceilingSingleRow");
+    positive(pair, "ceilingWalBytesPerWork");
+    positive(pair, "walBytesPerWork");
+}

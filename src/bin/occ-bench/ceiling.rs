@@ -5,7 +5,10 @@
 //! prepares them) by as many sessions, with none of the worker's threads between them. It never
 //! copies or rewrites a statement of the worker's.
 
-use crate::fixture::{count, deletions, fill_chunks, namespaces, step, BenchDb, LEASE, NOW};
+use crate::fixture::{
+    count, deletions, fill_chunks, namespaces, step, wal_per_work, wal_position, BenchDb, LEASE,
+    NOW,
+};
 use crate::{round, BenchError};
 use occ_worker::db::Conn;
 use occ_worker::queue::{self, Claim, QueueOptions};
@@ -85,7 +88,7 @@ pub fn ceilings(
             ("singleRow", &scripts.single, 1.0),
             ("batched10", &scripts.batched, 10.0),
         ] {
-            let tps = bare(&mut c, &db.url, pgbench, script, clients, seconds)?;
+            let tps = bare(&mut c, &db.url, pgbench, script, clients, seconds)?.tps;
             row[name] = json!(round(tps * per, 0));
         }
         out.push(row);
@@ -104,7 +107,16 @@ pub fn ceilings(
     Ok(Value::Array(out))
 }
 
-/// Transactions per second of `script` on the bare queue table, refilled and vacuumed first.
+/// One run of a bare script (`bare`).
+pub struct Bare {
+    /// Transactions (works) per second.
+    pub tps: f64,
+    /// The cluster's WAL per work completed during the run (`fixture::wal_position`).
+    pub wal_bytes_per_work: Option<f64>,
+}
+
+/// Transactions per second of `script` on the bare queue table, refilled and vacuumed first,
+/// and the WAL it wrote per work.
 pub fn bare(
     c: &mut Client,
     url: &str,
@@ -112,21 +124,26 @@ pub fn bare(
     script: &Path,
     clients: usize,
     seconds: u64,
-) -> Result<f64, BenchError> {
+) -> Result<Bare, BenchError> {
     c.batch_execute(PGBENCH_SETUP)
         .map_err(step("pgbench setup"))?;
     c.batch_execute("INSERT INTO bench_q (state) SELECT 'queued' FROM generate_series(1, 600000)")
         .map_err(step("pgbench fill"))?;
     c.batch_execute("VACUUM ANALYZE bench_q")
         .map_err(step("pgbench fill"))?;
+    let wal_before = wal_position(c)?;
     let tps = pgbench_tps(pgbench, script, clients, seconds, url)?;
+    let wal_after = wal_position(c)?;
     let done = count(c, "SELECT count(*) FROM bench_q WHERE state = 'done'")?;
     if done as f64 >= 590_000.0 {
         return Err(BenchError::new(
             "pgbench drained its whole table: raise the fill",
         ));
     }
-    Ok(tps)
+    Ok(Bare {
+        tps,
+        wal_bytes_per_work: wal_per_work(wal_before, wal_after, done),
+    })
 }
 
 /// Transactions per second of one pgbench run of `script` (prepared statements, `clients`

@@ -137,6 +137,22 @@ pub fn count(c: &mut Client, sql: &str) -> Result<i64, BenchError> {
     Ok(c.query_one(sql, &[])?.get(0))
 }
 
+/// The cluster's WAL insert position in bytes (`pg_current_wal_insert_lsn`): the difference of
+/// two is the WAL every database of the cluster wrote between them, full-page images included.
+/// Unlike `pg_stat_wal`, which a busy session reports at most once a second, it is exact at
+/// once.
+pub fn wal_position(c: &mut Client) -> Result<i64, BenchError> {
+    count(
+        c,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint",
+    )
+}
+
+/// WAL bytes per work between two `wal_position`s; `None` for no work.
+pub fn wal_per_work(before: i64, after: i64, works: i64) -> Option<f64> {
+    (works > 0).then(|| ((after - before) as f64 / works as f64).round())
+}
+
 /// Runs `sql(lo, hi)` for `i` in `0..total`, 10,000 at a time, each chunk its own
 /// transaction (a statement stays well within the statement timeout).
 pub fn fill_chunks(

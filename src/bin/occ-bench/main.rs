@@ -323,8 +323,8 @@ fn drains(
                 format!(" ({})", next_to.join("; "))
             };
             println!(
-                "drain   concurrency={:<3} works={} seconds={} works/s={} CPU ms/work: machine {} worker {}{ceilings}",
-                c, r["works"], r["seconds"], r["worksPerSecond"], r["machineCpuMsPerWork"], r["workerCpuMsPerWork"],
+                "drain   concurrency={:<3} works={} seconds={} works/s={} CPU ms/work: machine {} worker {}; WAL bytes/work {}{ceilings}",
+                c, r["works"], r["seconds"], r["worksPerSecond"], r["machineCpuMsPerWork"], r["workerCpuMsPerWork"], r["walBytesPerWork"],
             );
         }
         drains.push(r);
@@ -340,13 +340,17 @@ fn print_pairs(pairs: &Value) {
             .flatten()
             .map(|r| {
                 format!(
-                    "{} -> {} ({})",
-                    r["ceilingSingleRow"], r["worksPerSecond"], r["ratio"]
+                    "{} -> {} ({}; WAL bytes/work {} -> {})",
+                    r["ceilingSingleRow"],
+                    r["worksPerSecond"],
+                    r["ratio"],
+                    r["ceilingWalBytesPerWork"],
+                    r["walBytesPerWork"]
                 )
             })
             .collect();
         println!(
-            "paired  concurrency={:<3} single-row ceiling -> drain works/s (ratio), each pair side by side: {}; median ratio {}",
+            "paired  concurrency={:<3} single-row ceiling -> drain works/s (ratio; WAL per work), each pair side by side: {}; median ratio {}",
             p["concurrency"],
             runs.join(", "),
             p["medianRatio"]

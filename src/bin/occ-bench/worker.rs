@@ -5,7 +5,9 @@
 //! this binary run with `--idle-child`). Its reconcilers never call the Compute Driver, and a
 //! drain's works are all queued before its worker starts.
 
-use crate::fixture::{self, count, deletions, namespaces, step, BenchDb, NOW};
+use crate::fixture::{
+    self, count, deletions, namespaces, step, wal_per_work, wal_position, BenchDb, NOW,
+};
 use crate::{ceiling, median, percentile, round, BenchError};
 use occ_worker::queue::{self, NewWork};
 use occ_worker::reconcile::{probe, Pass, PassError, Reconciler, Report};
@@ -32,6 +34,7 @@ pub fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, Bench
         fixture::options(&db.url, concurrency),
     );
     let stop = worker.stop_handle();
+    let wal_before = wal_position(&mut c)?;
     let cpu_before = (machine_busy_ticks(), process_ticks("self"));
     let started = Instant::now();
     let running = std::thread::spawn(move || worker.run());
@@ -47,6 +50,7 @@ pub fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, Bench
     }
     let elapsed = started.elapsed();
     let cpu_after = (machine_busy_ticks(), process_ticks("self"));
+    let wal_after = wal_position(&mut c)?;
     stop.stop();
     running
         .join()
@@ -72,6 +76,8 @@ pub fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, Bench
         "worksPerSecond": round(done as f64 / elapsed.as_secs_f64(), 0),
         "machineCpuMsPerWork": per_work(cpu_before.0, cpu_after.0),
         "workerCpuMsPerWork": per_work(cpu_before.1, cpu_after.1),
+        // What the drain cost in WAL: unlike its speed, the same on any machine.
+        "walBytesPerWork": wal_per_work(wal_before, wal_after, done),
     }))
 }
 
@@ -104,13 +110,14 @@ pub fn paired(
             checkpoint()?;
             let bare = ceiling::bare(&mut c, &db.url, pgbench, &scripts.single, clients, seconds)?;
             checkpoint()?;
-            let wps = drain(admin, works, clients)?["worksPerSecond"]
-                .as_f64()
-                .unwrap_or(0.0);
+            let drained = drain(admin, works, clients)?;
+            let wps = drained["worksPerSecond"].as_f64().unwrap_or(0.0);
             runs.push(json!({
-                "ceilingSingleRow": round(bare, 0),
+                "ceilingSingleRow": round(bare.tps, 0),
                 "worksPerSecond": wps,
-                "ratio": round(wps / bare.max(1.0), 2),
+                "ratio": round(wps / bare.tps.max(1.0), 2),
+                "ceilingWalBytesPerWork": bare.wal_bytes_per_work,
+                "walBytesPerWork": drained["walBytesPerWork"],
             }));
         }
         let ratios: Vec<f64> = runs.iter().filter_map(|r| r["ratio"].as_f64()).collect();
