@@ -1060,7 +1060,12 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
         !crate::agent::evidence(c, &watched).is_empty()
     });
     let cause = last_cause(&mut c, &cleanup);
-    assert_eq!(cause.as_deref(), Some("REPOSITORY_WITHDRAWAL_UNCONFIRMED"));
+    assert_eq!(
+        cause.as_deref(),
+        Some("REPOSITORY_WITHDRAWAL_UNCONFIRMED"),
+        "{:?}",
+        crate::agent::evidence(&mut c, &cleanup)
+    );
     assert_eq!(phases(&mut c, &rev), [(APP.into(), "disposed".into())]);
     // Withdrawn: settled, the runtime kept.
     due_now(&mut c, &cleanup);
