@@ -13,7 +13,8 @@
 //!
 //! Finished passes gather for publication: a batch goes to a free publisher once every
 //! dispatched pass has handed over, or a publisher's share of the pool has (`batch_share`), or
-//! the first of them has waited `LINGER`; a lone pass is published at once. Every publication
+//! the first of them has waited `LINGER` (counted again from a publication's answer, for the
+//! passes it dispatched to join them); a lone pass is published at once. Every publication
 //! claims for all the free slots, those its batch frees included, so one transaction publishes
 //! and claims; one publication is handed over per decision. A claim on its own (a publication
 //! with no batch) is due after a wake-up, a poll or a slot freed otherwise than by a
@@ -252,7 +253,7 @@ impl<P: Payload> Scheduler<P> {
                 reserved,
                 claims,
                 answers,
-            } => return self.published(reserved, claims, answers),
+            } => return self.published(reserved, claims, answers, now),
         }
         Vec::new()
     }
@@ -365,11 +366,17 @@ impl<P: Payload> Scheduler<P> {
     /// which become dispatched passes. Each answered pass's thread gets one of them with its
     /// answer (it runs it without waiting on the job channel); the claims left over go to the
     /// job channel, the answers left over alone.
+    ///
+    /// Passes already waiting wait `LINGER` again from now: the publisher they waited for is
+    /// free, and the passes this answer dispatches may finish within it and join them, so the
+    /// pool's passes go on being published together instead of in two cohorts that alternate
+    /// on the publisher (at 8 threads, batches of 6.8 works on average instead of 8).
     fn published(
         &mut self,
         reserved: usize,
         claims: Vec<P::Job>,
         answers: Vec<P::Answer>,
+        now: Instant,
     ) -> Vec<Command<P>> {
         assert!(
             claims.len() <= reserved,
@@ -377,6 +384,9 @@ impl<P: Payload> Scheduler<P> {
         );
         self.publishing -= 1;
         self.reserved -= reserved;
+        if !self.waiting.is_empty() {
+            self.gathering = Some(now);
+        }
         let mut answers = answers.into_iter();
         let mut commands = Vec::with_capacity(claims.len().max(answers.len()));
         for job in claims {
@@ -740,6 +750,59 @@ mod tests {
         assert_eq!(
             c.decide(),
             [publish(&["b", "c", "d"], 8, false), Did::Wait(POLL)]
+        );
+    }
+
+    // Batching: passes that waited for the busy publisher wait the linger again once it
+    // answers, so the passes its answer dispatched can join them: the pool is published
+    // together, not in two cohorts taking turns on the publisher.
+    #[test]
+    fn passes_that_waited_for_the_publisher_linger_again_for_the_passes_it_dispatched() {
+        let mut c = Clocked::claimed(8, &["a", "b", "c", "d"]);
+        c.at(ms(3)).handover("a");
+        c.handover("b");
+        c.at(ms(3) + LINGER);
+        assert_eq!(
+            c.decide(),
+            [publish(&["a", "b"], 6, false), Did::Wait(POLL)]
+        );
+        c.at(ms(5)).handover("c");
+        c.handover("d");
+        assert_eq!(c.decide(), [Did::Wait(POLL)]);
+        let dispatched = ["e", "f", "g", "h", "i", "j"];
+        c.at(ms(6)).published(6, &dispatched, &["a", "b"]);
+        // "c" has waited since 5 ms: without the new linger it would go now, alone with "d".
+        assert_eq!(c.decide(), [Did::Wait(LINGER)]);
+        c.at(ms(6) + LINGER / 2);
+        for t in dispatched {
+            c.handover(t);
+        }
+        assert_eq!(
+            c.decide(),
+            [
+                publish(&["c", "d", "e", "f", "g", "h", "i", "j"], 8, false),
+                Did::Wait(POLL)
+            ]
+        );
+    }
+
+    // ... and go without them when they have not all handed over within it.
+    #[test]
+    fn passes_that_waited_for_the_publisher_go_when_the_new_linger_runs_out() {
+        let mut c = Clocked::claimed(4, &["a", "b"]);
+        c.at(ms(3)).handover("a");
+        c.at(ms(3) + LINGER);
+        assert_eq!(c.decide(), [publish(&["a"], 3, false), Did::Wait(POLL)]);
+        c.at(ms(5)).handover("b");
+        c.at(ms(6)).published(3, &["c", "d"], &["a"]);
+        assert_eq!(c.decide(), [Did::Wait(LINGER)]);
+        c.at(ms(6) + LINGER / 2).handover("c");
+        assert_eq!(c.decide(), [Did::Wait(LINGER / 2)]);
+        c.at(ms(6) + LINGER).on(Event::Tick);
+        // "d" still runs: "b" and "c" go, claiming for their slots and the one left free.
+        assert_eq!(
+            c.decide(),
+            [publish(&["b", "c"], 3, false), Did::Wait(POLL)]
         );
     }
 
