@@ -115,25 +115,16 @@ fn enqueue_at_is_claimable_only_when_due_and_a_deferral_keeps_its_refusal() {
 // exactly once (Q4, Q6) by the benchmark itself; no figure is asserted.
 #[test]
 fn scale_out_bench_drains_exactly_once_across_processes() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-bench"))
-        .args([
-            "--database-url",
-            &crate::support::admin_url(),
-            "--json",
-            "--only",
-            "scale-out",
-            "--scale-out-works",
-            "300",
-            "--scale-out",
-            "1x4,2x2",
-            "--scale-out-rounds",
-            "1",
-        ])
-        .output()
-        .expect("run occ-bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "occ-bench failed: {stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let report = occ_bench(&[
+        "--only",
+        "scale-out",
+        "--scale-out-works",
+        "300",
+        "--scale-out",
+        "1x4,2x2",
+        "--scale-out-rounds",
+        "1",
+    ]);
     let loads = report["scaleOut"].as_array().expect("scaleOut");
     let names: Vec<&str> = loads.iter().filter_map(|l| l["load"].as_str()).collect();
     assert_eq!(names, ["noop", "namespaces"]);
@@ -163,29 +154,20 @@ fn scale_out_bench_drains_exactly_once_across_processes() {
 // are only checked to be there; no figure is asserted.
 #[test]
 fn drain_and_paired_benches_report_wal_per_work() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-bench"))
-        .args([
-            "--database-url",
-            &crate::support::admin_url(),
-            "--json",
-            "--only",
-            "drain,paired",
-            "--concurrency",
-            "2",
-            "--works",
-            "200",
-            "--paired-concurrency",
-            "2",
-            "--pairs",
-            "1",
-            "--pgbench-seconds",
-            "1",
-        ])
-        .output()
-        .expect("run occ-bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "occ-bench failed: {stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let report = occ_bench(&[
+        "--only",
+        "drain,paired",
+        "--concurrency",
+        "2",
+        "--works",
+        "200",
+        "--paired-concurrency",
+        "2",
+        "--pairs",
+        "1",
+        "--pgbench-seconds",
+        "1",
+    ]);
     let positive = |v: &serde_json::Value, key: &str| {
         let n = v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
         assert!(n > 0.0, "{key}: {v}");
@@ -197,4 +179,16 @@ fn drain_and_paired_benches_report_wal_per_work() {
     positive(pair, "ceilingSingleRow");
     positive(pair, "ceilingWalBytesPerWork");
     positive(pair, "walBytesPerWork");
+}
+
+/// The benchmark `occ-bench` run with `args` on the test cluster; its JSON report.
+fn occ_bench(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_occ-bench"))
+        .args(["--database-url", &crate::support::admin_url(), "--json"])
+        .args(args)
+        .output()
+        .expect("run occ-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "occ-bench failed: {stderr}");
+    serde_json::from_slice(&out.stdout).expect("one JSON report")
 }
