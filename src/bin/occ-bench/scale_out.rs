@@ -165,12 +165,7 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         "SELECT count(*) FROM occ.work WHERE state = 'succeeded'",
     )?;
     exactly_once(load, layout, &ran, &expected, succeeded)?;
-    let per_work = |ticks: u64| {
-        round(
-            ticks as f64 * 1000.0 / worker::clock_ticks() / succeeded.max(1) as f64,
-            3,
-        )
-    };
+    let per_work = |ticks: u64| worker::cpu_ms_per_work(ticks, succeeded);
     if load == "namespaces" {
         let ready = count(
             &mut c,
@@ -195,12 +190,9 @@ fn drain(admin: &str, load: &str, works: i64, layout: Layout) -> Result<Value, B
         "sessionsCpuMsPerWork": per_work(sessions_cpu),
         // The whole machine's busy CPU per work while it drained, in ms (PostgreSQL, the
         // worker processes and anything else running).
-        "machineCpuMsPerWork": busy_before.zip(busy_after).map(|(a, b)| {
-            round(
-                b.saturating_sub(a) as f64 * 1000.0 / worker::clock_ticks() / succeeded.max(1) as f64,
-                3,
-            )
-        }),
+        "machineCpuMsPerWork": busy_before
+            .zip(busy_after)
+            .map(|(a, b)| per_work(b.saturating_sub(a))),
     }))
 }
 

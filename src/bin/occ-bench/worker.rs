@@ -62,13 +62,8 @@ pub fn drain(admin: &str, works: i64, concurrency: usize) -> Result<Value, Bench
     // CPU per work while the queue drained, in ms: the whole machine's (PostgreSQL, this
     // process and anything else running) and this process's (the worker; the bench's own
     // 20 ms count is a small share of it).
-    let per_work = |a: Option<u64>, b: Option<u64>| {
-        let ticks = b?.checked_sub(a?)?;
-        Some(round(
-            ticks as f64 * 1000.0 / clock_ticks() / done.max(1) as f64,
-            3,
-        ))
-    };
+    let per_work =
+        |a: Option<u64>, b: Option<u64>| Some(cpu_ms_per_work(b?.checked_sub(a?)?, done));
     Ok(json!({
         "concurrency": concurrency,
         "works": done,
@@ -125,6 +120,14 @@ pub fn paired(
         out.push(json!({"concurrency": clients, "pairs": runs, "medianRatio": median}));
     }
     Ok(Value::Array(out))
+}
+
+/// CPU time of `ticks` clock ticks per work of `works`, in ms to three places.
+pub fn cpu_ms_per_work(ticks: u64, works: i64) -> f64 {
+    round(
+        ticks as f64 * 1000.0 / clock_ticks() / works.max(1) as f64,
+        3,
+    )
 }
 
 /// Clock ticks per second (`/proc`'s CPU time unit).
