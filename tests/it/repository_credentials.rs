@@ -1027,6 +1027,18 @@ fn g15_a_removed_approval_hands_off_to_standing_withdrawal() {
     assert_eq!(calls_to(&s, "open").len(), 1);
 }
 
+/// Holds the revision's queued maintenance an hour off: once a standing-withdrawal cleanup
+/// exists the revision is expired (SPEC G14), and a maintenance pass that falls due would
+/// withdraw Git itself, meeting the driver's scripted answer before the cleanup does.
+fn hold_maintenance(c: &mut Client, revision: &str) {
+    c.execute(
+        "UPDATE occ.work SET available_at = clock_timestamp() + interval '1 hour'
+         WHERE idempotency_key LIKE $1 AND state = 'queued'",
+        &[&format!("agent_revision:{revision}:maintenance:%")],
+    )
+    .unwrap();
+}
+
 /// Registers `kind` repository cleanup of the revision, as its cause would (SPEC G2).
 fn register_cleanup(c: &mut Client, agent: &str, revision: &str, kind: &str) -> String {
     let key = format!("agent_revision:{revision}:repository_cleanup:{kind}");
@@ -1054,6 +1066,7 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
         .expiry
         .lock()
         .push_back(occ_worker::compute::RepositoryWithdrawal::Pending);
+    hold_maintenance(&mut c, &rev);
     let cleanup = register_cleanup(&mut c, &f.agent, &rev, "standing-withdrawal");
     // Until a pass of the cleanup recorded its own outcome: evidence of another kind (a lease
     // recovered under load, Q10) is not the pass's answer.
@@ -1096,6 +1109,7 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
         .expiry
         .lock()
         .push_back(occ_worker::compute::RepositoryWithdrawal::RetireRuntime);
+    hold_maintenance(&mut c, &rev);
     register_cleanup(&mut c, &g.agent, &rev, "standing-withdrawal");
     let terminal = format!("agent_revision:{rev}:repository_cleanup:terminal-runtime");
     let watched = terminal.clone();
