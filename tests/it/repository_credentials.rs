@@ -1068,8 +1068,8 @@ fn g3_a_standing_withdrawal_cleanup_withdraws_git_or_hands_the_runtime_on() {
         .push_back(occ_worker::compute::RepositoryWithdrawal::Pending);
     hold_maintenance(&mut c, &rev);
     let cleanup = register_cleanup(&mut c, &f.agent, &rev, "standing-withdrawal");
-    // Until a pass of the cleanup recorded its own outcome: evidence of another kind (a lease
-    // recovered under load, Q10) is not the pass's answer.
+    // Until a pass of the cleanup recorded its own outcome, the deferral, rather than any
+    // evidence of the work.
     let watched = cleanup.clone();
     run_with(&f.db, driver.clone(), opts(&s), move |c| {
         crate::agent::evidence(c, &watched)
