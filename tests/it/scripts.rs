@@ -181,6 +181,61 @@ fn the_soak_documents_its_options_and_refuses_a_wrong_one() {
     }
 }
 
+// The benchmark's A/B documents its arguments and refuses a wrong one in one line with exit
+// status 2 before anything is built or started: PATH holds git and nothing of cargo, so a
+// build it began would fail otherwise, and no worktree is added.
+#[test]
+fn the_benchmark_a_b_documents_its_arguments_and_refuses_a_wrong_one() {
+    let (ok, help, err) = script("bench-ab", &["--help"]);
+    assert!(ok, "bench-ab --help: {err}");
+    for word in [
+        "REV_A REV_B",
+        "--rounds",
+        "--only paired --pairs 3",
+        "target/bench-ab",
+        "median ratio",
+        "Exit status",
+    ] {
+        assert!(help.contains(word), "--help lacks {word}: {help}");
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let worktrees = || {
+        let out = Command::new("git")
+            .args(["worktree", "list", "--porcelain"])
+            .current_dir(&root)
+            .output()
+            .expect("git worktree list");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = worktrees();
+    for (args, says) in [
+        (&["HEAD"][..], "give two revisions"),
+        (
+            &["HEAD", "no-such-revision-x"][..],
+            "no-such-revision-x is no commit",
+        ),
+        (
+            &["HEAD", "HEAD", "--rounds", "0"][..],
+            "--rounds takes a whole number",
+        ),
+        (
+            &["HEAD", "HEAD", "--kill-everything"][..],
+            "--kill-everything",
+        ),
+    ] {
+        let out = Command::new(root.join("scripts").join("bench-ab"))
+            .args(args)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .output()
+            .expect("run script");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(worktrees(), before, "a refused A/B added a worktree");
+}
+
 // The dev loop's scripts print their own usage on --help and start nothing: no cargo, no
 // PostgreSQL (PATH holds neither).
 #[test]

@@ -1,0 +1,18 @@
+# Shared by scripts/bench-queue and scripts/bench-ab (sourced, not run), from the checkout's
+# root: the bench cluster and the lines that say where a figure was measured.
+
+# Starts (or finds running) the bench cluster target/pg-bench with fsync, synchronous_commit
+# and full_page_writes on, and sets `url` (its URL) and `pgbin` (the newest PostgreSQL's
+# binaries, pgbench among them).
+bench_cluster() {
+  url=$(scripts/pg-start target/pg-bench)
+  psql -q "$url" -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit = on" \
+    -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null
+  pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+}
+
+# The machine and the server, one line each, for the report.
+bench_describe() {
+  echo "machine: nproc=$(nproc); cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "postgresql: $("$pgbin/postgres" --version) (fsync=$(psql -tA "$url" -c 'SHOW fsync'), synchronous_commit=$(psql -tA "$url" -c 'SHOW synchronous_commit'))"
+}
