@@ -30,6 +30,34 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
 }
 
+/// `scripts/NAME --help` succeeds and names each of `words`.
+fn assert_documents(name: &str, words: &[&str]) {
+    let (ok, help, err) = script(name, &["--help"]);
+    assert!(ok, "{name} --help: {err}");
+    for word in words {
+        assert!(help.contains(word), "{name} --help lacks {word}: {help}");
+    }
+}
+
+/// `scripts/NAME ARGS` is refused: exit status 2 and one line on stderr that contains `says`;
+/// run with `path` as PATH when one is given.
+fn assert_refuses(name: &str, args: &[&str], path: Option<&str>, says: &str) {
+    let mut command = Command::new(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("scripts")
+            .join(name),
+    );
+    command.args(args);
+    if let Some(path) = path {
+        command.env("PATH", path);
+    }
+    let out = command.output().expect("run script");
+    assert_eq!(out.status.code(), Some(2), "{name} {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{name} {args:?}: {err}");
+    assert!(err.contains(says), "{name} {args:?}: {err}");
+}
+
 // `scripts/pg-stop` then `scripts/pg-start` finds the same data; only `--reset`
 // deletes it (the dev database used to vanish on the next start).
 #[test]
@@ -86,26 +114,25 @@ fn a_cluster_directory_postgres_cannot_reach_is_refused_with_the_fix() {
 // line and exit status 2, before anything is built, started or touched.
 #[test]
 fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
-    let (ok, help, err) = script("chaos", &["--help"]);
-    assert!(ok, "chaos --help: {err}");
-    for option in [
-        "--workers",
-        "--threads",
-        "--lease-ms",
-        "--creations",
-        "--kill-every",
-        "--restart-after",
-        "--no-kill",
-        "--timeout",
-        "--binary",
-        "--upgrade",
-        "--previous-binary",
-        "--upgrade-after",
-        "--out",
-        "Exit status",
-    ] {
-        assert!(help.contains(option), "--help lacks {option}: {help}");
-    }
+    assert_documents(
+        "chaos",
+        &[
+            "--workers",
+            "--threads",
+            "--lease-ms",
+            "--creations",
+            "--kill-every",
+            "--restart-after",
+            "--no-kill",
+            "--timeout",
+            "--binary",
+            "--upgrade",
+            "--previous-binary",
+            "--upgrade-after",
+            "--out",
+            "Exit status",
+        ],
+    );
     // The upgrade drill's options are refused alone, and a previous release that is no commit.
     for (args, says) in [
         (&["--previous-binary", "/bin/true"][..], "--upgrade REV"),
@@ -118,47 +145,32 @@ fn the_chaos_drill_documents_its_options_and_refuses_a_wrong_one() {
             "--upgrade is an option of --driver docker",
         ),
     ] {
-        let (ok, _, err) = script("chaos", args);
-        assert!(!ok, "{args:?}");
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert_refuses("chaos", args, None, says);
     }
-    let out = Command::new(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("scripts")
-            .join("chaos"),
-    )
-    .arg("--kill-everything")
-    .output()
-    .expect("run script");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--kill-everything"), "{err}");
+    assert_refuses("chaos", &["--kill-everything"], None, "--kill-everything");
 }
 
 // The soak documents its options, its verdicts and its exit statuses, and refuses a wrong
 // argument in one line with exit status 2 before anything is built or started.
 #[test]
 fn the_soak_documents_its_options_and_refuses_a_wrong_one() {
-    let (ok, help, err) = script("soak", &["--help"]);
-    assert!(ok, "soak --help: {err}");
-    for option in [
-        "--minutes",
-        "--workers",
-        "--kill-every",
-        "--restart-after",
-        "--sample-every",
-        "--warmup",
-        "--binary",
-        "--kube-helper",
-        "--out",
-        "application_name",
-        "slope per hour",
-        "Exit status",
-    ] {
-        assert!(help.contains(option), "--help lacks {option}: {help}");
-    }
+    assert_documents(
+        "soak",
+        &[
+            "--minutes",
+            "--workers",
+            "--kill-every",
+            "--restart-after",
+            "--sample-every",
+            "--warmup",
+            "--binary",
+            "--kube-helper",
+            "--out",
+            "application_name",
+            "slope per hour",
+            "Exit status",
+        ],
+    );
     for (args, says) in [
         (
             &["--minutes", "0"][..],
@@ -166,18 +178,7 @@ fn the_soak_documents_its_options_and_refuses_a_wrong_one() {
         ),
         (&["--kill-everything"][..], "--kill-everything"),
     ] {
-        let out = Command::new(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("scripts")
-                .join("soak"),
-        )
-        .args(args)
-        .output()
-        .expect("run script");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert_refuses("soak", args, None, says);
     }
 }
 
@@ -186,18 +187,17 @@ fn the_soak_documents_its_options_and_refuses_a_wrong_one() {
 // build it began would fail otherwise, and no worktree is added.
 #[test]
 fn the_benchmark_a_b_documents_its_arguments_and_refuses_a_wrong_one() {
-    let (ok, help, err) = script("bench-ab", &["--help"]);
-    assert!(ok, "bench-ab --help: {err}");
-    for word in [
-        "REV_A REV_B",
-        "--rounds",
-        "--only paired --pairs 3",
-        "target/bench-ab",
-        "median ratio",
-        "Exit status",
-    ] {
-        assert!(help.contains(word), "--help lacks {word}: {help}");
-    }
+    assert_documents(
+        "bench-ab",
+        &[
+            "REV_A REV_B",
+            "--rounds",
+            "--only paired --pairs 3",
+            "target/bench-ab",
+            "median ratio",
+            "Exit status",
+        ],
+    );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let worktrees = || {
         let out = Command::new("git")
@@ -223,15 +223,7 @@ fn the_benchmark_a_b_documents_its_arguments_and_refuses_a_wrong_one() {
             "--kill-everything",
         ),
     ] {
-        let out = Command::new(root.join("scripts").join("bench-ab"))
-            .args(args)
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .output()
-            .expect("run script");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        assert_refuses("bench-ab", args, Some("/usr/local/bin:/usr/bin:/bin"), says);
     }
     assert_eq!(worktrees(), before, "a refused A/B added a worktree");
 }
