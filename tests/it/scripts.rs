@@ -7,15 +7,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn script(name: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(
+/// `scripts/NAME` as a command to run.
+fn script_command(name: &str) -> Command {
+    Command::new(
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("scripts")
             .join(name),
     )
-    .args(args)
-    .output()
-    .expect("run script");
+}
+
+fn script(name: &str, args: &[&str]) -> (bool, String, String) {
+    let out = script_command(name)
+        .args(args)
+        .output()
+        .expect("run script");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -42,11 +47,7 @@ fn assert_documents(name: &str, words: &[&str]) {
 /// `scripts/NAME ARGS` is refused: exit status 2 and one line on stderr that contains `says`;
 /// run with `path` as PATH when one is given.
 fn assert_refuses(name: &str, args: &[&str], path: Option<&str>, says: &str) {
-    let mut command = Command::new(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("scripts")
-            .join(name),
-    );
+    let mut command = script_command(name);
     command.args(args);
     if let Some(path) = path {
         command.env("PATH", path);
@@ -244,15 +245,11 @@ fn dev_and_test_print_their_usage_without_starting_anything() {
             "  scripts/test --help          print this and exit (nextest's own: cargo nextest run --help)",
         ),
     ] {
-        let out = Command::new(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("scripts")
-                .join(name),
-        )
-        .arg("--help")
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("run script");
+        let out = script_command(name)
+            .arg("--help")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run script");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
