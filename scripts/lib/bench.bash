@@ -1,5 +1,6 @@
-# Shared by scripts/bench-queue and scripts/bench-ab (sourced, not run), from the checkout's
-# root: the bench cluster and the lines that say where a figure was measured.
+# Shared by scripts/bench-queue, scripts/bench-ab and scripts/bench-rollout (sourced, not run),
+# from the checkout's root: the bench cluster and the lines that say where a figure was
+# measured.
 
 # Starts (or finds running) the bench cluster target/pg-bench with fsync, synchronous_commit
 # and full_page_writes on, and sets `url` (its URL) and `pgbin` (the newest PostgreSQL's
@@ -15,4 +16,9 @@ bench_cluster() {
 bench_describe() {
   echo "machine: nproc=$(nproc); cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
   echo "postgresql: $("$pgbin/postgres" --version) (fsync=$(psql -tA "$url" -c 'SHOW fsync'), synchronous_commit=$(psql -tA "$url" -c 'SHOW synchronous_commit'))"
+}
+
+# The load average, before or after the runs (`bench_load before`).
+bench_load() {
+  echo "load $1: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
