@@ -2,13 +2,15 @@
 # from the checkout's root: the bench cluster and the lines that say where a figure was
 # measured.
 
-# Starts (or finds running) the bench cluster target/pg-bench with fsync, synchronous_commit
-# and full_page_writes on, and sets `url` (its URL) and `pgbin` (the newest PostgreSQL's
-# binaries, pgbench among them).
+# shellcheck source=scripts/lib/durable.bash
+. scripts/lib/durable.bash
+
+# Starts (or finds running) the bench cluster target/pg-bench with production durability
+# (make_durable: the runs start only once the server says it is on), and sets `url` (its URL)
+# and `pgbin` (the newest PostgreSQL's binaries, pgbench among them).
 bench_cluster() {
   url=$(scripts/pg-start target/pg-bench)
-  psql -q "$url" -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit = on" \
-    -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null
+  make_durable "$url"
   pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 }
 

@@ -1,6 +1,7 @@
 # Shared by scripts/chaos and scripts/soak (sourced, not run): times, a free loopback port, the
-# throwaway cluster with production durability, and the removal of an Installation's Docker
-# objects. The caller sets `drill` (its name, for messages) and runs from the checkout's root.
+# throwaway cluster with production durability (scripts/lib/durable.bash), and the removal of
+# an Installation's Docker objects. The caller sets `drill` (its name, for messages) and runs
+# from the checkout's root.
 
 # Times in microseconds (EPOCHREALTIME, bash 5), seconds as decimals for people.
 now_us() { local t=$EPOCHREALTIME; echo $(( 10#${t/./} )); }
@@ -10,22 +11,17 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1000000 }'; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# Starts the cluster DIR afresh (scripts/pg-stop --reset, scripts/pg-start) with fsync,
-# synchronous_commit and full_page_writes on (ALTER SYSTEM, as scripts/bench-queue does), and
-# prints its URL once the server says all three are on; status 1 when it does not.
+# shellcheck source=scripts/lib/durable.bash
+. scripts/lib/durable.bash
+
+# Starts the cluster DIR afresh (scripts/pg-stop --reset, scripts/pg-start) with production
+# durability (make_durable) and prints its URL; status 1 when the server does not take it.
 durable_cluster() {
-  local dir=$1 url durability=""
+  local dir=$1 url
   scripts/pg-stop --reset "$dir"
   url=$(scripts/pg-start "$dir") || return 1
-  psql -X -q "$url" -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit = on" \
-    -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null || return 1
-  for _ in $(seq 1 50); do
-    durability=$(psql -X -At "$url" -c "SELECT current_setting('fsync') || ',' || current_setting('synchronous_commit') || ',' || current_setting('full_page_writes')")
-    [ "$durability" = on,on,on ] && { echo "$url"; return 0; }
-    sleep 0.1
-  done
-  echo "${drill:-drill}: the cluster did not take fsync/synchronous_commit/full_page_writes on (got $durability)" >&2
-  return 1
+  make_durable "$url" || return 1
+  echo "$url"
 }
 
 # Removes every container and network labelled occ.installation=INSTALLATION; says how many
