@@ -17,7 +17,7 @@ bench_cluster() {
 # The machine and the server, one line each, for the report.
 bench_describe() {
   echo "machine: nproc=$(nproc); cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-  echo "postgresql: $("$pgbin/postgres" --version) ($(psql -X -tA "$url" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', full_page_writes=' || current_setting('full_page_writes')"))"
+  echo "postgresql: $("$pgbin/postgres" --version) ($(durability_settings "$url"))"
 }
 
 # The load average, before or after the runs (`bench_load before`).

@@ -10,10 +10,16 @@ make_durable() {
   psql -X -q "$url" -c "ALTER SYSTEM SET fsync = on" -c "ALTER SYSTEM SET synchronous_commit = on" \
     -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null || return 1
   for _ in $(seq 1 50); do
-    durability=$(psql -X -At "$url" -c "SELECT current_setting('fsync') || ',' || current_setting('synchronous_commit') || ',' || current_setting('full_page_writes')")
-    [ "$durability" = on,on,on ] && return 0
+    durability=$(durability_settings "$url")
+    [ "$durability" = "fsync=on, synchronous_commit=on, full_page_writes=on" ] && return 0
     sleep 0.1
   done
   echo "$(basename "$0"): the cluster did not take fsync/synchronous_commit/full_page_writes on (got $durability)" >&2
   return 1
+}
+
+# The three settings make_durable turns on, as the server reads them now, in one line for a
+# report: `fsync=on, synchronous_commit=on, full_page_writes=on`.
+durability_settings() {
+  psql -X -At "$1" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', full_page_writes=' || current_setting('full_page_writes')"
 }
