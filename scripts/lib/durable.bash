@@ -19,7 +19,8 @@ make_durable() {
 }
 
 # The three settings make_durable turns on, as the server reads them now, in one line for a
-# report: `fsync=on, synchronous_commit=on, full_page_writes=on`.
+# report: `fsync=on, synchronous_commit=on, full_page_writes=on`. Bounded as the drills bound
+# every query of theirs (`q`), so a hung server cannot hang a report.
 durability_settings() {
-  psql -X -At "$1" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', full_page_writes=' || current_setting('full_page_writes')"
+  timeout 120 psql -X -At "$1" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', full_page_writes=' || current_setting('full_page_writes')"
 }
